@@ -1,0 +1,26 @@
+// defines: GenerateCommand, the `specula generate` subcommand: its flags, their mapping to
+// GenerateOptions, streaming text output and the --json object.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "runtime/generate_options.h"
+
+namespace specula::cli {
+
+class GenerateCommand {
+ public:
+  explicit GenerateCommand(CLI::App& app);
+  bool selected() const { return cmd_->parsed(); }
+  int run();
+
+ private:
+  CLI::App* cmd_;
+  GenerateOptions options_;
+  std::string prompt_;
+  std::string prompt_ids_;
+  bool json_ = false;
+};
+
+}  // namespace specula::cli

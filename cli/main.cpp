@@ -1,0 +1,31 @@
+// defines: the `specula` command line: `generate` (one request, text or JSON) and, once
+// the experiment runner lands, `run CONFIG`.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "cli/generate_command.h"
+#include "engine/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"specula: speculative decoding research framework"};
+  app.require_subcommand(1);
+  specula::cli::GenerateCommand generate(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (generate.selected()) return generate.run();
+  } catch (const specula::SpeculaError& e) {
+    std::cout.flush();
+    std::fprintf(stderr, "specula: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::cout.flush();
+    std::fprintf(stderr, "specula: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,174 @@
+#include "engine/model.h"
+
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "engine/cpu/matmul.h"
+#include "engine/error.h"
+
+namespace specula {
+namespace {
+
+std::vector<float> to_f32(const TensorView& t) {
+  std::vector<float> out(static_cast<std::size_t>(t.numel()));
+  cpu::weight_row(TensorView{t.name, t.dtype, {1, t.numel()}, t.data, t.origin}, 0, out.data());
+  return out;
+}
+
+std::size_t bytes_of(const TensorView& t) { return static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype); }
+
+}  // namespace
+
+Model::Model(const std::string& dir)
+    : dir_(dir),
+      config_(load_model_config((std::filesystem::path(dir) / "config.json").string())),
+      checkpoint_(std::make_unique<Checkpoint>(dir)),
+      tokenizer_(std::make_unique<Tokenizer>((std::filesystem::path(dir) / "tokenizer.model").string())),
+      rope_(config_.head_dim(), config_.rope_theta) {
+  const ModelConfig& c = config_;
+  SPECULA_CHECK(tokenizer_->vocab_size() == c.vocab_size, dir, ": tokenizer.model has ", tokenizer_->vocab_size(),
+                " pieces but config.json says vocab_size = ", c.vocab_size);
+  const int64_t hidden = c.hidden_size, ffn = c.intermediate_size, kv = c.kv_dim(), vocab = c.vocab_size;
+  const Checkpoint& ck = *checkpoint_;
+  embed_ = &ck.get("model.embed_tokens.weight", {vocab, hidden});
+  lm_head_ = c.tie_word_embeddings ? embed_ : &ck.get("lm_head.weight", {vocab, hidden});
+  final_norm_ = to_f32(ck.get("model.norm.weight", {hidden}));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    Layer layer;
+    layer.q = &ck.get(p + "self_attn.q_proj.weight", {hidden, hidden});
+    layer.k = &ck.get(p + "self_attn.k_proj.weight", {kv, hidden});
+    layer.v = &ck.get(p + "self_attn.v_proj.weight", {kv, hidden});
+    layer.o = &ck.get(p + "self_attn.o_proj.weight", {hidden, hidden});
+    layer.gate = &ck.get(p + "mlp.gate_proj.weight", {ffn, hidden});
+    layer.up = &ck.get(p + "mlp.up_proj.weight", {ffn, hidden});
+    layer.down = &ck.get(p + "mlp.down_proj.weight", {hidden, ffn});
+    layer.attn_norm = to_f32(ck.get(p + "input_layernorm.weight", {hidden}));
+    layer.mlp_norm = to_f32(ck.get(p + "post_attention_layernorm.weight", {hidden}));
+    for (const TensorView* t : {layer.q, layer.k, layer.v, layer.o, layer.gate, layer.up, layer.down})
+      weight_bytes_ += bytes_of(*t);
+    layers_.push_back(std::move(layer));
+  }
+  weight_bytes_ += bytes_of(*lm_head_);
+}
+
+void Model::forward(PagedKvCache& cache, PagedKvCache::SeqId seq, const ForwardBatch& batch,
+                    std::span<float> logits) {
+  const ModelConfig& c = config_;
+  const int n = static_cast<int>(batch.tokens.size());
+  const int hidden = c.hidden_size, kv_dim = c.kv_dim(), ffn = c.intermediate_size, vocab = c.vocab_size;
+  SPECULA_CHECK(n > 0, "forward: empty batch");
+  SPECULA_CHECK(batch.positions.size() == batch.tokens.size(), "forward: ", batch.positions.size(),
+                " positions for ", n, " tokens");
+  SPECULA_CHECK(batch.parents.empty() || batch.parents.size() == batch.tokens.size(), "forward: ",
+                batch.parents.size(), " parents for ", n, " tokens");
+  const std::size_t logit_rows = batch.all_logits ? static_cast<std::size_t>(n) : 1;
+  SPECULA_CHECK(logits.size() == logit_rows * vocab, "forward: logits buffer holds ", logits.size(),
+                " floats, need ", logit_rows * vocab);
+  for (int i = 0; i < n; ++i) {
+    SPECULA_CHECK(batch.tokens[i] >= 0 && batch.tokens[i] < vocab, "forward: token id ", batch.tokens[i],
+                  " is outside the vocabulary [0, ", vocab, ")");
+    SPECULA_CHECK(batch.positions[i] >= 0 && batch.positions[i] < c.max_position_embeddings, "forward: position ",
+                  batch.positions[i], " is outside [0, max_position_embeddings = ", c.max_position_embeddings, ")");
+    SPECULA_CHECK(batch.parents.empty() || (batch.parents[i] >= -1 && batch.parents[i] < i),
+                  "forward: parent of node ", i, " must precede it (topological order)");
+  }
+
+  const int prefix_len = cache.length(seq);
+  cache.append_slots(seq, n);  // throws ResourceExhausted with seq unchanged
+
+  // In-batch visibility lists (ascending = position order).
+  s_.visible.clear();
+  s_.visible_offsets.assign(1, 0);
+  for (int i = 0; i < n; ++i) {
+    const std::size_t start = s_.visible.size();
+    if (batch.parents.empty()) {
+      for (int j = 0; j <= i; ++j) s_.visible.push_back(j);
+    } else {
+      for (int j = i; j >= 0; j = batch.parents[j]) s_.visible.push_back(j);
+      std::reverse(s_.visible.begin() + static_cast<long>(start), s_.visible.end());
+    }
+    s_.visible_offsets.push_back(static_cast<int>(s_.visible.size()));
+  }
+
+  const std::size_t rows = static_cast<std::size_t>(n);
+  s_.x.resize(rows * hidden);
+  s_.h.resize(rows * hidden);
+  s_.q.resize(rows * hidden);
+  s_.k.resize(rows * kv_dim);
+  s_.v.resize(rows * kv_dim);
+  s_.attn.resize(rows * hidden);
+  s_.gate.resize(rows * ffn);
+  s_.up.resize(rows * ffn);
+
+  for (int i = 0; i < n; ++i) cpu::weight_row(*embed_, batch.tokens[i], &s_.x[i * std::size_t(hidden)]);
+
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const Layer& layer = layers_[l];
+    cpu::rms_norm(s_.x.data(), layer.attn_norm.data(), c.rms_norm_eps, s_.h.data(), n, hidden);
+    cpu::matmul_weights(s_.h.data(), *layer.q, s_.q.data(), n);
+    cpu::matmul_weights(s_.h.data(), *layer.k, s_.k.data(), n);
+    cpu::matmul_weights(s_.h.data(), *layer.v, s_.v.data(), n);
+    for (int i = 0; i < n; ++i) {
+      rope_.apply(&s_.q[i * std::size_t(hidden)], c.num_attention_heads, batch.positions[i]);
+      rope_.apply(&s_.k[i * std::size_t(kv_dim)], c.num_key_value_heads, batch.positions[i]);
+      std::copy_n(&s_.k[i * std::size_t(kv_dim)], kv_dim, cache.key(seq, l, prefix_len + i));
+      std::copy_n(&s_.v[i * std::size_t(kv_dim)], kv_dim, cache.value(seq, l, prefix_len + i));
+    }
+    attention(cache, seq, l, batch, prefix_len);
+    cpu::matmul_weights(s_.attn.data(), *layer.o, s_.h.data(), n);
+    cpu::add_inplace(s_.x.data(), s_.h.data(), static_cast<int64_t>(rows) * hidden);
+
+    cpu::rms_norm(s_.x.data(), layer.mlp_norm.data(), c.rms_norm_eps, s_.h.data(), n, hidden);
+    cpu::matmul_weights(s_.h.data(), *layer.gate, s_.gate.data(), n);
+    cpu::matmul_weights(s_.h.data(), *layer.up, s_.up.data(), n);
+    cpu::silu_mul(s_.gate.data(), s_.up.data(), static_cast<int64_t>(rows) * ffn);
+    cpu::matmul_weights(s_.gate.data(), *layer.down, s_.h.data(), n);
+    cpu::add_inplace(s_.x.data(), s_.h.data(), static_cast<int64_t>(rows) * hidden);
+  }
+
+  const float* last = s_.x.data() + (batch.all_logits ? 0 : (rows - 1) * hidden);
+  cpu::rms_norm(last, final_norm_.data(), c.rms_norm_eps, s_.h.data(), static_cast<int>(logit_rows), hidden);
+  cpu::matmul_weights(s_.h.data(), *lm_head_, logits.data(), static_cast<int>(logit_rows));
+}
+
+void Model::attention(PagedKvCache& cache, PagedKvCache::SeqId seq, int layer, const ForwardBatch& batch,
+                      int prefix_len) {
+  const ModelConfig& c = config_;
+  const int n = static_cast<int>(batch.tokens.size());
+  const int head_dim = c.head_dim(), heads = c.num_attention_heads;
+  const int group = heads / c.num_key_value_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+
+  // Row pointers of every slot this batch can see: the prefix, then the batch's own slots.
+  std::vector<const float*> key_rows(static_cast<std::size_t>(prefix_len + n)), value_rows(key_rows.size());
+  for (int s = 0; s < prefix_len + n; ++s) {
+    key_rows[s] = cache.key(seq, layer, s);
+    value_rows[s] = cache.value(seq, layer, s);
+  }
+
+#pragma omp parallel
+  {
+    std::vector<const float*> keys, values;
+    std::vector<float> scores;
+#pragma omp for collapse(2) schedule(static)
+    for (int i = 0; i < n; ++i) {
+      for (int h = 0; h < heads; ++h) {
+        keys.assign(key_rows.begin(), key_rows.begin() + prefix_len);
+        values.assign(value_rows.begin(), value_rows.begin() + prefix_len);
+        for (int v = s_.visible_offsets[i]; v < s_.visible_offsets[i + 1]; ++v) {
+          keys.push_back(key_rows[prefix_len + s_.visible[v]]);
+          values.push_back(value_rows[prefix_len + s_.visible[v]]);
+        }
+        scores.resize(keys.size());
+        const std::size_t row = static_cast<std::size_t>(i) * c.hidden_size + static_cast<std::size_t>(h) * head_dim;
+        cpu::attend(&s_.q[row], keys.data(), values.data(), static_cast<int>(keys.size()), (h / group) * head_dim,
+                    head_dim, scale, scores.data(), &s_.attn[row]);
+      }
+    }
+  }
+}
+
+}  // namespace specula

@@ -1,0 +1,78 @@
+// defines: Model, a LLaMA-family checkpoint (config, memory-mapped weights, tokenizer) and
+// its CPU forward pass over the paged KV cache; ForwardBatch, the one input shape that
+// serves prefill, decode and tree verification.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/ops.h"
+#include "engine/model_config.h"
+#include "engine/safetensors.h"
+#include "engine/tokenizer.h"
+#include "kv/paged_kv_cache.h"
+
+namespace specula {
+
+// n new tokens appended to a sequence that already holds L cached tokens.
+// Token i is written to cache slot L + i and attends to slots [0, L) and to the slots of
+// its in-batch ancestors and itself:
+//   parents empty       -> causal chain (prefill / decode): token i sees batch tokens 0..i
+//   parents[i] == -1    -> token i sees only the cached prefix and itself
+//   parents[i] == j < i -> token i also sees j and j's ancestors (tree mask)
+struct ForwardBatch {
+  std::span<const int> tokens;     // in [n]
+  std::span<const int> positions;  // in [n] RoPE positions (L + depth for tree nodes)
+  std::span<const int> parents;    // in [n] or empty
+  bool all_logits = true;          // false: only the last row's logits are computed
+};
+
+class Model {
+ public:
+  // Loads config.json, the safetensors weights and tokenizer.model from `dir`, validating
+  // every tensor the config implies. Throws SpeculaError naming the file and tensor.
+  explicit Model(const std::string& dir);
+
+  const ModelConfig& config() const { return config_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const std::string& dir() const { return dir_; }
+  // Bytes of weights one decode step reads (every matrix once).
+  std::size_t weight_bytes() const { return weight_bytes_; }
+
+  // The cache layout this model needs.
+  KvLayout kv_layout(int block_size) const { return {config_.num_hidden_layers, config_.kv_dim(), block_size}; }
+
+  // Runs the batch, appending its n slots to `seq` in `cache`.
+  // logits: out [n, vocab] (all_logits) or [1, vocab] (last row only).
+  void forward(PagedKvCache& cache, PagedKvCache::SeqId seq, const ForwardBatch& batch, std::span<float> logits);
+
+ private:
+  struct Layer {
+    const TensorView *q, *k, *v, *o, *gate, *up, *down;
+    std::vector<float> attn_norm, mlp_norm;  // [hidden] f32 copies
+  };
+
+  void attention(PagedKvCache& cache, PagedKvCache::SeqId seq, int layer, const ForwardBatch& batch, int prefix_len);
+
+  std::string dir_;
+  ModelConfig config_;
+  std::unique_ptr<Checkpoint> checkpoint_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  const TensorView* embed_ = nullptr;
+  const TensorView* lm_head_ = nullptr;
+  std::vector<Layer> layers_;
+  std::vector<float> final_norm_;
+  cpu::RopeTable rope_;
+  std::size_t weight_bytes_ = 0;
+
+  // Scratch, resized per batch (a Model serves one forward at a time).
+  struct Scratch {
+    std::vector<float> x, h, q, k, v, attn, gate, up;
+    std::vector<int> visible;  // ancestors of each row, flattened
+    std::vector<int> visible_offsets;
+  } s_;
+};
+
+}  // namespace specula

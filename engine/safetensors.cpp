@@ -1,0 +1,196 @@
+#include "engine/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/error.h"
+
+namespace specula {
+
+std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F16: return 2;
+    case DType::BF16: return 2;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::F16: return "F16";
+    case DType::BF16: return "BF16";
+  }
+  return "?";
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::ostringstream out;
+  out << '[';
+  for (std::size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << ']';
+  return out.str();
+}
+
+DType parse_dtype(const std::string& s, const std::string& path, const std::string& tensor) {
+  if (s == "F32") return DType::F32;
+  if (s == "F16") return DType::F16;
+  if (s == "BF16") return DType::BF16;
+  throw SpeculaError(detail::concat(path, ": tensor '", tensor, "' has unsupported dtype '", s,
+                                    "' (supported: F32, F16, BF16)"));
+}
+
+}  // namespace
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  SPECULA_CHECK(fd >= 0, path, ": cannot open safetensors file: ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    throw SpeculaError(detail::concat(path, ": cannot stat: ", std::strerror(errno)));
+  }
+  map_size_ = static_cast<std::size_t>(st.st_size);
+  if (map_size_ < 8) {
+    ::close(fd);
+    throw SpeculaError(detail::concat(path, ": truncated safetensors file (", map_size_,
+                                      " bytes, the 8-byte header length is missing)"));
+  }
+  map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    throw SpeculaError(detail::concat(path, ": mmap failed: ", std::strerror(errno)));
+  }
+  try {
+    const auto* bytes = static_cast<const unsigned char*>(map_);
+    uint64_t header_len = 0;
+    std::memcpy(&header_len, bytes, 8);  // little-endian u64, as the format specifies
+    SPECULA_CHECK(header_len <= map_size_ - 8, path, ": header length ", header_len,
+                  " runs past the end of the file (", map_size_, " bytes)");
+    nlohmann::json header;
+    try {
+      header = nlohmann::json::parse(bytes + 8, bytes + 8 + header_len);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw SpeculaError(detail::concat(path, ": header is not valid JSON: ", e.what()));
+    }
+    SPECULA_CHECK(header.is_object(), path, ": header must be a JSON object");
+    const unsigned char* data = bytes + 8 + header_len;
+    const uint64_t data_size = map_size_ - 8 - header_len;
+
+    struct Range { uint64_t begin, end; std::string name; };
+    std::vector<Range> ranges;
+    for (auto& [name, info] : header.items()) {
+      if (name == "__metadata__") continue;
+      SPECULA_CHECK(info.is_object() && info.contains("dtype") && info.contains("shape") &&
+                        info.contains("data_offsets"),
+                    path, ": tensor '", name, "' needs dtype, shape and data_offsets");
+      SPECULA_CHECK(info["dtype"].is_string(), path, ": tensor '", name, "': dtype must be a string");
+      TensorView t;
+      t.name = name;
+      t.origin = path;
+      t.dtype = parse_dtype(info["dtype"].get<std::string>(), path, name);
+      const auto& shape = info["shape"];
+      SPECULA_CHECK(shape.is_array(), path, ": tensor '", name, "': shape must be an array");
+      for (const auto& d : shape) {
+        SPECULA_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, path, ": tensor '", name,
+                      "': bad dimension ", d.dump());
+        t.shape.push_back(d.get<int64_t>());
+      }
+      const auto& off = info["data_offsets"];
+      SPECULA_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() &&
+                        off[1].is_number_unsigned(),
+                    path, ": tensor '", name, "': data_offsets must be two non-negative integers");
+      uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+      SPECULA_CHECK(begin <= end && end <= data_size, path, ": tensor '", name, "': data_offsets [",
+                    begin, ", ", end, ") out of range of the data section (", data_size, " bytes)");
+      uint64_t expected = static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype);
+      SPECULA_CHECK(end - begin == expected, path, ": tensor '", name, "': ", end - begin,
+                    " bytes but shape ", shape_str(t.shape), " x ", dtype_name(t.dtype), " needs ", expected);
+      t.data = data + begin;
+      ranges.push_back({begin, end, name});
+      tensors_.emplace(name, std::move(t));
+    }
+    std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+    for (std::size_t i = 1; i < ranges.size(); ++i) {
+      SPECULA_CHECK(ranges[i].begin >= ranges[i - 1].end, path, ": tensors '", ranges[i - 1].name,
+                    "' and '", ranges[i].name, "' overlap");
+    }
+  } catch (...) {
+    ::munmap(map_, map_size_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) ::munmap(map_, map_size_);
+}
+
+Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
+  namespace fs = std::filesystem;
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  std::vector<std::string> shard_names;
+  if (fs::exists(index)) {
+    std::ifstream in(index);
+    SPECULA_CHECK(in, index.string(), ": cannot open");
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw SpeculaError(detail::concat(index.string(), ": invalid JSON: ", e.what()));
+    }
+    SPECULA_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
+                  index.string(), ": key 'weight_map' (an object) is missing");
+    for (auto& [tensor, shard] : j["weight_map"].items()) {
+      SPECULA_CHECK(shard.is_string(), index.string(), ": weight_map['", tensor, "'] must be a file name");
+      auto name = shard.get<std::string>();
+      SPECULA_CHECK(name.find('/') == std::string::npos, index.string(), ": weight_map['", tensor,
+                    "'] = '", name, "' must be a file in the same folder");
+      if (std::find(shard_names.begin(), shard_names.end(), name) == shard_names.end())
+        shard_names.push_back(name);
+    }
+    std::sort(shard_names.begin(), shard_names.end());
+  } else {
+    SPECULA_CHECK(fs::exists(single), dir, ": no model.safetensors or model.safetensors.index.json");
+    shard_names.push_back("model.safetensors");
+  }
+  for (const auto& name : shard_names) {
+    files_.push_back(std::make_unique<SafetensorsFile>((fs::path(dir) / name).string()));
+    for (const auto& [tname, view] : files_.back()->tensors()) {
+      auto [it, inserted] = tensors_.emplace(tname, &view);
+      SPECULA_CHECK(inserted, dir, ": tensor '", tname, "' appears in both ", it->second->origin,
+                    " and ", view.origin);
+    }
+  }
+}
+
+const TensorView& Checkpoint::get(const std::string& name, const std::vector<int64_t>& shape) const {
+  auto it = tensors_.find(name);
+  SPECULA_CHECK(it != tensors_.end(), dir_, ": missing tensor '", name, "'");
+  const TensorView& t = *it->second;
+  SPECULA_CHECK(t.shape == shape, t.origin, ": tensor '", name, "' has shape ", shape_str(t.shape),
+                ", expected ", shape_str(shape));
+  return t;
+}
+
+}  // namespace specula

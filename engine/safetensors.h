@@ -1,0 +1,68 @@
+// defines: DType, TensorView, SafetensorsFile (one memory-mapped .safetensors file, its
+// header validated) and Checkpoint (a model folder: one file or shards listed in
+// model.safetensors.index.json).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace specula {
+
+enum class DType { F32, F16, BF16 };
+
+std::size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+
+// A read-only view of one tensor inside a mapped file. Row-major, `shape` outermost first.
+struct TensorView {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;  // points into the mapping; lives as long as the file
+  std::string origin;          // file the tensor came from, for error messages
+
+  int64_t numel() const;
+};
+
+class SafetensorsFile {
+ public:
+  // Maps `path` and validates the header: its length lies inside the file, every tensor's
+  // dtype is F32/F16/BF16, its byte range lies inside the data section, byte size equals
+  // shape x dtype size, and no two tensors overlap. Throws SpeculaError naming the file
+  // and tensor.
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  void* map_ = nullptr;
+  std::size_t map_size_ = 0;
+  std::map<std::string, TensorView> tensors_;
+};
+
+class Checkpoint {
+ public:
+  // `dir` holds model.safetensors, or model.safetensors.index.json and its shards.
+  explicit Checkpoint(const std::string& dir);
+
+  // The tensor `name` with exactly `shape`; a clear error if it is missing or mis-shaped.
+  const TensorView& get(const std::string& name, const std::vector<int64_t>& shape) const;
+  bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorView*> tensors_;
+};
+
+}  // namespace specula

@@ -1,0 +1,50 @@
+#include "engine/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+
+#include "engine/error.h"
+
+namespace specula {
+
+Tokenizer::Tokenizer(const std::string& model_path)
+    : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
+  auto status = sp_->Load(model_path);
+  SPECULA_CHECK(status.ok(), model_path, ": cannot load SentencePiece model: ", status.ToString());
+}
+
+Tokenizer::~Tokenizer() = default;
+
+std::vector<int> Tokenizer::encode(const std::string& text, bool add_bos) const {
+  std::vector<int> ids;
+  auto status = sp_->Encode(text, &ids);
+  SPECULA_CHECK(status.ok(), "tokenizer: encode failed: ", status.ToString());
+  if (add_bos) ids.insert(ids.begin(), bos_id());
+  return ids;
+}
+
+std::string Tokenizer::decode(const std::vector<int>& ids) const {
+  for (int id : ids) SPECULA_CHECK(id >= 0 && id < vocab_size(), "tokenizer: id ", id, " is outside the vocabulary");
+  std::string text;
+  auto status = sp_->Decode(ids, &text);
+  SPECULA_CHECK(status.ok(), "tokenizer: decode failed: ", status.ToString());
+  return text;
+}
+
+std::string Tokenizer::decode_piece(const std::vector<int>& previous, int id) const {
+  // Decoding is not per-token additive (byte fallback, leading-space removal), so the
+  // new text is the difference between decoding with and without the token. A window
+  // of recent tokens keeps this O(1) per token.
+  const std::size_t window = 16;
+  std::vector<int> ctx(previous.end() - static_cast<long>(std::min(window, previous.size())), previous.end());
+  std::string before = decode(ctx);
+  ctx.push_back(id);
+  std::string after = decode(ctx);
+  if (after.compare(0, before.size(), before) == 0) return after.substr(before.size());
+  return after;
+}
+
+int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+int Tokenizer::bos_id() const { return sp_->bos_id(); }
+int Tokenizer::eos_id() const { return sp_->eos_id(); }
+
+}  // namespace specula
