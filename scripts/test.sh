@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): installs and builds, then runs the whole suite twice:
+# an optimised build, and an AddressSanitizer + UndefinedBehaviorSanitizer build in which
+# leaks fail the run. Tests tagged [gpu] skip with a printed reason when there is no GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs="$(nproc)"
+
+scripts/setup.sh build
+(cd build && ctest --output-on-failure -j "$jobs")
+
+scripts/setup.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPECULA_SANITIZE=ON \
+  -DSPECULA_ENABLE_CUDA=OFF -DSPECULA_BUILD_BENCH=OFF
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+(cd build-asan && ctest --output-on-failure -j "$jobs")
