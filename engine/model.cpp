@@ -62,8 +62,8 @@ void Model::forward(PagedKvCache& cache, PagedKvCache::SeqId seq, const ForwardB
   SPECULA_CHECK(n > 0, "forward: empty batch");
   SPECULA_CHECK(batch.positions.size() == batch.tokens.size(), "forward: ", batch.positions.size(),
                 " positions for ", n, " tokens");
-  SPECULA_CHECK(batch.parents.empty() || batch.parents.size() == batch.tokens.size(), "forward: ",
-                batch.parents.size(), " parents for ", n, " tokens");
+  const int earlier_nodes = batch.parents.empty() ? 0 : static_cast<int>(batch.parents.size()) - n;
+  SPECULA_CHECK(earlier_nodes >= 0, "forward: ", batch.parents.size(), " parents for a batch of ", n, " tokens");
   const std::size_t logit_rows = batch.all_logits ? static_cast<std::size_t>(n) : 1;
   SPECULA_CHECK(logits.size() == logit_rows * vocab, "forward: logits buffer holds ", logits.size(),
                 " floats, need ", logit_rows * vocab);
@@ -72,14 +72,21 @@ void Model::forward(PagedKvCache& cache, PagedKvCache::SeqId seq, const ForwardB
                   " is outside the vocabulary [0, ", vocab, ")");
     SPECULA_CHECK(batch.positions[i] >= 0 && batch.positions[i] < c.max_position_embeddings, "forward: position ",
                   batch.positions[i], " is outside [0, max_position_embeddings = ", c.max_position_embeddings, ")");
-    SPECULA_CHECK(batch.parents.empty() || (batch.parents[i] >= -1 && batch.parents[i] < i),
-                  "forward: parent of node ", i, " must precede it (topological order)");
+  }
+  for (std::size_t t = 0; t < batch.parents.size(); ++t) {
+    SPECULA_CHECK(batch.parents[t] >= -1 && batch.parents[t] < static_cast<int>(t), "forward: parent of tree node ",
+                  t, " must precede it (topological order)");
   }
 
-  const int prefix_len = cache.length(seq);
+  const int first_slot = cache.length(seq);
+  const int tree_start = first_slot - earlier_nodes;
+  SPECULA_CHECK(tree_start >= 0, "forward: ", earlier_nodes, " earlier tree nodes but only ", first_slot,
+                " cached slots");
+  const int prefix_len = batch.parents.empty() ? first_slot : tree_start;
   cache.append_slots(seq, n);  // throws ResourceExhausted with seq unchanged
 
-  // In-batch visibility lists (ascending = position order).
+  // What each row sees after the prefix, as slot offsets from prefix_len, ascending
+  // (= position order, since ancestors precede their descendants).
   s_.visible.clear();
   s_.visible_offsets.assign(1, 0);
   for (int i = 0; i < n; ++i) {
@@ -87,7 +94,7 @@ void Model::forward(PagedKvCache& cache, PagedKvCache::SeqId seq, const ForwardB
     if (batch.parents.empty()) {
       for (int j = 0; j <= i; ++j) s_.visible.push_back(j);
     } else {
-      for (int j = i; j >= 0; j = batch.parents[j]) s_.visible.push_back(j);
+      for (int t = earlier_nodes + i; t >= 0; t = batch.parents[t]) s_.visible.push_back(t);
       std::reverse(s_.visible.begin() + static_cast<long>(start), s_.visible.end());
     }
     s_.visible_offsets.push_back(static_cast<int>(s_.visible.size()));
@@ -114,10 +121,10 @@ void Model::forward(PagedKvCache& cache, PagedKvCache::SeqId seq, const ForwardB
     for (int i = 0; i < n; ++i) {
       rope_.apply(&s_.q[i * std::size_t(hidden)], c.num_attention_heads, batch.positions[i]);
       rope_.apply(&s_.k[i * std::size_t(kv_dim)], c.num_key_value_heads, batch.positions[i]);
-      std::copy_n(&s_.k[i * std::size_t(kv_dim)], kv_dim, cache.key(seq, l, prefix_len + i));
-      std::copy_n(&s_.v[i * std::size_t(kv_dim)], kv_dim, cache.value(seq, l, prefix_len + i));
+      std::copy_n(&s_.k[i * std::size_t(kv_dim)], kv_dim, cache.key(seq, l, first_slot + i));
+      std::copy_n(&s_.v[i * std::size_t(kv_dim)], kv_dim, cache.value(seq, l, first_slot + i));
     }
-    attention(cache, seq, l, batch, prefix_len);
+    attention(cache, seq, l, n, prefix_len, first_slot);
     cpu::matmul_weights(s_.attn.data(), *layer.o, s_.h.data(), n);
     cpu::add_inplace(s_.x.data(), s_.h.data(), static_cast<int64_t>(rows) * hidden);
 
@@ -134,17 +141,16 @@ void Model::forward(PagedKvCache& cache, PagedKvCache::SeqId seq, const ForwardB
   cpu::matmul_weights(s_.h.data(), *lm_head_, logits.data(), static_cast<int>(logit_rows));
 }
 
-void Model::attention(PagedKvCache& cache, PagedKvCache::SeqId seq, int layer, const ForwardBatch& batch,
-                      int prefix_len) {
+void Model::attention(PagedKvCache& cache, PagedKvCache::SeqId seq, int layer, int n, int prefix_len,
+                      int first_slot) {
   const ModelConfig& c = config_;
-  const int n = static_cast<int>(batch.tokens.size());
   const int head_dim = c.head_dim(), heads = c.num_attention_heads;
   const int group = heads / c.num_key_value_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
 
-  // Row pointers of every slot this batch can see: the prefix, then the batch's own slots.
-  std::vector<const float*> key_rows(static_cast<std::size_t>(prefix_len + n)), value_rows(key_rows.size());
-  for (int s = 0; s < prefix_len + n; ++s) {
+  // Row pointers of every slot this batch can see: the prefix, the earlier tree nodes, the batch.
+  std::vector<const float*> key_rows(static_cast<std::size_t>(first_slot + n)), value_rows(key_rows.size());
+  for (int s = 0; s < first_slot + n; ++s) {
     key_rows[s] = cache.key(seq, layer, s);
     value_rows[s] = cache.value(seq, layer, s);
   }

@@ -16,16 +16,19 @@
 
 namespace specula {
 
-// n new tokens appended to a sequence that already holds L cached tokens.
-// Token i is written to cache slot L + i and attends to slots [0, L) and to the slots of
-// its in-batch ancestors and itself:
-//   parents empty       -> causal chain (prefill / decode): token i sees batch tokens 0..i
-//   parents[i] == -1    -> token i sees only the cached prefix and itself
-//   parents[i] == j < i -> token i also sees j and j's ancestors (tree mask)
+// n new tokens appended to a sequence that already holds C cached slots.
+// Token i is written to cache slot C + i. What it attends to:
+//   parents empty: a causal chain (prefill, decode): every cached slot and batch tokens 0..i.
+//   parents non-empty: the batch is the last n nodes of a token tree whose parent array is
+//     `parents` ([T + n]: T earlier nodes already cached, in the last T slots, node t at
+//     slot tree_start + t with tree_start = C - T). Node t sees the prefix [0, tree_start),
+//     its ancestors and itself; parents[t] = -1 marks a child of the prefix, otherwise
+//     parents[t] < t (topological order). A one-shot tree verify has T = 0; a draft that
+//     grows its tree level by level passes the whole parent array each time.
 struct ForwardBatch {
   std::span<const int> tokens;     // in [n]
-  std::span<const int> positions;  // in [n] RoPE positions (L + depth for tree nodes)
-  std::span<const int> parents;    // in [n] or empty
+  std::span<const int> positions;  // in [n] RoPE positions (prefix length + depth - 1 for tree nodes)
+  std::span<const int> parents;    // in [T + n] or empty
   bool all_logits = true;          // false: only the last row's logits are computed
 };
 
@@ -54,7 +57,8 @@ class Model {
     std::vector<float> attn_norm, mlp_norm;  // [hidden] f32 copies
   };
 
-  void attention(PagedKvCache& cache, PagedKvCache::SeqId seq, int layer, const ForwardBatch& batch, int prefix_len);
+  // Attention of the batch rows; the batch occupies slots [first_slot, first_slot + n).
+  void attention(PagedKvCache& cache, PagedKvCache::SeqId seq, int layer, int n, int prefix_len, int first_slot);
 
   std::string dir_;
   ModelConfig config_;
@@ -70,8 +74,8 @@ class Model {
   // Scratch, resized per batch (a Model serves one forward at a time).
   struct Scratch {
     std::vector<float> x, h, q, k, v, attn, gate, up;
-    std::vector<int> visible;  // ancestors of each row, flattened
-    std::vector<int> visible_offsets;
+    std::vector<int> visible;          // slots after the prefix each row sees, flattened, ascending
+    std::vector<int> visible_offsets;  // [n + 1] row i's entries are visible[offsets[i], offsets[i+1])
   } s_;
 };
 
