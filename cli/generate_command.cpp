@@ -1,5 +1,7 @@
 #include "cli/generate_command.h"
 
+#include <omp.h>
+
 #include <iostream>
 #include <sstream>
 
@@ -37,10 +39,38 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_option("--max-new-tokens", options_.max_new_tokens, "Tokens to generate")->default_val(64);
   cmd_->add_option("--kv-block-size", options_.kv_block_size, "KV cache block size in token slots")->default_val(16);
   cmd_->add_flag("--json", json_, "Print one JSON object with ids, text and stats");
+  cmd_->add_option("--threads", options_.threads, "CPU threads (0 = all cores)")->default_val(0);
+
+  SamplingOptions& s = options_.sampling;
+  cmd_->add_option("--sampler", s.strategy, "greedy | sample | beam")->default_val("greedy");
+  cmd_->add_option("--temperature", s.temperature, "Sampling temperature (0 = greedy)")->default_val(1.0f);
+  cmd_->add_option("--top-k", s.top_k, "Keep the k most probable tokens (0 = off)")->default_val(0);
+  cmd_->add_option("--top-p", s.top_p, "Keep the smallest set of mass >= p (1 = off)")->default_val(1.0f);
+  cmd_->add_option("--min-p", s.min_p, "Drop tokens below min-p x the top probability (0 = off)")->default_val(0.0f);
+  cmd_->add_option("--beam-width", s.beam_width, "Beam width")->default_val(4);
+  cmd_->add_option("--length-penalty", s.length_penalty, "Beam score = log-prob / length^alpha")->default_val(1.0f);
+  cmd_->add_option("--seed", options_.seed, "Seed of the per-sample random streams")->default_val(0);
+  cmd_->add_option("--num-samples", options_.num_samples, "Independent continuations (beam: n-best)")->default_val(1);
+
+  DraftOptions& d = options_.draft;
+  cmd_->add_option("--draft", d.model_dir, "Draft model folder (selects --draft-method model)");
+  cmd_->add_option("--draft-method", draft_method_, "model | ngram (model when --draft is given)");
+  cmd_->add_option("--gamma", d.gamma, "Drafted tokens per step (chain, n-gram)")->default_val(4);
+  cmd_->add_option("--tree", tree_, "Static tree branching, e.g. 3,2,1,1");
+  cmd_->add_option("--tree-budget", d.tree_budget, "Dynamic tree with this many nodes")->default_val(0);
+  cmd_->add_option("--ngram-min", d.ngram_min, "Shortest n-gram matched")->default_val(1);
+  cmd_->add_option("--ngram-max", d.ngram_max, "Longest n-gram matched")->default_val(3);
+  cmd_->add_flag("--adaptive", d.adaptive, "Adapt the chain length to acceptance");
 }
 
 int GenerateCommand::run() {
   SPECULA_CHECK(!prompt_.empty() || !prompt_ids_.empty(), "one of --prompt or --prompt-ids is required");
+  DraftOptions& d = options_.draft;
+  d.method = !draft_method_.empty() ? draft_method_ : (d.model_dir.empty() ? "none" : "model");
+  SPECULA_CHECK(d.method != "none" || (tree_.empty() && d.tree_budget == 0 && !d.adaptive),
+                "--tree, --tree-budget and --adaptive need a drafter (--draft DIR or --draft-method ngram)");
+  if (!tree_.empty()) d.tree = parse_int_list(tree_, "--tree");
+  if (options_.threads > 0) omp_set_num_threads(options_.threads);
   ModelStore models;
   Model& target = models.get(options_.model_dir);
   options_.prompt_ids = prompt_ids_.empty() ? target.tokenizer().encode(prompt_, true)

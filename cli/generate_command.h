@@ -20,6 +20,8 @@ class GenerateCommand {
   GenerateOptions options_;
   std::string prompt_;
   std::string prompt_ids_;
+  std::string draft_method_;
+  std::string tree_;
   bool json_ = false;
 };
 

@@ -1,6 +1,7 @@
 #include "engine/model_config.h"
 
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -23,6 +24,10 @@ T read_key(const json& j, const char* key, const std::string& origin, bool requi
       SPECULA_CHECK(it->is_boolean(), origin, ": key '", key, "' must be a boolean, got ", it->dump());
     } else if constexpr (std::is_integral_v<T>) {
       SPECULA_CHECK(it->is_number_integer(), origin, ": key '", key, "' must be an integer, got ", it->dump());
+      SPECULA_CHECK(it->is_number_unsigned() ? it->get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+                                             : it->get<int64_t>() >= std::numeric_limits<T>::min() &&
+                                                   it->get<int64_t>() <= std::numeric_limits<T>::max(),
+                    origin, ": key '", key, "' = ", it->dump(), " is out of range");
     } else {
       SPECULA_CHECK(it->is_number(), origin, ": key '", key, "' must be a number, got ", it->dump());
     }

@@ -122,7 +122,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
       SPECULA_CHECK(begin <= end && end <= data_size, path, ": tensor '", name, "': data_offsets [",
                     begin, ", ", end, ") out of range of the data section (", data_size, " bytes)");
-      uint64_t expected = static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype);
+      uint64_t expected = dtype_size(t.dtype);  // shape x dtype size, without overflowing
+      for (int64_t d : t.shape) {
+        SPECULA_CHECK(!__builtin_mul_overflow(expected, static_cast<uint64_t>(d), &expected), path, ": tensor '",
+                      name, "': shape ", shape_str(t.shape), " is too large");
+      }
       SPECULA_CHECK(end - begin == expected, path, ": tensor '", name, "': ", end - begin,
                     " bytes but shape ", shape_str(t.shape), " x ", dtype_name(t.dtype), " needs ", expected);
       t.data = data + begin;

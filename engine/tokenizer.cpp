@@ -2,9 +2,20 @@
 
 #include <sentencepiece_processor.h>
 
+#include <string_view>
+
 #include "engine/error.h"
 
 namespace specula {
+namespace {
+
+// Removes the U+FFFD replacement characters that end `text`.
+void drop_incomplete_tail(std::string& text) {
+  constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+  while (text.ends_with(kReplacement)) text.resize(text.size() - kReplacement.size());
+}
+
+}  // namespace
 
 Tokenizer::Tokenizer(const std::string& model_path)
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
@@ -36,9 +47,13 @@ std::string Tokenizer::decode_piece(const std::vector<int>& previous, int id) co
   // of recent tokens keeps this O(1) per token.
   const std::size_t window = 16;
   std::vector<int> ctx(previous.end() - static_cast<long>(std::min(window, previous.size())), previous.end());
+  // A byte-fallback piece that leaves a UTF-8 character incomplete decodes to U+FFFD; its
+  // text is held back until the character completes.
   std::string before = decode(ctx);
+  if (!ctx.empty() && sp_->IsByte(ctx.back())) drop_incomplete_tail(before);
   ctx.push_back(id);
   std::string after = decode(ctx);
+  if (sp_->IsByte(id)) drop_incomplete_tail(after);
   if (after.compare(0, before.size(), before) == 0) return after.substr(before.size());
   return after;
 }

@@ -22,7 +22,8 @@ class Tokenizer {
   // Text of `ids`; BOS/EOS/UNK controls produce no text, byte pieces are merged.
   std::string decode(const std::vector<int>& ids) const;
   // Text that token `id` adds when appended after `previous` (for streaming output:
-  // byte-fallback pieces and the dummy-prefix space need the context).
+  // byte-fallback pieces and the dummy-prefix space need the context). The bytes of a
+  // multi-byte character come out with the piece that completes it.
   std::string decode_piece(const std::vector<int>& previous, int id) const;
 
   int vocab_size() const;

@@ -145,10 +145,26 @@ void PagedKvCache::commit(SeqId seq, int prefix_len, std::span<const int> path) 
   SPECULA_CHECK(prefix_len >= 0 && prefix_len <= s.length, "kv cache: commit prefix ", prefix_len,
                 " outside sequence of length ", s.length);
   const int bs = layout_.block_size;
+  // Validate the whole path and count the shared blocks that moved entries land in before
+  // touching anything: a bad path or an exhausted pool leaves seq unchanged.
+  int copies = 0, last_counted = -1;
   for (std::size_t k = 0; k < path.size(); ++k) {
     SPECULA_CHECK(path[k] >= static_cast<int>(k) && prefix_len + path[k] < s.length &&
                       (k == 0 || path[k] > path[k - 1]),
-                  "kv cache: commit path must be increasing offsets inside the sequence");
+                  "kv cache: commit path entry ", k, " = ", path[k], " (prefix ", prefix_len, ", length ", s.length,
+                  ") is not an increasing offset inside the sequence");
+    const int block = (prefix_len + static_cast<int>(k)) / bs;
+    if (path[k] != static_cast<int>(k) && block != last_counted && ref_count_[s.blocks[block]] > 1) {
+      ++copies;
+      last_counted = block;
+    }
+  }
+  if (copies > static_cast<int>(free_blocks_.size())) {
+    throw ResourceExhausted(detail::concat("kv cache: out of blocks: commit on sequence ", seq, " needs ", copies,
+                                           " more, ", free_blocks_.size(), " free of ", ref_count_.size(),
+                                           " (raise the KV pool size)"));
+  }
+  for (std::size_t k = 0; k < path.size(); ++k) {
     const int dst = prefix_len + static_cast<int>(k);
     const int src = prefix_len + path[k];
     if (src == dst) continue;

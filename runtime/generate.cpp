@@ -1,82 +1,92 @@
 #include "runtime/generate.h"
 
-#include <algorithm>
-#include <chrono>
-
 #include "engine/error.h"
+#include "runtime/decoders.h"
+#include "sampling/sampler.h"
 
 namespace specula {
+
+bool emit_token(std::vector<int>& ids, int token, const GenerateOptions& options, int eos_id, int sample,
+                const TokenSink& sink) {
+  if (static_cast<int>(ids.size()) >= options.max_new_tokens || (!ids.empty() && ids.back() == eos_id)) return true;
+  ids.push_back(token);
+  if (sink) sink(sample, token);
+  return token == eos_id || static_cast<int>(ids.size()) >= options.max_new_tokens;
+}
+
+int kv_blocks_for(int tokens, int sequences, int block_size) {
+  return ((tokens + block_size - 1) / block_size + 1) * sequences;
+}
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-int argmax(std::span<const float> v) {
-  return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
+void validate(const GenerateOptions& o, const ModelConfig& c) {
+  const int prompt_len = static_cast<int>(o.prompt_ids.size());
+  SPECULA_CHECK(prompt_len > 0, "generate: the prompt is empty");
+  SPECULA_CHECK(o.max_new_tokens >= 1, "--max-new-tokens must be >= 1, got ", o.max_new_tokens);
+  SPECULA_CHECK(o.num_samples >= 1, "--num-samples must be >= 1, got ", o.num_samples);
+  SPECULA_CHECK(o.kv_block_size >= 1, "--kv-block-size must be >= 1, got ", o.kv_block_size);
+  SPECULA_CHECK(o.threads >= 0, "--threads must be >= 0, got ", o.threads);
+  SPECULA_CHECK(o.backend == "cpu", "--backend '", o.backend, "' is not available in this build (cpu)");
+  SPECULA_CHECK(prompt_len + o.max_new_tokens <= c.max_position_embeddings, "generate: prompt (", prompt_len,
+                " tokens) + --max-new-tokens (", o.max_new_tokens, ") exceeds max_position_embeddings (",
+                c.max_position_embeddings, ") of ", o.model_dir);
+  for (int id : o.prompt_ids)
+    SPECULA_CHECK(id >= 0 && id < c.vocab_size, "--prompt-ids: id ", id, " is outside the vocabulary [0, ",
+                  c.vocab_size, ")");
+  validate_sampling_options(o.sampling);
+  const DraftOptions& d = o.draft;
+  SPECULA_CHECK(d.method == "none" || d.method == "model" || d.method == "ngram", "--draft-method must be model or ngram, got '",
+                d.method, "'");
+  SPECULA_CHECK(d.method != "model" || !d.model_dir.empty(), "--draft-method model needs --draft DIR");
+  SPECULA_CHECK(d.gamma >= 1, "--gamma must be >= 1, got ", d.gamma);
+  SPECULA_CHECK(d.tree_budget >= 0, "--tree-budget must be >= 0, got ", d.tree_budget);
+  for (int b : d.tree) SPECULA_CHECK(b >= 1, "--tree: every branching factor must be >= 1, got ", b);
+  SPECULA_CHECK(d.method == "none" || o.sampling.strategy != "beam",
+                "--sampler beam cannot be combined with a drafter (--draft-method ", d.method, ")");
 }
 
 }  // namespace
 
 nlohmann::json generate(ModelStore& models, const GenerateOptions& options, const TokenSink& sink) {
   Model& target = models.get(options.model_dir);
-  const ModelConfig& c = target.config();
-  const int prompt_len = static_cast<int>(options.prompt_ids.size());
-  SPECULA_CHECK(prompt_len > 0, "generate: the prompt is empty");
-  SPECULA_CHECK(options.max_new_tokens >= 0, "--max-new-tokens must be >= 0, got ", options.max_new_tokens);
-  SPECULA_CHECK(prompt_len + options.max_new_tokens <= c.max_position_embeddings, "generate: prompt (", prompt_len,
-                " tokens) + --max-new-tokens (", options.max_new_tokens, ") exceeds max_position_embeddings (",
-                c.max_position_embeddings, ") of ", options.model_dir);
-  SPECULA_CHECK(options.kv_block_size >= 1, "--kv-block-size must be >= 1, got ", options.kv_block_size);
+  validate(options, target.config());
 
-  const int bs = options.kv_block_size;
-  const int blocks_per_seq = (prompt_len + options.max_new_tokens + bs) / bs + 1;
-  PagedKvCache cache(target.kv_layout(bs), blocks_per_seq * (options.num_samples + 1));
-  const int vocab = c.vocab_size;
-
-  const auto start = Clock::now();
-  std::vector<int> positions(static_cast<std::size_t>(prompt_len));
-  for (int i = 0; i < prompt_len; ++i) positions[i] = i;
-  std::vector<float> logits(static_cast<std::size_t>(vocab));
-  const int root = cache.create();
-  target.forward(cache, root, {options.prompt_ids, positions, {}, false}, logits);
-  const double prefill_s = seconds_since(start);
-
-  const auto decode_start = Clock::now();
-  std::vector<std::vector<int>> samples(static_cast<std::size_t>(options.num_samples));
-  int decode_forwards = 0;
-  for (int s = 0; s < options.num_samples; ++s) {
-    const int seq = cache.fork(root);
-    std::vector<float> next = logits;
-    std::vector<int>& ids = samples[s];
-    while (static_cast<int>(ids.size()) < options.max_new_tokens) {
-      const int token = argmax(next);
-      ids.push_back(token);
-      if (sink) sink(s, token);
-      if (token == c.eos_token_id || static_cast<int>(ids.size()) == options.max_new_tokens) break;
-      const int pos = prompt_len + static_cast<int>(ids.size()) - 1;
-      target.forward(cache, seq, {std::span(&ids.back(), 1), std::span(&pos, 1), {}, false}, next);
-      ++decode_forwards;
-    }
-    cache.free(seq);
+  DecodeRun run;
+  if (options.sampling.strategy == "beam") {
+    run = decode_beam(target, options, sink);
+  } else if (options.draft.method == "none") {
+    run = decode_plain(target, options, sink);
+  } else {
+    run = decode_speculative(models, target, options, sink);
   }
-  const double decode_s = seconds_since(decode_start);
-  cache.free(root);
 
   int new_tokens = 0;
-  for (const auto& ids : samples) new_tokens += static_cast<int>(ids.size());
+  for (const auto& ids : run.samples) new_tokens += static_cast<int>(ids.size());
+  const int prompt_len = static_cast<int>(options.prompt_ids.size());
+  const SamplingOptions& s = options.sampling;
+  nlohmann::json sampler = {{"strategy", s.strategy}};
+  if (s.strategy == "sample") {
+    sampler.update({{"temperature", s.temperature}, {"top_k", s.top_k}, {"top_p", s.top_p}, {"min_p", s.min_p},
+                    {"seed", options.seed}});
+  } else if (s.strategy == "beam") {
+    sampler.update({{"beam_width", s.beam_width}, {"length_penalty", s.length_penalty}});
+  }
   nlohmann::json stats = {
       {"prompt_tokens", prompt_len},
       {"new_tokens", new_tokens},
-      {"time_s", prefill_s + decode_s},
-      {"prefill_tokens_per_s", prefill_s > 0 ? prompt_len / prefill_s : 0.0},
-      {"decode_tokens_per_s", decode_s > 0 ? new_tokens / decode_s : 0.0},
-      {"target_forwards", 1 + decode_forwards},
-      {"kv", {{"block_size", bs}, {"blocks_peak", cache.stats().blocks_peak},
-              {"blocks_in_use_at_end", cache.stats().blocks_in_use}}},
+      {"time_s", run.prefill_s + run.decode_s},
+      {"prefill_tokens_per_s", run.prefill_s > 0 ? prompt_len / run.prefill_s : 0.0},
+      {"decode_tokens_per_s", run.decode_s > 0 ? new_tokens / run.decode_s : 0.0},
+      {"target_forwards", run.target_forwards},
+      {"sampler", sampler},
+      {"kv", {{"block_size", options.kv_block_size}, {"blocks_peak", run.kv.blocks_peak},
+              {"blocks_in_use_at_end", run.kv.blocks_in_use}}},
   };
-  nlohmann::json out = {{"ids", samples[0]}, {"text", target.tokenizer().decode(samples[0])}, {"stats", stats}};
-  if (options.num_samples > 1) out["samples"] = samples;
+  if (run.extra.is_object()) stats.update(run.extra);
+  nlohmann::json out = {{"ids", run.samples.at(0)}, {"text", target.tokenizer().decode(run.samples.at(0))},
+                        {"stats", stats}};
+  if (run.samples.size() > 1) out["samples"] = run.samples;
   return out;
 }
 

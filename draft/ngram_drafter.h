@@ -1,0 +1,21 @@
+// defines: NgramDrafter, the n-gram / prompt-lookup proposer behind the Drafter
+// interface: it learns committed tokens as they arrive and proposes point-mass chains.
+#pragma once
+
+#include "draft/drafter.h"
+#include "draft/ngram_proposer.h"
+
+namespace specula {
+
+class NgramDrafter : public Drafter {
+ public:
+  explicit NgramDrafter(NgramConfig config) : proposer_(config) {}
+
+  Proposal propose(std::span<const int> committed, int max_depth, Philox& rng) override;
+  void accept(const TokenTree&, std::span<const int>, std::span<const int>) override {}
+
+ private:
+  NgramProposer proposer_;
+};
+
+}  // namespace specula

@@ -1,0 +1,147 @@
+// The speculative decoding loop: prefill target and draft with the prompt but its last
+// token (the first step's root), then per sample a SpeculativeSequence forked from the
+// shared prefill steps until the sample is complete.
+#include <chrono>
+
+#include "draft/model_drafter.h"
+#include "draft/ngram_drafter.h"
+#include "engine/error.h"
+#include "runtime/decoders.h"
+#include "runtime/speculative_sequence.h"
+
+namespace specula {
+namespace {
+
+void check_draft_compatible(const Model& target, const Model& draft) {
+  const ModelConfig &t = target.config(), &d = draft.config();
+  SPECULA_CHECK(t.vocab_size == d.vocab_size, "--draft ", draft.dir(), ": vocabulary size ", d.vocab_size,
+                " differs from the target's ", t.vocab_size);
+  SPECULA_CHECK(t.bos_token_id == d.bos_token_id && t.eos_token_id == d.eos_token_id, "--draft ", draft.dir(),
+                ": special ids (bos ", d.bos_token_id, ", eos ", d.eos_token_id, ") differ from the target's (bos ",
+                t.bos_token_id, ", eos ", t.eos_token_id, ")");
+  for (int id = 0; id < t.vocab_size; ++id) {
+    SPECULA_CHECK(target.tokenizer().decode({id}) == draft.tokenizer().decode({id}), "--draft ", draft.dir(),
+                  ": tokenizer differs from the target's at token ", id);
+  }
+}
+
+TreeShape tree_shape(const DraftOptions& d) {
+  TreeShape shape;
+  shape.adaptive = d.adaptive;
+  if (d.tree_budget > 0) {
+    shape.dynamic_budget = d.tree_budget;
+  } else if (!d.tree.empty()) {
+    shape.branching = d.tree;
+  } else {
+    shape.branching.assign(static_cast<std::size_t>(d.gamma), 1);
+  }
+  return shape;
+}
+
+// Upper bound on the nodes of one proposal (KV pool sizing: the verify pass writes them all).
+int max_tree_nodes(const DraftOptions& d) {
+  if (d.method == "ngram") return d.gamma;
+  if (d.tree_budget > 0) return d.tree_budget;
+  if (d.tree.empty()) return d.adaptive ? ModelDrafter::kMaxAdaptiveGamma : d.gamma;
+  int nodes = 0, level = 1;
+  for (int b : d.tree) nodes += (level *= b);
+  return nodes;
+}
+
+}  // namespace
+
+DecodeRun decode_speculative(ModelStore& models, Model& target, const GenerateOptions& options, const TokenSink& sink) {
+  using Clock = std::chrono::steady_clock;
+  const DraftOptions& d = options.draft;
+  const int prompt_len = static_cast<int>(options.prompt_ids.size());
+  const auto sampler = make_sampler(options.sampling);
+  const bool greedy = sampler->is_greedy();
+
+  Model* draft = d.method == "model" ? &models.get(d.model_dir) : nullptr;
+  if (draft) check_draft_compatible(target, *draft);
+  const int bs = options.kv_block_size;
+  const int blocks = kv_blocks_for(prompt_len + options.max_new_tokens + max_tree_nodes(d) + 1,
+                                   2, bs);
+  PagedKvCache cache(target.kv_layout(bs), blocks);
+  std::unique_ptr<PagedKvCache> draft_cache;
+  if (draft) draft_cache = std::make_unique<PagedKvCache>(draft->kv_layout(bs), blocks);
+
+  // Greedy drafting ranks by the draft's own softmax; sampled drafting draws from the
+  // sampler's transform, the one applied to the target too (lossless verification needs it).
+  SamplingOptions softmax;
+  softmax.strategy = "sample";
+  const auto draft_sampler = make_sampler(greedy ? softmax : options.sampling);
+  const DistributionFn draft_distribution = [&](std::span<const float> logits, std::span<float> probs) {
+    draft_sampler->distribution(logits, probs);
+  };
+
+  DecodeRun run;
+  const auto start = Clock::now();
+  const int root_seq = cache.create();
+  const int draft_root_seq = draft ? draft_cache->create() : -1;
+  if (prompt_len > 1) {
+    const auto body = std::span(options.prompt_ids).first(prompt_len - 1);
+    std::vector<int> positions(body.size());
+    for (int i = 0; i < prompt_len - 1; ++i) positions[i] = i;
+    std::vector<float> unused(static_cast<std::size_t>(target.config().vocab_size));
+    target.forward(cache, root_seq, {body, positions, {}, false}, unused);
+    ++run.target_forwards;
+    if (draft) draft->forward(*draft_cache, draft_root_seq, {body, positions, {}, false}, unused);
+  }
+  const auto decode_start = Clock::now();
+  run.prefill_s = std::chrono::duration<double>(decode_start - start).count();
+
+  SpeculativeStats stats;
+  long draft_forwards = 0;
+  run.samples.resize(static_cast<std::size_t>(options.num_samples));
+  for (int s = 0; s < options.num_samples; ++s) {
+    std::unique_ptr<Drafter> drafter;
+    ModelDrafter* model_drafter = nullptr;
+    if (draft) {
+      auto md = std::make_unique<ModelDrafter>(*draft, *draft_cache, draft_cache->fork(draft_root_seq),
+                                               draft_distribution, !greedy, tree_shape(d));
+      model_drafter = md.get();
+      drafter = std::move(md);
+    } else {
+      drafter = std::make_unique<NgramDrafter>(NgramConfig{d.ngram_min, d.ngram_max, d.gamma});
+    }
+    SpeculativeSequence sequence(target, cache, cache.fork(root_seq), std::move(drafter), *sampler,
+                                 options.prompt_ids, Philox(options.seed, static_cast<uint64_t>(s)));
+    std::vector<int>& ids = run.samples[s];
+    bool done = false;
+    while (!done) {
+      // The bonus token needs room too: at most remaining - 1 drafted levels.
+      const int remaining = options.max_new_tokens - static_cast<int>(ids.size());
+      for (int token : sequence.step(remaining - 1, stats).tokens)
+        if ((done = emit_token(ids, token, options, target.config().eos_token_id, s, sink))) break;
+      run.target_forwards += 1;
+    }
+    if (model_drafter) draft_forwards += model_drafter->draft_forwards();
+  }
+  cache.free(root_seq);
+  if (draft) draft_cache->free(draft_root_seq);
+  run.decode_s = std::chrono::duration<double>(Clock::now() - decode_start).count();
+  run.kv = cache.stats();
+
+  std::vector<double> per_depth;
+  for (long count : stats.accepted_at_depth) per_depth.push_back(double(count) / double(stats.steps));
+  long emitted = 0;
+  for (const auto& ids : run.samples) emitted += static_cast<long>(ids.size());
+  run.extra = {
+      {"draft", {{"method", d.method}, {"model", d.model_dir}, {"gamma", d.gamma}, {"tree", d.tree},
+                 {"tree_budget", d.tree_budget}, {"adaptive", d.adaptive}, {"ngram_min", d.ngram_min},
+                 {"ngram_max", d.ngram_max}, {"draft_forwards", draft_forwards}}},
+      {"steps", stats.steps},
+      {"drafted", stats.drafted},
+      {"accepted", stats.accepted},
+      {"acceptance_rate", stats.drafted ? double(stats.accepted) / double(stats.drafted) : 0.0},
+      {"mean_accepted_tokens", stats.steps ? double(emitted) / double(stats.steps) : 0.0},
+      {"accepted_per_depth", per_depth},
+      {"time_breakdown", {{"draft_s", stats.draft_s}, {"verify_forward_s", stats.verify_forward_s},
+                          {"sample_verify_s", stats.sample_verify_s}, {"commit_s", stats.commit_s}}},
+  };
+  if (draft_cache) run.extra["draft"]["kv_blocks_in_use_at_end"] = draft_cache->stats().blocks_in_use;
+  return run;
+}
+
+}  // namespace specula

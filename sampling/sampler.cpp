@@ -1,0 +1,89 @@
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+
+#include "engine/error.h"
+#include "sampling/greedy_sampler.h"
+#include "sampling/stochastic_sampler.h"
+
+namespace specula {
+
+int Sampler::draw(std::span<const float> probs, Philox& rng) const { return inverse_cdf(probs, rng.uniform()); }
+
+int argmax(std::span<const float> values) {
+  assert(!values.empty());
+  // The maximum over 8 interleaved lanes (vectorises), then its first occurrence.
+  constexpr float kLowest = -std::numeric_limits<float>::infinity();
+  float lanes[8] = {kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest};
+  size_t i = 0;
+  for (; i + 8 <= values.size(); i += 8) {
+    for (int lane = 0; lane < 8; ++lane) lanes[lane] = values[i + lane] > lanes[lane] ? values[i + lane] : lanes[lane];
+  }
+  float max = kLowest;
+  for (float v : lanes) max = v > max ? v : max;
+  for (; i < values.size(); ++i) max = values[i] > max ? values[i] : max;
+  const auto first = std::find(values.begin(), values.end(), max);
+  return first == values.end() ? 0 : int(first - values.begin());  // all NaN: 0
+}
+
+int inverse_cdf(std::span<const float> probs, double u) {
+  // The total in a fixed order that vectorises: 8 interleaved partial sums, then the tail.
+  double partial[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= probs.size(); i += 8) {
+    for (int lane = 0; lane < 8; ++lane) partial[lane] += probs[i + lane];
+  }
+  double total = 0.0;
+  for (double p : partial) total += p;
+  for (; i < probs.size(); ++i) total += probs[i];
+  const double target = u * total;
+  double cumulative = 0.0;
+  int last = -1;
+  for (i = 0; i < probs.size(); ++i) {
+    if (probs[i] <= 0.0f) continue;
+    cumulative += probs[i];
+    last = int(i);
+    if (cumulative > target) return last;
+  }
+  // Only reachable when u * total is not below the left-to-right sum (rounding): the last
+  // token of positive mass.
+  assert(last >= 0);
+  return last;
+}
+
+void validate_sampling_options(const SamplingOptions& o) {
+  SPECULA_CHECK(o.strategy == "beam" || sampler_factories().count(o.strategy),
+                "--sampler must be greedy, sample or beam, got '", o.strategy, "'");
+  SPECULA_CHECK(o.temperature >= 0.0f, "--temperature must be >= 0, got ", o.temperature);
+  SPECULA_CHECK(std::isfinite(o.temperature), "--temperature must be finite, got ", o.temperature);
+  SPECULA_CHECK(o.top_k >= 0, "--top-k must be >= 0, got ", o.top_k);
+  SPECULA_CHECK(o.top_p > 0.0f && o.top_p <= 1.0f, "--top-p must be in (0, 1], got ", o.top_p);
+  SPECULA_CHECK(o.min_p >= 0.0f && o.min_p <= 1.0f, "--min-p must be in [0, 1], got ", o.min_p);
+  SPECULA_CHECK(o.beam_width >= 1, "--beam-width must be >= 1, got ", o.beam_width);
+  SPECULA_CHECK(std::isfinite(o.length_penalty), "--length-penalty must be finite, got ", o.length_penalty);
+}
+
+const std::map<std::string, SamplerFactory>& sampler_factories() {
+  static const std::map<std::string, SamplerFactory> table = {
+      {"greedy", [](const SamplingOptions&) -> std::unique_ptr<Sampler> { return std::make_unique<GreedySampler>(); }},
+      {"sample",
+       [](const SamplingOptions& o) -> std::unique_ptr<Sampler> {
+         if (o.temperature == 0.0f) return std::make_unique<GreedySampler>();
+         return std::make_unique<StochasticSampler>(o);
+       }},
+  };
+  return table;
+}
+
+std::unique_ptr<Sampler> make_sampler(const SamplingOptions& options) {
+  validate_sampling_options(options);
+  const auto it = sampler_factories().find(options.strategy);
+  SPECULA_CHECK(it != sampler_factories().end(), "--sampler ", options.strategy,
+                " is a search strategy with its own driver (beam_search), not a token sampler");
+  return it->second(options);
+}
+
+}  // namespace specula
