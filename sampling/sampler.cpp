@@ -20,7 +20,9 @@ int argmax(std::span<const float> values) {
   float lanes[8] = {kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest};
   size_t i = 0;
   for (; i + 8 <= values.size(); i += 8) {
-    for (int lane = 0; lane < 8; ++lane) lanes[lane] = values[i + lane] > lanes[lane] ? values[i + lane] : lanes[lane];
+    for (int lane = 0; lane < 8; ++lane) {
+      lanes[lane] = values[i + lane] > lanes[lane] ? values[i + lane] : lanes[lane];
+    }
   }
   float max = kLowest;
   for (float v : lanes) max = v > max ? v : max;
@@ -68,7 +70,8 @@ void validate_sampling_options(const SamplingOptions& o) {
 
 const std::map<std::string, SamplerFactory>& sampler_factories() {
   static const std::map<std::string, SamplerFactory> table = {
-      {"greedy", [](const SamplingOptions&) -> std::unique_ptr<Sampler> { return std::make_unique<GreedySampler>(); }},
+      {"greedy",
+       [](const SamplingOptions&) -> std::unique_ptr<Sampler> { return std::make_unique<GreedySampler>(); }},
       {"sample",
        [](const SamplingOptions& o) -> std::unique_ptr<Sampler> {
          if (o.temperature == 0.0f) return std::make_unique<GreedySampler>();

@@ -5,6 +5,14 @@
 
 namespace specula::test {
 
+// True in the AddressSanitizer + UndefinedBehaviorSanitizer build, where tests that run the
+// models thousands of times use fewer samples (each says what that costs in power).
+#ifdef SPECULA_SANITIZE
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // <repo>/models/<name>, e.g. model_dir("target-16m").
 std::string model_dir(const std::string& name);
 // <repo>/<relative>, e.g. source_path("tests/data/hf-greedy.json").

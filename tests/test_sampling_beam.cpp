@@ -1,0 +1,341 @@
+// Beam search on toy models whose logits are a pure function of the token history:
+// width 1 equals greedy; a beam as wide as the search space equals brute force over every
+// sequence; scores match a direct computation; a hand-traced run pins HF's EOS, length
+// and early-stopping rules; every fork is released, also when the model throws.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "engine/error.h"
+#include "sampling/beam_search.h"
+#include "sampling/sampler.h"
+#include "sampling/rng.h"
+
+using namespace specula;
+
+namespace {
+
+using History = std::vector<int>;
+using LogitFunction = std::function<void(const History&, std::span<float>)>;
+
+// Sequences are histories; fork copies one.  Counts live sequences and checks the driver's
+// use of the interface.
+class ToyModel final : public BeamLanguageModel {
+ public:
+  ToyModel(int vocab, LogitFunction logits) : vocab_(vocab), logits_(std::move(logits)) {}
+
+  int vocab_size() const override { return vocab_; }
+  int fork(int seq) override {
+    REQUIRE(live_.count(seq));
+    live_[next_id_] = live_[seq];
+    ++forks_;
+    return next_id_++;
+  }
+  void release(int seq) override {
+    REQUIRE(live_.count(seq));
+    live_.erase(seq);
+  }
+  void step(std::span<const int> seqs, std::span<const int> tokens, std::span<float> logits) override {
+    REQUIRE(seqs.size() == tokens.size());
+    REQUIRE(logits.size() == seqs.size() * vocab_);
+    REQUIRE(std::set<int>(seqs.begin(), seqs.end()).size() == seqs.size());
+    if (++steps_ == fail_at_step_) throw std::runtime_error("toy model failure");
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      REQUIRE(live_.count(seqs[i]));
+      live_[seqs[i]].push_back(tokens[i]);
+      logits_(live_[seqs[i]], logits.subspan(i * vocab_, vocab_));
+    }
+  }
+
+  // A caller-owned sequence holding `prompt`; returns its id and next-token logits.
+  int add_root(const History& prompt, std::vector<float>& root_logits) {
+    live_[next_id_] = prompt;
+    root_logits.resize(vocab_);
+    logits_(prompt, root_logits);
+    return next_id_++;
+  }
+  void logits(const History& history, std::span<float> out) const { logits_(history, out); }
+  const std::map<int, History>& live() const { return live_; }
+  int forks() const { return forks_; }
+  int steps() const { return steps_; }
+  void fail_at_step(int step) { fail_at_step_ = step; }
+
+ private:
+  int vocab_;
+  LogitFunction logits_;
+  std::map<int, History> live_;
+  int next_id_ = 100;
+  int forks_ = 0, steps_ = 0, fail_at_step_ = -1;
+};
+
+// Logits in [-3, 3) from a Philox stream keyed by a hash of the history.
+LogitFunction random_logits(uint64_t seed) {
+  return [seed](const History& history, std::span<float> out) {
+    uint64_t h = 1469598103934665603ull;
+    for (int t : history) h = (h ^ uint64_t(t + 1)) * 1099511628211ull;
+    Philox rng(seed, h);
+    for (float& l : out) l = float(6 * rng.uniform() - 3);
+  };
+}
+
+double log_softmax(std::span<const float> logits, int token) {
+  double max = -INFINITY, sum = 0;
+  for (float l : logits) max = std::max(max, double(l));
+  for (float l : logits) sum += std::exp(l - max);
+  return logits[token] - max - std::log(sum);
+}
+
+// The sum of log-probs of `tokens` after `prompt`, recomputed from the model directly.
+double sum_logprob(const ToyModel& model, History history, const std::vector<int>& tokens) {
+  std::vector<float> logits(model.vocab_size());
+  double sum = 0;
+  for (int t : tokens) {
+    model.logits(history, logits);
+    sum += log_softmax(logits, t);
+    history.push_back(t);
+  }
+  return sum;
+}
+
+// Every complete sequence: ended by EOS (EOS included) or max_new_tokens long without it.
+void enumerate(const ToyModel& model, const History& prompt, std::vector<int>& tokens, int max_new, int eos,
+               std::vector<BeamHypothesis>& out, double length_penalty) {
+  for (int t = 0; t < model.vocab_size(); ++t) {
+    tokens.push_back(t);
+    if (t == eos || int(tokens.size()) == max_new) {
+      const double sum = sum_logprob(model, prompt, tokens);
+      out.push_back({tokens, sum, sum / std::pow(double(tokens.size()), length_penalty)});
+    } else {
+      enumerate(model, prompt, tokens, max_new, eos, out, length_penalty);
+    }
+    tokens.pop_back();
+  }
+}
+
+SamplingOptions beam(int width, float length_penalty) {
+  SamplingOptions o;
+  o.strategy = "beam";
+  o.beam_width = width;
+  o.length_penalty = length_penalty;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("beam width 1 equals greedy decoding", "[sampling]") {
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    const int vocab = 6, eos = 5, max_new = 12;
+    ToyModel model(vocab, random_logits(seed));
+    const History prompt = {1, 2, 3};
+    std::vector<float> root_logits;
+    const int root = model.add_root(prompt, root_logits);
+
+    History greedy, history = prompt;
+    std::vector<float> logits = root_logits;
+    while (int(greedy.size()) < max_new) {
+      greedy.push_back(argmax(logits));
+      if (greedy.back() == eos) break;
+      history.push_back(greedy.back());
+      model.logits(history, logits);
+    }
+
+    for (float length_penalty : {1.0f, 0.0f, 2.0f}) {
+      const BeamResult result = beam_search(model, root, root_logits, beam(1, length_penalty), max_new, eos, 1);
+      INFO("seed " << seed << " length penalty " << length_penalty);
+      REQUIRE(result.hypotheses.size() == 1);
+      CHECK(result.hypotheses[0].tokens == greedy);
+      CHECK(model.live().size() == 1);
+    }
+  }
+}
+
+TEST_CASE("a beam as wide as the search space equals brute force", "[sampling]") {
+  // 3 tokens + EOS, 4 new tokens: 40 sequences end in EOS, 81 reach the limit.  W = 121
+  // keeps every one: no candidate is cut (at most 27 * 4 = 108 < 2W per step), every EOS
+  // ranks below W, and the finished set never fills before the end, so nothing stops early.
+  const int vocab = 4, eos = 3, max_new = 4, width = 121;
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    for (float length_penalty : {1.0f, 0.0f, 2.5f, -0.5f}) {
+      ToyModel model(vocab, random_logits(100 + seed));
+      const History prompt = {2, 0};
+      std::vector<float> root_logits;
+      const int root = model.add_root(prompt, root_logits);
+
+      std::vector<BeamHypothesis> all;
+      std::vector<int> tokens;
+      enumerate(model, prompt, tokens, max_new, eos, all, length_penalty);
+      REQUIRE(all.size() == 121);
+      std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.score > b.score; });
+
+      for (int n_best : {1, 10, 121}) {
+        const BeamResult result =
+            beam_search(model, root, root_logits, beam(width, length_penalty), max_new, eos, n_best);
+        INFO("seed " << seed << " length penalty " << length_penalty << " n-best " << n_best);
+        REQUIRE(int(result.hypotheses.size()) == n_best);
+        for (int i = 0; i < n_best; ++i) {
+          CHECK(result.hypotheses[i].tokens == all[i].tokens);
+          CHECK(result.hypotheses[i].sum_logprob == Approx(all[i].sum_logprob).epsilon(1e-12).margin(1e-12));
+          CHECK(result.hypotheses[i].score == Approx(all[i].score).epsilon(1e-12).margin(1e-12));
+        }
+        CHECK(model.live().size() == 1);
+        CHECK(model.live().at(root) == prompt);
+      }
+    }
+  }
+}
+
+TEST_CASE("beam scores match a direct computation and n-best is sorted", "[sampling]") {
+  const int vocab = 50, eos = 0, max_new = 10;
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    ToyModel model(vocab, random_logits(500 + seed));
+    const History prompt = {7};
+    std::vector<float> root_logits;
+    const int root = model.add_root(prompt, root_logits);
+    const float length_penalty = seed % 2 ? 1.0f : 0.6f;
+    const BeamResult result = beam_search(model, root, root_logits, beam(5, length_penalty), max_new, eos, 5);
+    REQUIRE(result.hypotheses.size() == 5);
+    for (size_t i = 0; i < result.hypotheses.size(); ++i) {
+      const BeamHypothesis& h = result.hypotheses[i];
+      REQUIRE(!h.tokens.empty());
+      CHECK(int(h.tokens.size()) <= max_new);
+      // EOS only ever ends a hypothesis; one shorter than the limit must end with it.
+      CHECK(std::find(h.tokens.begin(), h.tokens.end() - 1, eos) == h.tokens.end() - 1);
+      if (int(h.tokens.size()) < max_new) CHECK(h.tokens.back() == eos);
+      CHECK(h.sum_logprob == Approx(sum_logprob(model, prompt, h.tokens)).epsilon(1e-12));
+      CHECK(h.score == Approx(h.sum_logprob / std::pow(double(h.tokens.size()), length_penalty)).epsilon(1e-12));
+      if (i > 0) CHECK(result.hypotheses[i - 1].score >= h.score);
+    }
+    CHECK(model.forks() > 0);
+    CHECK(model.live().size() == 1);
+  }
+}
+
+namespace {
+
+// Tokens: 0 = EOS, 1 = A, 2 = B; logits are log-probabilities from a table by history,
+// uniform for histories not in the table.
+LogitFunction table_logits(std::map<History, std::vector<float>> table) {
+  return [table](const History& history, std::span<float> out) {
+    const auto it = table.find(history);
+    for (int t = 0; t < 3; ++t) out[t] = it == table.end() ? std::log(1 / 3.0f) : std::log(it->second[t]);
+  };
+}
+
+// The hand-traced model: the prompt is {9}.
+LogitFunction traced_logits() {
+  return table_logits({
+      {{9}, {0.5f, 0.3f, 0.2f}},
+      {{9, 1}, {0.9f, 0.05f, 0.05f}},        // after A
+      {{9, 2}, {0.6f, 0.2f, 0.2f}},          // after B
+      {{9, 2, 1}, {0.99f, 0.005f, 0.005f}},  // after B A
+      {{9, 2, 2}, {0.99f, 0.005f, 0.005f}},  // after B B
+  });
+}
+
+}  // namespace
+
+TEST_CASE("a hand-traced W = 2 run: EOS in the length, replacement, early stopping", "[sampling]") {
+  // Step 1 candidates: EOS ln .5, A ln .3, B ln .2.  [EOS] finishes with score ln .5 / 1.
+  // Step 2 (beams A, B), best four: A EOS ln .3 + ln .9 = -1.309 (rank 0, finishes, score
+  // -1.309 / 2 = -0.654: the EOS counts in the length), B EOS ln .2 + ln .6 = -2.120 (rank
+  // 1, but its -1.060 does not beat the worst finished -0.693: dropped), B A and B B
+  // (-3.219, the next beams).  Stop test: worst -0.693 >= -1.309 / 2?  No.
+  // Step 3: best candidate B A EOS = -3.229; its bound -3.229 / 3 = -1.076 <= -0.693:
+  // stop, after 2 model steps.  Result: [A EOS] -0.654, then [EOS] -0.693.
+  const double a_eos = std::log(0.3) + std::log(0.9), eos = std::log(0.5);
+  {
+    ToyModel model(3, traced_logits());
+    std::vector<float> root_logits;
+    const int root = model.add_root({9}, root_logits);
+    const BeamResult r = beam_search(model, root, root_logits, beam(2, 1.0f), 10, 0, 2);
+    REQUIRE(r.hypotheses.size() == 2);
+    CHECK(r.hypotheses[0].tokens == std::vector<int>{1, 0});
+    CHECK(r.hypotheses[0].score == Approx(a_eos / 2));
+    CHECK(r.hypotheses[1].tokens == std::vector<int>{0});
+    CHECK(r.hypotheses[1].score == Approx(eos));
+    CHECK(model.steps() == 2);
+    CHECK(model.live().size() == 1);
+  }
+  {
+    // max_new_tokens = 1: the live beams A (-1.204) and B (-1.609) are finalised as they
+    // are; A fills the second slot, B does not beat it.
+    ToyModel model(3, traced_logits());
+    std::vector<float> root_logits;
+    const int root = model.add_root({9}, root_logits);
+    const BeamResult r = beam_search(model, root, root_logits, beam(2, 1.0f), 1, 0, 2);
+    REQUIRE(r.hypotheses.size() == 2);
+    CHECK(r.hypotheses[0].tokens == std::vector<int>{0});
+    CHECK(r.hypotheses[1].tokens == std::vector<int>{1});
+    CHECK(r.hypotheses[1].score == Approx(std::log(0.3)));
+    CHECK(model.steps() == 0);
+    CHECK(model.forks() == 0);
+  }
+  {
+    // length_penalty 0 (plain sums): [EOS] -0.693 beats [A EOS] -1.309.
+    ToyModel model(3, traced_logits());
+    std::vector<float> root_logits;
+    const int root = model.add_root({9}, root_logits);
+    const BeamResult r = beam_search(model, root, root_logits, beam(2, 0.0f), 10, 0, 2);
+    REQUIRE(r.hypotheses.size() == 2);
+    CHECK(r.hypotheses[0].tokens == std::vector<int>{0});
+    CHECK(r.hypotheses[1].tokens == std::vector<int>{1, 0});
+    CHECK(r.hypotheses[1].score == Approx(a_eos));
+    CHECK(model.steps() == 1);  // stops at step 2 on equality: worst -1.309 >= -1.309 / 2^0
+  }
+}
+
+TEST_CASE("an EOS ranked at or below the beam width is dropped (HF)", "[sampling]") {
+  // W = 2, length penalty 0 (scores are sums).  Step 1: A ln .5, B ln .499 become the beams.
+  // Step 2, best four: A A -1.492, A EOS -1.743 (rank 1: finishes), B EOS -1.774 (rank 2 >=
+  // W: dropped), B A -1.804 (beam).  Step 3 (uniform next tokens): A A EOS -2.590 (rank 0)
+  // fills the finished set, whose worst, -2.590, equals the bound -2.590 / 3^0: stop.
+  // Keeping the rank-2 B EOS instead would return [B EOS] second.
+  ToyModel model(3, table_logits({
+                        {{9}, {0.001f, 0.5f, 0.499f}},
+                        {{9, 1}, {0.35f, 0.45f, 0.2f}},
+                        {{9, 2}, {0.34f, 0.33f, 0.33f}},
+                    }));
+  std::vector<float> root_logits;
+  const int root = model.add_root({9}, root_logits);
+  const BeamResult r = beam_search(model, root, root_logits, beam(2, 0.0f), 3, 0, 2);
+  REQUIRE(r.hypotheses.size() == 2);
+  CHECK(r.hypotheses[0].tokens == std::vector<int>{1, 0});
+  CHECK(r.hypotheses[0].score == Approx(std::log(0.5) + std::log(0.35)));
+  CHECK(r.hypotheses[1].tokens == std::vector<int>{1, 1, 0});
+  CHECK(r.hypotheses[1].score == Approx(std::log(0.5) + std::log(0.45) + std::log(1 / 3.0)));
+  CHECK(model.steps() == 2);
+  CHECK(model.live().size() == 1);
+}
+
+TEST_CASE("beam search releases every fork, also when the model throws", "[sampling]") {
+  for (int fail_at = 1; fail_at <= 3; ++fail_at) {
+    ToyModel model(8, random_logits(77));
+    std::vector<float> root_logits;
+    const int root = model.add_root({1}, root_logits);
+    model.fail_at_step(fail_at);
+    CHECK_THROWS_AS(beam_search(model, root, root_logits, beam(3, 1.0f), 10, 7, 1), std::runtime_error);
+    CHECK(model.live().size() == 1);
+    CHECK(model.live().count(root) == 1);
+  }
+}
+
+TEST_CASE("beam search rejects bad arguments naming the flag", "[sampling]") {
+  ToyModel model(4, random_logits(1));
+  std::vector<float> root_logits;
+  const int root = model.add_root({1}, root_logits);
+  CHECK_THROWS_WITH(beam_search(model, root, root_logits, beam(0, 1.0f), 4, 3, 1),
+                    "--beam-width must be >= 1, got 0");
+  CHECK_THROWS_WITH(beam_search(model, root, root_logits, beam(2, 1.0f), 0, 3, 1),
+                    "--max-new-tokens must be >= 1 for beam search, got 0");
+  CHECK_THROWS_WITH(beam_search(model, root, root_logits, beam(2, 1.0f), 4, 3, 3),
+                    "beam search returns 1 to --beam-width = 2 hypotheses, asked for 3");
+  std::vector<float> bad = root_logits;
+  bad[2] = std::nanf("");
+  CHECK_THROWS_WITH(beam_search(model, root, bad, beam(2, 1.0f), 4, 3, 1), "beam search: logit 2 is nan");
+  CHECK(model.live().size() == 1);
+}
