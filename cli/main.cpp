@@ -1,16 +1,19 @@
-// defines: the `specula` command line: `generate` (one request, text or JSON) and, once
-// the experiment runner lands, `run CONFIG`.
+// defines: the `specula` command line: `generate` (one request, text or JSON), `run CONFIG`
+// (an experiment) and `report DIR` (its tables and plots again).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
 
 #include "cli/generate_command.h"
+#include "cli/run_command.h"
 #include "engine/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"specula: speculative decoding research framework"};
   app.require_subcommand(1);
   specula::cli::GenerateCommand generate(app);
+  specula::cli::RunCommand run(app);
+  specula::cli::ReportCommand report(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -18,6 +21,8 @@ int main(int argc, char** argv) {
   }
   try {
     if (generate.selected()) return generate.run();
+    if (run.selected()) return run.run();
+    if (report.selected()) return report.run();
   } catch (const specula::SpeculaError& e) {
     std::cout.flush();
     std::fprintf(stderr, "specula: error: %s\n", e.what());

@@ -12,19 +12,6 @@
 namespace specula {
 namespace {
 
-void check_draft_compatible(const Model& target, const Model& draft) {
-  const ModelConfig &t = target.config(), &d = draft.config();
-  SPECULA_CHECK(t.vocab_size == d.vocab_size, "--draft ", draft.dir(), ": vocabulary size ", d.vocab_size,
-                " differs from the target's ", t.vocab_size);
-  SPECULA_CHECK(t.bos_token_id == d.bos_token_id && t.eos_token_id == d.eos_token_id, "--draft ", draft.dir(),
-                ": special ids (bos ", d.bos_token_id, ", eos ", d.eos_token_id, ") differ from the target's (bos ",
-                t.bos_token_id, ", eos ", t.eos_token_id, ")");
-  for (int id = 0; id < t.vocab_size; ++id) {
-    SPECULA_CHECK(target.tokenizer().decode({id}) == draft.tokenizer().decode({id}), "--draft ", draft.dir(),
-                  ": tokenizer differs from the target's at token ", id);
-  }
-}
-
 TreeShape tree_shape(const DraftOptions& d) {
   TreeShape shape;
   shape.adaptive = d.adaptive;
@@ -58,7 +45,6 @@ DecodeRun decode_speculative(ModelStore& models, Model& target, const GenerateOp
   const bool greedy = sampler->is_greedy();
 
   Model* draft = d.method == "model" ? &models.get(d.model_dir) : nullptr;
-  if (draft) check_draft_compatible(target, *draft);
   const int bs = options.kv_block_size;
   const int blocks = kv_blocks_for(prompt_len + options.max_new_tokens + max_tree_nodes(d) + 1,
                                    2, bs);

@@ -29,6 +29,9 @@ DecodeRun decode_plain(Model& target, const GenerateOptions& options, const Toke
 DecodeRun decode_speculative(ModelStore& models, Model& target, const GenerateOptions& options, const TokenSink& sink);
 DecodeRun decode_beam(Model& target, const GenerateOptions& options, const TokenSink& sink);
 
+// Throws SpeculaError unless `draft` shares the target's vocabulary, special ids and pieces.
+void check_draft_compatible(const Model& target, const Model& draft);
+
 // KV blocks enough for `sequences` sequences of up to `tokens` slots each. Samples run one
 // after another, so a pool serves the shared prefill and one live sample (2 sequences).
 int kv_blocks_for(int tokens, int sequences, int block_size);

@@ -18,9 +18,22 @@ int kv_blocks_for(int tokens, int sequences, int block_size) {
   return ((tokens + block_size - 1) / block_size + 1) * sequences;
 }
 
-namespace {
+void check_draft_compatible(const Model& target, const Model& draft) {
+  const ModelConfig &t = target.config(), &d = draft.config();
+  SPECULA_CHECK(t.vocab_size == d.vocab_size, "--draft ", draft.dir(), ": vocabulary size ", d.vocab_size,
+                " differs from the target's ", t.vocab_size);
+  SPECULA_CHECK(t.bos_token_id == d.bos_token_id && t.eos_token_id == d.eos_token_id, "--draft ", draft.dir(),
+                ": special ids (bos ", d.bos_token_id, ", eos ", d.eos_token_id, ") differ from the target's (bos ",
+                t.bos_token_id, ", eos ", t.eos_token_id, ")");
+  for (int id = 0; id < t.vocab_size; ++id) {
+    SPECULA_CHECK(target.tokenizer().decode({id}) == draft.tokenizer().decode({id}), "--draft ", draft.dir(),
+                  ": tokenizer differs from the target's at token ", id);
+  }
+}
 
-void validate(const GenerateOptions& o, const ModelConfig& c) {
+void validate_generate_options(ModelStore& models, const GenerateOptions& o) {
+  const Model& target = models.get(o.model_dir);
+  const ModelConfig& c = target.config();
   const int prompt_len = static_cast<int>(o.prompt_ids.size());
   SPECULA_CHECK(prompt_len > 0, "generate: the prompt is empty");
   SPECULA_CHECK(o.max_new_tokens >= 1, "--max-new-tokens must be >= 1, got ", o.max_new_tokens);
@@ -44,13 +57,14 @@ void validate(const GenerateOptions& o, const ModelConfig& c) {
   for (int b : d.tree) SPECULA_CHECK(b >= 1, "--tree: every branching factor must be >= 1, got ", b);
   SPECULA_CHECK(d.method == "none" || o.sampling.strategy != "beam",
                 "--sampler beam cannot be combined with a drafter (--draft-method ", d.method, ")");
+  SPECULA_CHECK(d.ngram_min >= 1 && d.ngram_min <= d.ngram_max, "--ngram-min (", d.ngram_min,
+                ") must be >= 1 and <= --ngram-max (", d.ngram_max, ")");
+  if (d.method == "model") check_draft_compatible(target, models.get(d.model_dir));
 }
 
-}  // namespace
-
 nlohmann::json generate(ModelStore& models, const GenerateOptions& options, const TokenSink& sink) {
+  validate_generate_options(models, options);
   Model& target = models.get(options.model_dir);
-  validate(options, target.config());
 
   DecodeRun run;
   if (options.sampling.strategy == "beam") {

@@ -16,4 +16,9 @@ using TokenSink = std::function<void(int sample, int token)>;
 
 nlohmann::json generate(ModelStore& models, const GenerateOptions& options, const TokenSink& sink = {});
 
+// Throws SpeculaError naming the flag for any option the request cannot run with: bad
+// ranges, a prompt too long for `target`, a drafter with beam search, a draft model whose
+// vocabulary, special ids or tokenizer differ from the target's.
+void validate_generate_options(ModelStore& models, const GenerateOptions& options);
+
 }  // namespace specula

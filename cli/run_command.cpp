@@ -1,0 +1,46 @@
+#include "cli/run_command.h"
+
+#include <iostream>
+
+#include "engine/cuda/device.h"
+#include "runtime/generate.h"
+
+namespace specula::cli {
+namespace {
+
+class EngineBackend : public GenerationBackend {
+ public:
+  std::vector<int> tokenize(const std::string& model_dir, const std::string& text) override {
+    return models_.get(model_dir).tokenizer().encode(text, true);
+  }
+  void validate(const GenerateOptions& options) override { validate_generate_options(models_, options); }
+  nlohmann::json generate(const GenerateOptions& options) override { return specula::generate(models_, options); }
+  std::string device_name() override { return cuda_device_count() > 0 ? "cuda" : "none"; }
+
+ private:
+  ModelStore models_;
+};
+
+}  // namespace
+
+RunCommand::RunCommand(CLI::App& app) {
+  cmd_ = app.add_subcommand("run", "Run an experiment config (sweeps, results, tables, plots); reruns resume");
+  cmd_->add_option("config", config_path_, "Experiment config (TOML)")->required();
+  cmd_->add_option("--out", options_.out_dir, "Output directory (overrides output.directory)");
+  cmd_->add_flag("--dry-run", options_.dry_run, "Validate and print the resolved runs; run nothing");
+  cmd_->add_flag("--quiet", options_.quiet, "No progress lines");
+}
+
+int RunCommand::run() {
+  EngineBackend backend;
+  return run_experiment(config_path_, backend, options_, std::cout, std::cerr);
+}
+
+ReportCommand::ReportCommand(CLI::App& app) {
+  cmd_ = app.add_subcommand("report", "Rebuild the summaries and plots of an experiment directory");
+  cmd_->add_option("dir", dir_, "Experiment output directory")->required();
+}
+
+int ReportCommand::run() { return report_experiment(dir_, std::cout, std::cerr); }
+
+}  // namespace specula::cli

@@ -1,0 +1,36 @@
+// defines: GenerationBackend, the one seam between the experiment runner and the
+// generation engine: tokenize a prompt, check and run one request, name the device.
+//
+// The stats the runner reads from each result's "stats" object (absent fields count 0):
+//   new_tokens, time_s, decode_tokens_per_s (the target alone: one decode step per token);
+//   steps             verification rounds of a speculative run;
+//   drafted, accepted draft tokens proposed and accepted over the run;
+//   accepted_per_depth[d]  share of the steps whose accepted path reached depth d + 1
+//                     (d = 0 is the first drafted token);
+//   mean_accepted_tokens   τ, tokens emitted per step (accepted + bonus);
+//   time_breakdown {draft_s, verify_forward_s, sample_verify_s, commit_s}.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/generate_options.h"
+
+namespace specula {
+
+class GenerationBackend {
+ public:
+  virtual ~GenerationBackend() = default;
+  // Token ids of `text` under the tokenizer of the model in `model_dir`, BOS first.
+  virtual std::vector<int> tokenize(const std::string& model_dir, const std::string& text) = 0;
+  // Throws SpeculaError when `options` cannot run (an unsupported combination, a prompt
+  // too long); called for every run with its longest prompt before anything runs.
+  virtual void validate(const GenerateOptions& options) = 0;
+  // One generation: the object `specula generate --json` prints ({"ids", "text", "stats"}).
+  virtual nlohmann::json generate(const GenerateOptions& options) = 0;
+  // The accelerator the runs use, for the machine record; "none" on CPU.
+  virtual std::string device_name() = 0;
+};
+
+}  // namespace specula

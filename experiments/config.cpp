@@ -1,0 +1,121 @@
+#include "experiments/config.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "engine/error.h"
+#include "experiments/config_fields.h"
+#include "experiments/prompts.h"
+#include "experiments/sweep.h"
+
+namespace specula {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kSections = {"target", "draft", "sampling", "run", "output"};
+
+bool contains(const std::vector<std::string>& list, const std::string& name) {
+  return std::find(list.begin(), list.end(), name) != list.end();
+}
+
+const std::vector<std::string>& top_level_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n = {"title"};
+    n.insert(n.end(), kSections.begin(), kSections.end());
+    n.push_back("sweep");
+    return n;
+  }();
+  return names;
+}
+
+// A key the main document sets: top-level ones are matched against the sections as well.
+const ConfigField& document_field(const std::string& key, const toml::source_region& where) {
+  const auto dot = key.find('.');
+  if (dot != std::string::npos) return known_field(key, where, config_keys(), config_keys(key.substr(0, dot)));
+  std::vector<std::string> candidates = config_keys();
+  candidates.insert(candidates.end(), top_level_names().begin(), top_level_names().end());
+  return known_field(key, where, candidates, top_level_names());
+}
+
+std::string resolved_toml(const ExperimentConfig& c) {
+  toml::table root;
+  for (const ConfigField& f : config_fields()) f.write(c.base, root);
+  std::string text = "# " + c.file + " with every default filled in and paths made absolute\n" + toml_text(root) + "\n";
+  if (!c.sweep.written.empty()) text += "\n[sweep]\n" + c.sweep.written;
+  return text;
+}
+
+}  // namespace
+
+void clear_draft(PointConfig& p) {
+  p.draft = DraftOptions{};
+  p.draft_name.clear();
+}
+
+nlohmann::json canonical_settings(const PointConfig& p) {
+  const DraftOptions& d = p.draft;
+  const SamplingOptions& s = p.sampling;
+  return {{"target", p.target},
+          {"draft",
+           {{"method", d.method}, {"path", d.model_dir}, {"gamma", d.gamma}, {"tree", d.tree},
+            {"budget", d.tree_budget}, {"adaptive", d.adaptive}, {"ngram_min", d.ngram_min}, {"ngram_max", d.ngram_max}}},
+          {"sampling",
+           {{"strategy", s.strategy}, {"temperature", as_written(s.temperature)}, {"top_k", s.top_k},
+            {"top_p", as_written(s.top_p)}, {"min_p", as_written(s.min_p)}, {"beam_width", s.beam_width},
+            {"length_penalty", as_written(s.length_penalty)}}},
+          {"max_new_tokens", p.max_new_tokens},
+          {"kv_block_size", p.kv_block_size},
+          {"threads", p.threads},
+          {"backend", p.backend}};
+}
+
+ExperimentConfig load_config(const std::string& path) {
+  SPECULA_CHECK(fs::is_regular_file(path), "config file '", path, "' does not exist");
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    config_error(e.source(), "TOML syntax error: " + std::string(e.description()));
+  }
+  const fs::path dir = fs::absolute(path).parent_path();
+  ExperimentConfig c;
+  c.file = path;
+  c.base.output.directory = (dir / "results" / fs::path(path).stem()).string();
+
+  auto assign = [&](const std::string& key, const toml::source_region& key_where, const toml::node& value) {
+    document_field(key, key_where).parse(value, dir)(c.base);
+    c.origins[key] = source_location(value.source());
+  };
+  const toml::table* sweep = nullptr;
+  for (auto&& [k, v] : root) {
+    const std::string name(k.str());
+    if (name == "sweep" || contains(kSections, name)) {
+      if (!v.is_table()) config_error(v.source(), name + " must be a table ([" + name + "])");
+      if (name == "sweep") {
+        sweep = v.as_table();
+        continue;
+      }
+      for (auto&& [fk, fv] : *v.as_table()) assign(name + "." + std::string(fk.str()), fk.source(), fv);
+    } else {
+      assign(name, k.source(), v);
+    }
+  }
+  SPECULA_CHECK(c.origins.count("target.path"), path, ": missing required key target.path (the target model folder)");
+  const bool file_prompts = c.origins.count("run.prompts_file") > 0;
+  SPECULA_CHECK(file_prompts || c.origins.count("run.prompts"), path, ": missing run.prompts_file or run.prompts");
+  SPECULA_CHECK(!file_prompts || !c.origins.count("run.prompts"), c.origins["run.prompts"],
+                ": run.prompts and run.prompts_file exclude each other");
+
+  const std::vector<std::string>& formats = c.base.output.formats;
+  SPECULA_CHECK(!contains(formats, "png") || contains(formats, "csv"), c.origins["output.formats"],
+                ": output.formats: the png plots are drawn from summary.csv; add \"csv\"");
+
+  if (sweep) c.sweep = parse_sweep(*sweep, dir);
+  c.grid = expand_grid(c.base, c.origins, c.sweep, path);
+  c.prompts = select_prompts(c.base.run, c.origins, path);
+  c.resolved_toml = resolved_toml(c);
+  return c;
+}
+
+}  // namespace specula

@@ -1,0 +1,206 @@
+#include "experiments/plan.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+namespace specula {
+namespace {
+
+std::string fnv1a_hex(const std::string& text) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+std::string number(double v) {
+  char out[32];
+  std::snprintf(out, sizeof out, "%g", v);
+  return out;
+}
+
+std::string derived_strategy(const SamplingOptions& s) {
+  if (s.strategy == "greedy") return "greedy";
+  if (s.strategy == "beam") return "beam w=" + std::to_string(s.beam_width) +
+                                    (s.length_penalty != 1.0f ? " lp=" + number(s.length_penalty) : "");
+  std::string out = "T=" + number(s.temperature);
+  if (s.top_k > 0) out += " top-k=" + std::to_string(s.top_k);
+  if (s.top_p < 1.0f) out += " top-p=" + number(s.top_p);
+  if (s.min_p > 0.0f) out += " min-p=" + number(s.min_p);
+  return out;
+}
+
+// Sweep axes the drafter, shape and strategy already show.
+bool shown_elsewhere(const std::string& axis) {
+  for (const char* key : {"draft", "draft.name", "draft.method", "draft.path", "draft.gamma", "draft.tree",
+                          "draft.budget", "draft.adaptive", "sampling"}) {
+    if (axis == key) return true;
+  }
+  return axis.starts_with("sampling.");
+}
+
+RunInfo describe(const PointConfig& p, const nlohmann::json& coords) {
+  const DraftOptions& d = p.draft;
+  RunInfo info;
+  info.coords = coords;
+  info.strategy = p.sampling_name.empty() ? derived_strategy(p.sampling) : p.sampling_name;
+  info.drafter = !p.draft_name.empty() ? p.draft_name
+                 : d.method == "model" ? std::filesystem::path(d.model_dir).filename().string()
+                                       : d.method;
+  info.gamma = d.method == "none" ? 0 : d.gamma;
+  if (d.method == "none") {
+    info.shape = "none";
+  } else if (!d.tree.empty()) {
+    info.shape = "tree";
+    int width = 1;
+    for (int branching : d.tree) {
+      info.tree += (info.tree.empty() ? "" : "-") + std::to_string(branching);
+      width *= branching;
+      info.nodes += width;
+    }
+    info.gamma = static_cast<int>(d.tree.size());
+    info.variant = "tree " + info.tree;
+  } else if (d.tree_budget > 0) {
+    info.shape = "dynamic";
+    info.nodes = d.tree_budget;
+    info.variant = "dynamic " + std::to_string(d.tree_budget);
+  } else {
+    info.shape = d.adaptive ? "adaptive" : "chain";
+    info.nodes = d.gamma;
+    info.variant = (d.adaptive ? "adaptive γ≤" : "γ=") + std::to_string(d.gamma);
+  }
+  for (const auto& [axis, value] : coords.items()) {
+    if (shown_elsewhere(axis)) continue;
+    info.variant += (info.variant.empty() ? "" : " ") + axis + "=" + value.get<std::string>();
+  }
+  return info;
+}
+
+// Labels from drafter, variant and strategy; runs that would share one also show their coords.
+void assign_labels(std::vector<PlannedRun>& runs) {
+  std::map<std::string, int> uses;
+  for (PlannedRun& r : runs) {
+    RunInfo& i = r.info;
+    i.label = i.shape == "none" ? "target only" : i.drafter;
+    for (const std::string* part : {&i.variant, &i.strategy}) {
+      if (!part->empty()) i.label += " · " + *part;
+    }
+    ++uses[i.label];
+  }
+  for (PlannedRun& r : runs) {
+    if (uses[r.info.label] < 2) continue;
+    std::string coords;
+    for (const auto& [axis, value] : r.info.coords.items()) {
+      coords += (coords.empty() ? "" : ", ") + axis + "=" + value.get<std::string>();
+    }
+    r.info.label += " [" + coords + "]";
+    r.info.variant += (r.info.variant.empty() ? "[" : " [") + coords + "]";
+  }
+}
+
+}  // namespace
+
+nlohmann::json to_json(const RunInfo& r) {
+  return {{"run", r.id},         {"run_index", r.index}, {"role", r.role},   {"baseline", r.baseline},
+          {"drafter", r.drafter}, {"shape", r.shape},     {"tree", r.tree},   {"gamma", r.gamma},
+          {"nodes", r.nodes},     {"variant", r.variant}, {"strategy", r.strategy}, {"label", r.label},
+          {"coords", r.coords}};
+}
+
+RunInfo run_info_from(const nlohmann::json& line) {
+  RunInfo r;
+  r.id = line.at("run").get<std::string>();
+  r.index = line.at("run_index").get<int>();
+  r.role = line.at("role").get<std::string>();
+  r.baseline = line.at("baseline").get<std::string>();
+  r.drafter = line.at("drafter").get<std::string>();
+  r.shape = line.at("shape").get<std::string>();
+  r.tree = line.at("tree").get<std::string>();
+  r.gamma = line.at("gamma").get<int>();
+  r.nodes = line.at("nodes").get<int>();
+  r.variant = line.at("variant").get<std::string>();
+  r.strategy = line.at("strategy").get<std::string>();
+  r.label = line.at("label").get<std::string>();
+  r.coords = line.at("coords");
+  return r;
+}
+
+Plan make_plan(const ExperimentConfig& config) {
+  Plan plan;
+  std::map<std::string, int> index_of;  // run id -> index in plan.runs
+  auto add = [&](const PointConfig& p, const nlohmann::json& coords, const std::string& role) {
+    nlohmann::json settings = canonical_settings(p);
+    const std::string id = fnv1a_hex(settings.dump());
+    if (const auto it = index_of.find(id); it != index_of.end()) {
+      RunInfo& existing = plan.runs[it->second].info;
+      if (role == "point" && existing.role == "baseline") {  // a grid point that is also a baseline
+        existing = describe(p, coords);
+        existing.id = id;
+        existing.index = it->second;
+        existing.role = role;
+      }
+      return it->second;
+    }
+    PlannedRun run{describe(p, coords), p, std::move(settings)};
+    run.info.id = id;
+    run.info.index = static_cast<int>(plan.runs.size());
+    run.info.role = role;
+    index_of[id] = run.info.index;
+    plan.runs.push_back(std::move(run));
+    return static_cast<int>(plan.runs.size()) - 1;
+  };
+
+  for (const GridPoint& g : config.grid) {
+    nlohmann::json coords = nlohmann::json::object();
+    nlohmann::json target_coords = nlohmann::json::object();  // without the draft axes
+    for (const auto& [axis, label] : g.coords) {
+      coords[axis] = label;
+      if (axis != "draft" && !axis.starts_with("draft.")) target_coords[axis] = label;
+    }
+    if (g.point.draft.method == "none") {
+      add(g.point, coords, "point");
+      continue;
+    }
+    PointConfig target_alone = g.point;
+    clear_draft(target_alone);
+    const int baseline = add(target_alone, target_coords, "baseline");
+    const int point = add(g.point, coords, "point");
+    plan.runs[point].info.baseline = plan.runs[baseline].info.id;
+  }
+  assign_labels(plan.runs);
+
+  for (std::size_t p = 0; p < config.prompts.size(); ++p) {
+    for (uint64_t seed : config.base.run.seeds) {
+      for (const PlannedRun& r : plan.runs) {
+        for (int rep = 0; rep < config.base.run.repetitions; ++rep) {
+          const std::string key = r.info.id + "/" + config.prompts[p].id + "/seed=" + std::to_string(seed) +
+                                  "/rep=" + std::to_string(rep);
+          plan.jobs.push_back({r.info.index, static_cast<int>(p), seed, rep, key});
+        }
+      }
+    }
+  }
+  return plan;
+}
+
+GenerateOptions generate_options(const PlannedRun& run, const std::vector<int>& prompt_ids, uint64_t seed) {
+  const PointConfig& p = run.config;
+  GenerateOptions o;
+  o.model_dir = p.target;
+  o.prompt_ids = prompt_ids;
+  o.max_new_tokens = p.max_new_tokens;
+  o.seed = seed;
+  o.kv_block_size = p.kv_block_size;
+  o.threads = p.threads;
+  o.backend = p.backend;
+  o.sampling = p.sampling;
+  o.draft = p.draft;
+  return o;
+}
+
+}  // namespace specula

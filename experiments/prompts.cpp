@@ -1,0 +1,71 @@
+#include "experiments/prompts.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "engine/error.h"
+#include "experiments/suggest.h"
+
+namespace specula {
+namespace {
+
+std::string origin_of(const Origins& origins, const std::string& key, const std::string& config_file) {
+  const auto it = origins.find(key);
+  return it == origins.end() ? config_file : it->second;
+}
+
+std::vector<Prompt> read_prompts_file(const std::string& path) {
+  std::ifstream in(path);
+  SPECULA_CHECK(in, "run.prompts_file: cannot open '", path, "'");
+  std::vector<Prompt> prompts;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(number);
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    SPECULA_CHECK(j.is_object(), where, ": not a JSON object");
+    Prompt p;
+    const std::pair<const char*, std::string*> fields[] = {{"id", &p.id}, {"domain", &p.domain}, {"prompt", &p.text}};
+    for (auto [field, target] : fields) {
+      SPECULA_CHECK(j.contains(field) && j[field].is_string(), where, ": missing string field '", field, "'");
+      *target = j[field].get<std::string>();
+    }
+    SPECULA_CHECK(!p.text.empty(), where, ": prompt '", p.id, "' is empty");
+    prompts.push_back(std::move(p));
+  }
+  SPECULA_CHECK(!prompts.empty(), "run.prompts_file: '", path, "' holds no prompts");
+  return prompts;
+}
+
+}  // namespace
+
+std::vector<Prompt> select_prompts(const RunConfig& run, const Origins& origins, const std::string& config_file) {
+  const std::vector<Prompt> all = run.prompts_file.empty() ? run.inline_prompts : read_prompts_file(run.prompts_file);
+
+  std::set<std::string> ids;
+  std::vector<std::string> domains;  // in order of first appearance
+  for (const Prompt& p : all) {
+    SPECULA_CHECK(ids.insert(p.id).second, origin_of(origins, run.prompts_file.empty() ? "run.prompts" : "run.prompts_file",
+                                                    config_file), ": prompt id '", p.id, "' appears twice");
+    if (std::find(domains.begin(), domains.end(), p.domain) == domains.end()) domains.push_back(p.domain);
+  }
+  for (const std::string& d : run.domains) {
+    SPECULA_CHECK(std::find(domains.begin(), domains.end(), d) != domains.end(), origin_of(origins, "run.domains", config_file),
+                  ": run.domains: no prompt has domain '", d, "'", did_you_mean(d, domains, domains));
+  }
+
+  std::vector<Prompt> selected;
+  std::map<std::string, int> taken;
+  for (const Prompt& p : all) {
+    const bool wanted = run.domains.empty() || std::find(run.domains.begin(), run.domains.end(), p.domain) != run.domains.end();
+    if (!wanted || (run.prompts_per_domain > 0 && taken[p.domain] >= run.prompts_per_domain)) continue;
+    ++taken[p.domain];
+    selected.push_back(p);
+  }
+  return selected;
+}
+
+}  // namespace specula

@@ -1,0 +1,228 @@
+#include "experiments/runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "engine/error.h"
+#include "experiments/config.h"
+#include "experiments/machine.h"
+#include "experiments/plan.h"
+#include "experiments/results.h"
+#include "experiments/summary.h"
+
+namespace specula {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+const char* kResults = "results.jsonl";
+const char* kExperiment = "experiment.json";
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  SPECULA_CHECK(out, "cannot write '", path.string(), "'");
+}
+
+std::string now_utc() {
+  const std::time_t t = std::time(nullptr);
+  char out[32];
+  std::strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return out;
+}
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  return in ? nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
+}
+
+// experiment.json, with this session appended to those of earlier runs into `dir`.
+void record_session(const fs::path& dir, const ExperimentConfig& config, GenerationBackend& backend) {
+  nlohmann::json record = read_json(dir / kExperiment);
+  if (!record.is_object()) record = nlohmann::json::object();
+  record["title"] = config.base.title;
+  record["config"] = fs::absolute(config.file).string();
+  record["sessions"].push_back({{"started", now_utc()},
+                               {"version", specula_version()},
+                               {"machine",
+                                {{"cpu", cpu_model()},
+                                 {"logical_cores", std::thread::hardware_concurrency()},
+                                 {"threads", config.base.point.threads},
+                                 {"gpu", backend.device_name()}}}});
+  write_file(dir / kExperiment, record.dump(2) + "\n");
+}
+
+// The Markdown lines under the title of summary.md, from experiment.json.
+std::string provenance(const nlohmann::json& record) {
+  if (!record.is_object() || !record.contains("sessions") || record["sessions"].empty()) return "";
+  const nlohmann::json& last = record["sessions"].back();
+  const nlohmann::json& m = last["machine"];
+  const int threads = m.value("threads", 0);
+  return "Config `" + record.value("config", "") + "` · specula " + last.value("version", "unknown") + " · " +
+         m.value("cpu", "unknown") + ", " + std::to_string(m.value("logical_cores", 0)) + " logical cores, threads " +
+         (threads == 0 ? std::string("all") : std::to_string(threads)) + " · GPU " + m.value("gpu", "none") +
+         " · last session started " + last.value("started", "") + "\n";
+}
+
+void plot(const fs::path& dir, std::ostream& log) {
+  std::vector<std::string> pythons;
+  if (const char* chosen = std::getenv("SPECULA_PYTHON")) pythons.push_back(chosen);
+  pythons.insert(pythons.end(), {"python3", "/usr/bin/python3"});
+  std::string output;
+  const auto python = std::find_if(pythons.begin(), pythons.end(), [&](const std::string& p) {
+    return run_command({p, "-c", "import matplotlib"}, output) == 0;
+  });
+  if (python == pythons.end()) {
+    log << "warning: no python3 with matplotlib (tried $SPECULA_PYTHON, python3, /usr/bin/python3): plots skipped, "
+           "tables written; install python3-matplotlib or set SPECULA_PYTHON\n";
+    return;
+  }
+  const int status = run_command({*python, std::string(SPECULA_SOURCE_DIR) + "/scripts/plot_results.py", dir.string()}, output);
+  log << output;
+  if (status != 0) log << "warning: scripts/plot_results.py failed (exit " << status << "): plots incomplete\n";
+}
+
+void write_reports(const fs::path& dir, const std::vector<nlohmann::json>& lines, const std::vector<std::string>& formats,
+                   std::ostream& out, std::ostream& log) {
+  const std::vector<RunSummary> summaries = summarize(lines);
+  auto wanted = [&](const char* f) { return std::find(formats.begin(), formats.end(), f) != formats.end(); };
+  if (wanted("csv")) {
+    std::ofstream csv(dir / "summary.csv");
+    write_summary_csv(summaries, csv);
+    SPECULA_CHECK(csv, "cannot write '", (dir / "summary.csv").string(), "'");
+  }
+  if (wanted("md")) {
+    const nlohmann::json record = read_json(dir / kExperiment);
+    std::ofstream md(dir / "summary.md");
+    write_summary_markdown(summaries, record.is_object() ? record.value("title", "") : "", provenance(record), md);
+    SPECULA_CHECK(md, "cannot write '", (dir / "summary.md").string(), "'");
+  }
+  if (wanted("png")) plot(dir, log);  // from summary.csv, which load_config requires with png
+  out << terminal_tables(summaries) << "\nResults in " << dir.string() << "\n";
+}
+
+std::string duration(double seconds) {
+  const long s = std::lround(seconds);
+  char out[32];
+  std::snprintf(out, sizeof out, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+  return out;
+}
+
+void print_plan(const ExperimentConfig& config, const Plan& plan, const fs::path& dir, std::size_t done, std::ostream& out) {
+  out << "config " << config.file << " -> " << dir.string() << "\n";
+  std::string axes;
+  for (const SweepAxis& a : config.sweep.axes) {
+    axes += (axes.empty() ? "" : " × ") + a.key + " (" + std::to_string(a.values.size()) + ")";
+  }
+  out << "sweep: " << (axes.empty() ? "none" : axes);
+  if (!config.sweep.exclusions.empty()) out << ", " << config.sweep.exclusions.size() << " exclusions";
+  out << " = " << config.grid.size() << " points, " << plan.runs.size() << " distinct runs with baselines\n";
+  std::map<std::string, int> per_domain;
+  for (const Prompt& p : config.prompts) ++per_domain[p.domain];
+  out << "prompts: " << config.prompts.size() << " (";
+  for (auto it = per_domain.begin(); it != per_domain.end(); ++it) out << (it == per_domain.begin() ? "" : ", ") << it->first << " " << it->second;
+  out << "), seeds " << nlohmann::json(config.base.run.seeds).dump() << ", repetitions " << config.base.run.repetitions << "\n";
+  for (const PlannedRun& r : plan.runs) {
+    out << "  #" << r.info.index << " " << r.info.role << " " << r.info.label << "  [" << r.info.id << "]";
+    if (!r.info.baseline.empty()) out << " vs " << r.info.baseline;
+    out << "\n      " << r.settings.dump() << "\n";
+  }
+  out << "jobs: " << plan.jobs.size() << ", " << done << " already in results.jsonl, " << plan.jobs.size() - done
+      << " to run\n";
+}
+
+}  // namespace
+
+int run_experiment(const std::string& config_path, GenerationBackend& backend, const RunOptions& options,
+                   std::ostream& out, std::ostream& log) {
+  const ExperimentConfig config = load_config(config_path);
+  const Plan plan = make_plan(config);
+  const fs::path dir = options.out_dir.empty() ? fs::path(config.base.output.directory) : fs::absolute(options.out_dir);
+
+  std::map<std::string, std::vector<std::vector<int>>> prompt_ids;  // target -> ids of each prompt
+  for (const PlannedRun& r : plan.runs) {
+    std::vector<std::vector<int>>& ids = prompt_ids[r.config.target];
+    if (ids.empty()) {
+      for (const Prompt& p : config.prompts) ids.push_back(backend.tokenize(r.config.target, p.text));
+    }
+    const auto longest = std::max_element(ids.begin(), ids.end(), [](const auto& a, const auto& b) { return a.size() < b.size(); });
+    try {
+      backend.validate(generate_options(r, *longest, config.base.run.seeds.front()));
+    } catch (const SpeculaError& e) {
+      throw SpeculaError(config.file + ": run '" + r.info.label + "' cannot run: " + e.what());
+    }
+  }
+
+  const ResultsRead existing = read_results((dir / kResults).string());
+  std::set<std::string> planned, done;
+  for (const Job& j : plan.jobs) planned.insert(j.key);
+  for (const nlohmann::json& line : existing.lines) {
+    const std::string key = line.value("key", "");
+    SPECULA_CHECK(planned.count(key), (dir / kResults).string(), " holds results of another config (key '", key,
+                  "'); choose another output directory (--out)");
+    SPECULA_CHECK(done.insert(key).second, (dir / kResults).string(), " holds key '", key, "' twice");
+  }
+  if (options.dry_run) {
+    print_plan(config, plan, dir, done.size(), out);
+    return 0;
+  }
+
+  fs::create_directories(dir);
+  if (!fs::exists(dir / "config.toml") || !fs::equivalent(config.file, dir / "config.toml")) {
+    fs::copy_file(config.file, dir / "config.toml", fs::copy_options::overwrite_existing);
+  }
+  write_file(dir / "config.resolved.toml", config.resolved_toml);
+  record_session(dir, config, backend);
+  if (existing.cut_line) log << "results.jsonl: dropped a last line cut short by a crash; it is redone\n";
+
+  ResultsWriter writer((dir / kResults).string(), existing.complete_bytes);
+  std::vector<nlohmann::json> lines = existing.lines;
+  const std::size_t todo = plan.jobs.size() - done.size();
+  std::size_t finished = 0;
+  const auto start = Clock::now();
+  for (const Job& job : plan.jobs) {
+    if (done.count(job.key)) continue;
+    const PlannedRun& run = plan.runs[job.run];
+    const Prompt& prompt = config.prompts[job.prompt];
+    const nlohmann::json result =
+        backend.generate(generate_options(run, prompt_ids[run.config.target][job.prompt], job.seed));
+    nlohmann::json line = to_json(run.info);
+    line.update({{"key", job.key}, {"prompt_id", prompt.id}, {"prompt_index", job.prompt}, {"domain", prompt.domain},
+                 {"seed", job.seed}, {"repetition", job.repetition}, {"settings", run.settings}});
+    line.update(result);
+    writer.append(line);
+    lines.push_back(std::move(line));
+    ++finished;
+    if (!options.quiet) {
+      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      const double tps = lines.back()["stats"].value("decode_tokens_per_s", 0.0);
+      char rate[32];
+      std::snprintf(rate, sizeof rate, "%.1f", tps);
+      log << "[" << finished << "/" << todo << "] " << run.info.label << " | " << prompt.id << " seed " << job.seed
+          << " rep " << job.repetition << " | " << rate << " tok/s | ETA "
+          << duration(elapsed / finished * (todo - finished)) << "\n";
+    }
+  }
+  write_reports(dir, lines, config.base.output.formats, out, log);
+  return 0;
+}
+
+int report_experiment(const std::string& dir, std::ostream& out, std::ostream& log) {
+  const fs::path path = fs::path(dir) / kResults;
+  const ResultsRead read = read_results(path.string());
+  SPECULA_CHECK(!read.lines.empty(), path.string(), ": no results to report");
+  if (read.cut_line) log << path.string() << ": ignoring a last line cut short by a crash\n";
+  write_reports(dir, read.lines, {"csv", "md", "png"}, out, log);
+  return 0;
+}
+
+}  // namespace specula

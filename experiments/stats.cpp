@@ -1,0 +1,92 @@
+#include "experiments/stats.h"
+
+#include <cassert>
+#include <cmath>
+#include <limits>
+
+namespace specula {
+namespace {
+
+// Continued fraction of the regularized incomplete beta function (modified Lentz).
+double beta_continued_fraction(double a, double b, double x) {
+  constexpr double tiny = 1e-300;
+  double c = 1.0;
+  double d = 1.0 - (a + b) * x / (a + 1.0);
+  d = 1.0 / (std::fabs(d) < tiny ? tiny : d);
+  double h = d;
+  for (int m = 1; m <= 300; ++m) {
+    for (int half = 0; half < 2; ++half) {
+      const double num = half == 0 ? m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+                                   : -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1));
+      d = 1.0 + num * d;
+      d = 1.0 / (std::fabs(d) < tiny ? tiny : d);
+      c = 1.0 + num / c;
+      if (std::fabs(c) < tiny) c = tiny;
+      h *= d * c;
+    }
+    if (std::fabs(d * c - 1.0) < 1e-15) break;
+  }
+  return h;
+}
+
+// I_x(a, b), the regularized incomplete beta function.
+double incomplete_beta(double a, double b, double x) {
+  if (x <= 0) return 0;
+  if (x >= 1) return 1;
+  const double front = std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) +
+                                b * std::log1p(-x));
+  if (x < (a + 1) / (a + b + 2)) return front * beta_continued_fraction(a, b, x) / a;
+  return 1.0 - front * beta_continued_fraction(b, a, 1 - x) / b;
+}
+
+// P(T <= t) = 1/2 ± I_{t²/(df+t²)}(1/2, df/2) / 2, exact near t = 0 as well.
+double student_t_cdf(double t, int df) {
+  const double half_mass = 0.5 * incomplete_beta(0.5, df / 2.0, t * t / (df + t * t));
+  return t >= 0 ? 0.5 + half_mass : 0.5 - half_mass;
+}
+
+}  // namespace
+
+double student_t_quantile(double p, int df) {
+  assert(p > 0 && p < 1 && df >= 1);
+  double lo = -1.0, hi = 1.0;
+  while (student_t_cdf(lo, df) > p) lo *= 2;
+  while (student_t_cdf(hi, df) < p) hi *= 2;
+  for (int i = 0; i < 200 && hi - lo > 1e-12 * std::fmax(1.0, std::fabs(hi)); ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (student_t_cdf(mid, df) < p ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+Interval geometric_mean_interval(const std::vector<double>& ratios, double level) {
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::size_t n = ratios.size();
+  if (n == 0) return {nan, nan, nan};
+  double sum = 0;
+  for (double r : ratios) sum += std::log(r);
+  const double mean = sum / n;
+  if (n < 2) return {std::exp(mean), nan, nan};
+  double squares = 0;
+  for (double r : ratios) squares += (std::log(r) - mean) * (std::log(r) - mean);
+  const double half_width = student_t_quantile(0.5 + level / 2, static_cast<int>(n) - 1) *
+                            std::sqrt(squares / (n - 1) / n);
+  return {std::exp(mean), std::exp(mean - half_width), std::exp(mean + half_width)};
+}
+
+double chain_acceptance_mle(double accepted, double rejecting_rounds) {
+  return accepted + rejecting_rounds > 0 ? accepted / (accepted + rejecting_rounds)
+                                         : std::numeric_limits<double>::quiet_NaN();
+}
+
+double expected_tokens_per_round(double alpha, int gamma) {
+  double sum = 0, power = 1;
+  for (int i = 0; i <= gamma; ++i, power *= alpha) sum += power;
+  return sum;
+}
+
+double leviathan_speedup(double alpha, int gamma, double cost_ratio) {
+  return expected_tokens_per_round(alpha, gamma) / (gamma * cost_ratio + 1);
+}
+
+}  // namespace specula

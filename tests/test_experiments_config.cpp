@@ -1,0 +1,228 @@
+// Experiment configs: the shipped ones load, and every kind of bad config is refused
+// with an error that names the key and the file:line.
+#include <catch2/catch.hpp>
+
+#include "engine/error.h"
+#include "experiments/config.h"
+#include "experiments/plan.h"
+#include "tests/test_experiments_support.h"
+
+namespace specula {
+namespace {
+
+using Catch::Matchers::Contains;
+using test::model_dir;
+using test::ScratchDir;
+using test::source_path;
+
+// Lines 1-4: a valid config; `tail` starts on line 5 ("[run]" extras go in `run_extra`).
+std::string minimal(const std::string& tail, const std::string& run_extra = "") {
+  return "[target]\npath = \"" + model_dir("target-16m") + "\"\n[run]\nprompts = [\"hi\"]\n" + run_extra + tail;
+}
+
+// Loads `text` as a config; its error must contain every piece ("@" stands for the file).
+void require_error(const std::string& text, const std::vector<std::string>& pieces) {
+  ScratchDir dir;
+  const std::string file = dir.write("bad.toml", text);
+  try {
+    load_config(file);
+    FAIL("accepted:\n" << text);
+  } catch (const SpeculaError& e) {
+    for (std::string piece : pieces) {
+      if (const auto at = piece.find('@'); at != std::string::npos) piece.replace(at, 1, file);
+      CHECK_THAT(e.what(), Contains(piece));
+    }
+  }
+}
+
+TEST_CASE("shipped configs load, and their resolved form loads to the same runs", "[experiments]") {
+  struct Shipped {
+    const char* file;
+    std::size_t grid, prompts, seeds;
+  };
+  for (const Shipped& s : {Shipped{"configs/quickstart.toml", 2, 8, 1}, Shipped{"configs/acceptance-study.toml", 18, 35, 1},
+                           Shipped{"configs/sampler-comparison.toml", 21, 16, 3}, Shipped{"configs/tree-shapes.toml", 10, 16, 1}}) {
+    INFO(s.file);
+    const ExperimentConfig c = load_config(source_path(s.file));
+    CHECK(c.grid.size() == s.grid);
+    CHECK(c.prompts.size() == s.prompts);
+    CHECK(c.base.run.seeds.size() == s.seeds);
+    CHECK(c.base.point.target == std::filesystem::weakly_canonical(model_dir("target-16m")).string());
+    CHECK(!c.base.title.empty());
+
+    ScratchDir dir;
+    const ExperimentConfig again = load_config(dir.write("resolved.toml", c.resolved_toml));
+    const Plan a = make_plan(c), b = make_plan(again);
+    REQUIRE(a.runs.size() == b.runs.size());
+    for (std::size_t i = 0; i < a.runs.size(); ++i) CHECK(a.runs[i].info.id == b.runs[i].info.id);
+    CHECK(again.base.output.directory == c.base.output.directory);
+  }
+}
+
+TEST_CASE("quickstart resolves to two drafters at gamma 4, two prompts per domain", "[experiments]") {
+  const ExperimentConfig c = load_config(source_path("configs/quickstart.toml"));
+  REQUIRE(c.grid.size() == 2);
+  CHECK(c.grid[0].point.draft.model_dir == std::filesystem::weakly_canonical(model_dir("draft-4m")).string());
+  CHECK(c.grid[1].point.draft.model_dir == std::filesystem::weakly_canonical(model_dir("draft-1m")).string());
+  for (const GridPoint& g : c.grid) {
+    CHECK(g.point.draft.gamma == 4);
+    CHECK(g.point.sampling.strategy == "greedy");
+  }
+  std::map<std::string, int> per_domain;
+  for (const Prompt& p : c.prompts) ++per_domain[p.domain];
+  CHECK(per_domain == std::map<std::string, int>{{"c", 2}, {"changelog", 2}, {"man", 2}, {"python", 2}});
+  CHECK(c.base.output.directory == std::filesystem::weakly_canonical(source_path("results/quickstart")).string());
+}
+
+TEST_CASE("unknown keys are errors naming file:line and the closest valid key", "[experiments]") {
+  require_error(minimal("[draft]\ngama = 4\n"), {"@:6:1: unknown key 'draft.gama'; did you mean 'draft.gamma'?"});
+  require_error(minimal("[sampler]\nstrategy = \"greedy\"\n"), {"@:5:", "unknown key 'sampler'; did you mean 'sampling'?"});
+  require_error(minimal("[sampling]\ngamma = 4\n"), {"@:6:1: unknown key 'sampling.gamma'; did you mean 'draft.gamma'?"});
+  require_error("gamma = 4\n" + minimal(""), {"@:1:1: unknown key 'gamma'; did you mean 'draft.gamma'?"});
+  require_error(minimal("", "gamma = 4\n"), {"@:5:1: unknown key 'run.gamma'; did you mean 'draft.gamma'?"});
+  require_error(minimal("[draft]\nxyzzy_plugh = 4\n"),
+                {"@:6:1: unknown key 'draft.xyzzy_plugh'; valid: draft.name, draft.method, draft.path, draft.gamma, "
+                 "draft.tree, draft.budget, draft.adaptive, draft.ngram_min, draft.ngram_max"});
+  require_error("xyzzy_plugh = 4\n" + minimal(""),
+                {"@:1:1: unknown key 'xyzzy_plugh'; valid: title, target, draft, sampling, run, output, sweep"});
+  require_error(minimal("", "prompts_per_domian = 2\n"), {"@:5:1: unknown key 'run.prompts_per_domian'; did you mean 'run.prompts_per_domain'?"});
+  require_error(minimal("[sampling]\nstrategy = \"sampel\"\n"),
+                {"@:6:", "sampling.strategy: unknown value 'sampel'; did you mean 'sample'?"});
+  require_error(minimal("[run.x]\n"), {"@:5:6: unknown key 'run.x'; valid: run.prompts_file, run.prompts, "});
+}
+
+TEST_CASE("wrong types are errors naming key, file:line and the type given", "[experiments]") {
+  require_error(minimal("[draft]\ngamma = \"4\"\n"), {"@:6:9: draft.gamma must be an integer, got a string (4)"});
+  require_error(minimal("[draft]\ngamma = 2.5\n"), {"@:6:9: draft.gamma must be an integer, got a float (2.5)"});
+  require_error(minimal("[sampling]\ntemperature = \"hot\"\n"), {"@:6:", "sampling.temperature must be a number, got a string"});
+  require_error(minimal("[draft]\nadaptive = 1\n"), {"@:6:", "draft.adaptive must be a boolean, got an integer (1)"});
+  require_error(minimal("[draft]\ntree = 3\n"), {"@:6:", "draft.tree must be an array, got an integer"});
+  require_error(minimal("[draft]\ntree = [2, \"x\"]\n"), {"@:6:", "draft.tree element must be an integer, got a string (x)"});
+  require_error("draft = 3\n" + minimal(""), {"@:1:9: draft must be a table ([draft])"});
+  require_error(minimal("", "seeds = 3\n"), {"@:5:", "run.seeds must be an array"});
+  require_error(minimal("[output]\nformats = [\"csv\", \"pdf\"]\n"), {"@:6:", "output.formats: unknown value 'pdf'"});
+  require_error(minimal("[output]\nformats = [\"md\", \"png\"]\n"),
+                {"@:6:11: output.formats: the png plots are drawn from summary.csv; add \"csv\""});
+}
+
+TEST_CASE("out-of-range values are errors naming key, file:line and the range", "[experiments]") {
+  struct Case {
+    std::string tail, run_extra, message;
+  };
+  const std::vector<Case> cases = {
+      {"[sampling]\ntemperature = -0.5\n", "", "@:6:15: sampling.temperature must be >= 0, got -0.5"},
+      {"[sampling]\ntop_p = 1.5\n", "", "@:6:9: sampling.top_p must be in (0, 1], got 1.5"},
+      {"[sampling]\ntop_p = 0\n", "", "@:6:9: sampling.top_p must be in (0, 1], got 0"},
+      {"[sampling]\ntop_k = -1\n", "", "@:6:9: sampling.top_k must be an integer >= 0, got -1"},
+      {"[sampling]\nmin_p = 1.25\n", "", "@:6:9: sampling.min_p must be in [0, 1], got 1.25"},
+      {"[sampling]\nbeam_width = 0\n", "", "@:6:14: sampling.beam_width must be an integer >= 1, got 0"},
+      {"[sampling]\nlength_penalty = -1\n", "", "@:6:18: sampling.length_penalty must be >= 0, got -1"},
+      {"[draft]\ngamma = 0\n", "", "@:6:9: draft.gamma must be an integer >= 1, got 0"},
+      {"[draft]\nbudget = -3\n", "", "@:6:10: draft.budget must be an integer >= 0, got -3"},
+      {"[draft]\ntree = [2, 0]\n", "", "@:6:12: draft.tree element must be an integer >= 1, got 0"},
+      {"[draft]\nngram_min = 0\n", "", "@:6:13: draft.ngram_min must be an integer >= 1, got 0"},
+      {"", "max_new_tokens = 0\n", "@:5:18: run.max_new_tokens must be an integer >= 1, got 0"},
+      {"", "repetitions = 0\n", "@:5:15: run.repetitions must be an integer >= 1, got 0"},
+      {"", "kv_block_size = 0\n", "@:5:17: run.kv_block_size must be an integer >= 1, got 0"},
+      {"", "threads = -1\n", "@:5:11: run.threads must be an integer >= 0, got -1"},
+      {"", "seeds = [-1]\n", "@:5:10: run.seeds element must be an integer >= 0, got -1"},
+      {"", "seeds = []\n", "@:5:9: run.seeds must not be empty"},
+      {"", "backend = \"tpu\"\n", "@:5:11: run.backend: unknown value 'tpu'"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.tail << c.run_extra);
+    require_error(minimal(c.tail, c.run_extra), {c.message});
+  }
+}
+
+TEST_CASE("missing files and folders are errors naming the key", "[experiments]") {
+  require_error("[target]\npath = \"/nonexistent/model\"\n[run]\nprompts = [\"hi\"]\n",
+                {"@:2:8: target.path: '/nonexistent/model'", "is not a model folder (no config.json there)"});
+  require_error(minimal("[draft]\nmethod = \"model\"\npath = \"no-such-draft\"\n"),
+                {"@:7:8: draft.path: 'no-such-draft'", "is not a model folder"});
+  require_error("[target]\npath = \"" + model_dir("target-16m") + "\"\n[run]\nprompts_file = \"missing.jsonl\"\n",
+                {"@:4:16: run.prompts_file: file 'missing.jsonl'", "does not exist"});
+  require_error("[run]\nprompts = [\"hi\"]\n", {"@: missing required key target.path"});
+  require_error("[target]\npath = \"" + model_dir("target-16m") + "\"\n", {"@: missing run.prompts_file or run.prompts"});
+  require_error("[target\npath = 1\n", {"@:1:", "TOML syntax error"});
+  CHECK_THROWS_WITH(load_config("/nonexistent/config.toml"), Contains("config file '/nonexistent/config.toml' does not exist"));
+}
+
+TEST_CASE("checks across fields name the key, the file:line and the sweep point", "[experiments]") {
+  const std::string draft = "[draft]\nmethod = \"model\"\npath = \"" + model_dir("draft-4m") + "\"\n";
+  require_error(minimal(draft + "tree = [2, 2]\nbudget = 8\n"),
+                {"@:9:10: draft.tree (a static tree) and draft.budget (a dynamic tree) exclude each other"});
+  require_error(minimal("[draft]\nmethod = \"model\"\n"), {"@:6:10: draft.method = \"model\" needs draft.path"});
+  require_error(minimal("[draft]\nngram_min = 3\nngram_max = 2\n"), {"@:7:", "draft.ngram_max (2) must be >= draft.ngram_min (3)"});
+  require_error(minimal(draft + "tree = [2, 2]\n[sweep]\n\"draft.budget\" = [0, 8]\n"),
+                {"@:10:22: draft.tree (a static tree) and draft.budget", "(sweep point draft.budget=8)"});
+  require_error(minimal("", "prompts_file = \"" + source_path("configs/prompts/dev.jsonl") + "\"\n"),
+                {"@:4:", "run.prompts and run.prompts_file exclude each other"});
+}
+
+TEST_CASE("sweep errors name the sweep key or value and its file:line", "[experiments]") {
+  require_error(minimal("[sweep]\n\"draft.gama\" = [1, 2]\n"), {"@:6:1: unknown key 'draft.gama'; did you mean 'draft.gamma'?"});
+  require_error(minimal("[sweep]\n\"run.seeds\" = [[0], [1]]\n"), {"@:6:1: 'run.seeds' cannot be swept: every point shares it"});
+  require_error(minimal("[sweep]\n\"draft.gamma\" = [1, 0]\n"), {"@:6:21: draft.gamma must be an integer >= 1, got 0"});
+  require_error(minimal("[sweep]\n\"draft.gamma\" = 4\n"), {"@:6:", "sweep 'draft.gamma' must be a list of values, got 4"});
+  require_error(minimal("[sweep]\n\"draft.gamma\" = []\n"), {"@:6:1: sweep 'draft.gamma' has no values"});
+  require_error(minimal("[sweep]\ndraft = [{ gama = 2 }]\n"), {"@:6:", "unknown key 'draft.gama'; did you mean 'draft.gamma'?"});
+  require_error(minimal("[sweep]\ndraft = [3]\n"), {"@:6:", "sweep 'draft' values must be tables of draft.* keys"});
+  require_error(minimal("[sweep]\n\"draft.gamma\" = [1]\ndraft = [{ gamma = 2 }]\n"),
+                {"@:7:", "sweep 'draft' sets draft.gamma, which sweep 'draft.gamma' sets too"});
+}
+
+TEST_CASE("run.domains filters the prompts file and suggests a domain it does not know", "[experiments]") {
+  const std::string head = "[target]\npath = \"" + model_dir("target-16m") + "\"\n[run]\nprompts_file = \"" +
+                           source_path("configs/prompts/dev.jsonl") + "\"\n";
+  require_error(head + "domains = [\"pyton\"]\n", {"@:5:11: run.domains: no prompt has domain 'pyton'; did you mean 'python'?"});
+  ScratchDir dir;
+  const ExperimentConfig c = load_config(dir.write("ok.toml", head + "domains = [\"man\", \"c\"]\nprompts_per_domain = 3\n"));
+  REQUIRE(c.prompts.size() == 6);
+  CHECK(c.prompts[0].id == "c-dev-0");  // file order: the c prompts come before man
+  CHECK(c.prompts[5].id == "man-dev-2");
+}
+
+TEST_CASE("bad prompts files name the file and line", "[experiments]") {
+  ScratchDir dir;
+  const std::string config = "[target]\npath = \"" + model_dir("target-16m") + "\"\n[run]\nprompts_file = \"p.jsonl\"\n";
+  dir.write("p.jsonl", "{\"id\": \"a\", \"domain\": \"x\", \"prompt\": \"hi\"}\n{\"id\": \"b\", \"prompt\": \"yo\"}\n");
+  const std::string file = dir.write("c.toml", config);
+  CHECK_THROWS_WITH(load_config(file), Contains((dir.path() / "p.jsonl").string() + ":2: missing string field 'domain'"));
+  dir.write("p.jsonl", "{\"id\": \"a\", \"domain\": \"x\", \"prompt\": \"hi\"}\n{\"id\": \"a\", \"domain\": \"x\", \"prompt\": \"yo\"}\n");
+  CHECK_THROWS_WITH(load_config(file), Contains("prompt id 'a' appears twice"));
+  dir.write("p.jsonl", "not json\n");
+  CHECK_THROWS_WITH(load_config(file), Contains(":1: not a JSON object"));
+}
+
+TEST_CASE("relative paths resolve against the config file's folder", "[experiments]") {
+  ScratchDir dir;
+  dir.write("data/p.jsonl", "{\"id\": \"a\", \"domain\": \"x\", \"prompt\": \"hi\"}\n");
+  const std::string file = dir.write("sub/cfg.toml", "[target]\npath = \"" + model_dir("target-16m") +
+                                                          "\"\n[run]\nprompts_file = \"../data/p.jsonl\"\n");
+  const ExperimentConfig c = load_config(file);
+  CHECK(c.base.run.prompts_file == std::filesystem::weakly_canonical(dir.path() / "data/p.jsonl").string());
+  CHECK(c.base.output.directory == std::filesystem::weakly_canonical(dir.path() / "sub/results/cfg").string());
+  REQUIRE(c.prompts.size() == 1);
+  CHECK(c.prompts[0].text == "hi");
+}
+
+TEST_CASE("defaults are filled in and written to the resolved config", "[experiments]") {
+  ScratchDir dir;
+  const ExperimentConfig c = load_config(dir.write("c.toml", minimal("[sampling]\ntemperature = 0.7\n")));
+  CHECK(c.base.point.sampling.strategy == "greedy");
+  CHECK(c.base.point.draft.method == "none");
+  CHECK(c.base.point.max_new_tokens == 64);
+  CHECK(c.base.run.seeds == std::vector<uint64_t>{0});
+  CHECK(c.base.output.formats == std::vector<std::string>{"csv", "md", "png"});
+  for (const char* line : {"temperature = 0.7", "strategy = 'greedy'", "max_new_tokens = 64", "kv_block_size = 16",
+                           "top_p = 1.0", "formats = [ 'csv', 'md', 'png' ]", "[run]"}) {
+    CHECK_THAT(c.resolved_toml, Contains(line));
+  }
+  REQUIRE(c.prompts.size() == 1);
+  CHECK(c.prompts[0].id == "prompt-0");
+  CHECK(c.prompts[0].domain == "inline");
+}
+
+}  // namespace
+}  // namespace specula
