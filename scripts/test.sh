@@ -5,6 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
+# ctest runs one test per core; each test keeps to one OpenMP thread so that the cores are
+# not oversubscribed (spinning OpenMP barriers collapse when they are). Results do not depend
+# on the thread count (docs/architecture.md, batch invariance).
+export OMP_NUM_THREADS=1
 
 scripts/setup.sh build
 (cd build && ctest --output-on-failure -j "$jobs")
