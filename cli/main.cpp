@@ -17,7 +17,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "specula: error: %s (see --help)\n", e.what());
+    return e.get_exit_code();
   }
   try {
     if (generate.selected()) return generate.run();

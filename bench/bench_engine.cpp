@@ -1,0 +1,174 @@
+// Engine throughput on this machine: decode and prefill tokens/s for the three bundled models,
+// a memory-bandwidth probe (memcpy of 256 MiB), and each model's decode "floor" (the time to
+// stream its weights once at the probed bandwidth), so that decode time per token reads as a
+// ratio to that floor. An OpenBLAS sgemm baseline runs on target-16m's prefill shapes.
+//
+// Counters: items_per_second = tokens/s (decode, prefill) or FLOP/s (matmul);
+// bytes_per_second = bytes copied per second (bandwidth); floor_us = weight_bytes / traffic
+// bandwidth; x_floor = measured time per decode token / floor.
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "engine/cpu/matmul.h"
+#include "engine/model.h"
+
+namespace specula {
+namespace {
+
+constexpr std::size_t kProbeBytes = std::size_t(256) << 20;
+
+// Memory traffic of a 256 MiB memcpy (read + write bytes per second), best of 5 copies.
+double traffic_bytes_per_second() {
+  static const double rate = [] {
+    std::vector<char> a(kProbeBytes, 1), b(kProbeBytes, 2);
+    double best = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::memcpy(b.data(), a.data(), kProbeBytes);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      benchmark::DoNotOptimize(b.data());
+      best = std::max(best, 2.0 * kProbeBytes / s);
+    }
+    return best;
+  }();
+  return rate;
+}
+
+std::string model_dir(const std::string& name) { return std::string(SPECULA_SOURCE_DIR) + "/models/" + name; }
+
+// The first `n` ids of the reference prompts of `model`, concatenated (real text, not noise).
+std::vector<int> real_prompt(const std::string& model, std::size_t n) {
+  std::ifstream in(std::string(SPECULA_SOURCE_DIR) + "/tests/data/hf-greedy.json");
+  const auto refs = nlohmann::json::parse(in).at("models").at(model);
+  std::vector<int> ids;
+  for (const auto& r : refs) {
+    for (int id : r.at("prompt_ids").get<std::vector<int>>()) ids.push_back(id);
+    if (ids.size() >= n) break;
+  }
+  ids.resize(n);
+  return ids;
+}
+
+const char* const kModels[] = {"target-16m", "draft-4m", "draft-1m"};
+
+void BM_MemcpyBandwidth(benchmark::State& state) {
+  std::vector<char> a(kProbeBytes, 1), b(kProbeBytes, 2);
+  for (auto _ : state) {
+    std::memcpy(b.data(), a.data(), kProbeBytes);
+    benchmark::DoNotOptimize(b.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kProbeBytes));
+  state.counters["traffic_GBps"] = traffic_bytes_per_second() / 1e9;
+}
+BENCHMARK(BM_MemcpyBandwidth)->Unit(benchmark::kMillisecond);
+
+// One-token decode steps after a 128-token prompt; the context cycles over 128..255 tokens.
+void BM_Decode(benchmark::State& state) {
+  Model m(model_dir(kModels[state.range(0)]));
+  state.SetLabel(kModels[state.range(0)]);
+  const std::vector<int> prompt = real_prompt(kModels[state.range(0)], 128);
+  PagedKvCache cache(m.kv_layout(16), 32);
+  const int seq = cache.create();
+  std::vector<int> positions(prompt.size());
+  std::iota(positions.begin(), positions.end(), 0);
+  std::vector<float> logits(static_cast<std::size_t>(m.config().vocab_size));
+  m.forward(cache, seq, {prompt, positions, {}, false}, logits);
+  int token = 13;
+  for (auto _ : state) {
+    if (cache.length(seq) == 256) cache.truncate(seq, 128);
+    const int pos = cache.length(seq);
+    m.forward(cache, seq, {std::span(&token, 1), std::span(&pos, 1), {}, false}, logits);
+    token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  state.SetItemsProcessed(state.iterations());
+  const double floor_s = static_cast<double>(m.weight_bytes()) / traffic_bytes_per_second();
+  state.counters["weight_MB"] = static_cast<double>(m.weight_bytes()) / 1e6;
+  state.counters["floor_us"] = floor_s * 1e6;
+  // Time per token / floor: the rate floor * iterations / time, inverted.
+  state.counters["x_floor"] =
+      benchmark::Counter(floor_s, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_Decode)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// A 200-token prompt prefilled in one forward (last-row logits).
+void BM_Prefill(benchmark::State& state) {
+  Model m(model_dir(kModels[state.range(0)]));
+  state.SetLabel(kModels[state.range(0)]);
+  const std::vector<int> prompt = real_prompt(kModels[state.range(0)], 200);
+  std::vector<int> positions(prompt.size());
+  std::iota(positions.begin(), positions.end(), 0);
+  PagedKvCache cache(m.kv_layout(16), 16);
+  std::vector<float> logits(static_cast<std::size_t>(m.config().vocab_size));
+  for (auto _ : state) {
+    const int seq = cache.create();
+    m.forward(cache, seq, {prompt, positions, {}, false}, logits);
+    cache.free(seq);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(prompt.size()));
+}
+BENCHMARK(BM_Prefill)->DenseRange(0, 2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// target-16m's prefill matrix shapes (n = 200 rows): {out, in} of q/o, k/v, gate/up, down, lm_head.
+const int64_t kShapes[][2] = {{384, 384}, {128, 384}, {1024, 384}, {384, 1024}, {4096, 384}};
+
+// Our batch-invariant kernel on the model's own BF16 weight of that shape.
+void BM_MatmulOurs(benchmark::State& state) {
+  const int64_t out = kShapes[state.range(0)][0], in = kShapes[state.range(0)][1];
+  const int n = 200;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  std::vector<uint16_t> w(static_cast<std::size_t>(out * in));
+  for (auto& v : w) {
+    const float f = normal(rng);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    v = static_cast<uint16_t>(bits >> 16);
+  }
+  const TensorView view{"w", DType::BF16, {out, in}, w.data(), "bench"};
+  std::vector<float> x(static_cast<std::size_t>(n * in)), y(static_cast<std::size_t>(n * out));
+  for (float& v : x) v = normal(rng);
+  for (auto _ : state) {
+    cpu::matmul_weights(x.data(), view, y.data(), n);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::to_string(n) + "x" + std::to_string(in) + " * " + std::to_string(in) + "x" +
+                 std::to_string(out) + " bf16");
+  state.SetItemsProcessed(state.iterations() * 2 * n * in * out);
+}
+BENCHMARK(BM_MatmulOurs)->DenseRange(0, 4)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// OpenBLAS sgemm on the same shape with f32 weights (its best case: no conversion).
+void BM_MatmulOpenBLAS(benchmark::State& state) {
+  const int64_t out = kShapes[state.range(0)][0], in = kShapes[state.range(0)][1];
+  const int n = 200;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  std::vector<float> w(static_cast<std::size_t>(out * in)), x(static_cast<std::size_t>(n * in)),
+      y(static_cast<std::size_t>(n * out));
+  for (float& v : w) v = normal(rng);
+  for (float& v : x) v = normal(rng);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, static_cast<int>(out), static_cast<int>(in), 1.0f,
+                x.data(), static_cast<int>(in), w.data(), static_cast<int>(in), 0.0f, y.data(), static_cast<int>(out));
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::to_string(n) + "x" + std::to_string(in) + " * " + std::to_string(in) + "x" +
+                 std::to_string(out) + " f32");
+  state.SetItemsProcessed(state.iterations() * 2 * n * in * out);
+}
+BENCHMARK(BM_MatmulOpenBLAS)->DenseRange(0, 4)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+}  // namespace specula
+
+BENCHMARK_MAIN();

@@ -1,0 +1,120 @@
+// `specula generate` from the outside: the built binary is run as a user would run it. Bad
+// input (missing model folder, corrupt config, a prompt longer than max_position_embeddings,
+// an unknown flag, bad --prompt-ids) exits with a non-zero status (not a signal) and one clear
+// line on stderr naming what is wrong; good input prints the documented JSON object.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "tests/test_support.h"
+
+namespace specula {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  bool exited = false;  // false: killed by a signal
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Runs `specula <args>` (args are shell words, already quoted where needed).
+Outcome run_specula(const std::string& args) {
+  static int counter = 0;
+  const fs::path base = fs::temp_directory_path() /
+                        ("specula-test-cli-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  const std::string command = std::string("'") + SPECULA_BINARY + "' " + args + " >'" + base.string() +
+                              ".out' 2>'" + base.string() + ".err' </dev/null";
+  const int raw = std::system(command.c_str());
+  Outcome o;
+  o.exited = raw != -1 && WIFEXITED(raw);
+  o.status = o.exited ? WEXITSTATUS(raw) : -1;
+  o.out = slurp(base.string() + ".out");
+  o.err = slurp(base.string() + ".err");
+  fs::remove(base.string() + ".out");
+  fs::remove(base.string() + ".err");
+  return o;
+}
+
+// The error output is exactly one non-empty line.
+bool one_line(const std::string& err) {
+  return err.size() > 1 && err.back() == '\n' && err.find('\n') == err.size() - 1;
+}
+
+const std::string kModel = test::model_dir("draft-1m");
+
+}  // namespace
+
+TEST_CASE("cli: generate --json prints ids, text and stats", "[engine][cli]") {
+  const Outcome o = run_specula("generate --model '" + kModel + "' --prompt-ids 1,265,4027 --max-new-tokens 5 --json");
+  REQUIRE(o.exited);
+  REQUIRE(o.status == 0);
+  CHECK(o.err.empty());
+  const auto j = nlohmann::json::parse(o.out);
+  CHECK(j.at("ids").size() == 5);
+  CHECK(j.at("text").is_string());
+  for (const char* key : {"prompt_tokens", "new_tokens", "time_s", "prefill_tokens_per_s", "decode_tokens_per_s"})
+    CHECK(j.at("stats").contains(key));
+  CHECK(j.at("stats").at("prompt_tokens") == 3);
+  CHECK(j.at("stats").at("kv").at("block_size") == 16);
+  CHECK(j.at("stats").at("kv").at("blocks_in_use_at_end") == 0);
+}
+
+TEST_CASE("cli: bad input exits non-zero with one clear line on stderr", "[engine][cli]") {
+  struct Case {
+    const char* what;
+    std::string args;
+    std::string message;  // stderr must contain this
+  };
+  // A model folder whose config.json is corrupt (the other files are the real ones).
+  const fs::path corrupt = fs::temp_directory_path() / ("specula-test-cli-model-" + std::to_string(::getpid()));
+  fs::create_directories(corrupt);
+  for (const char* file : {"model.safetensors", "tokenizer.model"})
+    fs::copy_file(kModel + "/" + file, corrupt / file, fs::copy_options::overwrite_existing);
+  std::ofstream(corrupt / "config.json") << "{\"hidden_size\": 128, ";
+
+  std::string long_prompt = "1";
+  for (int i = 0; i < 2048; ++i) long_prompt += ",13";  // 2049 tokens > max_position_embeddings 2048
+
+  const std::string gen = "generate --model '" + kModel + "' ";
+  const Case cases[] = {
+      {"missing model folder", "generate --model /nonexistent/model --prompt hi", "/nonexistent/model"},
+      {"corrupt config", "generate --model '" + corrupt.string() + "' --prompt hi", "invalid JSON"},
+      {"prompt longer than max_position_embeddings", gen + "--prompt-ids " + long_prompt, "max_position_embeddings"},
+      {"prompt + new tokens past max_position_embeddings", gen + "--prompt-ids 1,2 --max-new-tokens 2047",
+       "max_position_embeddings"},
+      {"non-integer prompt id", gen + "--prompt-ids 1,x,3", "--prompt-ids"},
+      {"prompt id outside the vocabulary", gen + "--prompt-ids 1,4096", "4096"},
+      {"negative prompt id", gen + "--prompt-ids 1,-7", "-7"},
+      {"no prompt", gen, "--prompt"},
+      {"bad block size", gen + "--prompt-ids 1 --kv-block-size 0", "--kv-block-size"},
+      {"unknown flag", gen + "--prompt hi --frobnicate", "--frobnicate"},
+      {"non-integer flag value", gen + "--prompt hi --max-new-tokens many", "--max-new-tokens"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    const Outcome o = run_specula(c.args);
+    INFO("stderr: " << o.err);
+    CHECK(o.exited);
+    CHECK(o.status != 0);
+    CHECK_THAT(o.err, Catch::Contains(c.message));
+    CHECK(one_line(o.err));
+  }
+  fs::remove_all(corrupt);
+}
+
+}  // namespace specula

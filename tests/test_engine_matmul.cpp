@@ -1,0 +1,142 @@
+// The AVX2 matrix product against the scalar double-precision reference, and its batch
+// invariance, over a sweep of shapes and the three weight dtypes (weights deliberately
+// misaligned, as they may be inside a safetensors mapping).
+//
+// Error bound: the kernel upcasts weights exactly (F16 and BF16 are subsets of F32) and
+// accumulates sum_k x_k w_k in f32 with FMAs; any order of summing `in` terms in f32 is within
+// gamma_in * sum_k |x_k w_k| of the exact sum (gamma_n = n u / (1 - n u), u = 2^-24), and the
+// reference rounds the exact (double) sum once more to f32: |y - ref| <= gamma_in * sum|x w|
+// + u |ref|. The bound is the same for every dtype since the weights enter exactly.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/cpu/matmul.h"
+
+namespace specula {
+namespace {
+
+constexpr double kUnit = 1.0 / (1 << 24);
+
+// A weight matrix [out, in] stored in `dtype` at a deliberately odd byte offset.
+struct Weights {
+  std::vector<unsigned char> storage;
+  std::vector<float> values;  // the exact f32 value of every stored weight, [out, in]
+  TensorView view;
+
+  Weights(DType dtype, int out, int in, std::mt19937& rng) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const std::size_t count = static_cast<std::size_t>(out) * in, es = dtype_size(dtype);
+    const std::size_t offset = 1;  // misaligned for every dtype
+    storage.assign(offset + count * es, 0);
+    values.resize(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      float v = normal(rng);
+      unsigned char* p = storage.data() + offset + i * es;
+      if (dtype == DType::F32) {
+        std::memcpy(p, &v, 4);
+      } else if (dtype == DType::F16) {
+        const uint16_t h = _cvtss_sh(v, 0);
+        std::memcpy(p, &h, 2);
+        v = _cvtsh_ss(h);
+      } else {
+        uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        const uint16_t b = static_cast<uint16_t>(bits >> 16);  // truncation is a valid BF16 value
+        std::memcpy(p, &b, 2);
+        bits = uint32_t(b) << 16;
+        std::memcpy(&v, &bits, 4);
+      }
+      values[i] = v;
+    }
+    view = TensorView{"test.weight", dtype, {out, in}, storage.data() + offset, "memory"};
+  }
+};
+
+std::vector<float> random_input(int n, int in, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(n) * in);
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("matmul: AVX2 kernel equals the double reference within the f32 summation bound", "[engine][matmul]") {
+  std::mt19937 rng(7);
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    for (int in : {8, 13, 64, 384}) {
+      const double gamma = in * kUnit / (1 - in * kUnit);
+      for (int out : {1, 7, 33, 128}) {
+        Weights w(dtype, out, in, rng);
+        for (int n : {1, 2, 3, 5, 8, 17}) {
+          INFO(dtype_name(dtype) << " n=" << n << " in=" << in << " out=" << out);
+          const auto x = random_input(n, in, rng);
+          std::vector<float> y(static_cast<std::size_t>(n) * out), ref(y.size());
+          cpu::matmul_weights(x.data(), w.view, y.data(), n);
+          cpu::matmul_reference(x.data(), w.view, ref.data(), n);
+          double worst = 0;  // largest error as a fraction of its bound
+          for (int r = 0; r < n; ++r) {
+            for (int o = 0; o < out; ++o) {
+              double magnitude = 0;
+              for (int k = 0; k < in; ++k)
+                magnitude += std::abs(double(x[r * in + k]) * w.values[static_cast<std::size_t>(o) * in + k]);
+              const double bound = gamma * magnitude + kUnit * std::abs(ref[r * out + o]);
+              const double err = std::abs(double(y[r * out + o]) - ref[r * out + o]);
+              worst = std::max(worst, bound > 0 ? err / bound : err);
+            }
+          }
+          CHECK(worst <= 1.0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("matmul: a row of an n-row product is bitwise the row computed alone", "[engine][matmul]") {
+  std::mt19937 rng(11);
+  const int threads_before = omp_get_max_threads();
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    for (int in : {8, 13, 64, 384}) {
+      for (int out : {1, 7, 33, 128}) {
+        Weights w(dtype, out, in, rng);
+        for (int n : {2, 3, 5, 8, 17}) {
+          INFO(dtype_name(dtype) << " n=" << n << " in=" << in << " out=" << out);
+          const auto x = random_input(n, in, rng);
+          std::vector<float> y(static_cast<std::size_t>(n) * out), alone(static_cast<std::size_t>(out));
+          cpu::matmul_weights(x.data(), w.view, y.data(), n);
+          for (int r = 0; r < n; ++r) {
+            omp_set_num_threads(1 + r % 2);  // and whatever the thread count
+            cpu::matmul_weights(&x[static_cast<std::size_t>(r) * in], w.view, alone.data(), 1);
+            CHECK(std::memcmp(alone.data(), &y[static_cast<std::size_t>(r) * out], sizeof(float) * out) == 0);
+          }
+          omp_set_num_threads(threads_before);
+          // And every contiguous sub-batch gives the same rows as the whole batch.
+          const int half = n / 2;
+          std::vector<float> tail(static_cast<std::size_t>(n - half) * out);
+          cpu::matmul_weights(&x[static_cast<std::size_t>(half) * in], w.view, tail.data(), n - half);
+          CHECK(std::memcmp(tail.data(), &y[static_cast<std::size_t>(half) * out], tail.size() * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("matmul: weight_row upcasts every dtype exactly", "[engine][matmul]") {
+  std::mt19937 rng(3);
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    Weights w(dtype, 5, 13, rng);
+    std::vector<float> row(13);
+    for (int r = 0; r < 5; ++r) {
+      cpu::weight_row(w.view, r, row.data());
+      CHECK(std::memcmp(row.data(), &w.values[static_cast<std::size_t>(r) * 13], sizeof(float) * 13) == 0);
+    }
+  }
+}
+
+}  // namespace specula
