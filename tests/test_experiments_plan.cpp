@@ -86,7 +86,7 @@ TEST_CASE("sweep.exclude drops the grid points it matches", "[experiments]") {
   CHECK_THAT(error("exclude = [{ \"run.max_new_tokens\" = 8 }]\n"), Contains("c.toml: sweep.exclude removes every point"));
 }
 
-TEST_CASE("nested sweep tables are dotted keys; the order is the file's", "[experiments]") {
+TEST_CASE("nested sweep tables are dotted keys, in the order the file writes them", "[experiments]") {
   ScratchDir dir;
   const std::string text = test::tiny_config() ;
   // Replace the quoted-key sweep with [sweep.draft] and a later run.max_new_tokens axis.

@@ -173,7 +173,7 @@ TEST_CASE("repetitions are averaged per (prompt, seed) before the ratio", "[expe
   CHECK(all.alpha == Approx(15.0 / (15 + 15)));  // γ = 1: 15 of 30 rounds accepted, 15 rejected
 }
 
-TEST_CASE("summary.csv has one row per summary; summary.md the sections", "[experiments]") {
+TEST_CASE("summary.csv has one row per summary and summary.md the sections", "[experiments]") {
   const std::vector<RunSummary> s = summarize(hand_lines());
   std::ostringstream csv;
   write_summary_csv(s, csv);

@@ -66,7 +66,6 @@ class FakeBackend : public GenerationBackend {
   int generate_calls = 0;
   int kill_on_call = 0;              // > 0: SIGKILL the process on this generate call
   int reject_gamma = 0;              // > 0: validate() rejects draft.gamma == this
-  std::vector<GenerateOptions> requests;
 
   std::vector<int> tokenize(const std::string&, const std::string& text) override {
     std::vector<int> ids = {1};
@@ -80,7 +79,6 @@ class FakeBackend : public GenerationBackend {
 
   nlohmann::json generate(const GenerateOptions& o) override {
     if (++generate_calls == kill_on_call) std::raise(SIGKILL);
-    requests.push_back(o);
     const double base_tps = 100.0 + static_cast<double>(o.prompt_ids.size() % 7) + 3.0 * static_cast<double>(o.seed);
     nlohmann::json stats = {{"prompt_tokens", o.prompt_ids.size()}, {"new_tokens", o.max_new_tokens},
                             {"time_s", 1.0}, {"prefill_tokens_per_s", 1000.0}};
