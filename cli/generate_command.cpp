@@ -1,7 +1,5 @@
 #include "cli/generate_command.h"
 
-#include <omp.h>
-
 #include <iostream>
 #include <sstream>
 
@@ -70,7 +68,6 @@ int GenerateCommand::run() {
   SPECULA_CHECK(d.method != "none" || (tree_.empty() && d.tree_budget == 0 && !d.adaptive),
                 "--tree, --tree-budget and --adaptive need a drafter (--draft DIR or --draft-method ngram)");
   if (!tree_.empty()) d.tree = parse_int_list(tree_, "--tree");
-  if (options_.threads > 0) omp_set_num_threads(options_.threads);
   ModelStore models;
   Model& target = models.get(options_.model_dir);
   options_.prompt_ids = prompt_ids_.empty() ? target.tokenizer().encode(prompt_, true)

@@ -1,5 +1,7 @@
 #include "runtime/generate.h"
 
+#include <omp.h>
+
 #include "engine/error.h"
 #include "runtime/decoders.h"
 #include "sampling/sampler.h"
@@ -65,6 +67,7 @@ void validate_generate_options(ModelStore& models, const GenerateOptions& o) {
 nlohmann::json generate(ModelStore& models, const GenerateOptions& options, const TokenSink& sink) {
   validate_generate_options(models, options);
   Model& target = models.get(options.model_dir);
+  if (options.threads > 0) omp_set_num_threads(options.threads);
 
   DecodeRun run;
   if (options.sampling.strategy == "beam") {

@@ -77,12 +77,19 @@ inline void tile(const float* x, int64_t in, const unsigned char* w, int64_t w_s
   }
 }
 
+// All n rows against O outputs: blocks of 4 rows, then one tile for the 1-3 left over, so
+// a verify pass of a few rows reads each weight once per 4 rows, not once per row.
 template <DType T, int O>
 void rows_for_outputs(const float* x, int n, int64_t in, const unsigned char* w, int64_t w_stride, float* y,
                       int64_t out) {
   int r = 0;
   for (; r + 4 <= n; r += 4) tile<T, 4, O>(x + r * in, in, w, w_stride, y + r * out, out);
-  for (; r < n; ++r) tile<T, 1, O>(x + r * in, in, w, w_stride, y + r * out, out);
+  switch (n - r) {
+    case 3: return tile<T, 3, O>(x + r * in, in, w, w_stride, y + r * out, out);
+    case 2: return tile<T, 2, O>(x + r * in, in, w, w_stride, y + r * out, out);
+    case 1: return tile<T, 1, O>(x + r * in, in, w, w_stride, y + r * out, out);
+    default: return;
+  }
 }
 
 template <DType T>
@@ -96,8 +103,8 @@ void matmul_typed(const float* x, const TensorView& w, float* y, int n) {
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t o0 = b * kBlock;
     if (o0 + kBlock <= out) {
-      if (n == 1) {
-        tile<T, 1, 8>(x, in, wb + o0 * w_stride, w_stride, y + o0, out);
+      if (n <= 2) {  // decode and two-row verifies: 8 independent FMA chains per row
+        rows_for_outputs<T, 8>(x, n, in, wb + o0 * w_stride, w_stride, y + o0, out);
       } else {
         rows_for_outputs<T, 4>(x, n, in, wb + o0 * w_stride, w_stride, y + o0, out);
         rows_for_outputs<T, 4>(x, n, in, wb + (o0 + 4) * w_stride, w_stride, y + o0 + 4, out);
