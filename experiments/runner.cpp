@@ -86,9 +86,9 @@ void plot(const fs::path& dir, std::ostream& log) {
            "tables written; install python3-matplotlib or set SPECULA_PYTHON\n";
     return;
   }
-  const int status = run_command({*python, std::string(SPECULA_SOURCE_DIR) + "/scripts/plot_results.py", dir.string()}, output);
+  const int status = run_command({*python, std::string(SPECULA_SOURCE_DIR) + "/experiments/plot_results.py", dir.string()}, output);
   log << output;
-  if (status != 0) log << "warning: scripts/plot_results.py failed (exit " << status << "): plots incomplete\n";
+  if (status != 0) log << "warning: experiments/plot_results.py failed (exit " << status << "): plots incomplete\n";
 }
 
 void write_reports(const fs::path& dir, const std::vector<nlohmann::json>& lines, const std::vector<std::string>& formats,

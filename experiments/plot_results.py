@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots of an experiment output directory, drawn from its summary.csv.
 
-    python3 scripts/plot_results.py OUTDIR
+    python3 experiments/plot_results.py OUTDIR
 
 Writes into OUTDIR, each only when the data has what it needs:
   acceptance_vs_gamma.png   acceptance rate and tau vs gamma, per drafter, one column per domain
