@@ -45,11 +45,8 @@ DecodeRun decode_beam(Model& target, const GenerateOptions& options, const Token
                      kv_blocks_for(prompt_len + options.max_new_tokens, 4 * width + 2, options.kv_block_size));
   DecodeRun run;
   const auto start = Clock::now();
-  std::vector<int> positions(static_cast<std::size_t>(prompt_len));
-  for (int i = 0; i < prompt_len; ++i) positions[i] = i;
-  std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
-  const int root = cache.create();
-  target.forward(cache, root, {options.prompt_ids, positions, {}, false}, logits);
+  std::vector<float> logits;
+  const int root = prefill(target, cache, options.prompt_ids, logits);
   const auto decode_start = Clock::now();
   run.prefill_s = std::chrono::duration<double>(decode_start - start).count();
 

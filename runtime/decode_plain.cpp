@@ -17,11 +17,8 @@ DecodeRun decode_plain(Model& target, const GenerateOptions& options, const Toke
   DecodeRun run;
 
   const auto start = Clock::now();
-  std::vector<int> positions(static_cast<std::size_t>(prompt_len));
-  for (int i = 0; i < prompt_len; ++i) positions[i] = i;
-  std::vector<float> prompt_logits(static_cast<std::size_t>(c.vocab_size));
-  const int root = cache.create();
-  target.forward(cache, root, {options.prompt_ids, positions, {}, false}, prompt_logits);
+  std::vector<float> prompt_logits;
+  const int root = prefill(target, cache, options.prompt_ids, prompt_logits);
   run.target_forwards = 1;
   const auto decode_start = Clock::now();
   run.prefill_s = std::chrono::duration<double>(decode_start - start).count();

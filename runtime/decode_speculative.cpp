@@ -63,17 +63,11 @@ DecodeRun decode_speculative(ModelStore& models, Model& target, const GenerateOp
 
   DecodeRun run;
   const auto start = Clock::now();
-  const int root_seq = cache.create();
-  const int draft_root_seq = draft ? draft_cache->create() : -1;
-  if (prompt_len > 1) {
-    const auto body = std::span(options.prompt_ids).first(prompt_len - 1);
-    std::vector<int> positions(body.size());
-    for (int i = 0; i < prompt_len - 1; ++i) positions[i] = i;
-    std::vector<float> unused(static_cast<std::size_t>(target.config().vocab_size));
-    target.forward(cache, root_seq, {body, positions, {}, false}, unused);
-    ++run.target_forwards;
-    if (draft) draft->forward(*draft_cache, draft_root_seq, {body, positions, {}, false}, unused);
-  }
+  const auto body = std::span(options.prompt_ids).first(prompt_len - 1);  // the root is fed by step 1
+  std::vector<float> unused;
+  const int root_seq = prefill(target, cache, body, unused);
+  const int draft_root_seq = draft ? prefill(*draft, *draft_cache, body, unused) : -1;
+  if (!body.empty()) ++run.target_forwards;
   const auto decode_start = Clock::now();
   run.prefill_s = std::chrono::duration<double>(decode_start - start).count();
 

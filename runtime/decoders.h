@@ -29,6 +29,12 @@ DecodeRun decode_plain(Model& target, const GenerateOptions& options, const Toke
 DecodeRun decode_speculative(ModelStore& models, Model& target, const GenerateOptions& options, const TokenSink& sink);
 DecodeRun decode_beam(Model& target, const GenerateOptions& options, const TokenSink& sink);
 
+// A new sequence of `cache` holding `tokens` at positions 0, 1, ... (one causal forward; none
+// when tokens is empty). Returns it; the next-token logits after the last token go to
+// last_logits (out, resized to [vocab]).
+PagedKvCache::SeqId prefill(Model& model, PagedKvCache& cache, std::span<const int> tokens,
+                            std::vector<float>& last_logits);
+
 // Throws SpeculaError unless `draft` shares the target's vocabulary, special ids and pieces.
 void check_draft_compatible(const Model& target, const Model& draft);
 

@@ -20,6 +20,17 @@ int kv_blocks_for(int tokens, int sequences, int block_size) {
   return ((tokens + block_size - 1) / block_size + 1) * sequences;
 }
 
+PagedKvCache::SeqId prefill(Model& model, PagedKvCache& cache, std::span<const int> tokens,
+                            std::vector<float>& last_logits) {
+  last_logits.assign(static_cast<std::size_t>(model.config().vocab_size), 0.0f);
+  const PagedKvCache::SeqId seq = cache.create();
+  if (tokens.empty()) return seq;
+  std::vector<int> positions(tokens.size());
+  for (std::size_t i = 0; i < tokens.size(); ++i) positions[i] = static_cast<int>(i);
+  model.forward(cache, seq, {tokens, positions, {}, false}, last_logits);
+  return seq;
+}
+
 void check_draft_compatible(const Model& target, const Model& draft) {
   const ModelConfig &t = target.config(), &d = draft.config();
   SPECULA_CHECK(t.vocab_size == d.vocab_size, "--draft ", draft.dir(), ": vocabulary size ", d.vocab_size,
