@@ -10,6 +10,7 @@
 
 #include "draft/model_drafter.h"
 #include "draft/ngram_drafter.h"
+#include "runtime/decoders.h"
 #include "runtime/generate.h"
 #include "runtime/speculative_sequence.h"
 #include "tests/test_support.h"
@@ -52,14 +53,10 @@ bool same_cache_rows(const PagedKvCache& a, int seq_a, const PagedKvCache& b, in
   return true;
 }
 
-// A plain causal prefill of `tokens` into a fresh sequence of `cache`.
+// A plain causal prefill of `tokens` into a fresh sequence of `cache` (runtime's prefill).
 int prefill(Model& model, PagedKvCache& cache, std::span<const int> tokens) {
-  const int seq = cache.create();
-  std::vector<int> positions(tokens.size());
-  for (std::size_t i = 0; i < tokens.size(); ++i) positions[i] = static_cast<int>(i);
-  std::vector<float> logits(static_cast<std::size_t>(model.config().vocab_size));
-  model.forward(cache, seq, {tokens, positions, {}, false}, logits);
-  return seq;
+  std::vector<float> unused;
+  return specula::prefill(model, cache, tokens, unused);
 }
 
 }  // namespace
