@@ -121,10 +121,14 @@ BENCHMARK(BM_Prefill)->DenseRange(0, 2)->Unit(benchmark::kMillisecond)->UseRealT
 // target-16m's prefill matrix shapes (n = 200 rows): {out, in} of q/o, k/v, gate/up, down, lm_head.
 const int64_t kShapes[][2] = {{384, 384}, {128, 384}, {1024, 384}, {384, 1024}, {4096, 384}};
 
-// Our batch-invariant kernel on the model's own BF16 weight of that shape.
+// Our batch-invariant kernel on a BF16 weight of that shape, for n = 200 rows (prefill), 1
+// (decode) and 5 (a verify pass), on each instruction set this CPU runs.
 void BM_MatmulOurs(benchmark::State& state) {
   const int64_t out = kShapes[state.range(0)][0], in = kShapes[state.range(0)][1];
-  const int n = 200;
+  const int n = static_cast<int>(state.range(1));
+  const auto isas = cpu::supported_matmul_isas();
+  if (static_cast<std::size_t>(state.range(2)) >= isas.size()) return state.SkipWithError("ISA not supported here");
+  const cpu::MatmulIsa isa = isas[static_cast<std::size_t>(state.range(2))];
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   std::vector<uint16_t> w(static_cast<std::size_t>(out * in));
@@ -138,14 +142,18 @@ void BM_MatmulOurs(benchmark::State& state) {
   std::vector<float> x(static_cast<std::size_t>(n * in)), y(static_cast<std::size_t>(n * out));
   for (float& v : x) v = normal(rng);
   for (auto _ : state) {
-    cpu::matmul_weights(x.data(), view, y.data(), n);
+    cpu::matmul_weights(isa, x.data(), view, y.data(), n);
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetLabel(std::to_string(n) + "x" + std::to_string(in) + " * " + std::to_string(in) + "x" +
-                 std::to_string(out) + " bf16");
+  state.SetLabel(std::string(cpu::isa_name(isa)) + " " + std::to_string(n) + "x" + std::to_string(in) + " * " +
+                 std::to_string(in) + "x" + std::to_string(out) + " bf16");
   state.SetItemsProcessed(state.iterations() * 2 * n * in * out);
 }
-BENCHMARK(BM_MatmulOurs)->DenseRange(0, 4)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_MatmulOurs)
+    ->ArgsProduct({benchmark::CreateDenseRange(0, 4, 1), {1, 5, 200}, {0, 1}})
+    ->ArgNames({"shape", "rows", "isa"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 // OpenBLAS sgemm on the same shape with f32 weights (its best case: no conversion).
 void BM_MatmulOpenBLAS(benchmark::State& state) {

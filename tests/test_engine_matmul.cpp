@@ -1,6 +1,7 @@
-// The AVX2 matrix product against the scalar double-precision reference, and its batch
-// invariance, over a sweep of shapes and the three weight dtypes (weights deliberately
-// misaligned, as they may be inside a safetensors mapping).
+// The matrix product on every instruction set this CPU runs (AVX2, AVX-512) against the
+// scalar double-precision reference, and its batch invariance, over a sweep of shapes
+// (inner sizes with and without a tail past the last full vector) and the three weight
+// dtypes (weights deliberately misaligned, as they may be inside a safetensors mapping).
 //
 // Error bound: the kernel upcasts weights exactly (F16 and BF16 are subsets of F32) and
 // accumulates sum_k x_k w_k in f32 with FMAs; any order of summing `in` terms in f32 is within
@@ -12,6 +13,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -67,18 +69,20 @@ std::vector<float> random_input(int n, int in, std::mt19937& rng) {
 
 }  // namespace
 
-TEST_CASE("matmul: AVX2 kernel equals the double reference within the f32 summation bound", "[engine][matmul]") {
+TEST_CASE("matmul: every ISA's kernel equals the double reference within the f32 summation bound",
+          "[engine][matmul]") {
   std::mt19937 rng(7);
+  for (cpu::MatmulIsa isa : cpu::supported_matmul_isas())
   for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
-    for (int in : {8, 13, 64, 384}) {
+    for (int in : {8, 13, 40, 384}) {
       const double gamma = in * kUnit / (1 - in * kUnit);
       for (int out : {1, 7, 33, 128}) {
         Weights w(dtype, out, in, rng);
         for (int n : {1, 2, 3, 5, 8, 17}) {
-          INFO(dtype_name(dtype) << " n=" << n << " in=" << in << " out=" << out);
+          INFO(cpu::isa_name(isa) << ' ' << dtype_name(dtype) << " n=" << n << " in=" << in << " out=" << out);
           const auto x = random_input(n, in, rng);
           std::vector<float> y(static_cast<std::size_t>(n) * out), ref(y.size());
-          cpu::matmul_weights(x.data(), w.view, y.data(), n);
+          cpu::matmul_weights(isa, x.data(), w.view, y.data(), n);
           cpu::matmul_reference(x.data(), w.view, ref.data(), n);
           double worst = 0;  // largest error as a fraction of its bound
           for (int r = 0; r < n; ++r) {
@@ -101,30 +105,38 @@ TEST_CASE("matmul: AVX2 kernel equals the double reference within the f32 summat
 TEST_CASE("matmul: a row of an n-row product is bitwise the row computed alone", "[engine][matmul]") {
   std::mt19937 rng(11);
   const int threads_before = omp_get_max_threads();
+  for (cpu::MatmulIsa isa : cpu::supported_matmul_isas())
   for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
-    for (int in : {8, 13, 64, 384}) {
+    for (int in : {8, 13, 40, 384}) {
       for (int out : {1, 7, 33, 128}) {
         Weights w(dtype, out, in, rng);
         for (int n : {2, 3, 5, 8, 17}) {
-          INFO(dtype_name(dtype) << " n=" << n << " in=" << in << " out=" << out);
+          INFO(cpu::isa_name(isa) << ' ' << dtype_name(dtype) << " n=" << n << " in=" << in << " out=" << out);
           const auto x = random_input(n, in, rng);
           std::vector<float> y(static_cast<std::size_t>(n) * out), alone(static_cast<std::size_t>(out));
-          cpu::matmul_weights(x.data(), w.view, y.data(), n);
+          cpu::matmul_weights(isa, x.data(), w.view, y.data(), n);
           for (int r = 0; r < n; ++r) {
             omp_set_num_threads(1 + r % 2);  // and whatever the thread count
-            cpu::matmul_weights(&x[static_cast<std::size_t>(r) * in], w.view, alone.data(), 1);
+            cpu::matmul_weights(isa, &x[static_cast<std::size_t>(r) * in], w.view, alone.data(), 1);
             CHECK(std::memcmp(alone.data(), &y[static_cast<std::size_t>(r) * out], sizeof(float) * out) == 0);
           }
           omp_set_num_threads(threads_before);
           // And every contiguous sub-batch gives the same rows as the whole batch.
           const int half = n / 2;
           std::vector<float> tail(static_cast<std::size_t>(n - half) * out);
-          cpu::matmul_weights(&x[static_cast<std::size_t>(half) * in], w.view, tail.data(), n - half);
+          cpu::matmul_weights(isa, &x[static_cast<std::size_t>(half) * in], w.view, tail.data(), n - half);
           CHECK(std::memcmp(tail.data(), &y[static_cast<std::size_t>(half) * out], tail.size() * sizeof(float)) == 0);
         }
       }
     }
   }
+}
+
+TEST_CASE("matmul: the process-wide ISA is the widest this CPU runs", "[engine][matmul]") {
+  // (SPECULA_MATMUL_ISA unset in the test environment.)
+  REQUIRE(std::getenv("SPECULA_MATMUL_ISA") == nullptr);
+  CHECK(cpu::matmul_isa() == cpu::supported_matmul_isas().back());
+  CHECK(cpu::supported_matmul_isas().front() == cpu::MatmulIsa::avx2);
 }
 
 TEST_CASE("matmul: weight_row upcasts every dtype exactly", "[engine][matmul]") {

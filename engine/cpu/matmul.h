@@ -1,21 +1,41 @@
 // defines: matmul_weights, the CPU matrix product y = x W^T against a checkpoint weight in
-// its stored dtype (F32, F16 or BF16; upcast to f32 in registers, f32 accumulation).
+// its stored dtype (F32, F16 or BF16; upcast to f32 in registers, f32 accumulation), the
+// instruction-set choice behind it (MatmulIsa), and its plain double-precision reference.
 //
-// Batch invariance: every output element y[r][o] is reduced in one fixed order (8-lane
+// Batch invariance: every output element y[r][o] is reduced in one fixed order (a vector
 // FMA accumulator over k, then a fixed horizontal sum), whatever the number of rows, the
 // tiling or the thread count. A row of a verify pass is therefore bit-identical to the
 // same row computed alone in a one-token decode, which greedy speculative decoding needs.
+// The order does depend on the vector width, so one process uses one ISA throughout:
+// AVX-512 where the CPU has it, else AVX2. SPECULA_MATMUL_ISA=avx2 forces the narrower one
+// (to compare with an AVX2-only machine bit for bit).
 #pragma once
+
+#include <vector>
 
 #include "engine/safetensors.h"
 
 namespace specula::cpu {
+
+enum class MatmulIsa { avx2, avx512 };
+
+const char* isa_name(MatmulIsa isa);
+
+// The instruction sets this CPU can run, narrowest first (always includes avx2).
+std::vector<MatmulIsa> supported_matmul_isas();
+
+// The one matmul_weights uses in this process: the widest supported, or SPECULA_MATMUL_ISA's
+// choice (an unknown or unsupported value is an error naming it).
+MatmulIsa matmul_isa();
 
 // y[n, out] = x[n, in] * W[out, in]^T.
 //   x: in  [n, in]   f32, row-major
 //   w: in  [out, in] checkpoint tensor (any supported dtype; may be unaligned)
 //   y: out [n, out]  f32, row-major
 void matmul_weights(const float* x, const TensorView& w, float* y, int n);
+
+// The same product on a given instruction set (tests and benchmarks compare them).
+void matmul_weights(MatmulIsa isa, const float* x, const TensorView& w, float* y, int n);
 
 // The plain reference: the same product with a scalar double-precision loop (tests only).
 void matmul_reference(const float* x, const TensorView& w, float* y, int n);
