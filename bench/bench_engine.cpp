@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "engine/cpu/matmul.h"
@@ -99,6 +100,45 @@ void BM_Decode(benchmark::State& state) {
       benchmark::Counter(floor_s, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_Decode)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// The cost model of speculative decoding: a verify forward of `rows` chained tokens (all
+// logits) against a one-token decode, both after a `context`-token prompt of target-16m,
+// interleaved in every iteration so that both see the same machine. Reported time is the
+// verify forward; x_one_row = verify time / one-row time (the r(n) of the speedup model).
+void BM_VerifyForward(benchmark::State& state) {
+  Model m(model_dir("target-16m"));
+  const int context = static_cast<int>(state.range(0)), rows = static_cast<int>(state.range(1));
+  const std::vector<int> prompt = real_prompt("target-16m", static_cast<std::size_t>(context + rows));
+  PagedKvCache cache(m.kv_layout(16), (context + rows) / 16 + 2);
+  const int seq = cache.create();
+  std::vector<int> positions(prompt.size());
+  std::iota(positions.begin(), positions.end(), 0);
+  const std::span<const int> head(prompt.data(), context), head_pos(positions.data(), context);
+  std::vector<float> logits(static_cast<std::size_t>(m.config().vocab_size) * rows);
+  m.forward(cache, seq, {head, head_pos, {}, false}, std::span(logits).first(m.config().vocab_size));
+  const std::span<const int> chain(prompt.data() + context, rows), chain_pos(positions.data() + context, rows);
+  double verify_s = 0, one_row_s = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    m.forward(cache, seq, {chain.first(1), chain_pos.first(1), {}, false}, std::span(logits).first(m.config().vocab_size));
+    cache.truncate(seq, context);
+    const auto t1 = std::chrono::steady_clock::now();
+    m.forward(cache, seq, {chain, chain_pos, {}, true}, logits);
+    cache.truncate(seq, context);
+    const auto t2 = std::chrono::steady_clock::now();
+    const double verify = std::chrono::duration<double>(t2 - t1).count();
+    one_row_s += std::chrono::duration<double>(t1 - t0).count();
+    verify_s += verify;
+    state.SetIterationTime(verify);
+  }
+  state.SetLabel("target-16m, context " + std::to_string(context) + ", " + std::to_string(rows) + " rows");
+  state.counters["x_one_row"] = verify_s / one_row_s;
+}
+BENCHMARK(BM_VerifyForward)
+    ->ArgsProduct({{128, 512}, {1, 2, 4, 8}})
+    ->ArgNames({"context", "rows"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
 
 // A 200-token prompt prefilled in one forward (last-row logits).
 void BM_Prefill(benchmark::State& state) {

@@ -144,8 +144,8 @@ void Model::forward(PagedKvCache& cache, PagedKvCache::SeqId seq, const ForwardB
 void Model::attention(PagedKvCache& cache, PagedKvCache::SeqId seq, int layer, int n, int prefix_len,
                       int first_slot) {
   const ModelConfig& c = config_;
-  const int head_dim = c.head_dim(), heads = c.num_attention_heads;
-  const int group = heads / c.num_key_value_heads;
+  const int head_dim = c.head_dim();
+  const int group = c.num_attention_heads / c.num_key_value_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
 
   // Row pointers of every slot this batch can see: the prefix, the earlier tree nodes, the batch.
@@ -155,23 +155,26 @@ void Model::attention(PagedKvCache& cache, PagedKvCache::SeqId seq, int layer, i
     value_rows[s] = cache.value(seq, layer, s);
   }
 
+  // One work item per (row, key/value head): the `group` query heads that share it.
+  const int kv_heads = c.num_key_value_heads;
 #pragma omp parallel
   {
     std::vector<const float*> keys, values;
     std::vector<float> scores;
 #pragma omp for collapse(2) schedule(static)
     for (int i = 0; i < n; ++i) {
-      for (int h = 0; h < heads; ++h) {
+      for (int g = 0; g < kv_heads; ++g) {
         keys.assign(key_rows.begin(), key_rows.begin() + prefix_len);
         values.assign(value_rows.begin(), value_rows.begin() + prefix_len);
         for (int v = s_.visible_offsets[i]; v < s_.visible_offsets[i + 1]; ++v) {
           keys.push_back(key_rows[prefix_len + s_.visible[v]]);
           values.push_back(value_rows[prefix_len + s_.visible[v]]);
         }
-        scores.resize(keys.size());
-        const std::size_t row = static_cast<std::size_t>(i) * c.hidden_size + static_cast<std::size_t>(h) * head_dim;
-        cpu::attend(&s_.q[row], keys.data(), values.data(), static_cast<int>(keys.size()), (h / group) * head_dim,
-                    head_dim, scale, scores.data(), &s_.attn[row]);
+        scores.resize(keys.size() * group);
+        const std::size_t row =
+            static_cast<std::size_t>(i) * c.hidden_size + static_cast<std::size_t>(g) * group * head_dim;
+        cpu::attend_group(&s_.q[row], group, keys.data(), values.data(), static_cast<int>(keys.size()), g * head_dim,
+                          head_dim, scale, scores.data(), &s_.attn[row]);
       }
     }
   }

@@ -52,39 +52,107 @@ void add_inplace(float* x, const float* delta, int64_t count) {
 }
 
 namespace {
-// Dot product with one fixed order: 8-lane FMA accumulator, then lanes in index order.
-inline float dot(const float* a, const float* b, int n) {
-  __m256 acc = _mm256_setzero_ps();
-  int k = 0;
-  for (; k + 8 <= n; k += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), acc);
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, acc);
-  float s = 0.0f;
-  for (float l : lanes) s += l;
-  for (; k < n; ++k) s += a[k] * b[k];
-  return s;
+
+// q . k over head_dim for 4 keys at once: an 8-lane FMA chain per key, then one fixed
+// horizontal order, ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) (two hadds, then the halves),
+// then the head_dim % 8 tail in order. Lanes of different keys never mix, so a key's score
+// is the same in any group of four (the last group repeats its first key as filler).
+inline __m128 dot4(const float* q, const float* const k[4], int head_dim) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  const int d8 = head_dim - head_dim % 8;
+  for (int d = 0; d < d8; d += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + d);
+    for (int i = 0; i < 4; ++i) acc[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[i] + d), acc[i]);
+  }
+  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+  __m128 sums = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  if (d8 < head_dim) {
+    alignas(16) float lanes[4];
+    _mm_store_ps(lanes, sums);
+    for (int i = 0; i < 4; ++i)
+      for (int d = d8; d < head_dim; ++d) lanes[i] += q[d] * k[i][d];
+    sums = _mm_load_ps(lanes);
+  }
+  return sums;
 }
+
+// out[h][d] = sum_j weights[h][j] * values[j][d], j in order (one FMA per term), for HB
+// heads and the 8*W dimensions starting at d0, accumulated in registers; each value vector
+// is loaded once for the HB heads.
+//   weights: in [HB rows of stride num_keys]; out: out [HB rows of stride head_dim]
+template <int HB, int W>
+inline void weighted_sum(const float* weights, const float* const* values, int num_keys, int kv_offset, int d0,
+                         int head_dim, float* out) {
+  __m256 acc[HB][W];
+  for (int h = 0; h < HB; ++h)
+    for (int w = 0; w < W; ++w) acc[h][w] = _mm256_setzero_ps();
+  for (int j = 0; j < num_keys; ++j) {
+    const float* v = values[j] + kv_offset + d0;
+    __m256 vv[W];
+    for (int w = 0; w < W; ++w) vv[w] = _mm256_loadu_ps(v + 8 * w);
+    for (int h = 0; h < HB; ++h) {
+      const __m256 wj = _mm256_set1_ps(weights[static_cast<std::size_t>(h) * num_keys + j]);
+      for (int w = 0; w < W; ++w) acc[h][w] = _mm256_fmadd_ps(wj, vv[w], acc[h][w]);
+    }
+  }
+  for (int h = 0; h < HB; ++h)
+    for (int w = 0; w < W; ++w) _mm256_storeu_ps(out + static_cast<std::size_t>(h) * head_dim + d0 + 8 * w, acc[h][w]);
+}
+
+// weighted_sum over all of head_dim for HB heads: 32-wide chunks, then 8-wide, then scalar.
+template <int HB>
+void weighted_sum_heads(const float* weights, const float* const* values, int num_keys, int kv_offset, int head_dim,
+                        float* out) {
+  int d = 0;
+  for (; d + 32 <= head_dim; d += 32) weighted_sum<HB, 4>(weights, values, num_keys, kv_offset, d, head_dim, out);
+  for (; d + 8 <= head_dim; d += 8) weighted_sum<HB, 1>(weights, values, num_keys, kv_offset, d, head_dim, out);
+  for (; d < head_dim; ++d) {
+    for (int h = 0; h < HB; ++h) {
+      const float* wh = weights + static_cast<std::size_t>(h) * num_keys;
+      float sum = 0.0f;
+      for (int j = 0; j < num_keys; ++j) sum = std::fma(wh[j], values[j][kv_offset + d], sum);
+      out[static_cast<std::size_t>(h) * head_dim + d] = sum;
+    }
+  }
+}
+
 }  // namespace
 
-void attend(const float* q, const float* const* keys, const float* const* values, int num_keys, int head_offset,
-            int head_dim, float scale, float* scores, float* out) {
-  float max_score = -INFINITY;
-  for (int j = 0; j < num_keys; ++j) {
-    scores[j] = dot(q, keys[j] + head_offset, head_dim) * scale;
-    max_score = std::max(max_score, scores[j]);
+void attend_group(const float* q, int num_heads, const float* const* keys, const float* const* values, int num_keys,
+                  int kv_offset, int head_dim, float scale, float* scores, float* out) {
+  // Scores, four keys at a time; the group's heads reuse the four key rows from L1.
+  for (int j = 0; j < num_keys; j += 4) {
+    const int group = std::min(4, num_keys - j);
+    const float* k[4];
+    for (int i = 0; i < 4; ++i) k[i] = keys[j + (i < group ? i : 0)] + kv_offset;
+    for (int h = 0; h < num_heads; ++h) {
+      alignas(16) float dots[4];
+      _mm_store_ps(dots, dot4(q + static_cast<std::size_t>(h) * head_dim, k, head_dim));
+      float* sh = scores + static_cast<std::size_t>(h) * num_keys;
+      for (int i = 0; i < group; ++i) sh[j + i] = dots[i] * scale;
+    }
   }
-  float total = 0.0f;
-  for (int j = 0; j < num_keys; ++j) {
-    scores[j] = std::exp(scores[j] - max_score);
-    total += scores[j];
+  // Softmax per head, summed in key order.
+  for (int h = 0; h < num_heads; ++h) {
+    float* sh = scores + static_cast<std::size_t>(h) * num_keys;
+    const float max_score = *std::max_element(sh, sh + num_keys);
+    float total = 0.0f;
+    for (int j = 0; j < num_keys; ++j) {
+      sh[j] = std::exp(sh[j] - max_score);
+      total += sh[j];
+    }
+    const float inv_total = 1.0f / total;
+    for (int j = 0; j < num_keys; ++j) sh[j] *= inv_total;
   }
-  const float inv_total = 1.0f / total;
-  for (int d = 0; d < head_dim; ++d) out[d] = 0.0f;
-  for (int j = 0; j < num_keys; ++j) {
-    const float wj = scores[j] * inv_total;
-    const float* v = values[j] + head_offset;
-    for (int d = 0; d < head_dim; ++d) out[d] += wj * v[d];
-  }
+  // Weighted sums of the values, up to three heads per pass over them.
+  int h = 0;
+  const auto at = [&](int head) { return static_cast<std::size_t>(head); };
+  for (; h + 3 <= num_heads; h += 3)
+    weighted_sum_heads<3>(scores + at(h) * num_keys, values, num_keys, kv_offset, head_dim, out + at(h) * head_dim);
+  if (num_heads - h == 2)
+    weighted_sum_heads<2>(scores + at(h) * num_keys, values, num_keys, kv_offset, head_dim, out + at(h) * head_dim);
+  if (num_heads - h == 1)
+    weighted_sum_heads<1>(scores + at(h) * num_keys, values, num_keys, kv_offset, head_dim, out + at(h) * head_dim);
 }
 
 }  // namespace specula::cpu

@@ -33,13 +33,16 @@ void silu_mul(float* gate, const float* up, int64_t count);
 // x += delta.  x: in/out [count]; delta: in [count]
 void add_inplace(float* x, const float* delta, int64_t count);
 
-// Softmax attention of one query head over `num_keys` keys.
-//   q:    in  [head_dim]
-//   keys, values: in, num_keys pointers to cache rows [kv_dim]; this head reads
-//                 [head_offset, head_offset + head_dim) of each, keys in position order
-//   scores: scratch [num_keys]
-//   out:  out [head_dim]
-void attend(const float* q, const float* const* keys, const float* const* values, int num_keys, int head_offset,
-            int head_dim, float scale, float* scores, float* out);
+// Softmax attention of `num_heads` query heads that share one key/value head (grouped-query
+// attention) over the same `num_keys` keys. Each head's result is computed in one fixed order
+// (keys in groups of four with per-key reductions, softmax and weighted sum in key order), so
+// it does not depend on num_heads, on the other heads, or on the batch.
+//   q:      in  [num_heads, head_dim] (consecutive heads of one row)
+//   keys, values: in, num_keys pointers to cache rows [kv_dim]; the shared head reads
+//                 [kv_offset, kv_offset + head_dim) of each, keys in position order
+//   scores: scratch [num_heads, num_keys] (ends as the attention weights)
+//   out:    out [num_heads, head_dim]
+void attend_group(const float* q, int num_heads, const float* const* keys, const float* const* values, int num_keys,
+                  int kv_offset, int head_dim, float scale, float* scores, float* out);
 
 }  // namespace specula::cpu
