@@ -16,14 +16,18 @@ struct Avx2 {
   static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
 
   template <DType T>
-  static Reg load(const unsigned char* p) {
+  static constexpr int kVectors = T == DType::BF16 ? 2 : 1;
+
+  template <DType T>
+  static Reg load(const unsigned char* p, int v) {
     if constexpr (T == DType::F32) {
       return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
     } else if constexpr (T == DType::F16) {
       return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    } else {  // BF16: the 16 bits are the top half of the f32
-      const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-      return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+    } else {  // BF16 pairs: the even one is the low half shifted up, the odd one the high half
+      const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+      return _mm256_castsi256_ps(v == 0 ? _mm256_slli_epi32(pairs, 16)
+                                        : _mm256_and_si256(pairs, _mm256_set1_epi32(int(0xFFFF0000u))));
     }
   }
 

@@ -1,7 +1,5 @@
 // defines: matmul_avx512, the batch-invariant product with 16-lane AVX-512 vectors (this unit
 // alone is compiled with -mavx512f; matmul.cpp calls it only where the CPU reports AVX-512F).
-// Half the instructions of the AVX2 unit per weight: one 256-bit load and one widening
-// conversion give 16 weights.
 #include <immintrin.h>
 
 #include "engine/cpu/matmul_isa.h"
@@ -18,14 +16,18 @@ struct Avx512 {
   static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
 
   template <DType T>
-  static Reg load(const unsigned char* p) {
+  static constexpr int kVectors = T == DType::BF16 ? 2 : 1;
+
+  template <DType T>
+  static Reg load(const unsigned char* p, int v) {
     if constexpr (T == DType::F32) {
       return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
     } else if constexpr (T == DType::F16) {
       return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    } else {  // BF16: the 16 bits are the top half of the f32
-      const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-      return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+    } else {  // BF16 pairs: the even one is the low half shifted up, the odd one the high half
+      const __m512i pairs = _mm512_loadu_si512(p);
+      return _mm512_castsi512_ps(v == 0 ? _mm512_slli_epi32(pairs, 16)
+                                        : _mm512_and_si512(pairs, _mm512_set1_epi32(int(0xFFFF0000u))));
     }
   }
 
