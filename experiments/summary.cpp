@@ -49,7 +49,7 @@ RunSummary summarize_group(const RunInfo& run, const std::string& domain, const 
   s.domain = domain;
   s.lines = static_cast<int>(lines.size());
   double drafted = 0, accepted = 0, rounds = 0, tau_sum = 0, full_rounds = 0, tokens_per_s = 0;
-  double draft_s = 0, verify_s = 0, sample_s = 0, commit_s = 0, broken_down_time = 0;
+  double draft_s = 0, verify_s = 0, sample_s = 0, commit_s = 0, decode_time = 0;  // decode: after prefill
   std::vector<double> reached;  // rounds whose accepted path reached depth d + 1
   for (const nlohmann::json* l : lines) {
     const double steps = stat(*l, "steps");
@@ -59,7 +59,8 @@ RunSummary summarize_group(const RunInfo& run, const std::string& domain, const 
     tau_sum += stat(*l, "mean_accepted_tokens") * steps;
     tokens_per_s += stat(*l, "decode_tokens_per_s");
     if (const nlohmann::json* b = time_breakdown(*l)) {
-      broken_down_time += stat(*l, "time_s");
+      const double rate = stat(*l, "decode_tokens_per_s");
+      if (rate > 0) decode_time += stat(*l, "new_tokens") / rate;
       draft_s += b->value("draft_s", 0.0);
       verify_s += b->value("verify_forward_s", 0.0);
       sample_s += b->value("sample_verify_s", 0.0);
@@ -78,10 +79,10 @@ RunSummary summarize_group(const RunInfo& run, const std::string& domain, const 
   s.tau = drafts && rounds > 0 ? tau_sum / rounds : kNaN;
   for (double r : reached) s.depth_acceptance.push_back(rounds > 0 ? r / rounds : kNaN);
   s.tokens_per_s = lines.empty() ? kNaN : tokens_per_s / lines.size();
-  s.draft_share = broken_down_time > 0 ? draft_s / broken_down_time : kNaN;
-  s.verify_share = broken_down_time > 0 ? verify_s / broken_down_time : kNaN;
-  s.sample_share = broken_down_time > 0 ? sample_s / broken_down_time : kNaN;
-  s.commit_share = broken_down_time > 0 ? commit_s / broken_down_time : kNaN;
+  s.draft_share = decode_time > 0 ? draft_s / decode_time : kNaN;
+  s.verify_share = decode_time > 0 ? verify_s / decode_time : kNaN;
+  s.sample_share = decode_time > 0 ? sample_s / decode_time : kNaN;
+  s.commit_share = decode_time > 0 ? commit_s / decode_time : kNaN;
 
   std::vector<double> ratios;
   double baseline_sum = 0;

@@ -33,8 +33,9 @@ struct RunSummary {
   double cost_ratio = 0;                // c: (Σ draft_s / Σ drafted) · baseline_tokens_per_s,
                                         //   a draft token's time over a target decode step's
   double predicted_speedup = 0;         // chains: leviathan_speedup(alpha, γ, cost_ratio)
-  double draft_share = 0;               // Σ time_breakdown.draft_s / Σ time_s, etc., over the
-                                        //   lines that have a time_breakdown
+  double draft_share = 0;               // Σ time_breakdown.draft_s / Σ decode time (new_tokens /
+                                        //   decode_tokens_per_s: prefill left out), etc., over
+                                        //   the lines that have a time_breakdown
   double verify_share = 0;
   double sample_share = 0;
   double commit_share = 0;

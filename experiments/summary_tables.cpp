@@ -69,7 +69,7 @@ std::string overview(const std::vector<RunSummary>& summaries) {
                     format(s.cost_ratio, "%.3f"), time_cell(s)});
   }
   return markdown_table({"run", "n", "acc. rate", "τ", "tok/s", "speedup [95% CI]", "predicted", "c",
-                         "time: draft / verify / sample / commit"},
+                         "decode time: draft / verify / sample / commit"},
                         rows);
 }
 

@@ -78,13 +78,15 @@ nlohmann::json plain(double tps) {
 }
 
 // `reached[d]`: rounds whose accepted path reached depth d + 1 (the engine reports shares).
+// `time`: the decode time (new_tokens / decode_tokens_per_s); time_s adds 0.5 s of prefill,
+// which the time shares leave out.
 nlohmann::json spec(double tps, int drafted, int accepted, int steps, const std::vector<int>& reached, double tau,
                     double time) {
   std::vector<double> shares;
   for (int r : reached) shares.push_back(static_cast<double>(r) / steps);
   return {{"decode_tokens_per_s", tps}, {"drafted", drafted}, {"accepted", accepted}, {"steps", steps},
           {"target_forwards", steps + 1}, {"accepted_per_depth", shares}, {"mean_accepted_tokens", tau},
-          {"time_s", time},
+          {"new_tokens", tps * time}, {"time_s", time + 0.5},
           {"time_breakdown", {{"draft_s", 0.02 * time}, {"verify_forward_s", 0.5 * time}, {"sample_verify_s", 0.1 * time},
                               {"commit_s", 0.05 * time}}}};
 }
