@@ -54,9 +54,7 @@ DecodeRun decode_speculative(ModelStore& models, Model& target, const GenerateOp
 
   // Greedy drafting ranks by the draft's own softmax; sampled drafting draws from the
   // sampler's transform, the one applied to the target too (lossless verification needs it).
-  SamplingOptions softmax;
-  softmax.strategy = "sample";
-  const auto draft_sampler = make_sampler(greedy ? softmax : options.sampling);
+  const auto draft_sampler = make_sampler(greedy ? SamplingOptions::sample() : options.sampling);
   const DistributionFn draft_distribution = [&](std::span<const float> logits, std::span<float> probs) {
     draft_sampler->distribution(logits, probs);
   };

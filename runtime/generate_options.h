@@ -17,6 +17,17 @@ struct SamplingOptions {
   float min_p = 0.0f;               // 0 = off
   int beam_width = 4;
   float length_penalty = 1.0f;
+
+  // Sampling ("sample") with these transforms; the defaults are plain softmax sampling.
+  static SamplingOptions sample(float temperature = 1.0f, int top_k = 0, float top_p = 1.0f, float min_p = 0.0f) {
+    SamplingOptions o;
+    o.strategy = "sample";
+    o.temperature = temperature;
+    o.top_k = top_k;
+    o.top_p = top_p;
+    o.min_p = min_p;
+    return o;
+  }
 };
 
 struct DraftOptions {

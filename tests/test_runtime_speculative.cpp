@@ -166,15 +166,6 @@ TEST_CASE("speculative sampling on the shared models: first tokens follow the ta
     SamplingOptions sampling;
     DraftOptions draft;
   };
-  auto sampling = [](float temperature, int top_k, float top_p, float min_p) {
-    SamplingOptions s;
-    s.strategy = "sample";
-    s.temperature = temperature;
-    s.top_k = top_k;
-    s.top_p = top_p;
-    s.min_p = min_p;
-    return s;
-  };
   auto drafting = [](std::vector<int> tree, int budget) {
     DraftOptions d;
     d.method = "model";
@@ -185,10 +176,10 @@ TEST_CASE("speculative sampling on the shared models: first tokens follow the ta
     return d;
   };
   const std::vector<Case> cases = {
-      {"chain, temperature 1", sampling(1.0f, 0, 1.0f, 0.0f), drafting({}, 0)},
-      {"static tree 3,2, top-k 20", sampling(1.0f, 20, 1.0f, 0.0f), drafting({3, 2}, 0)},
-      {"dynamic tree 8, top-p 0.9", sampling(0.8f, 0, 0.9f, 0.0f), drafting({}, 8)},
-      {"static tree 2,2, min-p 0.05", sampling(1.2f, 0, 1.0f, 0.05f), drafting({2, 2}, 0)},
+      {"chain, temperature 1", SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f), drafting({}, 0)},
+      {"static tree 3,2, top-k 20", SamplingOptions::sample(1.0f, 20, 1.0f, 0.0f), drafting({3, 2}, 0)},
+      {"dynamic tree 8, top-p 0.9", SamplingOptions::sample(0.8f, 0, 0.9f, 0.0f), drafting({}, 8)},
+      {"static tree 2,2, min-p 0.05", SamplingOptions::sample(1.2f, 0, 1.0f, 0.05f), drafting({2, 2}, 0)},
   };
   Model& target = store().get(test::model_dir("target-16m"));
   const int vocab = target.config().vocab_size;

@@ -70,23 +70,13 @@ std::vector<float> logits_of(const std::vector<float>& probs) {
   return logits;
 }
 
-SamplingOptions sample(float temperature, int top_k, float top_p, float min_p) {
-  SamplingOptions o;
-  o.strategy = "sample";
-  o.temperature = temperature;
-  o.top_k = top_k;
-  o.top_p = top_p;
-  o.min_p = min_p;
-  return o;
-}
-
 }  // namespace
 
 TEST_CASE("draws follow the sampler's distribution (chi-square, alpha = 0.001)", "[sampling]") {
   const std::vector<float> logits = logits_of(kProbs);
   const SamplingOptions settings[] = {
-      sample(1.0f, 0, 1.0f, 0.0f),  sample(0.7f, 6, 1.0f, 0.0f),  sample(1.0f, 0, 0.8f, 0.0f),
-      sample(1.3f, 0, 1.0f, 0.1f), sample(0.9f, 8, 0.95f, 0.05f),
+      SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f),  SamplingOptions::sample(0.7f, 6, 1.0f, 0.0f),  SamplingOptions::sample(1.0f, 0, 0.8f, 0.0f),
+      SamplingOptions::sample(1.3f, 0, 1.0f, 0.1f), SamplingOptions::sample(0.9f, 8, 0.95f, 0.05f),
   };
   uint64_t stream = 0;
   for (const SamplingOptions& o : settings) {
@@ -104,7 +94,7 @@ TEST_CASE("draws follow the sampler's distribution (chi-square, alpha = 0.001)",
 
 TEST_CASE("one draw from each of many streams follows the distribution", "[sampling]") {
   // The per-sequence use: stream i of one seed gives sequence i its first token.
-  const auto sampler = make_sampler(sample(1.0f, 0, 1.0f, 0.0f));
+  const auto sampler = make_sampler(SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f));
   std::vector<int> draws(kDraws);
   for (int i = 0; i < kDraws; ++i) {
     Philox rng(7, uint64_t(i));
@@ -120,7 +110,7 @@ TEST_CASE("the chi-square test detects a planted 2% bias", "[sampling]") {
   std::vector<float> biased = kProbs;
   biased[0] = 0.306f;
   for (size_t i = 1; i < biased.size(); ++i) biased[i] = float(kProbs[i] * (0.694 / 0.7));
-  const auto sampler = make_sampler(sample(1.0f, 0, 1.0f, 0.0f));
+  const auto sampler = make_sampler(SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f));
   Philox rng(99, 1000);
   const auto [statistic, df] = chi_square(draw_many(*sampler, biased, rng), kProbs);
   CHECK(df == 9);
@@ -129,7 +119,7 @@ TEST_CASE("the chi-square test detects a planted 2% bias", "[sampling]") {
 }
 
 TEST_CASE("seeded draws are deterministic per (seed, stream)", "[sampling]") {
-  const auto sampler = make_sampler(sample(0.8f, 50, 0.9f, 0.02f));
+  const auto sampler = make_sampler(SamplingOptions::sample(0.8f, 50, 0.9f, 0.02f));
   const int vocab = 300;
   // A sequence of 200 steps, each with its own logits.
   auto run = [&](uint64_t seed, uint64_t stream, Philox* interleaved) {
@@ -154,7 +144,7 @@ TEST_CASE("seeded draws are deterministic per (seed, stream)", "[sampling]") {
 
   // Greedy consumes its uniform too, so strategies can be mixed on one stream.
   Philox rng(5, 0);
-  const auto greedy = make_sampler(sample(0.0f, 0, 1.0f, 0.0f));
+  const auto greedy = make_sampler(SamplingOptions::sample(0.0f, 0, 1.0f, 0.0f));
   CHECK(greedy->draw(std::vector<float>{0, 1, 0}, rng) == 1);
   CHECK(rng.draws() == 1);
 }

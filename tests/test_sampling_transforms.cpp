@@ -19,16 +19,6 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-SamplingOptions sample(float temperature = 1.0f, int top_k = 0, float top_p = 1.0f, float min_p = 0.0f) {
-  SamplingOptions o;
-  o.strategy = "sample";
-  o.temperature = temperature;
-  o.top_k = top_k;
-  o.top_p = top_p;
-  o.min_p = min_p;
-  return o;
-}
-
 std::vector<float> log_of(std::vector<float> probs) {
   for (float& p : probs) p = std::log(p);
   return probs;
@@ -67,90 +57,90 @@ TEST_CASE("greedy is the one-hot argmax, ties to the lowest id", "[sampling]") {
   CHECK(argmax(std::vector<float>{std::nanf(""), 1, 3, 3, 2, 0, 0, 0, 0, 3.5f, 1}) == 9);  // NaN ignored
   CHECK(argmax(std::vector<float>{-kInf, -kInf}) == 0);
   // Temperature 0 is greedy; greedy ignores the other transforms (the argmax survives them).
-  check_row(distribution(sample(0.0f, 2, 0.5f, 0.5f), {0.3f, 0.9f, 0.9f, 0.1f}), {0, 1, 0, 0});
-  CHECK(make_sampler(sample(0.0f))->is_greedy());
+  check_row(distribution(SamplingOptions::sample(0.0f, 2, 0.5f, 0.5f), {0.3f, 0.9f, 0.9f, 0.1f}), {0, 1, 0, 0});
+  CHECK(make_sampler(SamplingOptions::sample(0.0f))->is_greedy());
   CHECK(make_sampler(greedy)->is_greedy());
-  CHECK_FALSE(make_sampler(sample(1.0f))->is_greedy());
+  CHECK_FALSE(make_sampler(SamplingOptions::sample(1.0f))->is_greedy());
 }
 
 TEST_CASE("temperature divides the logits", "[sampling]") {
-  check_row(distribution(sample(1.0f), kTable), {0.1, 0.2, 0.3, 0.4});
+  check_row(distribution(SamplingOptions::sample(1.0f), kTable), {0.1, 0.2, 0.3, 0.4});
   // T = 0.5 squares the probabilities: 1, 4, 9, 16 over 30.
-  check_row(distribution(sample(0.5f), kTable), {1 / 30.0, 4 / 30.0, 9 / 30.0, 16 / 30.0});
+  check_row(distribution(SamplingOptions::sample(0.5f), kTable), {1 / 30.0, 4 / 30.0, 9 / 30.0, 16 / 30.0});
   // T = 2 takes square roots.
   const double s = std::sqrt(0.1) + std::sqrt(0.2) + std::sqrt(0.3) + std::sqrt(0.4);
-  check_row(distribution(sample(2.0f), kTable),
+  check_row(distribution(SamplingOptions::sample(2.0f), kTable),
             {std::sqrt(0.1) / s, std::sqrt(0.2) / s, std::sqrt(0.3) / s, std::sqrt(0.4) / s});
   // Masked (-inf) tokens stay at zero.
-  check_row(distribution(sample(0.7f), {-kInf, 0.0f, 0.0f, -kInf}), {0, 0.5, 0.5, 0});
+  check_row(distribution(SamplingOptions::sample(0.7f), {-kInf, 0.0f, 0.0f, -kInf}), {0, 0.5, 0.5, 0});
   // Logits no distribution can come from are errors, not silent garbage.
-  CHECK_THROWS_WITH(distribution(sample(1.0f), {0.0f, std::nanf(""), 1.0f}), "sampler: logit 1 is nan");
-  CHECK_THROWS_WITH(distribution(sample(1.0f), {0.0f, 1.0f, kInf}), "sampler: logit 2 is inf");
-  CHECK_THROWS_WITH(distribution(sample(1.0f), {-kInf, -kInf}), "sampler: every logit is -inf");
+  CHECK_THROWS_WITH(distribution(SamplingOptions::sample(1.0f), {0.0f, std::nanf(""), 1.0f}), "sampler: logit 1 is nan");
+  CHECK_THROWS_WITH(distribution(SamplingOptions::sample(1.0f), {0.0f, 1.0f, kInf}), "sampler: logit 2 is inf");
+  CHECK_THROWS_WITH(distribution(SamplingOptions::sample(1.0f), {-kInf, -kInf}), "sampler: every logit is -inf");
 }
 
 TEST_CASE("top-k keeps the k largest, and every token tied with the k-th (HF)", "[sampling]") {
-  check_row(distribution(sample(1.0f, 1), kTable), {0, 0, 0, 1});
-  check_row(distribution(sample(1.0f, 2), kTable), {0, 0, 3 / 7.0, 4 / 7.0});
-  check_row(distribution(sample(1.0f, 3), kTable), {0, 2 / 9.0, 3 / 9.0, 4 / 9.0});
-  check_row(distribution(sample(1.0f, 4), kTable), {0.1, 0.2, 0.3, 0.4});
-  check_row(distribution(sample(1.0f, 10), kTable), {0.1, 0.2, 0.3, 0.4});
+  check_row(distribution(SamplingOptions::sample(1.0f, 1), kTable), {0, 0, 0, 1});
+  check_row(distribution(SamplingOptions::sample(1.0f, 2), kTable), {0, 0, 3 / 7.0, 4 / 7.0});
+  check_row(distribution(SamplingOptions::sample(1.0f, 3), kTable), {0, 2 / 9.0, 3 / 9.0, 4 / 9.0});
+  check_row(distribution(SamplingOptions::sample(1.0f, 4), kTable), {0.1, 0.2, 0.3, 0.4});
+  check_row(distribution(SamplingOptions::sample(1.0f, 10), kTable), {0.1, 0.2, 0.3, 0.4});
   // Ties at the k-th value: logits 1, 2, 2, 0.
   const std::vector<float> tied = {1.0f, 2.0f, 2.0f, 0.0f};
-  check_row(distribution(sample(1.0f, 1), tied), {0, 0.5, 0.5, 0});
-  check_row(distribution(sample(1.0f, 2), tied), {0, 0.5, 0.5, 0});
+  check_row(distribution(SamplingOptions::sample(1.0f, 1), tied), {0, 0.5, 0.5, 0});
+  check_row(distribution(SamplingOptions::sample(1.0f, 2), tied), {0, 0.5, 0.5, 0});
   const double e = std::exp(1.0), z = e + 2 * e * e;
-  check_row(distribution(sample(1.0f, 3), tied), {e / z, e * e / z, e * e / z, 0});
+  check_row(distribution(SamplingOptions::sample(1.0f, 3), tied), {e / z, e * e / z, e * e / z, 0});
 }
 
 TEST_CASE("top-p keeps the smallest prefix whose mass reaches p", "[sampling]") {
   // Descending masses 0.4, 0.7, 0.9, 1.0.
-  check_row(distribution(sample(1.0f, 0, 0.35f), kTable), {0, 0, 0, 1});
-  check_row(distribution(sample(1.0f, 0, 0.5f), kTable), {0, 0, 3 / 7.0, 4 / 7.0});
-  check_row(distribution(sample(1.0f, 0, 0.75f), kTable), {0, 2 / 9.0, 3 / 9.0, 4 / 9.0});
-  check_row(distribution(sample(1.0f, 0, 0.95f), kTable), {0.1, 0.2, 0.3, 0.4});
+  check_row(distribution(SamplingOptions::sample(1.0f, 0, 0.35f), kTable), {0, 0, 0, 1});
+  check_row(distribution(SamplingOptions::sample(1.0f, 0, 0.5f), kTable), {0, 0, 3 / 7.0, 4 / 7.0});
+  check_row(distribution(SamplingOptions::sample(1.0f, 0, 0.75f), kTable), {0, 2 / 9.0, 3 / 9.0, 4 / 9.0});
+  check_row(distribution(SamplingOptions::sample(1.0f, 0, 0.95f), kTable), {0.1, 0.2, 0.3, 0.4});
   // Exact boundaries on four equal logits (numerators exactly 1, masses exact integers):
   // mass reaching p exactly stops the nucleus; ties are ordered by lower id first.
   const std::vector<float> flat = {0.0f, 0.0f, 0.0f, 0.0f};
-  check_row(distribution(sample(1.0f, 0, 0.25f), flat), {1, 0, 0, 0});
-  check_row(distribution(sample(1.0f, 0, 0.5f), flat), {0.5, 0.5, 0, 0});
-  check_row(distribution(sample(1.0f, 0, 0.5000001f), flat), {1 / 3.0, 1 / 3.0, 1 / 3.0, 0});
-  check_row(distribution(sample(1.0f, 0, 1.0f), flat), {0.25, 0.25, 0.25, 0.25});
+  check_row(distribution(SamplingOptions::sample(1.0f, 0, 0.25f), flat), {1, 0, 0, 0});
+  check_row(distribution(SamplingOptions::sample(1.0f, 0, 0.5f), flat), {0.5, 0.5, 0, 0});
+  check_row(distribution(SamplingOptions::sample(1.0f, 0, 0.5000001f), flat), {1 / 3.0, 1 / 3.0, 1 / 3.0, 0});
+  check_row(distribution(SamplingOptions::sample(1.0f, 0, 1.0f), flat), {0.25, 0.25, 0.25, 0.25});
   // Ties in the middle: ids 1 and 2 tie; p = 0.5 of (2, 1, 1, 0.5)/4.5 keeps 0 and 1.
   const double l2 = std::log(2.0), lh = std::log(0.5);
-  check_row(distribution(sample(1.0f, 0, 0.5f), {float(l2), 0.0f, 0.0f, float(lh)}), {2 / 3.0, 1 / 3.0, 0, 0});
+  check_row(distribution(SamplingOptions::sample(1.0f, 0, 0.5f), {float(l2), 0.0f, 0.0f, float(lh)}), {2 / 3.0, 1 / 3.0, 0, 0});
 }
 
 TEST_CASE("min-p keeps probabilities >= min_p times the top one", "[sampling]") {
-  check_row(distribution(sample(1.0f, 0, 1.0f, 0.2f), kTable), {0.1, 0.2, 0.3, 0.4});
-  check_row(distribution(sample(1.0f, 0, 1.0f, 0.45f), kTable), {0, 2 / 9.0, 3 / 9.0, 4 / 9.0});
-  check_row(distribution(sample(1.0f, 0, 1.0f, 0.55f), kTable), {0, 0, 3 / 7.0, 4 / 7.0});
-  check_row(distribution(sample(1.0f, 0, 1.0f, 0.8f), kTable), {0, 0, 0, 1});
+  check_row(distribution(SamplingOptions::sample(1.0f, 0, 1.0f, 0.2f), kTable), {0.1, 0.2, 0.3, 0.4});
+  check_row(distribution(SamplingOptions::sample(1.0f, 0, 1.0f, 0.45f), kTable), {0, 2 / 9.0, 3 / 9.0, 4 / 9.0});
+  check_row(distribution(SamplingOptions::sample(1.0f, 0, 1.0f, 0.55f), kTable), {0, 0, 3 / 7.0, 4 / 7.0});
+  check_row(distribution(SamplingOptions::sample(1.0f, 0, 1.0f, 0.8f), kTable), {0, 0, 0, 1});
   // min_p = 1 keeps exactly the tokens tied with the top.
-  check_row(distribution(sample(1.0f, 0, 1.0f, 1.0f), {1.0f, 2.0f, 2.0f, 0.0f}), {0, 0.5, 0.5, 0});
+  check_row(distribution(SamplingOptions::sample(1.0f, 0, 1.0f, 1.0f), {1.0f, 2.0f, 2.0f, 0.0f}), {0, 0.5, 0.5, 0});
 }
 
 TEST_CASE("transforms compose in HF order: temperature, top-k, top-p, min-p", "[sampling]") {
   // T = 0.5 -> (1, 4, 9, 16)/30; top-k 3 -> (4, 9, 16)/29; top-p 0.6: 16/29 = 0.55 < 0.6,
   // 25/29 >= 0.6 -> (9, 16)/25.
-  check_row(distribution(sample(0.5f, 3, 0.6f), kTable), {0, 0, 0.36, 0.64});
+  check_row(distribution(SamplingOptions::sample(0.5f, 3, 0.6f), kTable), {0, 0, 0.36, 0.64});
   // ... then min-p 0.5 keeps 9/16 = 0.5625 of the top, min-p 0.6 does not.
-  check_row(distribution(sample(0.5f, 3, 0.6f, 0.5f), kTable), {0, 0, 0.36, 0.64});
-  check_row(distribution(sample(0.5f, 3, 0.6f, 0.6f), kTable), {0, 0, 0, 1});
+  check_row(distribution(SamplingOptions::sample(0.5f, 3, 0.6f, 0.5f), kTable), {0, 0, 0.36, 0.64});
+  check_row(distribution(SamplingOptions::sample(0.5f, 3, 0.6f, 0.6f), kTable), {0, 0, 0, 1});
 
   // Temperature before top-p: T = 2 gives masses 0.325, 0.607, 0.837, so p = 0.65 keeps
   // three tokens (top-p first would keep 0.4 + 0.3 only).
   const double s = std::sqrt(0.2) + std::sqrt(0.3) + std::sqrt(0.4);
-  check_row(distribution(sample(2.0f, 0, 0.65f), kTable),
+  check_row(distribution(SamplingOptions::sample(2.0f, 0, 0.65f), kTable),
             {0, std::sqrt(0.2) / s, std::sqrt(0.3) / s, std::sqrt(0.4) / s});
 
   // Top-k before top-p: top-k 2 renormalises to (3/7, 4/7), whose first mass 0.57 >= 0.5
   // (top-p first would keep 0.4 + 0.3, then top-k 2 both).
-  check_row(distribution(sample(1.0f, 2, 0.5f), kTable), {0, 0, 0, 1});
+  check_row(distribution(SamplingOptions::sample(1.0f, 2, 0.5f), kTable), {0, 0, 0, 1});
 
   // Top-p before min-p: top-p 0.75 keeps 0.2, 0.3, 0.4; min-p 0.45 keeps the same three
   // (min-p first would renormalise to 2/9, 3/9, 4/9, and top-p 0.75 would then drop 2/9).
-  check_row(distribution(sample(1.0f, 0, 0.75f, 0.45f), kTable), {0, 2 / 9.0, 3 / 9.0, 4 / 9.0});
+  check_row(distribution(SamplingOptions::sample(1.0f, 0, 0.75f, 0.45f), kTable), {0, 2 / 9.0, 3 / 9.0, 4 / 9.0});
 }
 
 TEST_CASE("inverse_cdf maps a uniform through the cumulative sums, skipping zeros", "[sampling]") {
@@ -174,17 +164,17 @@ TEST_CASE("bad sampling options are rejected naming the flag", "[sampling]") {
     CHECK_THROWS_WITH(validate_sampling_options(o), message);
     CHECK_THROWS_AS(make_sampler(o), SpeculaError);
   };
-  rejects(sample(-1.0f), "--temperature must be >= 0, got -1");
-  rejects(sample(kInf), "--temperature must be finite, got inf");
-  rejects(sample(1.0f, -1), "--top-k must be >= 0, got -1");
-  rejects(sample(1.0f, 0, 0.0f), "--top-p must be in (0, 1], got 0");
-  rejects(sample(1.0f, 0, 1.5f), "--top-p must be in (0, 1], got 1.5");
-  rejects(sample(1.0f, 0, 1.0f, -0.1f), "--min-p must be in [0, 1], got -0.1");
-  rejects(sample(1.0f, 0, 1.0f, 1.5f), "--min-p must be in [0, 1], got 1.5");
-  SamplingOptions o = sample();
+  rejects(SamplingOptions::sample(-1.0f), "--temperature must be >= 0, got -1");
+  rejects(SamplingOptions::sample(kInf), "--temperature must be finite, got inf");
+  rejects(SamplingOptions::sample(1.0f, -1), "--top-k must be >= 0, got -1");
+  rejects(SamplingOptions::sample(1.0f, 0, 0.0f), "--top-p must be in (0, 1], got 0");
+  rejects(SamplingOptions::sample(1.0f, 0, 1.5f), "--top-p must be in (0, 1], got 1.5");
+  rejects(SamplingOptions::sample(1.0f, 0, 1.0f, -0.1f), "--min-p must be in [0, 1], got -0.1");
+  rejects(SamplingOptions::sample(1.0f, 0, 1.0f, 1.5f), "--min-p must be in [0, 1], got 1.5");
+  SamplingOptions o = SamplingOptions::sample();
   o.beam_width = 0;
   rejects(o, "--beam-width must be >= 1, got 0");
-  o = sample();
+  o = SamplingOptions::sample();
   o.length_penalty = std::numeric_limits<float>::quiet_NaN();
   rejects(o, "--length-penalty must be finite, got nan");
   o.length_penalty = 1.0f;
@@ -250,7 +240,7 @@ TEST_CASE("partial top-p selection equals a full sort on random logits", "[sampl
         l = float(spread * (rng.uniform() * 2 - 1) * (rng.uniform() < 0.01 ? 4 : 1));
         if (trial % 2) l = std::round(l * 4) / 4;
       }
-      SamplingOptions o = sample(float(0.3 + 1.7 * rng.uniform()), top_ks[trial % 5], top_ps[trial % 6],
+      SamplingOptions o = SamplingOptions::sample(float(0.3 + 1.7 * rng.uniform()), top_ks[trial % 5], top_ps[trial % 6],
                                  min_ps[trial % 3]);
       const std::vector<float> expected = reference(logits, o);
       const std::vector<float> actual = distribution(o, logits);
