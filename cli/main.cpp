@@ -1,10 +1,12 @@
 // defines: the `specula` command line: `generate` (one request, text or JSON), `run CONFIG`
-// (an experiment) and `report DIR` (its tables and plots again).
+// (an experiment), `report DIR` (its tables and plots again) and `make-checkpoint` (random
+// weights of any LLaMA shape).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
 
 #include "cli/generate_command.h"
+#include "cli/make_checkpoint_command.h"
 #include "cli/run_command.h"
 #include "engine/error.h"
 
@@ -14,6 +16,7 @@ int main(int argc, char** argv) {
   specula::cli::GenerateCommand generate(app);
   specula::cli::RunCommand run(app);
   specula::cli::ReportCommand report(app);
+  specula::cli::MakeCheckpointCommand make_checkpoint(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -25,6 +28,7 @@ int main(int argc, char** argv) {
     if (generate.selected()) return generate.run();
     if (run.selected()) return run.run();
     if (report.selected()) return report.run();
+    if (make_checkpoint.selected()) return make_checkpoint.run();
   } catch (const specula::SpeculaError& e) {
     std::cout.flush();
     std::fprintf(stderr, "specula: error: %s\n", e.what());

@@ -25,11 +25,10 @@ Model::Model(const std::string& dir)
     : dir_(dir),
       config_(load_model_config((std::filesystem::path(dir) / "config.json").string())),
       checkpoint_(std::make_unique<Checkpoint>(dir)),
-      tokenizer_(std::make_unique<Tokenizer>((std::filesystem::path(dir) / "tokenizer.model").string())),
+      tokenizer_(std::make_unique<Tokenizer>((std::filesystem::path(dir) / "tokenizer.model").string(),
+                                             config_.vocab_size)),
       rope_(config_.head_dim(), config_.rope_theta) {
   const ModelConfig& c = config_;
-  SPECULA_CHECK(tokenizer_->vocab_size() == c.vocab_size, dir, ": tokenizer.model has ", tokenizer_->vocab_size(),
-                " pieces but config.json says vocab_size = ", c.vocab_size);
   const int64_t hidden = c.hidden_size, ffn = c.intermediate_size, kv = c.kv_dim(), vocab = c.vocab_size;
   const Checkpoint& ck = *checkpoint_;
   embed_ = &ck.get("model.embed_tokens.weight", {vocab, hidden});

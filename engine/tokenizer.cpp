@@ -17,10 +17,13 @@ void drop_incomplete_tail(std::string& text) {
 
 }  // namespace
 
-Tokenizer::Tokenizer(const std::string& model_path)
+Tokenizer::Tokenizer(const std::string& model_path, int vocab_size)
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
   auto status = sp_->Load(model_path);
   SPECULA_CHECK(status.ok(), model_path, ": cannot load SentencePiece model: ", status.ToString());
+  vocab_size_ = vocab_size == 0 ? piece_count() : vocab_size;
+  SPECULA_CHECK(vocab_size_ >= piece_count(), model_path, ": ", piece_count(),
+                " pieces do not fit the model's vocab_size = ", vocab_size_);
 }
 
 Tokenizer::~Tokenizer() = default;
@@ -34,9 +37,14 @@ std::vector<int> Tokenizer::encode(const std::string& text, bool add_bos) const 
 }
 
 std::string Tokenizer::decode(const std::vector<int>& ids) const {
-  for (int id : ids) SPECULA_CHECK(id >= 0 && id < vocab_size(), "tokenizer: id ", id, " is outside the vocabulary");
+  std::vector<int> pieces;  // ids without the padding
+  pieces.reserve(ids.size());
+  for (int id : ids) {
+    SPECULA_CHECK(id >= 0 && id < vocab_size(), "tokenizer: id ", id, " is outside the vocabulary");
+    if (id < piece_count()) pieces.push_back(id);
+  }
   std::string text;
-  auto status = sp_->Decode(ids, &text);
+  auto status = sp_->Decode(pieces, &text);
   SPECULA_CHECK(status.ok(), "tokenizer: decode failed: ", status.ToString());
   return text;
 }
@@ -50,15 +58,16 @@ std::string Tokenizer::decode_piece(const std::vector<int>& previous, int id) co
   // A byte-fallback piece that leaves a UTF-8 character incomplete decodes to U+FFFD; its
   // text is held back until the character completes.
   std::string before = decode(ctx);
-  if (!ctx.empty() && sp_->IsByte(ctx.back())) drop_incomplete_tail(before);
+  const auto is_byte = [&](int piece) { return piece < piece_count() && sp_->IsByte(piece); };
+  if (!ctx.empty() && is_byte(ctx.back())) drop_incomplete_tail(before);
   ctx.push_back(id);
   std::string after = decode(ctx);
-  if (sp_->IsByte(id)) drop_incomplete_tail(after);
+  if (is_byte(id)) drop_incomplete_tail(after);
   if (after.compare(0, before.size(), before) == 0) return after.substr(before.size());
   return after;
 }
 
-int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+int Tokenizer::piece_count() const { return sp_->GetPieceSize(); }
 int Tokenizer::bos_id() const { return sp_->bos_id(); }
 int Tokenizer::eos_id() const { return sp_->eos_id(); }
 

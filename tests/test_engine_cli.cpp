@@ -1,6 +1,6 @@
-// `specula generate` from the outside: the built binary is run as a user would run it. Bad
-// input (missing model folder, corrupt config, a prompt longer than max_position_embeddings,
-// an unknown flag, bad --prompt-ids) exits with a non-zero status (not a signal) and one clear
+// `specula generate` and `specula make-checkpoint` from the outside: the built binary is run
+// as a user would run it. Bad input (missing model folder, corrupt config, a prompt longer
+// than max_position_embeddings, an unknown flag, bad --prompt-ids, a bad checkpoint request) exits with a non-zero status (not a signal) and one clear
 // line on stderr naming what is wrong; good input prints the documented JSON object.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -115,6 +115,40 @@ TEST_CASE("cli: bad input exits non-zero with one clear line on stderr", "[engin
     CHECK(one_line(o.err));
   }
   fs::remove_all(corrupt);
+}
+
+TEST_CASE("specula make-checkpoint writes a model generate runs, and names bad requests", "[engine][cli][writer]") {
+  const test::TempDir dir;
+  const std::string out = dir.file("random");
+  const Outcome made = run_specula("make-checkpoint --out '" + out + "' --shape draft-1m --layers 1 --seed 5");
+  INFO("stderr: " << made.err);
+  REQUIRE(made.status == 0);
+  const Outcome gen = run_specula("generate --model '" + out + "' --prompt-ids 1,2,3 --max-new-tokens 4 --json");
+  REQUIRE(gen.status == 0);
+  CHECK(nlohmann::json::parse(gen.out).at("ids").size() == 4);
+
+  struct Case {
+    const char* what;
+    std::string args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"existing checkpoint", "make-checkpoint --out '" + out + "' --shape draft-1m", "already holds config.json"},
+      {"unknown shape", "make-checkpoint --out '" + dir.file("x") + "' --shape gpt-5", "unknown shape preset 'gpt-5'"},
+      {"bad dtype", "make-checkpoint --out '" + dir.file("x") + "' --shape draft-1m --dtype int8", "--dtype 'int8'"},
+      {"inconsistent heads", "make-checkpoint --out '" + dir.file("x") + "' --shape draft-1m --heads 3",
+       "'num_attention_heads' (3) must divide 'hidden_size' (128)"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    const Outcome o = run_specula(c.args);
+    INFO("stderr: " << o.err);
+    CHECK(o.exited);
+    CHECK(o.status != 0);
+    CHECK_THAT(o.err, Catch::Contains(c.message));
+    CHECK(one_line(o.err));
+  }
+  CHECK_FALSE(fs::exists(dir.file("x")));
 }
 
 }  // namespace specula

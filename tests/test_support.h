@@ -1,6 +1,7 @@
-// defines: helpers shared by the tests: paths of the bundled models and data.
+// defines: helpers shared by the tests: paths of the bundled models and data, and TempDir.
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 namespace specula::test {
@@ -17,5 +18,16 @@ inline constexpr bool kSanitized = false;
 std::string model_dir(const std::string& name);
 // <repo>/<relative>, e.g. source_path("tests/data/hf-greedy.json").
 std::string source_path(const std::string& relative);
+
+// A fresh folder under the system temp directory (unique per process and instance), removed
+// with everything in it.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
 
 }  // namespace specula::test
