@@ -1,7 +1,8 @@
 // `specula generate` and `specula make-checkpoint` from the outside: the built binary is run
 // as a user would run it. Bad input (missing model folder, corrupt config, a prompt longer
-// than max_position_embeddings, an unknown flag, bad --prompt-ids, a bad checkpoint request) exits with a non-zero status (not a signal) and one clear
-// line on stderr naming what is wrong; good input prints the documented JSON object.
+// than max_position_embeddings, an unknown flag, bad --prompt-ids, a bad checkpoint request)
+// exits with a non-zero status (not a signal) and one clear line on stderr naming what is
+// wrong; good input prints the documented JSON object.
 #include <sys/wait.h>
 #include <unistd.h>
 
