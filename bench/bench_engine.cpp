@@ -1,19 +1,25 @@
-// Engine throughput on this machine: decode and prefill tokens/s for the three bundled models,
-// a memory-bandwidth probe (memcpy of 256 MiB), and each model's decode "floor" (the time to
-// stream its weights once at the probed bandwidth), so that decode time per token reads as a
-// ratio to that floor. An OpenBLAS sgemm baseline runs on target-16m's prefill shapes.
+// Engine throughput on this machine: decode and prefill tokens/s for the three bundled models
+// (and $SPECULA_BENCH_MODEL's, if set), a memory-bandwidth probe (memcpy of 256 MiB), and each
+// model's decode "floor" (the time to stream its weights once at the probed bandwidth), so
+// that decode time per token reads as a ratio to that floor; the verify-forward cost of n rows
+// against one; the matrix kernel on each instruction set, with an OpenBLAS sgemm baseline on
+// target-16m's prefill shapes.
 //
 // Counters: items_per_second = tokens/s (decode, prefill) or FLOP/s (matmul);
 // bytes_per_second = bytes copied per second (bandwidth); floor_us = weight_bytes / traffic
-// bandwidth; x_floor = measured time per decode token / floor.
+// bandwidth; x_floor = measured time per decode token / floor; x_one_row = verify time / one-row
+// time.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <span>
@@ -44,22 +50,37 @@ double traffic_bytes_per_second() {
   return rate;
 }
 
-std::string model_dir(const std::string& name) { return std::string(SPECULA_SOURCE_DIR) + "/models/" + name; }
+// The models measured: the three bundled ones, then the folder in $SPECULA_BENCH_MODEL if set
+// (e.g. one written by `specula make-checkpoint --shape tinyllama-1.1b`, over the bundled
+// tokenizer), for speed at sizes where decoding is bound by memory.
+std::vector<std::string> bench_models() {
+  std::vector<std::string> dirs;
+  for (const char* name : {"target-16m", "draft-4m", "draft-1m"})
+    dirs.push_back(std::string(SPECULA_SOURCE_DIR) + "/models/" + name);
+  if (const char* extra = std::getenv("SPECULA_BENCH_MODEL")) dirs.emplace_back(extra);
+  return dirs;
+}
+const int kLastModel = static_cast<int>(bench_models().size()) - 1;
 
-// The first `n` ids of the reference prompts of `model`, concatenated (real text, not noise).
-std::vector<int> real_prompt(const std::string& model, std::size_t n) {
+// Model `index` of bench_models(), labelled with its folder's name.
+std::unique_ptr<Model> load_bench_model(benchmark::State& state, int64_t index) {
+  const std::string dir = bench_models().at(static_cast<std::size_t>(index));
+  state.SetLabel(std::filesystem::path(dir).filename().string());
+  return std::make_unique<Model>(dir);
+}
+
+// The first `n` ids of target-16m's reference prompts, concatenated (real text, not noise;
+// every model here shares its tokenizer).
+std::vector<int> real_prompt(std::size_t n) {
   std::ifstream in(std::string(SPECULA_SOURCE_DIR) + "/tests/data/hf-greedy.json");
-  const auto refs = nlohmann::json::parse(in).at("models").at(model);
+  const auto refs = nlohmann::json::parse(in).at("models").at("target-16m");
   std::vector<int> ids;
-  for (const auto& r : refs) {
-    for (int id : r.at("prompt_ids").get<std::vector<int>>()) ids.push_back(id);
-    if (ids.size() >= n) break;
-  }
+  while (ids.size() < n)
+    for (const auto& r : refs)
+      for (int id : r.at("prompt_ids").get<std::vector<int>>()) ids.push_back(id);
   ids.resize(n);
   return ids;
 }
-
-const char* const kModels[] = {"target-16m", "draft-4m", "draft-1m"};
 
 void BM_MemcpyBandwidth(benchmark::State& state) {
   std::vector<char> a(kProbeBytes, 1), b(kProbeBytes, 2);
@@ -75,9 +96,9 @@ BENCHMARK(BM_MemcpyBandwidth)->Unit(benchmark::kMillisecond);
 
 // One-token decode steps after a 128-token prompt; the context cycles over 128..255 tokens.
 void BM_Decode(benchmark::State& state) {
-  Model m(model_dir(kModels[state.range(0)]));
-  state.SetLabel(kModels[state.range(0)]);
-  const std::vector<int> prompt = real_prompt(kModels[state.range(0)], 128);
+  const auto model = load_bench_model(state, state.range(0));
+  Model& m = *model;
+  const std::vector<int> prompt = real_prompt(128);
   PagedKvCache cache(m.kv_layout(16), 32);
   const int seq = cache.create();
   std::vector<int> positions(prompt.size());
@@ -99,16 +120,18 @@ void BM_Decode(benchmark::State& state) {
   state.counters["x_floor"] =
       benchmark::Counter(floor_s, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
-BENCHMARK(BM_Decode)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Decode)->DenseRange(0, kLastModel)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // The cost model of speculative decoding: a verify forward of `rows` chained tokens (all
-// logits) against a one-token decode, both after a `context`-token prompt of target-16m,
+// logits) against a one-token decode, both after a `context`-token prompt of target-16m (and
+// of $SPECULA_BENCH_MODEL's model),
 // interleaved in every iteration so that both see the same machine. Reported time is the
 // verify forward; x_one_row = verify time / one-row time (the r(n) of the speedup model).
 void BM_VerifyForward(benchmark::State& state) {
-  Model m(model_dir("target-16m"));
-  const int context = static_cast<int>(state.range(0)), rows = static_cast<int>(state.range(1));
-  const std::vector<int> prompt = real_prompt("target-16m", static_cast<std::size_t>(context + rows));
+  const auto model = load_bench_model(state, state.range(0));
+  Model& m = *model;
+  const int context = static_cast<int>(state.range(1)), rows = static_cast<int>(state.range(2));
+  const std::vector<int> prompt = real_prompt(static_cast<std::size_t>(context + rows));
   PagedKvCache cache(m.kv_layout(16), (context + rows) / 16 + 2);
   const int seq = cache.create();
   std::vector<int> positions(prompt.size());
@@ -131,20 +154,22 @@ void BM_VerifyForward(benchmark::State& state) {
     verify_s += verify;
     state.SetIterationTime(verify);
   }
-  state.SetLabel("target-16m, context " + std::to_string(context) + ", " + std::to_string(rows) + " rows");
+  state.SetLabel(std::filesystem::path(m.dir()).filename().string() + ", context " + std::to_string(context) + ", " +
+                 std::to_string(rows) + " rows");
   state.counters["x_one_row"] = verify_s / one_row_s;
 }
 BENCHMARK(BM_VerifyForward)
-    ->ArgsProduct({{128, 512}, {1, 2, 4, 8}})
-    ->ArgNames({"context", "rows"})
+    ->ArgsProduct({kLastModel > 2 ? std::vector<int64_t>{0, kLastModel} : std::vector<int64_t>{0}, {128, 512},
+                   {1, 2, 4, 8}})
+    ->ArgNames({"model", "context", "rows"})
     ->Unit(benchmark::kMicrosecond)
     ->UseManualTime();
 
 // A 200-token prompt prefilled in one forward (last-row logits).
 void BM_Prefill(benchmark::State& state) {
-  Model m(model_dir(kModels[state.range(0)]));
-  state.SetLabel(kModels[state.range(0)]);
-  const std::vector<int> prompt = real_prompt(kModels[state.range(0)], 200);
+  const auto model = load_bench_model(state, state.range(0));
+  Model& m = *model;
+  const std::vector<int> prompt = real_prompt(200);
   std::vector<int> positions(prompt.size());
   std::iota(positions.begin(), positions.end(), 0);
   PagedKvCache cache(m.kv_layout(16), 16);
@@ -156,7 +181,7 @@ void BM_Prefill(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(prompt.size()));
 }
-BENCHMARK(BM_Prefill)->DenseRange(0, 2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Prefill)->DenseRange(0, kLastModel)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // target-16m's prefill matrix shapes (n = 200 rows): {out, in} of q/o, k/v, gate/up, down, lm_head.
 const int64_t kShapes[][2] = {{384, 384}, {128, 384}, {1024, 384}, {384, 1024}, {4096, 384}};
