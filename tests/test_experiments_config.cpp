@@ -40,7 +40,7 @@ TEST_CASE("shipped configs load, and their resolved form loads to the same runs"
     const char* file;
     std::size_t grid, prompts, seeds;
   };
-  for (const Shipped& s : {Shipped{"configs/quickstart.toml", 2, 8, 1}, Shipped{"configs/acceptance-study.toml", 18, 35, 1},
+  for (const Shipped& s : {Shipped{"configs/quickstart.toml", 6, 8, 1}, Shipped{"configs/acceptance-study.toml", 18, 35, 1},
                            Shipped{"configs/sampler-comparison.toml", 21, 16, 3}, Shipped{"configs/tree-shapes.toml", 10, 16, 1}}) {
     INFO(s.file);
     const ExperimentConfig c = load_config(source_path(s.file));
@@ -59,15 +59,22 @@ TEST_CASE("shipped configs load, and their resolved form loads to the same runs"
   }
 }
 
-TEST_CASE("quickstart resolves to two drafters at gamma 4, two prompts per domain", "[experiments]") {
+TEST_CASE("quickstart resolves to two draft models and n-grams at gamma 1 and 4, two prompts per domain",
+          "[experiments]") {
   const ExperimentConfig c = load_config(source_path("configs/quickstart.toml"));
-  REQUIRE(c.grid.size() == 2);
-  CHECK(c.grid[0].point.draft.model_dir == std::filesystem::weakly_canonical(model_dir("draft-4m")).string());
-  CHECK(c.grid[1].point.draft.model_dir == std::filesystem::weakly_canonical(model_dir("draft-1m")).string());
+  REQUIRE(c.grid.size() == 6);
+  const std::string draft_4m = std::filesystem::weakly_canonical(model_dir("draft-4m")).string();
+  const std::string draft_1m = std::filesystem::weakly_canonical(model_dir("draft-1m")).string();
+  std::map<std::pair<std::string, int>, int> points;  // (model folder or "ngram", gamma) -> count
   for (const GridPoint& g : c.grid) {
-    CHECK(g.point.draft.gamma == 4);
     CHECK(g.point.sampling.strategy == "greedy");
+    const std::string drafter = g.point.draft.method == "ngram" ? "ngram" : g.point.draft.model_dir;
+    ++points[{drafter, g.point.draft.gamma}];
   }
+  CHECK(points == std::map<std::pair<std::string, int>, int>{{{draft_4m, 1}, 1}, {{draft_4m, 4}, 1},
+                                                              {{draft_1m, 1}, 1}, {{draft_1m, 4}, 1},
+                                                              {{"ngram", 1}, 1},  {{"ngram", 4}, 1}});
+  CHECK(c.base.point.threads == 1);
   std::map<std::string, int> per_domain;
   for (const Prompt& p : c.prompts) ++per_domain[p.domain];
   CHECK(per_domain == std::map<std::string, int>{{"c", 2}, {"changelog", 2}, {"man", 2}, {"python", 2}});
