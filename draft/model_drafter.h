@@ -22,7 +22,8 @@ struct TreeShape {
   bool adaptive = false;       // chains only: grow gamma on full acceptance, shrink on early rejection
 };
 
-// The transform from draft logits to the distribution proposals are drawn from.
+// The transform from draft logits to the distribution proposals are drawn from (for
+// deterministic top-k proposals, any transform that keeps the logits' order will do).
 //   logits: in [vocab]; probs: out [vocab]
 using DistributionFn = std::function<void(std::span<const float> logits, std::span<float> probs)>;
 

@@ -54,9 +54,17 @@ DecodeRun decode_speculative(ModelStore& models, Model& target, const GenerateOp
 
   // Greedy drafting ranks by the draft's own softmax; sampled drafting draws from the
   // sampler's transform, the one applied to the target too (lossless verification needs it).
+  // Static greedy trees only need the order, which the logits already have (the softmax is
+  // monotone): they skip its 4096 exps per drafted token. Dynamic trees score paths by the
+  // log-probabilities, so they keep the softmax.
   const auto draft_sampler = make_sampler(greedy ? SamplingOptions::sample() : options.sampling);
+  const bool rank_by_logits = greedy && d.tree_budget == 0;
   const DistributionFn draft_distribution = [&](std::span<const float> logits, std::span<float> probs) {
-    draft_sampler->distribution(logits, probs);
+    if (rank_by_logits) {
+      std::copy(logits.begin(), logits.end(), probs.begin());
+    } else {
+      draft_sampler->distribution(logits, probs);
+    }
   };
 
   DecodeRun run;
