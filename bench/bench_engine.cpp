@@ -17,14 +17,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <span>
 #include <vector>
 
+#include "bench/bench_support.h"
 #include "engine/cpu/matmul.h"
 #include "engine/model.h"
 
@@ -67,19 +66,6 @@ std::unique_ptr<Model> load_bench_model(benchmark::State& state, int64_t index) 
   const std::string dir = bench_models().at(static_cast<std::size_t>(index));
   state.SetLabel(std::filesystem::path(dir).filename().string());
   return std::make_unique<Model>(dir);
-}
-
-// The first `n` ids of target-16m's reference prompts, concatenated (real text, not noise;
-// every model here shares its tokenizer).
-std::vector<int> real_prompt(std::size_t n) {
-  std::ifstream in(std::string(SPECULA_SOURCE_DIR) + "/tests/data/hf-greedy.json");
-  const auto refs = nlohmann::json::parse(in).at("models").at("target-16m");
-  std::vector<int> ids;
-  while (ids.size() < n)
-    for (const auto& r : refs)
-      for (int id : r.at("prompt_ids").get<std::vector<int>>()) ids.push_back(id);
-  ids.resize(n);
-  return ids;
 }
 
 void BM_MemcpyBandwidth(benchmark::State& state) {

@@ -10,12 +10,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <numeric>
 #include <span>
 #include <vector>
 
+#include "bench/bench_support.h"
 #include "engine/model.h"
 
 namespace specula {
@@ -74,11 +73,7 @@ void BM_DecodePagedVsContiguous(benchmark::State& state) {
   Model m(std::string(SPECULA_SOURCE_DIR) + "/models/target-16m");
   const int block_size = static_cast<int>(state.range(0));
   state.SetLabel("block size " + std::to_string(block_size) + " vs one 1024-slot block");
-  std::ifstream in(std::string(SPECULA_SOURCE_DIR) + "/tests/data/hf-greedy.json");
-  std::vector<int> prompt;
-  for (const auto& r : nlohmann::json::parse(in).at("models").at("target-16m"))
-    for (int id : r.at("prompt_ids").get<std::vector<int>>()) prompt.push_back(id);
-  prompt.resize(512);
+  const std::vector<int> prompt = real_prompt(512);
   std::vector<int> positions(prompt.size());
   std::iota(positions.begin(), positions.end(), 0);
   std::vector<float> logits(static_cast<std::size_t>(m.config().vocab_size));

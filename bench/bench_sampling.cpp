@@ -30,16 +30,6 @@ std::vector<float> normal_logits(int vocab, double sigma) {
   return logits;
 }
 
-SamplingOptions options(const char* strategy, float temperature, int top_k, float top_p, float min_p) {
-  SamplingOptions o;
-  o.strategy = strategy;
-  o.temperature = temperature;
-  o.top_k = top_k;
-  o.top_p = top_p;
-  o.min_p = min_p;
-  return o;
-}
-
 void strategy(benchmark::State& state, SamplingOptions o, double sigma) {
   const std::vector<float> logits = normal_logits(int(state.range(0)), sigma);
   std::vector<float> probs(logits.size());
@@ -83,12 +73,12 @@ void top_p_sizes(benchmark::internal::Benchmark* b) {
 
 }  // namespace
 
-BENCHMARK_CAPTURE(strategy, greedy, options("greedy", 1.0f, 0, 1.0f, 0.0f), kPeaked)->Apply(vocab_sizes);
-BENCHMARK_CAPTURE(strategy, temperature_0.8, options("sample", 0.8f, 0, 1.0f, 0.0f), kPeaked)->Apply(vocab_sizes);
-BENCHMARK_CAPTURE(strategy, top_k_50, options("sample", 1.0f, 50, 1.0f, 0.0f), kPeaked)->Apply(vocab_sizes);
-BENCHMARK_CAPTURE(strategy, min_p_0.05, options("sample", 1.0f, 0, 1.0f, 0.05f), kPeaked)->Apply(vocab_sizes);
-BENCHMARK_CAPTURE(strategy, top_p_0.9_peaked, options("sample", 1.0f, 0, 0.9f, 0.0f), kPeaked)->Apply(top_p_sizes);
-BENCHMARK_CAPTURE(strategy, top_p_0.9_flat, options("sample", 1.0f, 0, 0.9f, 0.0f), kFlat)->Apply(top_p_sizes);
+BENCHMARK_CAPTURE(strategy, greedy, SamplingOptions{}, kPeaked)->Apply(vocab_sizes);
+BENCHMARK_CAPTURE(strategy, temperature_0.8, SamplingOptions::sample(0.8f, 0, 1.0f, 0.0f), kPeaked)->Apply(vocab_sizes);
+BENCHMARK_CAPTURE(strategy, top_k_50, SamplingOptions::sample(1.0f, 50, 1.0f, 0.0f), kPeaked)->Apply(vocab_sizes);
+BENCHMARK_CAPTURE(strategy, min_p_0.05, SamplingOptions::sample(1.0f, 0, 1.0f, 0.05f), kPeaked)->Apply(vocab_sizes);
+BENCHMARK_CAPTURE(strategy, top_p_0.9_peaked, SamplingOptions::sample(1.0f, 0, 0.9f, 0.0f), kPeaked)->Apply(top_p_sizes);
+BENCHMARK_CAPTURE(strategy, top_p_0.9_flat, SamplingOptions::sample(1.0f, 0, 0.9f, 0.0f), kFlat)->Apply(top_p_sizes);
 BENCHMARK_CAPTURE(top_p_full_sort, peaked, kPeaked)->Apply(vocab_sizes);
 BENCHMARK_CAPTURE(top_p_full_sort, flat, kFlat)->Apply(vocab_sizes);
 BENCHMARK_MAIN();

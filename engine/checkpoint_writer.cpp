@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -10,6 +11,7 @@
 
 #include "engine/error.h"
 #include "engine/tokenizer.h"
+#include "sampling/rng.h"
 
 namespace specula {
 namespace {
@@ -21,19 +23,6 @@ int64_t numel(const TensorSpec& t) {
   for (int64_t d : t.shape) n *= d;
   return n;
 }
-
-// splitmix64: a fast, well-mixed stream per (seed, tensor).
-struct SplitMix {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [-a, a).
-  float uniform(float a) { return a * (2.0f * static_cast<float>(next() >> 40) / 16777216.0f - 1.0f); }
-};
 
 void store(float v, DType dtype, unsigned char* out) {
   if (dtype == DType::F32) {
@@ -171,9 +160,15 @@ void write_random_checkpoint(const std::string& dir, const RandomCheckpoint& o) 
                       const TensorSpec& t = tensors[index];
                       const std::size_t es = dtype_size(t.dtype);
                       const bool norm = t.shape.size() == 1;
-                      SplitMix rng{o.seed * 0x100000001B3ull + index};
-                      for (std::size_t i = 0; i < bytes.size() / es; ++i)
-                        store(norm ? 1.0f : rng.uniform(half_width), t.dtype, &bytes[i * es]);
+                      const Philox rng(o.seed, index);  // one stream per (seed, tensor)
+                      const std::size_t count = bytes.size() / es;
+                      std::array<uint32_t, 4> block{};
+                      for (std::size_t i = 0; i < count; ++i) {
+                        if (i % 4 == 0) block = rng.block(i / 4);
+                        // 24 random bits of the block's lane i % 4 -> uniform in [-a, a).
+                        const float u = 2.0f * static_cast<float>(block[i % 4] >> 8) / 16777216.0f - 1.0f;
+                        store(norm ? 1.0f : half_width * u, t.dtype, &bytes[i * es]);
+                      }
                     });
 }
 

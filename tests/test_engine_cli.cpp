@@ -58,6 +58,24 @@ bool one_line(const std::string& err) {
 
 const std::string kModel = test::model_dir("draft-1m");
 
+// Bad input: `specula <args>` must exit non-zero (not by a signal) with one stderr line
+// containing `message`.
+struct ErrorCase {
+  const char* what;
+  std::string args;
+  std::string message;
+};
+
+void check_error(const ErrorCase& c) {
+  INFO(c.what);
+  const Outcome o = run_specula(c.args);
+  INFO("stderr: " << o.err);
+  CHECK(o.exited);
+  CHECK(o.status != 0);
+  CHECK_THAT(o.err, Catch::Contains(c.message));
+  CHECK(one_line(o.err));
+}
+
 }  // namespace
 
 TEST_CASE("cli: generate --json prints ids, text and stats", "[engine][cli]") {
@@ -76,11 +94,6 @@ TEST_CASE("cli: generate --json prints ids, text and stats", "[engine][cli]") {
 }
 
 TEST_CASE("cli: bad input exits non-zero with one clear line on stderr", "[engine][cli]") {
-  struct Case {
-    const char* what;
-    std::string args;
-    std::string message;  // stderr must contain this
-  };
   // A model folder whose config.json is corrupt (the other files are the real ones).
   const fs::path corrupt = fs::temp_directory_path() / ("specula-test-cli-model-" + std::to_string(::getpid()));
   fs::create_directories(corrupt);
@@ -92,7 +105,7 @@ TEST_CASE("cli: bad input exits non-zero with one clear line on stderr", "[engin
   for (int i = 0; i < 2048; ++i) long_prompt += ",13";  // 2049 tokens > max_position_embeddings 2048
 
   const std::string gen = "generate --model '" + kModel + "' ";
-  const Case cases[] = {
+  const ErrorCase cases[] = {
       {"missing model folder", "generate --model /nonexistent/model --prompt hi", "/nonexistent/model"},
       {"corrupt config", "generate --model '" + corrupt.string() + "' --prompt hi", "invalid JSON"},
       {"prompt longer than max_position_embeddings", gen + "--prompt-ids " + long_prompt, "max_position_embeddings"},
@@ -106,15 +119,7 @@ TEST_CASE("cli: bad input exits non-zero with one clear line on stderr", "[engin
       {"unknown flag", gen + "--prompt hi --frobnicate", "--frobnicate"},
       {"non-integer flag value", gen + "--prompt hi --max-new-tokens many", "--max-new-tokens"},
   };
-  for (const Case& c : cases) {
-    INFO(c.what);
-    const Outcome o = run_specula(c.args);
-    INFO("stderr: " << o.err);
-    CHECK(o.exited);
-    CHECK(o.status != 0);
-    CHECK_THAT(o.err, Catch::Contains(c.message));
-    CHECK(one_line(o.err));
-  }
+  for (const ErrorCase& c : cases) check_error(c);
   fs::remove_all(corrupt);
 }
 
@@ -128,27 +133,14 @@ TEST_CASE("specula make-checkpoint writes a model generate runs, and names bad r
   REQUIRE(gen.status == 0);
   CHECK(nlohmann::json::parse(gen.out).at("ids").size() == 4);
 
-  struct Case {
-    const char* what;
-    std::string args;
-    std::string message;
-  };
-  const Case cases[] = {
+  const ErrorCase cases[] = {
       {"existing checkpoint", "make-checkpoint --out '" + out + "' --shape draft-1m", "already holds config.json"},
       {"unknown shape", "make-checkpoint --out '" + dir.file("x") + "' --shape gpt-5", "unknown shape preset 'gpt-5'"},
       {"bad dtype", "make-checkpoint --out '" + dir.file("x") + "' --shape draft-1m --dtype int8", "--dtype 'int8'"},
       {"inconsistent heads", "make-checkpoint --out '" + dir.file("x") + "' --shape draft-1m --heads 3",
        "'num_attention_heads' (3) must divide 'hidden_size' (128)"},
   };
-  for (const Case& c : cases) {
-    INFO(c.what);
-    const Outcome o = run_specula(c.args);
-    INFO("stderr: " << o.err);
-    CHECK(o.exited);
-    CHECK(o.status != 0);
-    CHECK_THAT(o.err, Catch::Contains(c.message));
-    CHECK(one_line(o.err));
-  }
+  for (const ErrorCase& c : cases) check_error(c);
   CHECK_FALSE(fs::exists(dir.file("x")));
 }
 
