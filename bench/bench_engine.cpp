@@ -190,10 +190,11 @@ void BM_MatmulOurs(benchmark::State& state) {
     v = static_cast<uint16_t>(bits >> 16);
   }
   const TensorView view{"w", DType::BF16, {out, in}, w.data(), "bench"};
+  const cpu::PackedWeights packed(view, isa);
   std::vector<float> x(static_cast<std::size_t>(n * in)), y(static_cast<std::size_t>(n * out));
   for (float& v : x) v = normal(rng);
   for (auto _ : state) {
-    cpu::matmul_weights(isa, x.data(), view, y.data(), n);
+    cpu::matmul(x.data(), packed, y.data(), n);
     benchmark::DoNotOptimize(y.data());
   }
   state.SetLabel(std::string(cpu::isa_name(isa)) + " " + std::to_string(n) + "x" + std::to_string(in) + " * " +
@@ -205,6 +206,25 @@ BENCHMARK(BM_MatmulOurs)
     ->ArgNames({"shape", "rows", "isa"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+
+// The kernel streaming weights from memory: a BF16 [36864, 384] matrix (28 MB, target-16m's
+// weight bytes, far beyond the L2 cache) against 1..8 rows. weight_GBps = weight bytes read
+// per second (one-row decode is bound by it); the rows > 1 show how much compute hides under
+// the stream (the verify pass's cost).
+void BM_MatmulStream(benchmark::State& state) {
+  const int64_t out = 36864, in = 384;
+  const int n = static_cast<int>(state.range(0));
+  std::vector<uint16_t> w(static_cast<std::size_t>(out * in), 0x3c00);
+  const cpu::PackedWeights packed({"w", DType::BF16, {out, in}, w.data(), "bench"}, cpu::matmul_isa());
+  std::vector<float> x(static_cast<std::size_t>(n * in), 0.5f), y(static_cast<std::size_t>(n * out));
+  for (auto _ : state) {
+    cpu::matmul(x.data(), packed, y.data(), n);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["weight_GBps"] = benchmark::Counter(static_cast<double>(packed.bytes()) * state.iterations() / 1e9,
+                                                     benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_MatmulStream)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // OpenBLAS sgemm on the same shape with f32 weights (its best case: no conversion).
 void BM_MatmulOpenBLAS(benchmark::State& state) {

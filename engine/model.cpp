@@ -31,26 +31,29 @@ Model::Model(const std::string& dir)
   const ModelConfig& c = config_;
   const int64_t hidden = c.hidden_size, ffn = c.intermediate_size, kv = c.kv_dim(), vocab = c.vocab_size;
   const Checkpoint& ck = *checkpoint_;
+  const cpu::MatmulIsa isa = cpu::matmul_isa();
+  // Each matrix is packed from the mapping once; a decode step reads every one once.
+  const auto pack = [&](const std::string& name, std::vector<int64_t> shape) {
+    const TensorView& t = ck.get(name, std::move(shape));
+    weight_bytes_ += bytes_of(t);
+    return cpu::PackedWeights(t, isa);
+  };
   embed_ = &ck.get("model.embed_tokens.weight", {vocab, hidden});
-  lm_head_ = c.tie_word_embeddings ? embed_ : &ck.get("lm_head.weight", {vocab, hidden});
   final_norm_ = to_f32(ck.get("model.norm.weight", {hidden}));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    Layer layer;
-    layer.q = &ck.get(p + "self_attn.q_proj.weight", {hidden, hidden});
-    layer.k = &ck.get(p + "self_attn.k_proj.weight", {kv, hidden});
-    layer.v = &ck.get(p + "self_attn.v_proj.weight", {kv, hidden});
-    layer.o = &ck.get(p + "self_attn.o_proj.weight", {hidden, hidden});
-    layer.gate = &ck.get(p + "mlp.gate_proj.weight", {ffn, hidden});
-    layer.up = &ck.get(p + "mlp.up_proj.weight", {ffn, hidden});
-    layer.down = &ck.get(p + "mlp.down_proj.weight", {hidden, ffn});
-    layer.attn_norm = to_f32(ck.get(p + "input_layernorm.weight", {hidden}));
-    layer.mlp_norm = to_f32(ck.get(p + "post_attention_layernorm.weight", {hidden}));
-    for (const TensorView* t : {layer.q, layer.k, layer.v, layer.o, layer.gate, layer.up, layer.down})
-      weight_bytes_ += bytes_of(*t);
-    layers_.push_back(std::move(layer));
+    layers_.push_back(Layer{pack(p + "self_attn.q_proj.weight", {hidden, hidden}),
+                            pack(p + "self_attn.k_proj.weight", {kv, hidden}),
+                            pack(p + "self_attn.v_proj.weight", {kv, hidden}),
+                            pack(p + "self_attn.o_proj.weight", {hidden, hidden}),
+                            pack(p + "mlp.gate_proj.weight", {ffn, hidden}),
+                            pack(p + "mlp.up_proj.weight", {ffn, hidden}),
+                            pack(p + "mlp.down_proj.weight", {hidden, ffn}),
+                            to_f32(ck.get(p + "input_layernorm.weight", {hidden})),
+                            to_f32(ck.get(p + "post_attention_layernorm.weight", {hidden}))});
   }
-  weight_bytes_ += bytes_of(*lm_head_);
+  lm_head_ = std::make_unique<cpu::PackedWeights>(
+      pack(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", {vocab, hidden}));
 }
 
 void Model::forward(PagedKvCache& cache, PagedKvCache::SeqId seq, const ForwardBatch& batch,
@@ -114,9 +117,9 @@ void Model::forward(PagedKvCache& cache, PagedKvCache::SeqId seq, const ForwardB
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& layer = layers_[l];
     cpu::rms_norm(s_.x.data(), layer.attn_norm.data(), c.rms_norm_eps, s_.h.data(), n, hidden);
-    cpu::matmul_weights(s_.h.data(), *layer.q, s_.q.data(), n);
-    cpu::matmul_weights(s_.h.data(), *layer.k, s_.k.data(), n);
-    cpu::matmul_weights(s_.h.data(), *layer.v, s_.v.data(), n);
+    cpu::matmul(s_.h.data(), layer.q, s_.q.data(), n);
+    cpu::matmul(s_.h.data(), layer.k, s_.k.data(), n);
+    cpu::matmul(s_.h.data(), layer.v, s_.v.data(), n);
     for (int i = 0; i < n; ++i) {
       rope_.apply(&s_.q[i * std::size_t(hidden)], c.num_attention_heads, batch.positions[i]);
       rope_.apply(&s_.k[i * std::size_t(kv_dim)], c.num_key_value_heads, batch.positions[i]);
@@ -124,20 +127,20 @@ void Model::forward(PagedKvCache& cache, PagedKvCache::SeqId seq, const ForwardB
       std::copy_n(&s_.v[i * std::size_t(kv_dim)], kv_dim, cache.value(seq, l, first_slot + i));
     }
     attention(cache, seq, l, n, prefix_len, first_slot);
-    cpu::matmul_weights(s_.attn.data(), *layer.o, s_.h.data(), n);
+    cpu::matmul(s_.attn.data(), layer.o, s_.h.data(), n);
     cpu::add_inplace(s_.x.data(), s_.h.data(), static_cast<int64_t>(rows) * hidden);
 
     cpu::rms_norm(s_.x.data(), layer.mlp_norm.data(), c.rms_norm_eps, s_.h.data(), n, hidden);
-    cpu::matmul_weights(s_.h.data(), *layer.gate, s_.gate.data(), n);
-    cpu::matmul_weights(s_.h.data(), *layer.up, s_.up.data(), n);
+    cpu::matmul(s_.h.data(), layer.gate, s_.gate.data(), n);
+    cpu::matmul(s_.h.data(), layer.up, s_.up.data(), n);
     cpu::silu_mul(s_.gate.data(), s_.up.data(), static_cast<int64_t>(rows) * ffn);
-    cpu::matmul_weights(s_.gate.data(), *layer.down, s_.h.data(), n);
+    cpu::matmul(s_.gate.data(), layer.down, s_.h.data(), n);
     cpu::add_inplace(s_.x.data(), s_.h.data(), static_cast<int64_t>(rows) * hidden);
   }
 
   const float* last = s_.x.data() + (batch.all_logits ? 0 : (rows - 1) * hidden);
   cpu::rms_norm(last, final_norm_.data(), c.rms_norm_eps, s_.h.data(), static_cast<int>(logit_rows), hidden);
-  cpu::matmul_weights(s_.h.data(), *lm_head_, logits.data(), static_cast<int>(logit_rows));
+  cpu::matmul(s_.h.data(), *lm_head_, logits.data(), static_cast<int>(logit_rows));
 }
 
 void Model::attention(PagedKvCache& cache, PagedKvCache::SeqId seq, int layer, int n, int prefix_len,

@@ -1,4 +1,5 @@
-// defines: Model, a LLaMA-family checkpoint (config, memory-mapped weights, tokenizer) and
+// defines: Model, a LLaMA-family checkpoint (config, memory-mapped weights packed at load for
+// the matrix product, tokenizer) and
 // its CPU forward pass over the paged KV cache; ForwardBatch, the one input shape that
 // serves prefill, decode and tree verification.
 #pragma once
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "engine/cpu/ops.h"
+#include "engine/cpu/packed_weights.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
 #include "engine/tokenizer.h"
@@ -53,7 +55,7 @@ class Model {
 
  private:
   struct Layer {
-    const TensorView *q, *k, *v, *o, *gate, *up, *down;
+    cpu::PackedWeights q, k, v, o, gate, up, down;
     std::vector<float> attn_norm, mlp_norm;  // [hidden] f32 copies
   };
 
@@ -64,9 +66,9 @@ class Model {
   ModelConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  const TensorView* embed_ = nullptr;
-  const TensorView* lm_head_ = nullptr;
+  const TensorView* embed_ = nullptr;  // rows looked up in the mapped checkpoint
   std::vector<Layer> layers_;
+  std::unique_ptr<cpu::PackedWeights> lm_head_;  // the embedding again when tied
   std::vector<float> final_norm_;
   cpu::RopeTable rope_;
   std::size_t weight_bytes_ = 0;

@@ -76,13 +76,14 @@ TEST_CASE("matmul: every ISA's kernel equals the double reference within the f32
   for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
     for (int in : {8, 13, 40, 384}) {
       const double gamma = in * kUnit / (1 - in * kUnit);
-      for (int out : {1, 7, 33, 128}) {
+      for (int out : {1, 7, 12, 33, 128}) {
         Weights w(dtype, out, in, rng);
+        const cpu::PackedWeights packed(w.view, isa);
         for (int n : {1, 2, 3, 5, 8, 17}) {
           INFO(cpu::isa_name(isa) << ' ' << dtype_name(dtype) << " n=" << n << " in=" << in << " out=" << out);
           const auto x = random_input(n, in, rng);
           std::vector<float> y(static_cast<std::size_t>(n) * out), ref(y.size());
-          cpu::matmul_weights(isa, x.data(), w.view, y.data(), n);
+          cpu::matmul(x.data(), packed, y.data(), n);
           cpu::matmul_reference(x.data(), w.view, ref.data(), n);
           double worst = 0;  // largest error as a fraction of its bound
           for (int r = 0; r < n; ++r) {
@@ -108,23 +109,24 @@ TEST_CASE("matmul: a row of an n-row product is bitwise the row computed alone",
   for (cpu::MatmulIsa isa : cpu::supported_matmul_isas())
   for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
     for (int in : {8, 13, 40, 384}) {
-      for (int out : {1, 7, 33, 128}) {
+      for (int out : {1, 7, 12, 33, 128}) {
         Weights w(dtype, out, in, rng);
+        const cpu::PackedWeights packed(w.view, isa);
         for (int n : {2, 3, 5, 8, 17}) {
           INFO(cpu::isa_name(isa) << ' ' << dtype_name(dtype) << " n=" << n << " in=" << in << " out=" << out);
           const auto x = random_input(n, in, rng);
           std::vector<float> y(static_cast<std::size_t>(n) * out), alone(static_cast<std::size_t>(out));
-          cpu::matmul_weights(isa, x.data(), w.view, y.data(), n);
+          cpu::matmul(x.data(), packed, y.data(), n);
           for (int r = 0; r < n; ++r) {
             omp_set_num_threads(1 + r % 2);  // and whatever the thread count
-            cpu::matmul_weights(isa, &x[static_cast<std::size_t>(r) * in], w.view, alone.data(), 1);
+            cpu::matmul(&x[static_cast<std::size_t>(r) * in], packed, alone.data(), 1);
             CHECK(std::memcmp(alone.data(), &y[static_cast<std::size_t>(r) * out], sizeof(float) * out) == 0);
           }
           omp_set_num_threads(threads_before);
           // And every contiguous sub-batch gives the same rows as the whole batch.
           const int half = n / 2;
           std::vector<float> tail(static_cast<std::size_t>(n - half) * out);
-          cpu::matmul_weights(isa, &x[static_cast<std::size_t>(half) * in], w.view, tail.data(), n - half);
+          cpu::matmul(&x[static_cast<std::size_t>(half) * in], packed, tail.data(), n - half);
           CHECK(std::memcmp(tail.data(), &y[static_cast<std::size_t>(half) * out], tail.size() * sizeof(float)) == 0);
         }
       }
@@ -137,6 +139,33 @@ TEST_CASE("matmul: the process-wide ISA is the widest this CPU runs", "[engine][
   REQUIRE(std::getenv("SPECULA_MATMUL_ISA") == nullptr);
   CHECK(cpu::matmul_isa() == cpu::supported_matmul_isas().back());
   CHECK(cpu::supported_matmul_isas().front() == cpu::MatmulIsa::avx2);
+}
+
+TEST_CASE("matmul: packed weights hold every weight at its documented place, padding zero", "[engine][matmul]") {
+  std::mt19937 rng(5);
+  for (cpu::MatmulIsa isa : cpu::supported_matmul_isas())
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    const int out = 6, in = 45;  // a partial last group and a partial last step
+    Weights w(dtype, out, in, rng);
+    const cpu::PackedWeights packed(w.view, isa);
+    const int64_t es = static_cast<int64_t>(dtype_size(dtype)), step = cpu::k_step(isa, dtype);
+    const int64_t steps = (in + step - 1) / step;
+    REQUIRE(packed.groups() == 2);
+    REQUIRE(packed.group_bytes() == steps * 4 * step * es);
+    const auto* src = static_cast<const unsigned char*>(w.view.data);
+    for (int64_t g = 0; g < 2; ++g)
+      for (int64_t s = 0; s < steps; ++s)
+        for (int64_t o = 0; o < 4; ++o)
+          for (int64_t j = 0; j < step; ++j) {
+            const int64_t row = 4 * g + o, k = s * step + j;
+            const unsigned char* at = packed.group(g) + ((s * 4 + o) * step + j) * es;
+            const bool real = row < out && k < in;
+            INFO(cpu::isa_name(isa) << ' ' << dtype_name(dtype) << " row " << row << " k " << k);
+            std::vector<unsigned char> expected(static_cast<std::size_t>(es), 0);
+            if (real) std::memcpy(expected.data(), src + (row * in + k) * es, static_cast<std::size_t>(es));
+            CHECK(std::memcmp(at, expected.data(), static_cast<std::size_t>(es)) == 0);
+          }
+  }
 }
 
 TEST_CASE("matmul: weight_row upcasts every dtype exactly", "[engine][matmul]") {

@@ -33,13 +33,10 @@ MatmulIsa matmul_isa() {
   return chosen;
 }
 
-void matmul_weights(MatmulIsa isa, const float* x, const TensorView& w, float* y, int n) {
-  SPECULA_CHECK(w.shape.size() == 2, w.origin, ": tensor '", w.name, "' must be 2-D for a matrix product");
-  if (isa == MatmulIsa::avx512) return matmul_avx512(x, w, y, n);
+void matmul(const float* x, const PackedWeights& w, float* y, int n) {
+  if (w.isa() == MatmulIsa::avx512) return matmul_avx512(x, w, y, n);
   return matmul_avx2(x, w, y, n);
 }
-
-void matmul_weights(const float* x, const TensorView& w, float* y, int n) { matmul_weights(matmul_isa(), x, w, y, n); }
 
 namespace {
 template <DType T>

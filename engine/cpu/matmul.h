@@ -1,6 +1,7 @@
-// defines: matmul_weights, the CPU matrix product y = x W^T against a checkpoint weight in
-// its stored dtype (F32, F16 or BF16; upcast to f32 in registers, f32 accumulation), the
-// instruction-set choice behind it (MatmulIsa), and its plain double-precision reference.
+// defines: matmul, the CPU matrix product y = x W^T against a checkpoint weight packed at load
+// (packed_weights.h) in its stored dtype (F32, F16 or BF16; upcast to f32 in registers, f32
+// accumulation), the instruction-set choice behind it, and its plain double-precision
+// reference.
 //
 // Batch invariance: every output element y[r][o] is reduced in one fixed order (a vector
 // FMA accumulator over k, then a fixed horizontal sum), whatever the number of rows, the
@@ -13,29 +14,26 @@
 
 #include <vector>
 
+#include "engine/cpu/matmul_isa.h"
+#include "engine/cpu/packed_weights.h"
 #include "engine/safetensors.h"
 
 namespace specula::cpu {
-
-enum class MatmulIsa { avx2, avx512 };
 
 const char* isa_name(MatmulIsa isa);
 
 // The instruction sets this CPU can run, narrowest first (always includes avx2).
 std::vector<MatmulIsa> supported_matmul_isas();
 
-// The one matmul_weights uses in this process: the widest supported, or SPECULA_MATMUL_ISA's
+// The one to pack weights for in this process: the widest supported, or SPECULA_MATMUL_ISA's
 // choice (an unknown or unsupported value is an error naming it).
 MatmulIsa matmul_isa();
 
-// y[n, out] = x[n, in] * W[out, in]^T.
+// y[n, out] = x[n, in] * W[out, in]^T, on the instruction set w was packed for.
 //   x: in  [n, in]   f32, row-major
-//   w: in  [out, in] checkpoint tensor (any supported dtype; may be unaligned)
+//   w: in  [out, in] packed checkpoint tensor (any supported dtype)
 //   y: out [n, out]  f32, row-major
-void matmul_weights(const float* x, const TensorView& w, float* y, int n);
-
-// The same product on a given instruction set (tests and benchmarks compare them).
-void matmul_weights(MatmulIsa isa, const float* x, const TensorView& w, float* y, int n);
+void matmul(const float* x, const PackedWeights& w, float* y, int n);
 
 // The plain reference: the same product with a scalar double-precision loop (tests only).
 void matmul_reference(const float* x, const TensorView& w, float* y, int n);

@@ -41,6 +41,6 @@ struct Avx2 {
 
 }  // namespace
 
-void matmul_avx2(const float* x, const TensorView& w, float* y, int n) { matmul_any_dtype<Avx2>(x, w, y, n); }
+void matmul_avx2(const float* x, const PackedWeights& w, float* y, int n) { matmul_any_dtype<Avx2>(x, w, y, n); }
 
 }  // namespace specula::cpu

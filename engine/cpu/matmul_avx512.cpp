@@ -43,6 +43,6 @@ struct Avx512 {
 
 }  // namespace
 
-void matmul_avx512(const float* x, const TensorView& w, float* y, int n) { matmul_any_dtype<Avx512>(x, w, y, n); }
+void matmul_avx512(const float* x, const PackedWeights& w, float* y, int n) { matmul_any_dtype<Avx512>(x, w, y, n); }
 
 }  // namespace specula::cpu

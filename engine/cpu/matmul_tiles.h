@@ -1,6 +1,7 @@
 // defines: the ISA-generic tiles of the batch-invariant matrix product (matmul.h), written
 // once over a vector traits type V and compiled by one translation unit per instruction set
-// (matmul_avx2.cpp, matmul_avx512.cpp), each with its own target flags.
+// (matmul_avx2.cpp, matmul_avx512.cpp), each with its own target flags, over weights packed
+// for that ISA (packed_weights.h).
 //
 // Everything here sits in an unnamed namespace on purpose: each ISA unit gets its own
 // internal copy, so the linker can never merge an AVX-512 instantiation into the AVX2 path.
@@ -18,6 +19,8 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/cpu/packed_weights.h"
+#include "engine/error.h"
 #include "engine/safetensors.h"
 
 namespace specula::cpu {
@@ -65,66 +68,71 @@ inline void pack_bf16_steps(const float* x, int n, int64_t in, int lanes, float*
   }
 }
 
-// A tile of R rows x O outputs. Each (r, o) has its own accumulator: lanes over k in steps
-// (the step's vectors in order), then hsum, then the tail past the last full step in order.
-// That order depends on neither R nor O, so a row's result is the same in any tile (batch
-// invariance).
-//   x: in [R, in] (row stride in; BF16: packed); w: in [O, in] (row stride w_stride bytes);
-//   y: out [R, out]
+// A tile of R rows x O outputs (O = 4: one packed group; O = 8: two adjacent groups). Each
+// (r, o) has its own accumulator: lanes over k in steps (the step's vectors in order), then
+// hsum, then the tail past the last full step in order. That order depends on neither R nor O,
+// so a row's result is the same in any tile (batch invariance). Outputs o >= valid are
+// padding: computed, never stored.
+//   x: in [R, in] (row stride in; BF16: packed); group: the first group's packed bytes;
+//   y: out [R, out], columns [0, valid) written
 template <class V, DType T, int R, int O>
-inline void tile(const float* x, int64_t in, const unsigned char* w, int64_t w_stride, float* y, int64_t out) {
+inline void tile(const float* x, int64_t in, const unsigned char* group, const PackedWeights& w, float* y,
+                 int64_t out, int valid) {
   constexpr int64_t es = kWeightBytes<T>;
+  constexpr int kVectors = V::template kVectors<T>;
+  constexpr int64_t kStep = V::kLanes * kVectors;
+  constexpr int64_t kGroup = PackedWeights::kGroup;
+  const int64_t step_bytes = kStep * es, stride = kGroup * step_bytes;  // stride: one step of a group
+  const unsigned char* wo[O];
+  for (int o = 0; o < O; ++o) wo[o] = group + (o / kGroup) * w.group_bytes() + (o % kGroup) * step_bytes;
   typename V::Reg acc[R][O];
   for (int r = 0; r < R; ++r)
     for (int o = 0; o < O; ++o) acc[r][o] = V::zero();
-  constexpr int kVectors = V::template kVectors<T>;
-  constexpr int64_t kStep = V::kLanes * kVectors;
-  const int64_t k_main = in - in % kStep;
-  // The hardware prefetcher loses track of O interleaved row streams once the weights no
-  // longer fit in cache (3x slower on this machine's 28 MB of target weights), so each cache
-  // line of the rows kPrefetchRows further on is requested here, while this tile computes.
-  constexpr int64_t kPrefetchRows = 16;
-  for (int64_t k = 0; k < k_main; k += kStep) {
-    if ((k * es) % 64 == 0)
-      for (int o = 0; o < O; ++o)
-        _mm_prefetch(reinterpret_cast<const char*>(w + (o + kPrefetchRows) * w_stride + k * es), _MM_HINT_T0);
+  const int64_t steps = in / kStep, k_main = steps * kStep;
+  // Each thread reads its groups as one sequential stream; the lines kPrefetchBytes further
+  // on are requested while this step computes (the prefetcher alone falls behind).
+  constexpr int64_t kPrefetchBytes = 4096;
+  for (int64_t s = 0; s < steps; ++s) {
+    for (int o = 0; o < O; ++o) _mm_prefetch(reinterpret_cast<const char*>(wo[o] + s * stride + kPrefetchBytes), _MM_HINT_T0);
     for (int v = 0; v < kVectors; ++v) {
       typename V::Reg wv[O];
-      for (int o = 0; o < O; ++o) wv[o] = V::template load<T>(w + o * w_stride + k * es, v);
+      for (int o = 0; o < O; ++o) wv[o] = V::template load<T>(wo[o] + s * stride, v);
       for (int r = 0; r < R; ++r) {
-        const typename V::Reg xv = V::loadx(x + r * in + k + v * V::kLanes);
+        const typename V::Reg xv = V::loadx(x + r * in + s * kStep + v * V::kLanes);
         for (int o = 0; o < O; ++o) acc[r][o] = V::fma(xv, wv[o], acc[r][o]);
       }
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (int o = 0; o < O; ++o) {
+    for (int o = 0; o < O && o < valid; ++o) {
       float s = V::hsum(acc[r][o]);
-      for (int64_t k = k_main; k < in; ++k) s += x[r * in + k] * scalar_weight<T>(w + o * w_stride + k * es);
+      for (int64_t k = k_main; k < in; ++k) s += x[r * in + k] * scalar_weight<T>(wo[o] + steps * stride + (k - k_main) * es);
       y[r * out + o] = s;
     }
   }
 }
 
-// All n rows against O outputs: blocks of kRowBlock rows, then one tile for the rows left
-// over, so a verify pass of a few rows reads each weight once per block, not once per row.
+// All n rows against O outputs: blocks of 4 rows, then one tile for the rows left over, so a
+// verify pass of a few rows reads each weight from memory once, not once per row.
 template <class V, DType T, int O>
-void rows_for_outputs(const float* x, int n, int64_t in, const unsigned char* w, int64_t w_stride, float* y,
-                      int64_t out) {
+void rows_for_outputs(const float* x, int n, int64_t in, const unsigned char* group, const PackedWeights& w, float* y,
+                      int64_t out, int valid) {
   int r = 0;
-  for (; r + 4 <= n; r += 4) tile<V, T, 4, O>(x + r * in, in, w, w_stride, y + r * out, out);
+  for (; r + 4 <= n; r += 4) tile<V, T, 4, O>(x + r * in, in, group, w, y + r * out, out, valid);
   switch (n - r) {
-    case 3: return tile<V, T, 3, O>(x + r * in, in, w, w_stride, y + r * out, out);
-    case 2: return tile<V, T, 2, O>(x + r * in, in, w, w_stride, y + r * out, out);
-    case 1: return tile<V, T, 1, O>(x + r * in, in, w, w_stride, y + r * out, out);
+    case 3: return tile<V, T, 3, O>(x + r * in, in, group, w, y + r * out, out, valid);
+    case 2: return tile<V, T, 2, O>(x + r * in, in, group, w, y + r * out, out, valid);
+    case 1: return tile<V, T, 1, O>(x + r * in, in, group, w, y + r * out, out, valid);
     default: return;
   }
 }
 
-// y[n, out] = x[n, in] * W[out, in]^T over blocks of 8 outputs, split across OpenMP threads.
+// y[n, out] = x[n, in] * W[out, in]^T over pairs of packed groups (8 outputs), split across
+// OpenMP threads in contiguous runs.
 template <class V, DType T>
-void matmul_typed(const float* x_in, const TensorView& w, float* y, int n) {
-  const int64_t out = w.shape[0], in = w.shape[1];
+void matmul_typed(const float* x_in, const PackedWeights& w, float* y, int n) {
+  const int64_t out = w.out(), in = w.in();
+  SPECULA_CHECK(w.step() == V::kLanes * V::template kVectors<T>, "matmul: weights packed for another ISA");
   const float* x = x_in;
   if constexpr (T == DType::BF16) {
     thread_local std::vector<float> packed;  // the caller's thread; the workers only read it
@@ -132,30 +140,26 @@ void matmul_typed(const float* x_in, const TensorView& w, float* y, int n) {
     pack_bf16_steps(x_in, n, in, V::kLanes, packed.data());
     x = packed.data();
   }
-  const int64_t w_stride = in * kWeightBytes<T>;
-  const auto* wb = static_cast<const unsigned char*>(w.data);
-  constexpr int64_t kBlock = 8;  // outputs per work item: 8 independent FMA chains for decode
-  const int64_t blocks = (out + kBlock - 1) / kBlock;
+  constexpr int64_t kGroup = PackedWeights::kGroup;
+  const int64_t groups = w.groups(), pairs = (groups + 1) / 2;
 #pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t o0 = b * kBlock;
-    if (o0 + kBlock <= out) {
-      if (n <= 2) {
-        rows_for_outputs<V, T, 8>(x, n, in, wb + o0 * w_stride, w_stride, y + o0, out);
-      } else {  // 4 x 4 tiles: 16 accumulators, each weight load shared by 4 rows
-        rows_for_outputs<V, T, 4>(x, n, in, wb + o0 * w_stride, w_stride, y + o0, out);
-        rows_for_outputs<V, T, 4>(x, n, in, wb + (o0 + 4) * w_stride, w_stride, y + o0 + 4, out);
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int64_t g = 2 * p, o0 = g * kGroup;
+    if (g + 1 < groups && n <= 2) {  // 8 independent FMA chains per row for decode
+      rows_for_outputs<V, T, 8>(x, n, in, w.group(g), w, y + o0, out, static_cast<int>(std::min<int64_t>(8, out - o0)));
+    } else {  // 4 x 4 tiles: 16 accumulators, each weight load shared by 4 rows
+      for (int64_t h = g; h < std::min(g + 2, groups); ++h) {
+        const int64_t oh = h * kGroup;
+        rows_for_outputs<V, T, 4>(x, n, in, w.group(h), w, y + oh, out, static_cast<int>(std::min<int64_t>(4, out - oh)));
       }
-    } else {
-      for (int64_t o = o0; o < out; ++o) rows_for_outputs<V, T, 1>(x, n, in, wb + o * w_stride, w_stride, y + o, out);
     }
   }
 }
 
 // The dtype dispatch every ISA unit exports.
 template <class V>
-void matmul_any_dtype(const float* x, const TensorView& w, float* y, int n) {
-  switch (w.dtype) {
+void matmul_any_dtype(const float* x, const PackedWeights& w, float* y, int n) {
+  switch (w.dtype()) {
     case DType::F32: return matmul_typed<V, DType::F32>(x, w, y, n);
     case DType::F16: return matmul_typed<V, DType::F16>(x, w, y, n);
     case DType::BF16: return matmul_typed<V, DType::BF16>(x, w, y, n);

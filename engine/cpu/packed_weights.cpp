@@ -1,0 +1,44 @@
+#include "engine/cpu/packed_weights.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "engine/error.h"
+
+namespace specula::cpu {
+
+int64_t k_step(MatmulIsa isa, DType dtype) {
+  const int64_t lanes = isa == MatmulIsa::avx512 ? 16 : 8;
+  return dtype == DType::BF16 ? 2 * lanes : lanes;  // a BF16 step is two vectors (even, odd)
+}
+
+void PackedWeights::FreeAligned::operator()(unsigned char* p) const { std::free(p); }
+
+PackedWeights::PackedWeights(const TensorView& w, MatmulIsa isa) : isa_(isa), dtype_(w.dtype) {
+  SPECULA_CHECK(w.shape.size() == 2, w.origin, ": tensor '", w.name, "' must be 2-D for a matrix product");
+  out_ = w.shape[0];
+  in_ = w.shape[1];
+  const int64_t es = static_cast<int64_t>(dtype_size(w.dtype));
+  step_ = k_step(isa, w.dtype);
+  step_bytes_ = step_ * es;
+  const int64_t steps = (in_ + step_ - 1) / step_;
+  group_bytes_ = steps * kGroup * step_bytes_;
+  // aligned_alloc wants a multiple of the alignment; group_bytes_ is one of 64 unless tiny.
+  const std::size_t size = (bytes() + 63) / 64 * 64;
+  auto* raw = static_cast<unsigned char*>(std::aligned_alloc(64, size == 0 ? 64 : size));
+  if (raw == nullptr) throw std::bad_alloc();
+  bytes_.reset(raw);
+  std::memset(raw, 0, size);
+  const auto* src = static_cast<const unsigned char*>(w.data);
+  for (int64_t o = 0; o < out_; ++o) {
+    unsigned char* dst = raw + (o / kGroup) * group_bytes_ + (o % kGroup) * step_bytes_;
+    const unsigned char* row = src + o * in_ * es;
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t count = std::min(step_, in_ - s * step_);
+      std::memcpy(dst + s * kGroup * step_bytes_, row + s * step_bytes_, static_cast<std::size_t>(count * es));
+    }
+  }
+}
+
+}  // namespace specula::cpu
