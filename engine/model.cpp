@@ -1,9 +1,10 @@
 #include "engine/model.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+
+#include <omp.h>
 
 #include "engine/cpu/matmul.h"
 #include "engine/error.h"
@@ -159,26 +160,32 @@ void Model::attention(PagedKvCache& cache, PagedKvCache::SeqId seq, int layer, i
 
   // One work item per (row, key/value head): the `group` query heads that share it.
   const int kv_heads = c.num_key_value_heads;
-#pragma omp parallel
-  {
-    std::vector<const float*> keys, values;
-    std::vector<float> scores;
-#pragma omp for collapse(2) schedule(static)
-    for (int i = 0; i < n; ++i) {
-      for (int g = 0; g < kv_heads; ++g) {
-        keys.assign(key_rows.begin(), key_rows.begin() + prefix_len);
-        values.assign(value_rows.begin(), value_rows.begin() + prefix_len);
-        for (int v = s_.visible_offsets[i]; v < s_.visible_offsets[i + 1]; ++v) {
-          keys.push_back(key_rows[prefix_len + s_.visible[v]]);
-          values.push_back(value_rows[prefix_len + s_.visible[v]]);
-        }
-        scores.resize(keys.size() * group);
-        const std::size_t row =
-            static_cast<std::size_t>(i) * c.hidden_size + static_cast<std::size_t>(g) * group * head_dim;
-        cpu::attend_group(&s_.q[row], group, keys.data(), values.data(), static_cast<int>(keys.size()), g * head_dim,
-                          head_dim, scale, scores.data(), &s_.attn[row]);
-      }
+  const auto item = [&](int i, int g, Gathered& t) {
+    t.keys.assign(key_rows.begin(), key_rows.begin() + prefix_len);
+    t.values.assign(value_rows.begin(), value_rows.begin() + prefix_len);
+    for (int v = s_.visible_offsets[i]; v < s_.visible_offsets[i + 1]; ++v) {
+      t.keys.push_back(key_rows[prefix_len + s_.visible[v]]);
+      t.values.push_back(value_rows[prefix_len + s_.visible[v]]);
     }
+    t.scores.resize(t.keys.size() * group);
+    const std::size_t row = static_cast<std::size_t>(i) * c.hidden_size + static_cast<std::size_t>(g) * group * head_dim;
+    cpu::attend_group(&s_.q[row], group, t.keys.data(), t.values.data(), static_cast<int>(t.keys.size()), g * head_dim,
+                      head_dim, scale, t.scores.data(), &s_.attn[row]);
+  };
+  // Threads only when the work (~4 flops per head, key and dimension at ~30 GFLOP/s) is well
+  // above an OpenMP region's cost (1.5-3.5 us here; see worth_threads in matmul_tiles.h).
+  const double flops = 4.0 * n * c.num_attention_heads * static_cast<double>(first_slot + n) * head_dim;
+  if (omp_get_max_threads() > 1 && flops > 240e3) {
+#pragma omp parallel
+    {
+      Gathered t;
+#pragma omp for collapse(2) schedule(static)
+      for (int i = 0; i < n; ++i)
+        for (int g = 0; g < kv_heads; ++g) item(i, g, t);
+    }
+  } else {
+    for (int i = 0; i < n; ++i)
+      for (int g = 0; g < kv_heads; ++g) item(i, g, s_.gathered);
   }
 }
 

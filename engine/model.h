@@ -73,8 +73,15 @@ class Model {
   cpu::RopeTable rope_;
   std::size_t weight_bytes_ = 0;
 
+  // One attention work item's key/value rows (gathered from the cache) and scores.
+  struct Gathered {
+    std::vector<const float*> keys, values;
+    std::vector<float> scores;
+  };
+
   // Scratch, resized per batch (a Model serves one forward at a time).
   struct Scratch {
+    Gathered gathered;  // the one-thread attention's (each OpenMP thread has its own)
     std::vector<float> x, h, q, k, v, attn, gate, up;
     std::vector<int> visible;          // slots after the prefix each row sees, flattened, ascending
     std::vector<int> visible_offsets;  // [n + 1] row i's entries are visible[offsets[i], offsets[i+1])

@@ -109,7 +109,9 @@ TEST_CASE("matmul: a row of an n-row product is bitwise the row computed alone",
   for (cpu::MatmulIsa isa : cpu::supported_matmul_isas())
   for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
     for (int in : {8, 13, 40, 384}) {
-      for (int out : {1, 7, 12, 33, 128}) {
+      // 1031 outputs: an odd number of groups, the last one partial, and enough work (at
+      // in = 384) that the product is split across threads.
+      for (int out : {1, 7, 12, 33, 128, 1031}) {
         Weights w(dtype, out, in, rng);
         const cpu::PackedWeights packed(w.view, isa);
         for (int n : {2, 3, 5, 8, 17}) {

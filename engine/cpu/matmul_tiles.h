@@ -15,6 +15,8 @@
 // packed to match (pack_bf16_steps), each step's evens before its odds.
 #pragma once
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -127,8 +129,20 @@ void rows_for_outputs(const float* x, int n, int64_t in, const unsigned char* gr
   }
 }
 
+// Whether a product is big enough to split across threads: its one-thread time, estimated
+// from the weight bytes (streamed at ~40 GB/s) or the FLOPs (~120 GFLOP/s), whichever is
+// larger, must exceed kParallelMinNs, since opening an OpenMP region costs 1.5-3.5 us on the
+// development VM (a decode of the small drafts is otherwise mostly fork and join).
+inline bool worth_threads(const PackedWeights& w, int n) {
+  constexpr double kParallelMinNs = 8000, kBytesPerNs = 40, kFlopsPerNs = 120;
+  if (omp_get_max_threads() < 2) return false;
+  const double bytes_ns = static_cast<double>(w.bytes()) / kBytesPerNs;
+  const double flops_ns = 2.0 * n * static_cast<double>(w.out()) * static_cast<double>(w.in()) / kFlopsPerNs;
+  return std::max(bytes_ns, flops_ns) > kParallelMinNs;
+}
+
 // y[n, out] = x[n, in] * W[out, in]^T over pairs of packed groups (8 outputs), split across
-// OpenMP threads in contiguous runs.
+// OpenMP threads in contiguous runs when worth it.
 template <class V, DType T>
 void matmul_typed(const float* x_in, const PackedWeights& w, float* y, int n) {
   const int64_t out = w.out(), in = w.in();
@@ -142,17 +156,30 @@ void matmul_typed(const float* x_in, const PackedWeights& w, float* y, int n) {
   }
   constexpr int64_t kGroup = PackedWeights::kGroup;
   const int64_t groups = w.groups(), pairs = (groups + 1) / 2;
-#pragma omp parallel for schedule(static)
-  for (int64_t p = 0; p < pairs; ++p) {
+  const auto pair_of_groups = [&](int64_t p) {
     const int64_t g = 2 * p, o0 = g * kGroup;
-    if (g + 1 < groups && n <= 2) {  // 8 independent FMA chains per row for decode
-      rows_for_outputs<V, T, 8>(x, n, in, w.group(g), w, y + o0, out, static_cast<int>(std::min<int64_t>(8, out - o0)));
-    } else {  // 4 x 4 tiles: 16 accumulators, each weight load shared by 4 rows
-      for (int64_t h = g; h < std::min(g + 2, groups); ++h) {
-        const int64_t oh = h * kGroup;
-        rows_for_outputs<V, T, 4>(x, n, in, w.group(h), w, y + oh, out, static_cast<int>(std::min<int64_t>(4, out - oh)));
-      }
+    const int valid = static_cast<int>(std::min<int64_t>(2 * kGroup, out - o0));
+    if (g + 1 == groups) return rows_for_outputs<V, T, 4>(x, n, in, w.group(g), w, y + o0, out, valid);
+    // 4 x 4 tiles (16 accumulators, each weight load shared by 4 rows) per group, then the
+    // last 1-2 rows across both groups: 8 independent FMA chains per row (decode's case).
+    int r = 0;
+    const auto tiles_of_4 = [&]<int R>() {
+      tile<V, T, R, 4>(x + r * in, in, w.group(g), w, y + r * out + o0, out, std::min(valid, 4));
+      tile<V, T, R, 4>(x + r * in, in, w.group(g + 1), w, y + r * out + o0 + 4, out, valid - 4);
+    };
+    for (; r + 4 <= n; r += 4) tiles_of_4.template operator()<4>();
+    switch (n - r) {
+      case 3: return tiles_of_4.template operator()<3>();
+      case 2: return tile<V, T, 2, 8>(x + r * in, in, w.group(g), w, y + r * out + o0, out, valid);
+      case 1: return tile<V, T, 1, 8>(x + r * in, in, w.group(g), w, y + r * out + o0, out, valid);
+      default: return;
     }
+  };
+  if (worth_threads(w, n)) {
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < pairs; ++p) pair_of_groups(p);
+  } else {  // no OpenMP region at all: even a one-thread one costs ~1 us here
+    for (int64_t p = 0; p < pairs; ++p) pair_of_groups(p);
   }
 }
 
