@@ -93,7 +93,7 @@ inline void tile(const float* x, int64_t in, const unsigned char* group, const P
   const int64_t steps = in / kStep, k_main = steps * kStep;
   // Each thread reads its groups as one sequential stream; the lines kPrefetchBytes further
   // on are requested while this step computes (the prefetcher alone falls behind).
-  constexpr int64_t kPrefetchBytes = 4096;
+  constexpr int64_t kPrefetchBytes = 8192;
   for (int64_t s = 0; s < steps; ++s) {
     for (int o = 0; o < O; ++o) _mm_prefetch(reinterpret_cast<const char*>(wo[o] + s * stride + kPrefetchBytes), _MM_HINT_T0);
     for (int v = 0; v < kVectors; ++v) {
