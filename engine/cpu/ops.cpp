@@ -116,11 +116,61 @@ void weighted_sum_heads(const float* weights, const float* const* values, int nu
   }
 }
 
-}  // namespace
+// e^x for 8 lanes, x <= 0 (scores minus their maximum): x = n ln2 + r with |r| <= ln2 / 2,
+// e^r from Cephes' degree-7 expf polynomial, 2^n put into the exponent bits. Within 2 ulp of
+// the true value for x >= -87 (below that the result is flushed to 0, as expf would
+// underflow towards it).
+inline __m256 exp8_nonpositive(__m256 x) {
+  const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // r = x - n ln2, with ln2 split in a part exact in f32 and the rest.
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  for (const float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+  const __m256 r2 = _mm256_mul_ps(r, r);
+  const __m256 er = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(tiny, _mm256_mul_ps(er, _mm256_castsi256_ps(bits)));
+}
 
-void attend_group(const float* q, int num_heads, const float* const* keys, const float* const* values, int num_keys,
-                  int kv_offset, int head_dim, float scale, float* scores, float* out) {
-  // Scores, four keys at a time; the group's heads reuse the four key rows from L1.
+// p = softmax(p) in place, in one fixed order: the maximum, e^(p - max) 8 lanes at a time
+// (the last partial group padded, its padding dropped), the lane sums added in the AVX2
+// hsum order of matmul, then the normalisation.
+void softmax_in_place(float* p, int count) {
+  const float max_score = *std::max_element(p, p + count);
+  const __m256 max8 = _mm256_set1_ps(max_score);
+  __m256 total8 = _mm256_setzero_ps();
+  int j = 0;
+  for (; j + 8 <= count; j += 8) {
+    const __m256 e = exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(p + j), max8));
+    _mm256_storeu_ps(p + j, e);
+    total8 = _mm256_add_ps(total8, e);
+  }
+  if (j < count) {
+    alignas(32) float tail[8];
+    std::fill(tail, tail + 8, -INFINITY);
+    std::copy(p + j, p + count, tail);
+    const __m256 e = exp8_nonpositive(_mm256_sub_ps(_mm256_load_ps(tail), max8));  // padding: e = 0
+    _mm256_store_ps(tail, e);
+    std::copy(tail, tail + (count - j), p + j);
+    total8 = _mm256_add_ps(total8, e);
+  }
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(total8), _mm256_extractf128_ps(total8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  const float inv_total = 1.0f / _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+  for (int k = 0; k < count; ++k) p[k] *= inv_total;
+}
+
+// scores[h][j] = scale * q_h . k_j, four keys at a time; the heads reuse the four key rows
+// from L1. kHeadDim > 0 fixes head_dim at compile time (the loops unroll), 0 leaves it to run time.
+template <int kHeadDim>
+void scaled_scores(const float* q, int num_heads, const float* const* keys, int num_keys, int kv_offset,
+                   int run_time_head_dim, float scale, float* scores) {
+  const int head_dim = kHeadDim > 0 ? kHeadDim : run_time_head_dim;
   for (int j = 0; j < num_keys; j += 4) {
     const int group = std::min(4, num_keys - j);
     const float* k[4];
@@ -132,18 +182,18 @@ void attend_group(const float* q, int num_heads, const float* const* keys, const
       for (int i = 0; i < group; ++i) sh[j + i] = dots[i] * scale;
     }
   }
-  // Softmax per head, summed in key order.
-  for (int h = 0; h < num_heads; ++h) {
-    float* sh = scores + static_cast<std::size_t>(h) * num_keys;
-    const float max_score = *std::max_element(sh, sh + num_keys);
-    float total = 0.0f;
-    for (int j = 0; j < num_keys; ++j) {
-      sh[j] = std::exp(sh[j] - max_score);
-      total += sh[j];
-    }
-    const float inv_total = 1.0f / total;
-    for (int j = 0; j < num_keys; ++j) sh[j] *= inv_total;
+}
+
+}  // namespace
+
+void attend_group(const float* q, int num_heads, const float* const* keys, const float* const* values, int num_keys,
+                  int kv_offset, int head_dim, float scale, float* scores, float* out) {
+  switch (head_dim) {  // the common sizes unrolled (the same operations in the same order)
+    case 64: scaled_scores<64>(q, num_heads, keys, num_keys, kv_offset, head_dim, scale, scores); break;
+    case 128: scaled_scores<128>(q, num_heads, keys, num_keys, kv_offset, head_dim, scale, scores); break;
+    default: scaled_scores<0>(q, num_heads, keys, num_keys, kv_offset, head_dim, scale, scores); break;
   }
+  for (int h = 0; h < num_heads; ++h) softmax_in_place(scores + static_cast<std::size_t>(h) * num_keys, num_keys);
   // Weighted sums of the values, up to three heads per pass over them.
   int h = 0;
   const auto at = [&](int head) { return static_cast<std::size_t>(head); };

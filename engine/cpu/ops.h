@@ -35,7 +35,8 @@ void add_inplace(float* x, const float* delta, int64_t count);
 
 // Softmax attention of `num_heads` query heads that share one key/value head (grouped-query
 // attention) over the same `num_keys` keys. Each head's result is computed in one fixed order
-// (keys in groups of four with per-key reductions, softmax and weighted sum in key order), so
+// (keys in groups of four with per-key reductions; the softmax 8 keys at a time with a vector
+// exp and a fixed-order sum; the weighted sum in key order), so
 // it does not depend on num_heads, on the other heads, or on the batch.
 //   q:      in  [num_heads, head_dim] (consecutive heads of one row)
 //   keys, values: in, num_keys pointers to cache rows [kv_dim]; the shared head reads
