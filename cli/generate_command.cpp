@@ -53,6 +53,8 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   DraftOptions& d = options_.draft;
   cmd_->add_option("--draft", d.model_dir, "Draft model folder (selects --draft-method model)");
   cmd_->add_option("--draft-method", draft_method_, "model | ngram (model when --draft is given)");
+  cmd_->add_option("--draft-weights", d.weights, "stored | f32 | f16 | bf16: dtype the draft's matrices are read in")
+      ->default_val("stored");
   cmd_->add_option("--gamma", d.gamma, "Drafted tokens per step (chain, n-gram)")->default_val(4);
   cmd_->add_option("--tree", tree_, "Static tree branching, e.g. 3,2,1,1");
   cmd_->add_option("--tree-budget", d.tree_budget, "Dynamic tree with this many nodes")->default_val(0);

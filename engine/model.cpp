@@ -18,11 +18,9 @@ std::vector<float> to_f32(const TensorView& t) {
   return out;
 }
 
-std::size_t bytes_of(const TensorView& t) { return static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype); }
-
 }  // namespace
 
-Model::Model(const std::string& dir)
+Model::Model(const std::string& dir, std::optional<DType> matrices_as)
     : dir_(dir),
       config_(load_model_config((std::filesystem::path(dir) / "config.json").string())),
       checkpoint_(std::make_unique<Checkpoint>(dir)),
@@ -35,9 +33,9 @@ Model::Model(const std::string& dir)
   const cpu::MatmulIsa isa = cpu::matmul_isa();
   // Each matrix is packed from the mapping once; a decode step reads every one once.
   const auto pack = [&](const std::string& name, std::vector<int64_t> shape) {
-    const TensorView& t = ck.get(name, std::move(shape));
-    weight_bytes_ += bytes_of(t);
-    return cpu::PackedWeights(t, isa);
+    cpu::PackedWeights packed(ck.get(name, std::move(shape)), isa, matrices_as);
+    weight_bytes_ += static_cast<std::size_t>(packed.out() * packed.in()) * dtype_size(packed.dtype());
+    return packed;
   };
   embed_ = &ck.get("model.embed_tokens.weight", {vocab, hidden});
   final_norm_ = to_f32(ck.get("model.norm.weight", {hidden}));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,7 +39,8 @@ class Model {
  public:
   // Loads config.json, the safetensors weights and tokenizer.model from `dir`, validating
   // every tensor the config implies. Throws SpeculaError naming the file and tensor.
-  explicit Model(const std::string& dir);
+  // matrices_as: the dtype the matrix products read (see PackedWeights); default as stored.
+  explicit Model(const std::string& dir, std::optional<DType> matrices_as = std::nullopt);
 
   const ModelConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }

@@ -58,7 +58,7 @@ nlohmann::json canonical_settings(const PointConfig& p) {
   const SamplingOptions& s = p.sampling;
   return {{"target", p.target},
           {"draft",
-           {{"method", d.method}, {"path", d.model_dir}, {"gamma", d.gamma}, {"tree", d.tree},
+           {{"method", d.method}, {"path", d.model_dir}, {"weights", d.weights}, {"gamma", d.gamma}, {"tree", d.tree},
             {"budget", d.tree_budget}, {"adaptive", d.adaptive}, {"ngram_min", d.ngram_min}, {"ngram_max", d.ngram_max}}},
           {"sampling",
            {{"strategy", s.strategy}, {"temperature", as_written(s.temperature)}, {"top_k", s.top_k},

@@ -232,6 +232,7 @@ std::vector<ConfigField> make_fields() {
       string_field("draft.name", [](auto& s) -> auto& { return s.point.draft_name; }),
       enum_field("draft.method", [](auto& s) -> auto& { return s.point.draft.method; }, {"none", "model", "ngram"}),
       path_field("draft.path", [](auto& s) -> auto& { return s.point.draft.model_dir; }, PathKind::model_dir, true),
+      enum_field("draft.weights", [](auto& s) -> auto& { return s.point.draft.weights; }, {"stored", "f32", "f16", "bf16"}),
       int_field("draft.gamma", [](auto& s) -> auto& { return s.point.draft.gamma; }, 1),
       int_list_field<int>("draft.tree", [](auto& s) -> auto& { return s.point.draft.tree; }, 1, true, true),
       int_field("draft.budget", [](auto& s) -> auto& { return s.point.draft.tree_budget; }, 0),

@@ -37,7 +37,7 @@ std::string derived_strategy(const SamplingOptions& s) {
 
 // Sweep axes the drafter, shape and strategy already show.
 bool shown_elsewhere(const std::string& axis) {
-  for (const char* key : {"draft", "draft.name", "draft.method", "draft.path", "draft.gamma", "draft.tree",
+  for (const char* key : {"draft", "draft.name", "draft.method", "draft.path", "draft.weights", "draft.gamma", "draft.tree",
                           "draft.budget", "draft.adaptive", "sampling"}) {
     if (axis == key) return true;
   }
@@ -50,7 +50,8 @@ RunInfo describe(const PointConfig& p, const nlohmann::json& coords) {
   info.coords = coords;
   info.strategy = p.sampling_name.empty() ? derived_strategy(p.sampling) : p.sampling_name;
   info.drafter = !p.draft_name.empty() ? p.draft_name
-                 : d.method == "model" ? std::filesystem::path(d.model_dir).filename().string()
+                 : d.method == "model" ? std::filesystem::path(d.model_dir).filename().string() +
+                                             (d.weights == "stored" ? "" : " (" + d.weights + ")")
                                        : d.method;
   info.gamma = d.method == "none" ? 0 : d.gamma;
   if (d.method == "none") {

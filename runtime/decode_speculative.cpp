@@ -44,7 +44,7 @@ DecodeRun decode_speculative(ModelStore& models, Model& target, const GenerateOp
   const auto sampler = make_sampler(options.sampling);
   const bool greedy = sampler->is_greedy();
 
-  Model* draft = d.method == "model" ? &models.get(d.model_dir) : nullptr;
+  Model* draft = d.method == "model" ? &draft_model(models, d) : nullptr;
   const int bs = options.kv_block_size;
   const int blocks = kv_blocks_for(prompt_len + options.max_new_tokens + max_tree_nodes(d) + 1,
                                    2, bs);

@@ -38,6 +38,10 @@ PagedKvCache::SeqId prefill(Model& model, PagedKvCache& cache, std::span<const i
 // Throws SpeculaError unless `draft` shares the target's vocabulary, special ids and pieces.
 void check_draft_compatible(const Model& target, const Model& draft);
 
+// The draft model of a request (method = model), loaded with its matrices in the requested
+// dtype (DraftOptions::weights; throws SpeculaError naming --draft-weights for an unknown one).
+Model& draft_model(ModelStore& models, const DraftOptions& draft);
+
 // KV blocks enough for `sequences` sequences of up to `tokens` slots each. Samples run one
 // after another, so a pool serves the shared prefill and one live sample (2 sequences).
 int kv_blocks_for(int tokens, int sequences, int block_size);

@@ -72,7 +72,16 @@ void validate_generate_options(ModelStore& models, const GenerateOptions& o) {
                 "--sampler beam cannot be combined with a drafter (--draft-method ", d.method, ")");
   SPECULA_CHECK(d.ngram_min >= 1 && d.ngram_min <= d.ngram_max, "--ngram-min (", d.ngram_min,
                 ") must be >= 1 and <= --ngram-max (", d.ngram_max, ")");
-  if (d.method == "model") check_draft_compatible(target, models.get(d.model_dir));
+  if (d.method == "model") check_draft_compatible(target, draft_model(models, d));
+}
+
+Model& draft_model(ModelStore& models, const DraftOptions& draft) {
+  std::optional<DType> as;
+  if (draft.weights == "f32") as = DType::F32;
+  else if (draft.weights == "f16") as = DType::F16;
+  else if (draft.weights == "bf16") as = DType::BF16;
+  else SPECULA_CHECK(draft.weights == "stored", "--draft-weights must be stored, f32, f16 or bf16, got '", draft.weights, "'");
+  return models.get(draft.model_dir, as);
 }
 
 nlohmann::json generate(ModelStore& models, const GenerateOptions& options, const TokenSink& sink) {

@@ -2,9 +2,10 @@
 
 namespace specula {
 
-Model& ModelStore::get(const std::string& dir) {
-  auto it = models_.find(dir);
-  if (it == models_.end()) it = models_.emplace(dir, std::make_unique<Model>(dir)).first;
+Model& ModelStore::get(const std::string& dir, std::optional<DType> matrices_as) {
+  const auto key = std::make_pair(dir, matrices_as);
+  auto it = models_.find(key);
+  if (it == models_.end()) it = models_.emplace(key, std::make_unique<Model>(dir, matrices_as)).first;
   return *it->second;
 }
 

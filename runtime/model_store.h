@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/model.h"
@@ -12,11 +13,12 @@ namespace specula {
 
 class ModelStore {
  public:
-  // The model in `dir`, loaded on first use.
-  Model& get(const std::string& dir);
+  // The model in `dir`, loaded on first use, its matrices read as stored or as `matrices_as`
+  // (one copy per dir and dtype).
+  Model& get(const std::string& dir, std::optional<DType> matrices_as = std::nullopt);
 
  private:
-  std::map<std::string, std::unique_ptr<Model>> models_;
+  std::map<std::pair<std::string, std::optional<DType>>, std::unique_ptr<Model>> models_;
 };
 
 }  // namespace specula

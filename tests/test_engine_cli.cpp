@@ -118,6 +118,8 @@ TEST_CASE("cli: bad input exits non-zero with one clear line on stderr", "[engin
       {"bad block size", gen + "--prompt-ids 1 --kv-block-size 0", "--kv-block-size"},
       {"unknown flag", gen + "--prompt hi --frobnicate", "--frobnicate"},
       {"non-integer flag value", gen + "--prompt hi --max-new-tokens many", "--max-new-tokens"},
+      {"unknown draft weights dtype", gen + "--prompt hi --draft '" + kModel + "' --draft-weights int4",
+       "--draft-weights must be stored, f32, f16 or bf16, got 'int4'"},
   };
   for (const ErrorCase& c : cases) check_error(c);
   fs::remove_all(corrupt);

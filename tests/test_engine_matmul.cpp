@@ -67,6 +67,23 @@ std::vector<float> random_input(int n, int in, std::mt19937& rng) {
   return x;
 }
 
+// The BF16 value nearest to finite v, ties to the even one: of v truncated and the next
+// BF16 away from zero, whichever is closer.
+uint16_t bf16_nearest_even(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  const auto as_float = [](uint16_t b) {
+    const uint32_t wide = uint32_t(b) << 16;
+    float f;
+    std::memcpy(&f, &wide, 4);
+    return double(f);
+  };
+  const uint16_t toward_zero = static_cast<uint16_t>(bits >> 16), away = static_cast<uint16_t>(toward_zero + 1);
+  const double below = std::abs(double(v) - as_float(toward_zero)), above = std::abs(as_float(away) - double(v));
+  if (below != above) return below < above ? toward_zero : away;
+  return (toward_zero & 1) ? away : toward_zero;
+}
+
 }  // namespace
 
 TEST_CASE("matmul: every ISA's kernel equals the double reference within the f32 summation bound",
@@ -167,6 +184,36 @@ TEST_CASE("matmul: packed weights hold every weight at its documented place, pad
             if (real) std::memcpy(expected.data(), src + (row * in + k) * es, static_cast<std::size_t>(es));
             CHECK(std::memcmp(at, expected.data(), static_cast<std::size_t>(es)) == 0);
           }
+  }
+}
+
+TEST_CASE("matmul: weights converted at packing equal weights stored in that dtype", "[engine][matmul]") {
+  // Packing F32 weights as F16 or BF16 rounds each to nearest even; the same values stored in
+  // that dtype (rounded independently: F16 by the hardware conversion, BF16 by comparing the
+  // two neighbours' distances) must give a bitwise identical product.
+  std::mt19937 rng(9);
+  const int out = 37, in = 45, n = 3;
+  Weights w(DType::F32, out, in, rng);
+  const auto x = random_input(n, in, rng);
+  for (DType to : {DType::F16, DType::BF16}) {
+    std::vector<uint16_t> stored(w.values.size());
+    for (std::size_t i = 0; i < stored.size(); ++i) {
+      if (to == DType::F16) {
+        stored[i] = _cvtss_sh(w.values[i], _MM_FROUND_TO_NEAREST_INT);
+      } else {
+        stored[i] = bf16_nearest_even(w.values[i]);
+      }
+    }
+    const TensorView view{"test.weight", to, {out, in}, stored.data(), "memory"};
+    for (cpu::MatmulIsa isa : cpu::supported_matmul_isas()) {
+      INFO(cpu::isa_name(isa) << " as " << dtype_name(to));
+      const cpu::PackedWeights converted(w.view, isa, to), direct(view, isa);
+      REQUIRE(converted.dtype() == to);
+      std::vector<float> y1(static_cast<std::size_t>(n) * out), y2(y1.size());
+      cpu::matmul(x.data(), converted, y1.data(), n);
+      cpu::matmul(x.data(), direct, y2.data(), n);
+      CHECK(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)) == 0);
+    }
   }
 }
 

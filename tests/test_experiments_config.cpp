@@ -88,7 +88,7 @@ TEST_CASE("unknown keys are errors naming file:line and the closest valid key", 
   require_error("gamma = 4\n" + minimal(""), {"@:1:1: unknown key 'gamma'; did you mean 'draft.gamma'?"});
   require_error(minimal("", "gamma = 4\n"), {"@:5:1: unknown key 'run.gamma'; did you mean 'draft.gamma'?"});
   require_error(minimal("[draft]\nxyzzy_plugh = 4\n"),
-                {"@:6:1: unknown key 'draft.xyzzy_plugh'; valid: draft.name, draft.method, draft.path, draft.gamma, "
+                {"@:6:1: unknown key 'draft.xyzzy_plugh'; valid: draft.name, draft.method, draft.path, draft.weights, draft.gamma, "
                  "draft.tree, draft.budget, draft.adaptive, draft.ngram_min, draft.ngram_max"});
   require_error("xyzzy_plugh = 4\n" + minimal(""),
                 {"@:1:1: unknown key 'xyzzy_plugh'; valid: title, target, draft, sampling, run, output, sweep"});

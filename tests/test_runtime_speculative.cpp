@@ -79,6 +79,8 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
   DraftOptions ngram;
   ngram.method = "ngram";
   ngram.gamma = 5;
+  DraftOptions bf16_draft = model_draft("draft-1m", 2, {}, 0, false);
+  bf16_draft.weights = "bf16";  // the F32 draft read as BF16: other proposals, the same output
   const std::vector<Drafting> draftings = {
       {"draft-4m chain 4", model_draft("draft-4m", 4, {}, 0, false)},
       {"draft-1m chain 1", model_draft("draft-1m", 1, {}, 0, false)},
@@ -86,6 +88,7 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
       {"draft-4m dynamic tree 12", model_draft("draft-4m", 4, {}, 12, false)},
       {"draft-1m adaptive chain", model_draft("draft-1m", 3, {}, 0, true)},
       {"ngram 1..3, gamma 5", ngram},
+      {"draft-1m read as bf16, chain 2", bf16_draft},
   };
   // All 12 reference prompts and 64 tokens; the sanitizer build checks 3 prompts, 32 tokens.
   const auto prompts = reference_prompts();

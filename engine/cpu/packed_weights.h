@@ -8,13 +8,14 @@
 // Layout, for outputs in groups of kGroup = 4 and k in steps of step() values (the ISA's
 // k-step for the dtype: AVX-512 16 f32 / 16 f16 / 32 bf16, AVX2 half that):
 //   bytes[g][s][o % 4][step()]   g = o / 4, s = k / step()
-// each step's values in stored order and dtype (no conversion, so the product's arithmetic is
-// exactly the row-major one's). The last step of a row and the last group are zero-padded;
+// each step's values in stored order and dtype (unless converted on request, so the product's
+// arithmetic is exactly the row-major one's). The last step of a row and the last group are zero-padded;
 // the tiles never read the padding.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "engine/cpu/matmul_isa.h"
 #include "engine/safetensors.h"
@@ -25,8 +26,10 @@ class PackedWeights {
  public:
   static constexpr int64_t kGroup = 4;
 
-  // Packs w ([out, in], 2-D, any supported dtype, possibly unaligned) for `isa`.
-  PackedWeights(const TensorView& w, MatmulIsa isa);
+  // Packs w ([out, in], 2-D, any supported dtype, possibly unaligned) for `isa`, in its own
+  // dtype or converted to `as` (each value rounded to nearest, ties to even; a research knob:
+  // e.g. an F32 draft model read at half the bytes).
+  PackedWeights(const TensorView& w, MatmulIsa isa, std::optional<DType> as = std::nullopt);
 
   MatmulIsa isa() const { return isa_; }
   DType dtype() const { return dtype_; }
