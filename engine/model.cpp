@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include "engine/cpu/attention.h"
 #include "engine/cpu/matmul.h"
 #include "engine/error.h"
 

@@ -1,4 +1,4 @@
-// cpu::attend_group (vectorised: 4 keys per dot-product group, several query heads per pass
+// cpu::attend_group on every instruction set this CPU runs (vectorised: 4 keys per dot-product group, several query heads per pass
 // over the values, register-accumulated weighted sums) against a plain double-precision softmax
 // attention per head, over head sizes with and without a tail past the last 8 lanes, key
 // counts that do and do not fill the groups of four, and 1-5 query heads per key/value head
@@ -15,7 +15,8 @@
 #include <random>
 #include <vector>
 
-#include "engine/cpu/ops.h"
+#include "engine/cpu/attention.h"
+#include "engine/cpu/matmul.h"
 
 namespace specula {
 namespace {
@@ -45,12 +46,13 @@ std::vector<double> attend_reference(const std::vector<float>& q, const std::vec
 TEST_CASE("attend_group equals double-precision softmax attention, head by head", "[engine][attention]") {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int head_dim : {8, 13, 64, 128}) {
+  for (cpu::MatmulIsa isa : cpu::supported_matmul_isas())
+  for (int head_dim : {8, 13, 16, 64, 128}) {
     const int kv_offset = head_dim;  // the second head of a two-head cache row
     const int kv_dim = 2 * head_dim;
     for (int num_keys : {1, 3, 4, 5, 17, 300}) {
       for (int num_heads : {1, 2, 3, 5}) {
-        INFO("head_dim=" << head_dim << " num_keys=" << num_keys << " num_heads=" << num_heads);
+        INFO(cpu::isa_name(isa) << " head_dim=" << head_dim << " num_keys=" << num_keys << " num_heads=" << num_heads);
         std::vector<float> q(static_cast<std::size_t>(num_heads * head_dim));
         for (float& v : q) v = normal(rng);
         std::vector<std::vector<float>> keys(num_keys, std::vector<float>(kv_dim)), values = keys;
@@ -64,7 +66,7 @@ TEST_CASE("attend_group equals double-precision softmax attention, head by head"
         }
         const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
         std::vector<float> scores(static_cast<std::size_t>(num_heads * num_keys)), out(q.size());
-        cpu::attend_group(q.data(), num_heads, key_rows.data(), value_rows.data(), num_keys, kv_offset, head_dim,
+        cpu::attend_group(isa, q.data(), num_heads, key_rows.data(), value_rows.data(), num_keys, kv_offset, head_dim,
                           scale, scores.data(), out.data());
         for (int h = 0; h < num_heads; ++h) {
           const std::vector<float> qh(q.begin() + h * head_dim, q.begin() + (h + 1) * head_dim);
@@ -74,7 +76,7 @@ TEST_CASE("attend_group equals double-precision softmax attention, head by head"
           CHECK(worst <= 2e-5 * max_value);
 
           std::vector<float> alone(static_cast<std::size_t>(head_dim));
-          cpu::attend_group(qh.data(), 1, key_rows.data(), value_rows.data(), num_keys, kv_offset, head_dim, scale,
+          cpu::attend_group(isa, qh.data(), 1, key_rows.data(), value_rows.data(), num_keys, kv_offset, head_dim, scale,
                             scores.data(), alone.data());
           CHECK(std::memcmp(alone.data(), &out[static_cast<std::size_t>(h) * head_dim], sizeof(float) * head_dim) == 0);
         }

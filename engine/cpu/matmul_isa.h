@@ -1,5 +1,5 @@
-// defines: MatmulIsa, the instruction sets the matrix product is compiled for, and their
-// entry points, for matmul.cpp's dispatch (and the tests that check each path on its own).
+// defines: MatmulIsa, the instruction sets the matrix product and attention are compiled for,
+// and their entry points, for the dispatch in matmul.cpp and attention.cpp.
 #pragma once
 
 namespace specula::cpu {
@@ -11,5 +11,11 @@ class PackedWeights;
 // y[n, out] = x[n, in] * W[out, in]^T for weights packed for that ISA; shapes as in matmul (matmul.h).
 void matmul_avx2(const float* x, const PackedWeights& w, float* y, int n);
 void matmul_avx512(const float* x, const PackedWeights& w, float* y, int n);  // needs AVX-512F
+
+// attend_group (attention.h) per ISA.
+void attend_group_avx2(const float* q, int num_heads, const float* const* keys, const float* const* values, int num_keys,
+                       int kv_offset, int head_dim, float scale, float* scores, float* out);
+void attend_group_avx512(const float* q, int num_heads, const float* const* keys, const float* const* values,
+                         int num_keys, int kv_offset, int head_dim, float scale, float* scores, float* out);
 
 }  // namespace specula::cpu
