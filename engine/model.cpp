@@ -151,7 +151,10 @@ void Model::attention(PagedKvCache& cache, PagedKvCache::SeqId seq, int layer, i
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
 
   // Row pointers of every slot this batch can see: the prefix, the earlier tree nodes, the batch.
-  std::vector<const float*> key_rows(static_cast<std::size_t>(first_slot + n)), value_rows(key_rows.size());
+  std::vector<const float*>& key_rows = s_.key_rows;
+  std::vector<const float*>& value_rows = s_.value_rows;
+  key_rows.resize(static_cast<std::size_t>(first_slot + n));
+  value_rows.resize(key_rows.size());
   for (int s = 0; s < first_slot + n; ++s) {
     key_rows[s] = cache.key(seq, layer, s);
     value_rows[s] = cache.value(seq, layer, s);

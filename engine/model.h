@@ -84,6 +84,7 @@ class Model {
   // Scratch, resized per batch (a Model serves one forward at a time).
   struct Scratch {
     Gathered gathered;  // the one-thread attention's (each OpenMP thread has its own)
+    std::vector<const float*> key_rows, value_rows;  // [cached slots] one layer's cache rows
     std::vector<float> x, h, q, k, v, attn, gate, up;
     std::vector<int> visible;          // slots after the prefix each row sees, flattened, ascending
     std::vector<int> visible_offsets;  // [n + 1] row i's entries are visible[offsets[i], offsets[i+1])
