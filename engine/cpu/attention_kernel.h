@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstddef>
 
+#include "engine/cpu/vector_math.h"
+
 namespace specula::cpu {
 namespace {
 
@@ -61,24 +63,9 @@ struct Attention {
     }
   }
 
-  // e^x per lane for x <= 0 (scores minus their maximum): x = n ln2 + r with |r| <= ln2 / 2,
-  // e^r from Cephes' expf polynomial, 2^n put into the exponent bits. Within 2 ulp of the true
-  // value for x >= -87; below, x is clamped to -87 (e^-87 ~ 1.6e-38: nothing next to the
-  // maximum's e^0 = 1 in an f32 sum).
-  static Reg exp_nonpositive(Reg x) {
-    x = V::max(x, V::set1(-87.0f));
-    const Reg n = V::round(V::mul(x, V::set1(1.44269504088896341f)));
-    // r = x - n ln2, with ln2 split in a part exact in f32 and the rest.
-    Reg r = V::fma(n, V::set1(-0.693359375f), x);
-    r = V::fma(n, V::set1(2.12194440e-4f), r);
-    Reg p = V::set1(1.9875691500e-4f);
-    for (const float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
-      p = V::fma(p, r, V::set1(c));
-    const Reg er = V::add(V::fma(p, V::mul(r, r), r), V::set1(1.0f));
-    return V::mul(er, V::pow2(n));
-  }
-
-  // p = softmax(p) in place, in one fixed order: the maximum, e^(p - max) kLanes at a time (the
+  // p = softmax(p) in place, in one fixed order: the maximum, e^(p - max) kLanes at a time
+  // (exp_clamped: a score 87 or more below the maximum counts as e^-87, nothing next to the
+  // maximum's e^0 = 1 in an f32 sum; the
   // last partial group padded with -inf, only its real lanes stored), the lane sums added by
   // V::hsum, then the normalisation.
   static void softmax_in_place(float* p, int count) {
@@ -86,7 +73,7 @@ struct Attention {
     Reg total = V::zero();
     int j = 0;
     for (; j + kLanes <= count; j += kLanes) {
-      const Reg e = exp_nonpositive(V::sub(V::loadx(p + j), max_score));
+      const Reg e = exp_clamped<V>(V::sub(V::loadx(p + j), max_score));
       V::storeu(p + j, e);
       total = V::add(total, e);
     }
@@ -94,7 +81,7 @@ struct Attention {
       alignas(64) float tail[kLanes];
       std::fill(tail, tail + kLanes, -INFINITY);
       std::copy(p + j, p + count, tail);
-      const Reg e = exp_nonpositive(V::sub(V::loadx(tail), max_score));
+      const Reg e = exp_clamped<V>(V::sub(V::loadx(tail), max_score));
       V::storeu(tail, e);
       std::copy(tail, tail + (count - j), p + j);
       total = V::add(total, e);

@@ -42,12 +42,13 @@ struct Avx512 {
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
   }
 
-  // For attention (attention_kernel.h).
+  // For attention and the elementwise ops (attention_kernel.h, vector_math.h, ops.cpp).
   static Reg set1(float v) { return _mm512_set1_ps(v); }
   static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
   static Reg sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }
   static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
   static Reg max(Reg a, Reg b) { return _mm512_max_ps(a, b); }
+  static Reg min(Reg a, Reg b) { return _mm512_min_ps(a, b); }
   static void storeu(float* p, Reg v) { _mm512_storeu_ps(p, v); }
   static Reg round(Reg v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   // 2^n for integral n in [-126, 127] (its exponent bits).
