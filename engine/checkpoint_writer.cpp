@@ -1,10 +1,7 @@
 #include "engine/checkpoint_writer.h"
 
-#include <immintrin.h>
-
 #include <array>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -22,20 +19,6 @@ int64_t numel(const TensorSpec& t) {
   int64_t n = 1;
   for (int64_t d : t.shape) n *= d;
   return n;
-}
-
-void store(float v, DType dtype, unsigned char* out) {
-  if (dtype == DType::F32) {
-    std::memcpy(out, &v, 4);
-  } else if (dtype == DType::F16) {
-    const uint16_t h = _cvtss_sh(v, 0);
-    std::memcpy(out, &h, 2);
-  } else {  // BF16, rounded to nearest even (the values are finite)
-    uint32_t bits;
-    std::memcpy(&bits, &v, 4);
-    const uint16_t b = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-    std::memcpy(out, &b, 2);
-  }
 }
 
 }  // namespace
@@ -167,7 +150,7 @@ void write_random_checkpoint(const std::string& dir, const RandomCheckpoint& o) 
                         if (i % 4 == 0) block = rng.block(i / 4);
                         // 24 random bits of the block's lane i % 4 -> uniform in [-a, a).
                         const float u = 2.0f * static_cast<float>(block[i % 4] >> 8) / 16777216.0f - 1.0f;
-                        store(norm ? 1.0f : half_width * u, t.dtype, &bytes[i * es]);
+                        store_value(norm ? 1.0f : half_width * u, t.dtype, &bytes[i * es]);
                       }
                     });
 }

@@ -4,10 +4,9 @@
 #include <cmath>
 #include <filesystem>
 
-#include <omp.h>
-
 #include "engine/cpu/attention.h"
 #include "engine/cpu/matmul.h"
+#include "engine/cpu/threads.h"
 #include "engine/error.h"
 
 namespace specula {
@@ -174,10 +173,9 @@ void Model::attention(PagedKvCache& cache, PagedKvCache::SeqId seq, int layer, i
     cpu::attend_group(&s_.q[row], group, t.keys.data(), t.values.data(), static_cast<int>(t.keys.size()), g * head_dim,
                       head_dim, scale, t.scores.data(), &s_.attn[row]);
   };
-  // Threads only when the work (~4 flops per head, key and dimension at ~30 GFLOP/s) is well
-  // above an OpenMP region's cost (1.5-3.5 us here; see worth_threads in matmul_tiles.h).
+  // One-thread time: ~4 flops per head, key and dimension at ~30 GFLOP/s.
   const double flops = 4.0 * n * c.num_attention_heads * static_cast<double>(first_slot + n) * head_dim;
-  if (omp_get_max_threads() > 1 && flops > 240e3) {
+  if (cpu::worth_threads(flops / 30)) {
 #pragma omp parallel
     {
       Gathered t;

@@ -1,5 +1,7 @@
 #include "engine/safetensors.h"
 
+#include <immintrin.h>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -23,6 +25,20 @@ std::size_t dtype_size(DType t) {
     case DType::BF16: return 2;
   }
   return 0;
+}
+
+void store_value(float v, DType dtype, unsigned char* out) {
+  if (dtype == DType::F32) {
+    std::memcpy(out, &v, 4);
+  } else if (dtype == DType::F16) {
+    const uint16_t h = _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT);
+    std::memcpy(out, &h, 2);
+  } else {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    const uint16_t b = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+    std::memcpy(out, &b, 2);
+  }
 }
 
 const char* dtype_name(DType t) {

@@ -17,6 +17,10 @@ enum class DType { F32, F16, BF16 };
 std::size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 
+// Writes finite v at out in `dtype` (dtype_size bytes): F32 as is, F16 and BF16 rounded to
+// nearest, ties to even.
+void store_value(float v, DType dtype, unsigned char* out);
+
 // A read-only view of one tensor inside a mapped file. Row-major, `shape` outermost first.
 struct TensorView {
   std::string name;

@@ -15,13 +15,12 @@
 // packed to match (pack_bf16_steps), each step's evens before its odds.
 #pragma once
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "engine/cpu/packed_weights.h"
+#include "engine/cpu/threads.h"
 #include "engine/error.h"
 #include "engine/safetensors.h"
 
@@ -129,16 +128,13 @@ void rows_for_outputs(const float* x, int n, int64_t in, const unsigned char* gr
   }
 }
 
-// Whether a product is big enough to split across threads: its one-thread time, estimated
-// from the weight bytes (streamed at ~40 GB/s) or the FLOPs (~120 GFLOP/s), whichever is
-// larger, must exceed kParallelMinNs, since opening an OpenMP region costs 1.5-3.5 us on the
-// development VM (a decode of the small drafts is otherwise mostly fork and join).
-inline bool worth_threads(const PackedWeights& w, int n) {
-  constexpr double kParallelMinNs = 8000, kBytesPerNs = 40, kFlopsPerNs = 120;
-  if (omp_get_max_threads() < 2) return false;
+// A product's one-thread time (worth_threads' estimate): the weight bytes streamed at
+// ~40 GB/s or the FLOPs at ~120 GFLOP/s, whichever takes longer.
+inline double one_thread_ns(const PackedWeights& w, int n) {
+  constexpr double kBytesPerNs = 40, kFlopsPerNs = 120;
   const double bytes_ns = static_cast<double>(w.bytes()) / kBytesPerNs;
   const double flops_ns = 2.0 * n * static_cast<double>(w.out()) * static_cast<double>(w.in()) / kFlopsPerNs;
-  return std::max(bytes_ns, flops_ns) > kParallelMinNs;
+  return std::max(bytes_ns, flops_ns);
 }
 
 // y[n, out] = x[n, in] * W[out, in]^T over pairs of packed groups (8 outputs), split across
@@ -175,7 +171,7 @@ void matmul_typed(const float* x_in, const PackedWeights& w, float* y, int n) {
       default: return;
     }
   };
-  if (worth_threads(w, n)) {
+  if (worth_threads(one_thread_ns(w, n))) {
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < pairs; ++p) pair_of_groups(p);
   } else {  // no OpenMP region at all: even a one-thread one costs ~1 us here

@@ -1,7 +1,5 @@
 #include "engine/cpu/packed_weights.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -19,30 +17,6 @@ int64_t k_step(MatmulIsa isa, DType dtype) {
 }
 
 void PackedWeights::FreeAligned::operator()(unsigned char* p) const { std::free(p); }
-
-namespace {
-
-// Row `row` of w written as `to` at dst (exact upcasts through f32; F32 to F16 or BF16 rounds
-// to nearest even). values: scratch [in].
-void convert_row(const TensorView& w, int64_t row, DType to, std::vector<float>& values, unsigned char* dst) {
-  weight_row(w, row, values.data());
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const float v = values[i];
-    if (to == DType::F32) {
-      std::memcpy(dst + 4 * i, &v, 4);
-    } else if (to == DType::F16) {
-      const uint16_t h = _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT);
-      std::memcpy(dst + 2 * i, &h, 2);
-    } else {
-      uint32_t bits;
-      std::memcpy(&bits, &v, 4);
-      const uint16_t b = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);  // finite weights
-      std::memcpy(dst + 2 * i, &b, 2);
-    }
-  }
-}
-
-}  // namespace
 
 PackedWeights::PackedWeights(const TensorView& w, MatmulIsa isa, std::optional<DType> as)
     : isa_(isa), dtype_(as.value_or(w.dtype)) {
@@ -66,8 +40,9 @@ PackedWeights::PackedWeights(const TensorView& w, MatmulIsa isa, std::optional<D
   for (int64_t o = 0; o < out_; ++o) {
     unsigned char* dst = raw + (o / kGroup) * group_bytes_ + (o % kGroup) * step_bytes_;
     const unsigned char* row = static_cast<const unsigned char*>(w.data) + o * in_ * es;
-    if (converting) {
-      convert_row(w, o, dtype_, values, converted.data());
+    if (converting) {  // exact upcasts through f32; F32 to F16 or BF16 rounds to nearest even
+      weight_row(w, o, values.data());
+      for (int64_t k = 0; k < in_; ++k) store_value(values[k], dtype_, converted.data() + k * es);
       row = converted.data();
     }
     for (int64_t s = 0; s < steps; ++s) {
