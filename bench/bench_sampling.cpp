@@ -9,7 +9,7 @@
 #include <numeric>
 #include <vector>
 
-#include "sampling/rng.h"
+#include "base/rng.h"
 #include "sampling/sampler.h"
 
 namespace {

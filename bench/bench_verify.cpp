@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "draft/sibling_draw.h"
-#include "sampling/rng.h"
+#include "base/rng.h"
 #include "verify/verifier.h"
 
 namespace specula {

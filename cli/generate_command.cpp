@@ -3,7 +3,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "runtime/generate.h"
 
 namespace specula::cli {
@@ -71,14 +71,15 @@ int GenerateCommand::run() {
                 "--tree, --tree-budget and --adaptive need a drafter (--draft DIR or --draft-method ngram)");
   if (!tree_.empty()) d.tree = parse_int_list(tree_, "--tree");
   ModelStore models;
-  Model& target = models.get(options_.model_dir);
+  const Model& target = models.model(options_.model_dir);
   options_.prompt_ids = prompt_ids_.empty() ? target.tokenizer().encode(prompt_, true)
                                             : parse_int_list(prompt_ids_, "--prompt-ids");
 
   std::vector<int> streamed;
   TokenSink sink;
   if (!json_) {
-    sink = [&](int, int token) {
+    sink = [&](int sample, int token) {  // samples decode side by side: sample 0 streams, the others print at the end
+      if (sample != 0) return;
       std::cout << target.tokenizer().decode_piece(streamed, token) << std::flush;
       streamed.push_back(token);
     };
@@ -88,6 +89,9 @@ int GenerateCommand::run() {
     std::cout << result.dump() << std::endl;
   } else {
     std::cout << std::endl;
+    if (result.contains("samples"))
+      for (std::size_t s = 1; s < result["samples"].size(); ++s)
+        std::cout << target.tokenizer().decode(result["samples"][s].get<std::vector<int>>()) << std::endl;
   }
   return 0;
 }

@@ -8,7 +8,7 @@
 #include "cli/generate_command.h"
 #include "cli/make_checkpoint_command.h"
 #include "cli/run_command.h"
-#include "engine/error.h"
+#include "base/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"specula: speculative decoding research framework"};

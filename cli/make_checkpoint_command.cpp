@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "engine/checkpoint_writer.h"
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace specula::cli {
 
@@ -32,15 +32,9 @@ int MakeCheckpointCommand::run() {
                               std::pair{kv_heads_, &o.shape.num_key_value_heads},
                               std::pair{layers_, &o.shape.num_hidden_layers}, std::pair{vocab_, &o.shape.vocab_size}})
     if (value != 0) *field = value;
-  if (dtype_ == "bf16") {
-    o.dtype = DType::BF16;
-  } else if (dtype_ == "f16") {
-    o.dtype = DType::F16;
-  } else if (dtype_ == "f32") {
-    o.dtype = DType::F32;
-  } else {
-    throw SpeculaError(detail::concat("--dtype '", dtype_, "' is not one of bf16, f16, f32"));
-  }
+  const std::optional<DType> dtype = parse_dtype(dtype_);
+  SPECULA_CHECK(dtype.has_value(), "--dtype '", dtype_, "' is not one of bf16, f16, f32");
+  o.dtype = *dtype;
   o.seed = seed_;
   o.tokenizer_model = tokenizer_.empty() ? std::string(SPECULA_SOURCE_DIR) + "/models/target-16m/tokenizer.model"
                                          : tokenizer_;

@@ -2,7 +2,6 @@
 
 #include <iostream>
 
-#include "engine/cuda/device.h"
 #include "runtime/generate.h"
 
 namespace specula::cli {
@@ -11,11 +10,11 @@ namespace {
 class EngineBackend : public GenerationBackend {
  public:
   std::vector<int> tokenize(const std::string& model_dir, const std::string& text) override {
-    return models_.get(model_dir).tokenizer().encode(text, true);
+    return models_.model(model_dir).tokenizer().encode(text, true);
   }
   void validate(const GenerateOptions& options) override { validate_generate_options(models_, options); }
   nlohmann::json generate(const GenerateOptions& options) override { return specula::generate(models_, options); }
-  std::string device_name() override { return cuda_device_count() > 0 ? "cuda" : "none"; }
+  std::string device_name() override { return accelerator_name(); }
 
  private:
   ModelStore models_;

@@ -1,11 +1,16 @@
-// defines: Proposal and Drafter, the interface every proposer implements: propose a token
-// tree after the committed tokens, then learn which of its nodes were accepted.
+// defines: Proposal and Drafter, the interface every proposer implements: start a token tree
+// after the committed tokens, ask for the draft-model forwards it needs one at a time (so a
+// scheduler can batch the forwards of many sequences into one call), hand back the finished
+// tree, then learn which of its nodes were accepted; and propose(), the trivial driver that
+// runs one drafter's forwards on their own.
 #pragma once
 
 #include <span>
 #include <vector>
 
-#include "sampling/rng.h"
+#include "base/rng.h"
+#include "engine/batch.h"
+#include "engine/forward.h"
 #include "verify/token_tree.h"
 
 namespace specula {
@@ -21,14 +26,31 @@ class Drafter {
  public:
   virtual ~Drafter() = default;
 
-  // committed: in, every token of the sequence so far; the last one (the root) is not yet
-  // in the target's cache. The tree is at most max_depth deep.
-  virtual Proposal propose(std::span<const int> committed, int max_depth, Philox& rng) = 0;
+  // Starts a proposal. committed: in, every token of the sequence so far; the last one (the
+  // root) is not yet in the target's cache. The tree is at most max_depth deep. `rng` is
+  // used until take_proposal() and must outlive it.
+  virtual void start(std::span<const int> committed, int max_depth, Philox& rng) = 0;
+
+  // The forward the proposal needs next, on forward_context(), or nullptr once the proposal
+  // is complete. Drafters that share a context (one draft model and cache) can run their
+  // pending forwards as one batch.
+  virtual const SequenceRows* pending_forward() { return nullptr; }
+  // The logits of the pending forward: in [logit_rows of it, vocab].
+  virtual void forward_done(std::span<const float> /*logits*/) {}
+  // Where pending forwards run (nullptr for drafters that run no model).
+  virtual const ForwardContext* forward_context() const { return nullptr; }
+
+  // The finished proposal (once pending_forward() is nullptr).
+  virtual Proposal take_proposal() = 0;
 
   // After verification: the nodes of the last proposal that were accepted (root-down).
   // `committed` now also holds the accepted tokens and the bonus token.
   virtual void accept(const TokenTree& tree, std::span<const int> accepted_nodes,
                       std::span<const int> committed) = 0;
 };
+
+// The trivial driver: start, each pending forward run alone on the drafter's context, the
+// proposal.
+Proposal propose(Drafter& drafter, std::span<const int> committed, int max_depth, Philox& rng);
 
 }  // namespace specula

@@ -2,15 +2,17 @@
 // a static tree from a branching list (3,2,1,1: three children of the root, two under
 // each, ...) or a dynamic tree grown best-first by cumulative draft probability under a
 // node budget (in the spirit of EAGLE-2). The draft runs on its own paged cache with the
-// same tree-masked forward as the target, one forward per tree level, and catches up on
-// accepted-but-unfed tokens and the bonus token at the next step.
+// same tree-masked forward as the target, one forward per tree level, each handed out
+// through Drafter::pending_forward() (so many sequences' levels can run as one batch), and
+// catches up on accepted-but-unfed tokens and the bonus token at the next step.
 #pragma once
 
 #include <functional>
+#include <optional>
+#include <queue>
 #include <vector>
 
 #include "draft/drafter.h"
-#include "engine/model.h"
 
 namespace specula {
 
@@ -31,39 +33,69 @@ class ModelDrafter : public Drafter {
  public:
   static constexpr int kMaxAdaptiveGamma = 16;  // adaptive chains grow up to this length
 
-  // `seq` is this drafter's sequence in `cache` (it owns it and frees it on destruction);
+  // `seq` is this drafter's sequence in draft.cache (it owns it and frees it on destruction);
   // it holds a prefix of the committed tokens. `stochastic`: siblings are sampled from
   // `distribution` (chains i.i.d., static trees without replacement) and q is returned;
   // otherwise proposals are the deterministic top-k of `distribution`.
-  ModelDrafter(Model& draft, PagedKvCache& cache, PagedKvCache::SeqId seq, DistributionFn distribution,
-               bool stochastic, TreeShape shape);
+  ModelDrafter(const ForwardContext& draft, KvCache::SeqId seq, DistributionFn distribution, bool stochastic,
+               TreeShape shape);
   ~ModelDrafter() override;
   ModelDrafter(const ModelDrafter&) = delete;
   ModelDrafter& operator=(const ModelDrafter&) = delete;
 
-  Proposal propose(std::span<const int> committed, int max_depth, Philox& rng) override;
+  void start(std::span<const int> committed, int max_depth, Philox& rng) override;
+  const SequenceRows* pending_forward() override { return pending_ ? &*pending_ : nullptr; }
+  void forward_done(std::span<const float> logits) override;
+  const ForwardContext* forward_context() const override { return &draft_; }
+  Proposal take_proposal() override;
   void accept(const TokenTree& tree, std::span<const int> accepted_nodes, std::span<const int> committed) override;
 
   int draft_forwards() const { return forwards_; }
-  PagedKvCache::SeqId seq() const { return seq_; }
+  KvCache::SeqId seq() const { return seq_; }
 
  private:
-  // Feeds the tree's nodes [first, last) to the draft (one forward), appending q rows.
-  void feed(const TokenTree& tree, int first, int last, int root_position, std::vector<float>& q);
-  void grow_static(Proposal& proposal, std::span<const int> branching, int root_position, Philox& rng);
-  void grow_dynamic(Proposal& proposal, int max_depth, int root_position);
+  enum class Phase { kIdle, kCatchUp, kStatic, kDynamic, kDone };
+  struct Candidate {
+    double score;  // cumulative log draft probability of the path
+    long order;    // push order: ties go to the earlier (more probable sibling first)
+    int parent;
+    int token;
+    bool operator<(const Candidate& o) const { return score < o.score || (score == o.score && order > o.order); }
+  };
 
-  Model& draft_;
-  PagedKvCache& cache_;
-  PagedKvCache::SeqId seq_;
+  int vocab() const { return draft_.backend.config().vocab_size; }
+  // Asks for a forward of the tree's nodes [first, last) (their q rows come back in forward_done).
+  void request_feed(int first, int last);
+  // Grows the tree until it needs a forward (pending_ set) or is complete (phase kDone).
+  void advance_static();
+  void advance_dynamic();
+  void push_children(int context, double base);
+
+  ForwardContext draft_;
+  KvCache::SeqId seq_;
   DistributionFn distribution_;
   bool stochastic_;
   TreeShape shape_;
   int gamma_;                // current chain length (adaptive), else the branching depth
-  int prefix_end_ = 0;       // cache length before the last proposal's tree nodes
-  int fed_nodes_ = 0;        // nodes of the last proposal fed to the draft (a prefix of node order)
   int forwards_ = 0;
-  std::vector<float> logits_;
+
+  // The proposal in progress.
+  Phase phase_ = Phase::kIdle;
+  Philox* rng_ = nullptr;
+  int max_depth_ = 0;
+  int root_position_ = 0;
+  int prefix_end_ = 0;       // cache length before the proposal's tree nodes
+  int fed_nodes_ = 0;        // nodes fed to the draft (a prefix of node order)
+  int feeding_first_ = 0, feeding_last_ = 0;  // the nodes of the pending feed
+  Proposal proposal_;
+  std::optional<SequenceRows> pending_;
+  std::vector<int> pending_positions_;
+  std::vector<int> branching_;      // static: the levels to grow
+  std::size_t level_ = 0;           // static: the next level
+  std::vector<int> frontier_;       // static: contexts whose children the next level draws
+  std::priority_queue<Candidate> candidates_;  // dynamic: the frontier
+  std::vector<double> node_score_;  // dynamic: per node
+  long pushed_ = 0;                 // dynamic: candidates pushed so far
 };
 
 }  // namespace specula

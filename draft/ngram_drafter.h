@@ -11,11 +11,13 @@ class NgramDrafter : public Drafter {
  public:
   explicit NgramDrafter(NgramConfig config) : proposer_(config) {}
 
-  Proposal propose(std::span<const int> committed, int max_depth, Philox& rng) override;
+  void start(std::span<const int> committed, int max_depth, Philox& rng) override;
+  Proposal take_proposal() override { return std::move(proposal_); }
   void accept(const TokenTree&, std::span<const int>, std::span<const int>) override {}
 
  private:
   NgramProposer proposer_;
+  Proposal proposal_;
 };
 
 }  // namespace specula

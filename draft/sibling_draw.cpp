@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "verify/residual.h"
 
 namespace specula {

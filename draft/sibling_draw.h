@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "sampling/rng.h"
+#include "base/rng.h"
 #include "verify/token_tree.h"
 
 namespace specula {

@@ -6,9 +6,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/tokenizer.h"
-#include "sampling/rng.h"
+#include "base/rng.h"
 
 namespace specula {
 namespace {

@@ -1,7 +1,5 @@
 #include "engine/safetensors.h"
 
-#include <immintrin.h>
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -14,41 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace specula {
-
-std::size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::F32: return 4;
-    case DType::F16: return 2;
-    case DType::BF16: return 2;
-  }
-  return 0;
-}
-
-void store_value(float v, DType dtype, unsigned char* out) {
-  if (dtype == DType::F32) {
-    std::memcpy(out, &v, 4);
-  } else if (dtype == DType::F16) {
-    const uint16_t h = _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT);
-    std::memcpy(out, &h, 2);
-  } else {
-    uint32_t bits;
-    std::memcpy(&bits, &v, 4);
-    const uint16_t b = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-    std::memcpy(out, &b, 2);
-  }
-}
-
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::F32: return "F32";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
-  }
-  return "?";
-}
 
 int64_t TensorView::numel() const {
   int64_t n = 1;
@@ -66,10 +32,9 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return out.str();
 }
 
-DType parse_dtype(const std::string& s, const std::string& path, const std::string& tensor) {
-  if (s == "F32") return DType::F32;
-  if (s == "F16") return DType::F16;
-  if (s == "BF16") return DType::BF16;
+DType tensor_dtype(const std::string& s, const std::string& path, const std::string& tensor) {
+  // Safetensors spells dtypes in capitals; "bf16" is not a safetensors dtype.
+  if (const auto t = parse_dtype(s); t && s == dtype_name(*t)) return *t;
   throw SpeculaError(detail::concat(path, ": tensor '", tensor, "' has unsupported dtype '", s,
                                     "' (supported: F32, F16, BF16)"));
 }
@@ -123,7 +88,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       TensorView t;
       t.name = name;
       t.origin = path;
-      t.dtype = parse_dtype(info["dtype"].get<std::string>(), path, name);
+      t.dtype = tensor_dtype(info["dtype"].get<std::string>(), path, name);
       const auto& shape = info["shape"];
       SPECULA_CHECK(shape.is_array(), path, ": tensor '", name, "': shape must be an array");
       for (const auto& d : shape) {

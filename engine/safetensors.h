@@ -1,4 +1,4 @@
-// defines: DType, TensorView, SafetensorsFile (one memory-mapped .safetensors file, its
+// defines: TensorView, SafetensorsFile (one memory-mapped .safetensors file, its
 // header validated) and Checkpoint (a model folder: one file or shards listed in
 // model.safetensors.index.json).
 #pragma once
@@ -10,16 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "base/dtype.h"
+
 namespace specula {
-
-enum class DType { F32, F16, BF16 };
-
-std::size_t dtype_size(DType t);
-const char* dtype_name(DType t);
-
-// Writes finite v at out in `dtype` (dtype_size bytes): F32 as is, F16 and BF16 rounded to
-// nearest, ties to even.
-void store_value(float v, DType dtype, unsigned char* out);
 
 // A read-only view of one tensor inside a mapped file. Row-major, `shape` outermost first.
 struct TensorView {

@@ -4,7 +4,7 @@
 
 #include <string_view>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace specula {
 namespace {

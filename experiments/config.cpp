@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "experiments/config_fields.h"
 #include "experiments/prompts.h"
 #include "experiments/sweep.h"

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "experiments/suggest.h"
 
 namespace specula {

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "experiments/suggest.h"
 
 namespace specula {

@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace specula {
 

@@ -11,7 +11,7 @@
 #include <set>
 #include <thread>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "experiments/config.h"
 #include "experiments/machine.h"
 #include "experiments/plan.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "experiments/config_fields.h"
 #include "experiments/suggest.h"
 

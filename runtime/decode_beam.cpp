@@ -1,6 +1,6 @@
 // Beam search over the target: the search driver (sampling/beam_search.h) runs on a
 // BeamLanguageModel whose sequences are forks of one paged cache, so beams share their
-// prefix blocks.
+// prefix blocks; each step feeds every live beam in one batched forward.
 #include <chrono>
 
 #include "runtime/decoders.h"
@@ -11,52 +11,59 @@ namespace {
 
 class CachedBeamModel : public BeamLanguageModel {
  public:
-  CachedBeamModel(Model& model, PagedKvCache& cache) : model_(model), cache_(cache) {}
+  explicit CachedBeamModel(const ForwardContext& context) : context_(context) {}
 
-  int vocab_size() const override { return model_.config().vocab_size; }
-  int fork(int seq) override { return cache_.fork(seq); }
-  void release(int seq) override { cache_.free(seq); }
+  int vocab_size() const override { return context_.backend.config().vocab_size; }
+  int fork(int seq) override { return context_.cache.fork(seq); }
+  void release(int seq) override { context_.cache.free(seq); }
   void step(std::span<const int> seqs, std::span<const int> tokens, std::span<float> logits) override {
-    const std::size_t vocab = static_cast<std::size_t>(vocab_size());
+    positions_.resize(seqs.size());
+    parts_.clear();
     for (std::size_t i = 0; i < seqs.size(); ++i) {
-      const int position = cache_.length(seqs[i]);
-      model_.forward(cache_, seqs[i], {tokens.subspan(i, 1), std::span(&position, 1), {}, false},
-                     logits.subspan(i * vocab, vocab));
-      ++forwards_;
+      positions_[i] = context_.cache.length(seqs[i]);
+      parts_.push_back({seqs[i], tokens.subspan(i, 1), std::span(&positions_[i], 1), {}, RowLogits::kLast});
     }
+    context_.run(parts_, logits);
+    ++forwards_;
+    rows_ += static_cast<int>(seqs.size());
   }
   int forwards() const { return forwards_; }
+  int rows() const { return rows_; }
 
  private:
-  Model& model_;
-  PagedKvCache& cache_;
-  int forwards_ = 0;
+  ForwardContext context_;
+  std::vector<int> positions_;
+  std::vector<SequenceRows> parts_;
+  int forwards_ = 0, rows_ = 0;
 };
 
 }  // namespace
 
-DecodeRun decode_beam(Model& target, const GenerateOptions& options, const TokenSink& sink) {
+DecodeRun decode_beam(const Backend& target, const GenerateOptions& options, const TokenSink& sink) {
   using Clock = std::chrono::steady_clock;
   const ModelConfig& c = target.config();
   const int prompt_len = static_cast<int>(options.prompt_ids.size());
   const int width = options.sampling.beam_width;
   // Live beams, their forks during a step, and the root.
-  PagedKvCache cache(target.kv_layout(options.kv_block_size),
-                     kv_blocks_for(prompt_len + options.max_new_tokens, 4 * width + 2, options.kv_block_size));
+  KvCache cache(target.model().kv_layout(options.kv_block_size),
+                kv_blocks_for(prompt_len + options.max_new_tokens, 4 * width + 2, options.kv_block_size));
+  const auto workspace = target.make_workspace();
+  const ForwardContext context{target, cache, *workspace};
   DecodeRun run;
   const auto start = Clock::now();
   std::vector<float> logits;
-  const int root = prefill(target, cache, options.prompt_ids, logits);
+  const int root = prefill(context, options.prompt_ids, logits);
   const auto decode_start = Clock::now();
   run.prefill_s = std::chrono::duration<double>(decode_start - start).count();
 
-  CachedBeamModel model(target, cache);
+  CachedBeamModel model(context);
   const int n_best = std::min(options.num_samples, width);
   const BeamResult result = beam_search(model, root, logits, options.sampling, options.max_new_tokens,
                                         c.eos_token_id, n_best);
   cache.free(root);
   run.decode_s = std::chrono::duration<double>(Clock::now() - decode_start).count();
   run.target_forwards = 1 + model.forwards();
+  run.target_forwards_rows = prompt_len + model.rows();
   run.kv = cache.stats();
   nlohmann::json scores = nlohmann::json::array();
   for (const BeamHypothesis& h : result.hypotheses) {

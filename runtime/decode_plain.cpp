@@ -1,5 +1,6 @@
-// The plain decoding loop: prefill once, then one target forward per token, for each of
-// num_samples continuations forked from the shared prefill.
+// The plain decoding loop: prefill once, then one target forward per token, the live samples
+// of the request (forks of the shared prefill, each with its own Philox stream) side by side
+// in that forward.
 #include <chrono>
 
 #include "runtime/decoders.h"
@@ -7,40 +8,66 @@
 
 namespace specula {
 
-DecodeRun decode_plain(Model& target, const GenerateOptions& options, const TokenSink& sink) {
+DecodeRun decode_plain(const Backend& target, const GenerateOptions& options, const TokenSink& sink) {
   using Clock = std::chrono::steady_clock;
   const ModelConfig& c = target.config();
+  const std::size_t vocab = static_cast<std::size_t>(c.vocab_size);
   const int prompt_len = static_cast<int>(options.prompt_ids.size());
+  const int num_samples = options.num_samples;
   const auto sampler = make_sampler(options.sampling);
-  PagedKvCache cache(target.kv_layout(options.kv_block_size),
-                     kv_blocks_for(prompt_len + options.max_new_tokens, 2, options.kv_block_size));
+  KvCache cache(target.model().kv_layout(options.kv_block_size),
+                kv_blocks_for(prompt_len + options.max_new_tokens, num_samples + 1, options.kv_block_size));
+  const auto workspace = target.make_workspace();
+  const ForwardContext context{target, cache, *workspace};
   DecodeRun run;
 
   const auto start = Clock::now();
   std::vector<float> prompt_logits;
-  const int root = prefill(target, cache, options.prompt_ids, prompt_logits);
+  const KvCache::SeqId root = prefill(context, options.prompt_ids, prompt_logits);
   run.target_forwards = 1;
+  run.target_forwards_rows = prompt_len;
   const auto decode_start = Clock::now();
   run.prefill_s = std::chrono::duration<double>(decode_start - start).count();
 
-  std::vector<float> logits(prompt_logits.size()), probs(prompt_logits.size());
-  run.samples.resize(static_cast<std::size_t>(options.num_samples));
-  for (int s = 0; s < options.num_samples; ++s) {
-    Philox rng(options.seed, static_cast<uint64_t>(s));
-    const int seq = cache.fork(root);
-    logits = prompt_logits;
-    std::vector<int>& ids = run.samples[s];
-    for (;;) {
-      sampler->distribution(logits, probs);
-      const int token = sampler->draw(probs, rng);
-      if (emit_token(ids, token, options, c.eos_token_id, s, sink)) break;
-      const int pos = prompt_len + static_cast<int>(ids.size()) - 1;
-      target.forward(cache, seq, {std::span(&ids.back(), 1), std::span(&pos, 1), {}, false}, logits);
-      ++run.target_forwards;
-    }
-    cache.free(seq);
-  }
+  struct Sample {
+    int index;
+    KvCache::SeqId seq;
+    Philox rng;
+    int position = 0;  // of the token fed next
+  };
+  std::vector<Sample> live;
+  for (int s = 0; s < num_samples; ++s) live.push_back({s, cache.fork(root), Philox(options.seed, static_cast<uint64_t>(s))});
   cache.free(root);
+  std::vector<float> logits(prompt_logits.size() * static_cast<std::size_t>(num_samples)), probs(vocab);
+  for (std::size_t s = 0; s < live.size(); ++s) std::copy(prompt_logits.begin(), prompt_logits.end(), logits.begin() + s * vocab);
+  run.samples.resize(static_cast<std::size_t>(num_samples));
+  std::vector<SequenceRows> parts;
+  while (!live.empty()) {
+    // Sample every live row; finished samples leave, the rest feed their token together.
+    std::vector<Sample> next;
+    parts.clear();
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      Sample& sample = live[i];
+      sampler->distribution(std::span(logits).subspan(i * vocab, vocab), probs);
+      const int token = sampler->draw(probs, sample.rng);
+      std::vector<int>& ids = run.samples[static_cast<std::size_t>(sample.index)];
+      if (emit_token(ids, token, options, c.eos_token_id, sample.index, sink)) {
+        cache.free(sample.seq);
+        continue;
+      }
+      sample.position = prompt_len + static_cast<int>(ids.size()) - 1;
+      next.push_back(sample);
+    }
+    live = std::move(next);
+    if (live.empty()) break;
+    for (const Sample& sample : live) {
+      const std::vector<int>& ids = run.samples[static_cast<std::size_t>(sample.index)];
+      parts.push_back({sample.seq, std::span(&ids.back(), 1), std::span(&sample.position, 1), {}, RowLogits::kLast});
+    }
+    context.run(parts, std::span(logits).first(live.size() * vocab));
+    ++run.target_forwards;
+    run.target_forwards_rows += static_cast<int>(live.size());
+  }
   run.decode_s = std::chrono::duration<double>(Clock::now() - decode_start).count();
   run.kv = cache.stats();
   return run;

@@ -1,11 +1,12 @@
 // The speculative decoding loop: prefill target and draft with the prompt but its last
-// token (the first step's root), then per sample a SpeculativeSequence forked from the
-// shared prefill steps until the sample is complete.
+// token (the first step's root), then every sample a SpeculativeSequence forked from the
+// shared prefill, all stepping together (speculative_step: batched draft forwards, one
+// target forward) until each is complete.
 #include <chrono>
 
 #include "draft/model_drafter.h"
 #include "draft/ngram_drafter.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "runtime/decoders.h"
 #include "runtime/speculative_sequence.h"
 
@@ -37,20 +38,30 @@ int max_tree_nodes(const DraftOptions& d) {
 
 }  // namespace
 
-DecodeRun decode_speculative(ModelStore& models, Model& target, const GenerateOptions& options, const TokenSink& sink) {
+DecodeRun decode_speculative(ModelStore& models, const Backend& target, const GenerateOptions& options,
+                             const TokenSink& sink) {
   using Clock = std::chrono::steady_clock;
   const DraftOptions& d = options.draft;
   const int prompt_len = static_cast<int>(options.prompt_ids.size());
+  const int num_samples = options.num_samples;
   const auto sampler = make_sampler(options.sampling);
   const bool greedy = sampler->is_greedy();
 
-  Model* draft = d.method == "model" ? &draft_model(models, d) : nullptr;
+  const Backend* draft = d.method == "model" ? &draft_model(models, d) : nullptr;
   const int bs = options.kv_block_size;
-  const int blocks = kv_blocks_for(prompt_len + options.max_new_tokens + max_tree_nodes(d) + 1,
-                                   2, bs);
-  PagedKvCache cache(target.kv_layout(bs), blocks);
-  std::unique_ptr<PagedKvCache> draft_cache;
-  if (draft) draft_cache = std::make_unique<PagedKvCache>(draft->kv_layout(bs), blocks);
+  // The shared prefill and every sample's sequence with its largest tree.
+  const int blocks = kv_blocks_for(prompt_len + options.max_new_tokens + max_tree_nodes(d) + 1, num_samples + 1, bs);
+  KvCache cache(target.model().kv_layout(bs), blocks);
+  const auto workspace = target.make_workspace();
+  const ForwardContext target_context{target, cache, *workspace};
+  std::unique_ptr<KvCache> draft_cache;
+  std::unique_ptr<Workspace> draft_workspace;
+  std::unique_ptr<ForwardContext> draft_context;
+  if (draft) {
+    draft_cache = std::make_unique<KvCache>(draft->model().kv_layout(bs), blocks);
+    draft_workspace = draft->make_workspace();
+    draft_context = std::make_unique<ForwardContext>(ForwardContext{*draft, *draft_cache, *draft_workspace});
+  }
 
   // Greedy drafting ranks by the draft's own softmax; sampled drafting draws from the
   // sampler's transform, the one applied to the target too (lossless verification needs it).
@@ -69,43 +80,73 @@ DecodeRun decode_speculative(ModelStore& models, Model& target, const GenerateOp
 
   DecodeRun run;
   const auto start = Clock::now();
-  const auto body = std::span(options.prompt_ids).first(prompt_len - 1);  // the root is fed by step 1
+  const auto body = std::span(options.prompt_ids).first(static_cast<std::size_t>(prompt_len - 1));  // the root is fed by step 1
   std::vector<float> unused;
-  const int root_seq = prefill(target, cache, body, unused);
-  const int draft_root_seq = draft ? prefill(*draft, *draft_cache, body, unused) : -1;
-  if (!body.empty()) ++run.target_forwards;
+  const KvCache::SeqId root_seq = prefill(target_context, body, unused);
+  const KvCache::SeqId draft_root_seq = draft ? prefill(*draft_context, body, unused) : -1;
+  if (!body.empty()) {
+    ++run.target_forwards;
+    run.target_forwards_rows += static_cast<int>(body.size());
+  }
   const auto decode_start = Clock::now();
   run.prefill_s = std::chrono::duration<double>(decode_start - start).count();
 
-  SpeculativeStats stats;
-  long draft_forwards = 0;
-  run.samples.resize(static_cast<std::size_t>(options.num_samples));
-  for (int s = 0; s < options.num_samples; ++s) {
+  // Every sample a sequence forked from the shared prefill, with its own Philox stream; all
+  // step together, one batched step per round.
+  std::vector<std::unique_ptr<SpeculativeSequence>> samples;
+  std::vector<ModelDrafter*> model_drafters;
+  for (int s = 0; s < num_samples; ++s) {
     std::unique_ptr<Drafter> drafter;
-    ModelDrafter* model_drafter = nullptr;
     if (draft) {
-      auto md = std::make_unique<ModelDrafter>(*draft, *draft_cache, draft_cache->fork(draft_root_seq),
-                                               draft_distribution, !greedy, tree_shape(d));
-      model_drafter = md.get();
+      auto md = std::make_unique<ModelDrafter>(*draft_context, draft_cache->fork(draft_root_seq), draft_distribution,
+                                               !greedy, tree_shape(d));
+      model_drafters.push_back(md.get());
       drafter = std::move(md);
     } else {
       drafter = std::make_unique<NgramDrafter>(NgramConfig{d.ngram_min, d.ngram_max, d.gamma});
     }
-    SpeculativeSequence sequence(target, cache, cache.fork(root_seq), std::move(drafter), *sampler,
-                                 options.prompt_ids, Philox(options.seed, static_cast<uint64_t>(s)));
-    std::vector<int>& ids = run.samples[s];
-    bool done = false;
-    while (!done) {
-      // The bonus token needs room too: at most remaining - 1 drafted levels.
-      const int remaining = options.max_new_tokens - static_cast<int>(ids.size());
-      for (int token : sequence.step(remaining - 1, stats).tokens)
-        if ((done = emit_token(ids, token, options, target.config().eos_token_id, s, sink))) break;
-      run.target_forwards += 1;
-    }
-    if (model_drafter) draft_forwards += model_drafter->draft_forwards();
+    samples.push_back(std::make_unique<SpeculativeSequence>(target_context, cache.fork(root_seq), std::move(drafter),
+                                                            *sampler, options.prompt_ids,
+                                                            Philox(options.seed, static_cast<uint64_t>(s))));
   }
   cache.free(root_seq);
   if (draft) draft_cache->free(draft_root_seq);
+
+  SpeculativeStats stats;
+  long draft_forwards = 0;
+  run.samples.resize(static_cast<std::size_t>(num_samples));
+  std::vector<int> live(static_cast<std::size_t>(num_samples));
+  for (int s = 0; s < num_samples; ++s) live[static_cast<std::size_t>(s)] = s;
+  std::vector<SpeculativeSequence*> stepping;
+  std::vector<int> max_depths;
+  while (!live.empty()) {
+    stepping.clear();
+    max_depths.clear();
+    for (int s : live) {
+      stepping.push_back(samples[static_cast<std::size_t>(s)].get());
+      // The bonus token needs room too: at most remaining - 1 drafted levels.
+      max_depths.push_back(options.max_new_tokens - static_cast<int>(run.samples[static_cast<std::size_t>(s)].size()) - 1);
+    }
+    const std::vector<const VerifyResult*> results = speculative_step(stepping, max_depths, target_context, stats);
+    std::vector<int> still_live;
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      const int s = live[i];
+      bool done = false;
+      for (int token : results[i]->tokens)
+        if ((done = emit_token(run.samples[static_cast<std::size_t>(s)], token, options, target.config().eos_token_id, s,
+                               sink)))
+          break;
+      if (done) {
+        if (draft) draft_forwards += model_drafters[static_cast<std::size_t>(s)]->draft_forwards();
+        samples[static_cast<std::size_t>(s)].reset();  // frees its target and draft sequences
+      } else {
+        still_live.push_back(s);
+      }
+    }
+    live = std::move(still_live);
+  }
+  run.target_forwards += static_cast<int>(stats.target_forwards);
+  run.target_forwards_rows += static_cast<int>(stats.target_rows);
   run.decode_s = std::chrono::duration<double>(Clock::now() - decode_start).count();
   run.kv = cache.stats();
 

@@ -6,7 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "engine/model.h"
+#include "engine/backend.h"
+#include "engine/forward.h"
+#include "kv/kv_cache.h"
 #include "runtime/generate.h"
 
 namespace specula {
@@ -16,6 +18,7 @@ struct DecodeRun {
   double prefill_s = 0;
   double decode_s = 0;
   int target_forwards = 0;
+  int target_forwards_rows = 0;  // rows over all target forwards (a batched step counts each sequence's rows)
   KvStats kv;                 // of the target cache, after every sequence was freed
   nlohmann::json extra;       // strategy-specific stats merged into "stats"
 };
@@ -25,25 +28,25 @@ struct DecodeRun {
 bool emit_token(std::vector<int>& ids, int token, const GenerateOptions& options, int eos_id, int sample,
                 const TokenSink& sink);
 
-DecodeRun decode_plain(Model& target, const GenerateOptions& options, const TokenSink& sink);
-DecodeRun decode_speculative(ModelStore& models, Model& target, const GenerateOptions& options, const TokenSink& sink);
-DecodeRun decode_beam(Model& target, const GenerateOptions& options, const TokenSink& sink);
+// Samples (and beams) of one request run side by side: every step is one batched forward.
+DecodeRun decode_plain(const Backend& target, const GenerateOptions& options, const TokenSink& sink);
+DecodeRun decode_speculative(ModelStore& models, const Backend& target, const GenerateOptions& options,
+                             const TokenSink& sink);
+DecodeRun decode_beam(const Backend& target, const GenerateOptions& options, const TokenSink& sink);
 
-// A new sequence of `cache` holding `tokens` at positions 0, 1, ... (one causal forward; none
-// when tokens is empty). Returns it; the next-token logits after the last token go to
-// last_logits (out, resized to [vocab]).
-PagedKvCache::SeqId prefill(Model& model, PagedKvCache& cache, std::span<const int> tokens,
-                            std::vector<float>& last_logits);
+// A new sequence of `context.cache` holding `tokens` at positions 0, 1, ... (one causal
+// forward; none when tokens is empty). Returns it; the next-token logits after the last
+// token go to last_logits (out, resized to [vocab]).
+KvCache::SeqId prefill(const ForwardContext& context, std::span<const int> tokens, std::vector<float>& last_logits);
 
 // Throws SpeculaError unless `draft` shares the target's vocabulary, special ids and pieces.
 void check_draft_compatible(const Model& target, const Model& draft);
 
 // The draft model of a request (method = model), loaded with its matrices in the requested
 // dtype (DraftOptions::weights; throws SpeculaError naming --draft-weights for an unknown one).
-Model& draft_model(ModelStore& models, const DraftOptions& draft);
+const Backend& draft_model(ModelStore& models, const DraftOptions& draft);
 
-// KV blocks enough for `sequences` sequences of up to `tokens` slots each. Samples run one
-// after another, so a pool serves the shared prefill and one live sample (2 sequences).
+// KV blocks enough for `sequences` sequences of up to `tokens` slots each, none shared.
 int kv_blocks_for(int tokens, int sequences, int block_size);
 
 }  // namespace specula

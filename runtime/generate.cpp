@@ -2,7 +2,8 @@
 
 #include <omp.h>
 
-#include "engine/error.h"
+#include "base/error.h"
+#include "engine/cuda/device.h"
 #include "runtime/decoders.h"
 #include "sampling/sampler.h"
 
@@ -20,14 +21,13 @@ int kv_blocks_for(int tokens, int sequences, int block_size) {
   return ((tokens + block_size - 1) / block_size + 1) * sequences;
 }
 
-PagedKvCache::SeqId prefill(Model& model, PagedKvCache& cache, std::span<const int> tokens,
-                            std::vector<float>& last_logits) {
-  last_logits.assign(static_cast<std::size_t>(model.config().vocab_size), 0.0f);
-  const PagedKvCache::SeqId seq = cache.create();
+KvCache::SeqId prefill(const ForwardContext& context, std::span<const int> tokens, std::vector<float>& last_logits) {
+  last_logits.assign(static_cast<std::size_t>(context.backend.config().vocab_size), 0.0f);
+  const KvCache::SeqId seq = context.cache.create();
   if (tokens.empty()) return seq;
   std::vector<int> positions(tokens.size());
   for (std::size_t i = 0; i < tokens.size(); ++i) positions[i] = static_cast<int>(i);
-  model.forward(cache, seq, {tokens, positions, {}, false}, last_logits);
+  context.run(SequenceRows{seq, tokens, positions, {}, RowLogits::kLast}, last_logits);
   return seq;
 }
 
@@ -45,7 +45,7 @@ void check_draft_compatible(const Model& target, const Model& draft) {
 }
 
 void validate_generate_options(ModelStore& models, const GenerateOptions& o) {
-  const Model& target = models.get(o.model_dir);
+  const Model& target = models.model(o.model_dir);
   const ModelConfig& c = target.config();
   const int prompt_len = static_cast<int>(o.prompt_ids.size());
   SPECULA_CHECK(prompt_len > 0, "generate: the prompt is empty");
@@ -72,10 +72,10 @@ void validate_generate_options(ModelStore& models, const GenerateOptions& o) {
                 "--sampler beam cannot be combined with a drafter (--draft-method ", d.method, ")");
   SPECULA_CHECK(d.ngram_min >= 1 && d.ngram_min <= d.ngram_max, "--ngram-min (", d.ngram_min,
                 ") must be >= 1 and <= --ngram-max (", d.ngram_max, ")");
-  if (d.method == "model") check_draft_compatible(target, draft_model(models, d));
+  if (d.method == "model") check_draft_compatible(target, draft_model(models, d).model());
 }
 
-Model& draft_model(ModelStore& models, const DraftOptions& draft) {
+const Backend& draft_model(ModelStore& models, const DraftOptions& draft) {
   std::optional<DType> as;
   if (draft.weights == "f32") as = DType::F32;
   else if (draft.weights == "f16") as = DType::F16;
@@ -84,9 +84,11 @@ Model& draft_model(ModelStore& models, const DraftOptions& draft) {
   return models.get(draft.model_dir, as);
 }
 
+std::string accelerator_name() { return cuda_device_count() > 0 ? "cuda" : "none"; }
+
 nlohmann::json generate(ModelStore& models, const GenerateOptions& options, const TokenSink& sink) {
   validate_generate_options(models, options);
-  Model& target = models.get(options.model_dir);
+  const Backend& target = models.get(options.model_dir);
   if (options.threads > 0) omp_set_num_threads(options.threads);
 
   DecodeRun run;
@@ -116,12 +118,13 @@ nlohmann::json generate(ModelStore& models, const GenerateOptions& options, cons
       {"prefill_tokens_per_s", run.prefill_s > 0 ? prompt_len / run.prefill_s : 0.0},
       {"decode_tokens_per_s", run.decode_s > 0 ? new_tokens / run.decode_s : 0.0},
       {"target_forwards", run.target_forwards},
+      {"target_rows", run.target_forwards_rows},
       {"sampler", sampler},
       {"kv", {{"block_size", options.kv_block_size}, {"blocks_peak", run.kv.blocks_peak},
               {"blocks_in_use_at_end", run.kv.blocks_in_use}}},
   };
   if (run.extra.is_object()) stats.update(run.extra);
-  nlohmann::json out = {{"ids", run.samples.at(0)}, {"text", target.tokenizer().decode(run.samples.at(0))},
+  nlohmann::json out = {{"ids", run.samples.at(0)}, {"text", target.model().tokenizer().decode(run.samples.at(0))},
                         {"stats", stats}};
   if (run.samples.size() > 1) out["samples"] = run.samples;
   return out;

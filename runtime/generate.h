@@ -21,4 +21,7 @@ nlohmann::json generate(ModelStore& models, const GenerateOptions& options, cons
 // vocabulary, special ids or tokenizer differ from the target's.
 void validate_generate_options(ModelStore& models, const GenerateOptions& options);
 
+// The accelerator this process could run requests on, for machine records: "cuda" or "none".
+std::string accelerator_name();
+
 }  // namespace specula

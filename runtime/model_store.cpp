@@ -2,10 +2,16 @@
 
 namespace specula {
 
-Model& ModelStore::get(const std::string& dir, std::optional<DType> matrices_as) {
-  const auto key = std::make_pair(dir, matrices_as);
-  auto it = models_.find(key);
-  if (it == models_.end()) it = models_.emplace(key, std::make_unique<Model>(dir, matrices_as)).first;
+const Model& ModelStore::model(const std::string& dir) {
+  auto it = models_.find(dir);
+  if (it == models_.end()) it = models_.emplace(dir, std::make_unique<Model>(dir)).first;
+  return *it->second;
+}
+
+const Backend& ModelStore::get(const std::string& dir, std::optional<DType> matrices_as, BackendKind kind) {
+  const auto key = std::make_tuple(dir, kind, matrices_as);
+  auto it = backends_.find(key);
+  if (it == backends_.end()) it = backends_.emplace(key, make_backend(kind, model(dir), matrices_as)).first;
   return *it->second;
 }
 

@@ -1,24 +1,30 @@
 // defines: ModelStore, the models of a process loaded once each and shared by every
-// request (the CLI loads one or two, an experiment sweep many points over the same few).
+// request (the CLI loads one or two, an experiment sweep many points over the same few):
+// one Model per folder, one Backend per (folder, backend, matrix dtype).
 #pragma once
 
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 
+#include "engine/backend.h"
 #include "engine/model.h"
 
 namespace specula {
 
 class ModelStore {
  public:
-  // The model in `dir`, loaded on first use, its matrices read as stored or as `matrices_as`
-  // (one copy per dir and dtype).
-  Model& get(const std::string& dir, std::optional<DType> matrices_as = std::nullopt);
+  // The checkpoint in `dir`, loaded on first use.
+  const Model& model(const std::string& dir);
+  // The model in `dir` on backend `kind`, its matrices read as stored or as `matrices_as`.
+  const Backend& get(const std::string& dir, std::optional<DType> matrices_as = std::nullopt,
+                     BackendKind kind = BackendKind::kCpu);
 
  private:
-  std::map<std::pair<std::string, std::optional<DType>>, std::unique_ptr<Model>> models_;
+  std::map<std::string, std::unique_ptr<Model>> models_;
+  std::map<std::tuple<std::string, BackendKind, std::optional<DType>>, std::unique_ptr<Backend>> backends_;
 };
 
 }  // namespace specula

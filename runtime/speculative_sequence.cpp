@@ -1,6 +1,7 @@
 #include "runtime/speculative_sequence.h"
 
 #include <chrono>
+#include <map>
 
 namespace specula {
 namespace {
@@ -14,13 +15,38 @@ double lap(Clock::time_point& mark) {
   return s;
 }
 
+// Runs the pending forwards of every drafter, round by round, those sharing a forward
+// context (one draft cache) as one batched call.
+void run_draft_forwards(std::span<SpeculativeSequence* const> seqs) {
+  std::vector<float> logits;
+  std::vector<SequenceRows> parts;
+  for (;;) {
+    std::map<const ForwardContext*, std::vector<Drafter*>> groups;  // one batched call per draft cache
+    for (SpeculativeSequence* s : seqs)
+      if (s->drafter().pending_forward()) groups[s->drafter().forward_context()].push_back(&s->drafter());
+    if (groups.empty()) return;
+    for (auto& [context, drafters] : groups) {
+      parts.clear();
+      for (Drafter* d : drafters) parts.push_back(*d->pending_forward());
+      const std::size_t vocab = static_cast<std::size_t>(context->backend.config().vocab_size);
+      logits.resize(static_cast<std::size_t>(logit_rows(parts)) * vocab);
+      context->run(parts, logits);
+      std::size_t row = 0;
+      for (std::size_t i = 0; i < drafters.size(); ++i) {
+        const std::size_t rows = static_cast<std::size_t>(logit_rows(std::span(&parts[i], 1)));
+        drafters[i]->forward_done(std::span(logits).subspan(row * vocab, rows * vocab));
+        row += rows;
+      }
+    }
+  }
+}
+
 }  // namespace
 
-SpeculativeSequence::SpeculativeSequence(Model& target, PagedKvCache& cache, PagedKvCache::SeqId seq,
+SpeculativeSequence::SpeculativeSequence(const ForwardContext& target, KvCache::SeqId seq,
                                          std::unique_ptr<Drafter> drafter, const Sampler& sampler,
                                          std::vector<int> committed, Philox rng)
     : target_(target),
-      cache_(cache),
       seq_(seq),
       drafter_(std::move(drafter)),
       sampler_(sampler),
@@ -29,53 +55,53 @@ SpeculativeSequence::SpeculativeSequence(Model& target, PagedKvCache& cache, Pag
 
 SpeculativeSequence::~SpeculativeSequence() {
   drafter_.reset();  // a model drafter frees its own cache sequence
-  cache_.free(seq_);
+  target_.cache.free(seq_);
 }
 
-const VerifyResult& SpeculativeSequence::step(int max_depth, SpeculativeStats& stats) {
-  const int vocab = target_.config().vocab_size;
-  auto mark = Clock::now();
-
-  const Proposal proposal = drafter_->propose(committed_, max_depth, rng_);
-  const TokenTree& tree = proposal.tree;
+const SequenceRows& SpeculativeSequence::verify_rows() {
+  proposal_ = drafter_->take_proposal();
+  const TokenTree& tree = proposal_.tree;
   const int n = tree.size();
-  stats.draft_s += lap(mark);
-
-  // Verify forward: the root (last committed token) and every node in one pass; row c of
-  // the logits is context c (0 = after the root, 1 + i = after node i).
-  const int prefix = cache_.length(seq_);
+  // The root (last committed token) and every node in one pass; row c of the logits is
+  // context c (0 = after the root, 1 + i = after node i).
+  prefix_ = target_.cache.length(seq_);
   const int root_position = static_cast<int>(committed_.size()) - 1;
   tokens_.assign(1, committed_.back());
   positions_.assign(1, root_position);
   parents_.assign(1, -1);
   for (int i = 0; i < n; ++i) {
-    tokens_.push_back(tree.tokens[i]);
-    positions_.push_back(root_position + tree.depth[i]);
-    parents_.push_back(tree.parent[i] + 1);
+    tokens_.push_back(tree.tokens[static_cast<std::size_t>(i)]);
+    positions_.push_back(root_position + tree.depth[static_cast<std::size_t>(i)]);
+    parents_.push_back(tree.parent[static_cast<std::size_t>(i)] + 1);
   }
-  logits_.resize(static_cast<std::size_t>(n + 1) * vocab);
-  target_.forward(cache_, seq_, {tokens_, positions_, parents_, true}, logits_);
-  stats.verify_forward_s += lap(mark);
+  verify_rows_ = SequenceRows{seq_, tokens_, positions_, parents_, RowLogits::kAll};
+  return verify_rows_;
+}
 
+const VerifyResult& SpeculativeSequence::finish(std::span<const float> logits, SpeculativeStats& stats) {
+  const int vocab = target_.backend.config().vocab_size;
+  const TokenTree& tree = proposal_.tree;
+  const int n = tree.size();
+  auto mark = Clock::now();
   auto row = [vocab](std::span<const float> rows, int context) {
-    return rows.subspan(static_cast<std::size_t>(context) * vocab, vocab);
+    return rows.subspan(static_cast<std::size_t>(context) * vocab, static_cast<std::size_t>(vocab));
   };
   if (sampler_.is_greedy()) {
     argmaxes_.resize(static_cast<std::size_t>(n + 1));
-    for (int c = 0; c <= n; ++c) argmaxes_[c] = argmax(row(logits_, c));
+    for (int c = 0; c <= n; ++c) argmaxes_[static_cast<std::size_t>(c)] = argmax(row(logits, c));
     result_ = verify_greedy(tree, argmaxes_);
   } else {
-    p_.resize(logits_.size());
+    p_.resize(logits.size());
     for (int c = 0; c <= n; ++c)
-      sampler_.distribution(row(logits_, c), std::span(p_).subspan(static_cast<std::size_t>(c) * vocab, vocab));
-    result_ = verify_stochastic(tree, p_, proposal.q, vocab, draw_verify_uniforms(tree, rng_));
+      sampler_.distribution(row(logits, c), std::span(p_).subspan(static_cast<std::size_t>(c) * vocab, vocab));
+    result_ = verify_stochastic(tree, p_, proposal_.q, vocab, draw_verify_uniforms(tree, rng_));
   }
   stats.sample_verify_s += lap(mark);
 
   // Commit: the target keeps the root and the accepted path; the drafter follows.
   path_.assign(1, 0);
   for (int node : result_.accepted_nodes) path_.push_back(node + 1);
-  cache_.commit(seq_, prefix, path_);
+  target_.cache.commit(seq_, prefix_, path_);
   committed_.insert(committed_.end(), result_.tokens.begin(), result_.tokens.end());
   drafter_->accept(tree, result_.accepted_nodes, committed_);
   stats.commit_s += lap(mark);
@@ -87,6 +113,38 @@ const VerifyResult& SpeculativeSequence::step(int max_depth, SpeculativeStats& s
     stats.accepted_at_depth.resize(result_.accepted_nodes.size());
   for (std::size_t d = 0; d < result_.accepted_nodes.size(); ++d) ++stats.accepted_at_depth[d];
   return result_;
+}
+
+const VerifyResult& SpeculativeSequence::step(int max_depth, SpeculativeStats& stats) {
+  SpeculativeSequence* self = this;
+  return *speculative_step(std::span(&self, 1), std::span(&max_depth, 1), target_, stats).front();
+}
+
+std::vector<const VerifyResult*> speculative_step(std::span<SpeculativeSequence* const> seqs,
+                                                  std::span<const int> max_depths, const ForwardContext& target,
+                                                  SpeculativeStats& stats) {
+  auto mark = Clock::now();
+  for (std::size_t i = 0; i < seqs.size(); ++i) seqs[i]->start_draft(max_depths[i]);
+  run_draft_forwards(seqs);
+  stats.draft_s += lap(mark);
+
+  std::vector<SequenceRows> parts;
+  for (SpeculativeSequence* s : seqs) parts.push_back(s->verify_rows());
+  const std::size_t vocab = static_cast<std::size_t>(target.backend.config().vocab_size);
+  std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * vocab);
+  target.run(parts, logits);
+  ++stats.target_forwards;
+  for (const SequenceRows& p : parts) stats.target_rows += static_cast<long>(p.tokens.size());
+  stats.verify_forward_s += lap(mark);
+
+  std::vector<const VerifyResult*> results;
+  std::size_t row = 0;
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    const std::size_t rows = parts[i].tokens.size();
+    results.push_back(&seqs[i]->finish(std::span(logits).subspan(row * vocab, rows * vocab), stats));
+    row += rows;
+  }
+  return results;
 }
 
 }  // namespace specula

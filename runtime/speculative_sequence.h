@@ -1,57 +1,80 @@
 // defines: SpeculativeSequence, one sequence decoded speculatively step by step (draft,
-// verify forward, sampling + verification, commit), and SpeculativeStats, the counters and
-// times its steps accumulate. decode_speculative() drives one per sample; tests drive
-// them directly to inspect the caches between steps.
+// verify forward, sampling + verification, commit) in phases a batched driver can
+// interleave with other sequences'; speculative_step, that driver: the draft forwards of all
+// sequences round by round (one call per draft cache), then one target forward with every
+// sequence's root and tree; and SpeculativeStats, the counters and times the steps accumulate.
+// decode_speculative() runs the samples of a request through it; tests drive sequences
+// directly to inspect the caches between steps.
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "draft/drafter.h"
-#include "engine/model.h"
+#include "engine/forward.h"
 #include "sampling/sampler.h"
 #include "verify/verifier.h"
 
 namespace specula {
 
 struct SpeculativeStats {
-  long steps = 0;
+  long steps = 0;                       // sequence steps (a batched step of k sequences counts k)
   long drafted = 0;                     // tree nodes proposed
   long accepted = 0;                    // tree nodes accepted
   std::vector<long> accepted_at_depth;  // [depth - 1] steps whose accepted path reached depth
+  long target_forwards = 0;             // batched target forwards
+  long target_rows = 0;                 // rows of those forwards
   double draft_s = 0, verify_forward_s = 0, sample_verify_s = 0, commit_s = 0;
 };
 
 class SpeculativeSequence {
  public:
-  // `seq` (owned, freed on destruction) holds every committed token but the last, the
-  // root; `committed` is the prompt (and anything generated before).
-  SpeculativeSequence(Model& target, PagedKvCache& cache, PagedKvCache::SeqId seq, std::unique_ptr<Drafter> drafter,
+  // `seq` (owned, freed on destruction) of target.cache holds every committed token but the
+  // last, the root; `committed` is the prompt (and anything generated before).
+  SpeculativeSequence(const ForwardContext& target, KvCache::SeqId seq, std::unique_ptr<Drafter> drafter,
                       const Sampler& sampler, std::vector<int> committed, Philox rng);
   ~SpeculativeSequence();
   SpeculativeSequence(const SpeculativeSequence&) = delete;
   SpeculativeSequence& operator=(const SpeculativeSequence&) = delete;
 
-  // One speculative step with a tree at most max_depth deep. Returns the emitted tokens
-  // (accepted + one bonus/corrected), already appended to committed().
+  // One speculative step with a tree at most max_depth deep, this sequence alone. Returns the
+  // emitted tokens (accepted + one bonus/corrected), already appended to committed().
   const VerifyResult& step(int max_depth, SpeculativeStats& stats);
 
+  // The phases of a step, for speculative_step():
+  // 1. the drafter's proposal (Drafter::start; its pending forwards run by the driver),
+  void start_draft(int max_depth) { drafter_->start(committed_, max_depth, rng_); }
+  // 2. the target rows to verify it: the root and every node (logits of every row),
+  const SequenceRows& verify_rows();
+  // 3. sampling + verification of those rows' logits (in [tree size + 1, vocab]) and commit.
+  const VerifyResult& finish(std::span<const float> logits, SpeculativeStats& stats);
+
   const std::vector<int>& committed() const { return committed_; }
-  PagedKvCache::SeqId seq() const { return seq_; }
+  KvCache::SeqId seq() const { return seq_; }
   Drafter& drafter() { return *drafter_; }
 
  private:
-  Model& target_;
-  PagedKvCache& cache_;
-  PagedKvCache::SeqId seq_;
+  ForwardContext target_;
+  KvCache::SeqId seq_;
   std::unique_ptr<Drafter> drafter_;
   const Sampler& sampler_;
   std::vector<int> committed_;
   Philox rng_;
+  Proposal proposal_;
+  SequenceRows verify_rows_;
+  int prefix_ = 0;  // target cache length before the verify rows
   VerifyResult result_;
   // Scratch reused across steps.
-  std::vector<float> logits_, p_;
+  std::vector<float> p_;
   std::vector<int> tokens_, positions_, parents_, argmaxes_, path_;
 };
+
+// One step of every sequence in `seqs` (their trees at most max_depths[i] deep), batched:
+// draft forwards of drafters sharing a forward context run as one call per round, and all
+// verify rows as one forward of `target` (every sequence's target cache). Returns each
+// sequence's result in order.
+std::vector<const VerifyResult*> speculative_step(std::span<SpeculativeSequence* const> seqs,
+                                                  std::span<const int> max_depths, const ForwardContext& target,
+                                                  SpeculativeStats& stats);
 
 }  // namespace specula

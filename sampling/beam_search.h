@@ -29,7 +29,7 @@
 #include <span>
 #include <vector>
 
-#include "runtime/generate_options.h"
+#include "sampling/sampling_options.h"
 
 namespace specula {
 

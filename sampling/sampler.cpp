@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "sampling/greedy_sampler.h"
 #include "sampling/stochastic_sampler.h"
 

@@ -13,8 +13,8 @@
 #include <span>
 #include <string>
 
-#include "runtime/generate_options.h"
-#include "sampling/rng.h"
+#include "sampling/sampling_options.h"
+#include "base/rng.h"
 
 namespace specula {
 

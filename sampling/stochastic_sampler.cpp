@@ -8,7 +8,7 @@
 #include <numeric>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace specula {
 namespace {

@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "draft/ngram_proposer.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "test_verify_support.h"
 
 namespace specula {

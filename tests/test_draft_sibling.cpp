@@ -4,7 +4,7 @@
 #include <set>
 
 #include "draft/sibling_draw.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "test_verify_support.h"
 
 namespace specula {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/checkpoint_writer.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/model.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"

@@ -15,7 +15,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/model.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"

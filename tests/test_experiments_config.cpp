@@ -2,7 +2,7 @@
 // with an error that names the key and the file:line.
 #include <catch2/catch.hpp>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "experiments/config.h"
 #include "experiments/plan.h"
 #include "tests/test_experiments_support.h"

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 #include <set>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "experiments/config.h"
 #include "experiments/plan.h"
 #include "tests/test_experiments_support.h"

@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "experiments/backend.h"
 #include "tests/test_support.h"
 

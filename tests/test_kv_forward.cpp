@@ -9,7 +9,7 @@
 #include <numeric>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "runtime/generate.h"
 #include "tests/test_support.h"
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "kv/paged_kv_cache.h"
 
 namespace specula {

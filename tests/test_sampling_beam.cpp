@@ -11,10 +11,10 @@
 #include <set>
 #include <stdexcept>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "sampling/beam_search.h"
 #include "sampling/sampler.h"
-#include "sampling/rng.h"
+#include "base/rng.h"
 
 using namespace specula;
 

@@ -5,7 +5,7 @@
 #include <array>
 #include <cstdint>
 
-#include "sampling/rng.h"
+#include "base/rng.h"
 
 using specula::Philox;
 

@@ -10,7 +10,7 @@
 #include <numeric>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "sampling/sampler.h"
 
 using namespace specula;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "draft/sibling_draw.h"
-#include "sampling/rng.h"
+#include "base/rng.h"
 #include "verify/residual.h"
 #include "verify/token_tree.h"
 #include "verify/verifier.h"

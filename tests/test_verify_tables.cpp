@@ -4,8 +4,8 @@
 #include <catch2/catch.hpp>
 #include <vector>
 
-#include "engine/error.h"
-#include "sampling/rng.h"
+#include "base/error.h"
+#include "base/rng.h"
 #include "verify/residual.h"
 #include "verify/verifier.h"
 

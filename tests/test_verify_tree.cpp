@@ -1,7 +1,7 @@
 // TokenTree: builders, child walks, validation.
 #include <catch2/catch.hpp>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "verify/token_tree.h"
 
 namespace specula {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace specula {
 

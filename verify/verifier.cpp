@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "verify/residual.h"
 
 namespace specula {

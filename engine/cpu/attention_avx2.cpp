@@ -6,9 +6,9 @@
 
 namespace specula::cpu {
 
-void attend_group_avx2(const float* q, int num_heads, const float* const* keys, const float* const* values,
-                   int num_keys, int kv_offset, int head_dim, float scale, float* scores, float* out) {
-  Attention<Avx2>::attend_group(q, num_heads, keys, values, num_keys, kv_offset, head_dim, scale, scores, out);
+void attend_group_avx2(const float* q, int num_heads, const PagedRows& keys, const PagedRows& values, int kv_offset,
+                       int head_dim, float scale, float* scores, float* out) {
+  Attention<Avx2>::attend_group(q, num_heads, keys, values, kv_offset, head_dim, scale, scores, out);
 }
 
 }  // namespace specula::cpu

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstddef>
 
+#include "engine/cpu/paged_rows.h"
 #include "engine/cpu/vector_math.h"
 
 namespace specula::cpu {
@@ -47,13 +48,16 @@ struct Attention {
   // from L1. kHeadDim > 0 fixes head_dim at compile time (the loops unroll), 0 leaves it to
   // run time.
   template <int kHeadDim>
-  static void scaled_scores(const float* q, int num_heads, const float* const* keys, int num_keys, int kv_offset,
+  static void scaled_scores(const float* q, int num_heads, const PagedRows& keys, int kv_offset,
                             int run_time_head_dim, float scale, float* scores) {
     const int head_dim = kHeadDim > 0 ? kHeadDim : run_time_head_dim;
+    const int num_keys = keys.num_keys();
+    PagedRowCursor cursor(keys);
     for (int j = 0; j < num_keys; j += 4) {
       const int group = std::min(4, num_keys - j);
       const float* k[4];
-      for (int i = 0; i < 4; ++i) k[i] = keys[j + (i < group ? i : 0)] + kv_offset;
+      for (int i = 0; i < group; ++i) k[i] = cursor.next() + kv_offset;
+      for (int i = group; i < 4; ++i) k[i] = k[0];
       for (int h = 0; h < num_heads; ++h) {
         alignas(16) float dots[4];
         _mm_store_ps(dots, dot4(q + static_cast<std::size_t>(h) * head_dim, k, head_dim));
@@ -95,13 +99,15 @@ struct Attention {
   // loaded once for the HB heads.
   //   weights: in [HB rows of stride num_keys]; out: out [HB rows of stride head_dim]
   template <int HB, int W>
-  static void weighted_sum(const float* weights, const float* const* values, int num_keys, int kv_offset, int d0,
-                           int head_dim, float* out) {
+  static void weighted_sum(const float* weights, const PagedRows& values, int kv_offset, int d0, int head_dim,
+                           float* out) {
     Reg acc[HB][W];
     for (int h = 0; h < HB; ++h)
       for (int w = 0; w < W; ++w) acc[h][w] = V::zero();
+    const int num_keys = values.num_keys();
+    PagedRowCursor cursor(values);
     for (int j = 0; j < num_keys; ++j) {
-      const float* v = values[j] + kv_offset + d0;
+      const float* v = cursor.next() + kv_offset + d0;
       Reg vv[W];
       for (int w = 0; w < W; ++w) vv[w] = V::loadx(v + kLanes * w);
       for (int h = 0; h < HB; ++h) {
@@ -115,39 +121,41 @@ struct Attention {
 
   // weighted_sum over all of head_dim for HB heads: 4-vector chunks, then 1-vector, then scalar.
   template <int HB>
-  static void weighted_sum_heads(const float* weights, const float* const* values, int num_keys, int kv_offset,
-                                 int head_dim, float* out) {
+  static void weighted_sum_heads(const float* weights, const PagedRows& values, int kv_offset, int head_dim,
+                                 float* out) {
+    const int num_keys = values.num_keys();
     int d = 0;
-    for (; d + 4 * kLanes <= head_dim; d += 4 * kLanes)
-      weighted_sum<HB, 4>(weights, values, num_keys, kv_offset, d, head_dim, out);
-    for (; d + kLanes <= head_dim; d += kLanes) weighted_sum<HB, 1>(weights, values, num_keys, kv_offset, d, head_dim, out);
+    for (; d + 4 * kLanes <= head_dim; d += 4 * kLanes) weighted_sum<HB, 4>(weights, values, kv_offset, d, head_dim, out);
+    for (; d + kLanes <= head_dim; d += kLanes) weighted_sum<HB, 1>(weights, values, kv_offset, d, head_dim, out);
     for (; d < head_dim; ++d) {
       for (int h = 0; h < HB; ++h) {
         const float* wh = weights + static_cast<std::size_t>(h) * num_keys;
         float sum = 0.0f;
-        for (int j = 0; j < num_keys; ++j) sum = std::fma(wh[j], values[j][kv_offset + d], sum);
+        PagedRowCursor cursor(values);
+        for (int j = 0; j < num_keys; ++j) sum = std::fma(wh[j], cursor.next()[kv_offset + d], sum);
         out[static_cast<std::size_t>(h) * head_dim + d] = sum;
       }
     }
   }
 
-  static void attend_group(const float* q, int num_heads, const float* const* keys, const float* const* values,
-                           int num_keys, int kv_offset, int head_dim, float scale, float* scores, float* out) {
+  static void attend_group(const float* q, int num_heads, const PagedRows& keys, const PagedRows& values,
+                           int kv_offset, int head_dim, float scale, float* scores, float* out) {
+    const int num_keys = keys.num_keys();
     switch (head_dim) {  // the common sizes unrolled (the same operations in the same order)
-      case 64: scaled_scores<64>(q, num_heads, keys, num_keys, kv_offset, head_dim, scale, scores); break;
-      case 128: scaled_scores<128>(q, num_heads, keys, num_keys, kv_offset, head_dim, scale, scores); break;
-      default: scaled_scores<0>(q, num_heads, keys, num_keys, kv_offset, head_dim, scale, scores); break;
+      case 64: scaled_scores<64>(q, num_heads, keys, kv_offset, head_dim, scale, scores); break;
+      case 128: scaled_scores<128>(q, num_heads, keys, kv_offset, head_dim, scale, scores); break;
+      default: scaled_scores<0>(q, num_heads, keys, kv_offset, head_dim, scale, scores); break;
     }
     for (int h = 0; h < num_heads; ++h) softmax_in_place(scores + static_cast<std::size_t>(h) * num_keys, num_keys);
     // Weighted sums of the values, up to three heads per pass over them.
     const auto at = [](int head) { return static_cast<std::size_t>(head); };
     int h = 0;
     for (; h + 3 <= num_heads; h += 3)
-      weighted_sum_heads<3>(scores + at(h) * num_keys, values, num_keys, kv_offset, head_dim, out + at(h) * head_dim);
+      weighted_sum_heads<3>(scores + at(h) * num_keys, values, kv_offset, head_dim, out + at(h) * head_dim);
     if (num_heads - h == 2)
-      weighted_sum_heads<2>(scores + at(h) * num_keys, values, num_keys, kv_offset, head_dim, out + at(h) * head_dim);
+      weighted_sum_heads<2>(scores + at(h) * num_keys, values, kv_offset, head_dim, out + at(h) * head_dim);
     if (num_heads - h == 1)
-      weighted_sum_heads<1>(scores + at(h) * num_keys, values, num_keys, kv_offset, head_dim, out + at(h) * head_dim);
+      weighted_sum_heads<1>(scores + at(h) * num_keys, values, kv_offset, head_dim, out + at(h) * head_dim);
   }
 };
 

@@ -7,7 +7,7 @@
 
 #include "engine/cpu/matmul_isa.h"
 #include "engine/cpu/matmul_tiles.h"
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace specula::cpu {
 

@@ -13,9 +13,10 @@ void matmul_avx2(const float* x, const PackedWeights& w, float* y, int n);
 void matmul_avx512(const float* x, const PackedWeights& w, float* y, int n);  // needs AVX-512F
 
 // attend_group (attention.h) per ISA.
-void attend_group_avx2(const float* q, int num_heads, const float* const* keys, const float* const* values, int num_keys,
-                       int kv_offset, int head_dim, float scale, float* scores, float* out);
-void attend_group_avx512(const float* q, int num_heads, const float* const* keys, const float* const* values,
-                         int num_keys, int kv_offset, int head_dim, float scale, float* scores, float* out);
+struct PagedRows;
+void attend_group_avx2(const float* q, int num_heads, const PagedRows& keys, const PagedRows& values, int kv_offset,
+                       int head_dim, float scale, float* scores, float* out);
+void attend_group_avx512(const float* q, int num_heads, const PagedRows& keys, const PagedRows& values, int kv_offset,
+                         int head_dim, float scale, float* scores, float* out);  // needs AVX-512F
 
 }  // namespace specula::cpu

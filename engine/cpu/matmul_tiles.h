@@ -21,7 +21,7 @@
 
 #include "engine/cpu/packed_weights.h"
 #include "engine/cpu/threads.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/safetensors.h"
 
 namespace specula::cpu {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/cpu/matmul.h"
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace specula::cpu {
 

@@ -1,0 +1,63 @@
+// defines: Backend, the engine seam: one forward over a ragged batch of many sequences
+// (engine/batch.h) against paged KV storage through a KvPlan, on a device; Workspace, the
+// caller-owned scratch of one stream of forwards (so one loaded model serves many streams);
+// BackendKind and make_backend, the name -> implementation choice (CPU today; CUDA behind the
+// same contract). No CUDA or cpu:: type appears here.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "base/dtype.h"
+#include "engine/batch.h"
+#include "engine/model.h"
+#include "kv/kv_plan.h"
+#include "kv/page_storage.h"
+
+namespace specula {
+
+enum class BackendKind { kCpu, kCuda };
+const char* backend_name(BackendKind kind);                      // "cpu", "cuda"
+std::optional<BackendKind> parse_backend(std::string_view name);  // nullopt for anything else
+
+// Scratch of one stream of forwards; each backend defines what it holds.
+class Workspace {
+ public:
+  virtual ~Workspace() = default;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual BackendKind kind() const = 0;
+  const Model& model() const { return model_; }
+  const ModelConfig& config() const { return model_.config(); }
+  // Bytes of weights one decode step reads (every matrix once, in the dtype it is read in).
+  virtual std::size_t weight_bytes() const = 0;
+  virtual std::unique_ptr<Workspace> make_workspace() const = 0;
+
+  // Runs `batch`: writes row r's keys and values at plan.row_slots[r] of `pages` (the plan
+  // of this batch from KvCache::prepare, pending copies already run), attends through the
+  // plan's page lists under the batch's visibility, and writes the logits of
+  // batch.logit_rows in order. A row's results never depend on the other rows (batch
+  // invariance).
+  //   logits: out [batch.num_logits(), vocab]
+  virtual void forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
+                       std::span<float> logits) const = 0;
+
+ protected:
+  explicit Backend(const Model& model) : model_(model) {}
+
+ private:
+  const Model& model_;
+};
+
+// `model` on backend `kind`, its matrices read as stored or as `matrices_as` (converted at
+// load). Throws SpeculaError when the kind is not available in this build or on this machine.
+std::unique_ptr<Backend> make_backend(BackendKind kind, const Model& model, std::optional<DType> matrices_as);
+
+}  // namespace specula

@@ -1,0 +1,98 @@
+#include "engine/cpu/cpu_backend.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "engine/cpu/matmul.h"
+
+namespace specula::cpu {
+namespace {
+
+std::vector<float> to_f32(const TensorView& t) {
+  std::vector<float> out(static_cast<std::size_t>(t.numel()));
+  weight_row(TensorView{t.name, t.dtype, {1, t.numel()}, t.data, t.origin}, 0, out.data());
+  return out;
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(const Model& model, std::optional<DType> matrices_as)
+    : Backend(model), rope_(model.config().head_dim(), model.config().rope_theta) {
+  const MatmulIsa isa = matmul_isa();
+  // Each matrix is packed from the mapping once; a decode step reads every one once.
+  const auto pack = [&](const TensorView& w) {
+    PackedWeights packed(w, isa, matrices_as);
+    weight_bytes_ += static_cast<std::size_t>(packed.out() * packed.in()) * dtype_size(packed.dtype());
+    return packed;
+  };
+  for (const LayerWeights& l : model.layers()) {
+    layers_.push_back(Layer{pack(*l.q), pack(*l.k), pack(*l.v), pack(*l.o), pack(*l.gate), pack(*l.up), pack(*l.down),
+                            to_f32(*l.attn_norm), to_f32(*l.mlp_norm)});
+  }
+  final_norm_ = to_f32(model.final_norm());
+  lm_head_ = std::make_unique<PackedWeights>(pack(model.lm_head()));
+}
+
+void CpuBackend::forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
+                         std::span<float> logits) const {
+  auto* ws = dynamic_cast<CpuWorkspace*>(&workspace);
+  SPECULA_CHECK(ws != nullptr, "forward: the workspace was not made by the CPU backend");
+  CpuWorkspace& s = *ws;
+  const ModelConfig& c = config();
+  const int n = batch.num_rows();
+  const int hidden = c.hidden_size, kv_dim = c.kv_dim(), ffn = c.intermediate_size, vocab = c.vocab_size;
+  const int num_logits = batch.num_logits();
+  SPECULA_CHECK(n > 0 && static_cast<int>(plan.row_slots.size()) == n, "forward: the plan has ", plan.row_slots.size(),
+                " new slots for ", n, " rows");
+  SPECULA_CHECK(logits.size() == static_cast<std::size_t>(num_logits) * vocab, "forward: logits buffer holds ",
+                logits.size(), " floats, need ", static_cast<std::size_t>(num_logits) * vocab);
+  SPECULA_CHECK(pages.layout().kv_dim() == kv_dim && pages.layout().num_layers == c.num_hidden_layers,
+                "forward: the KV pages do not have this model's layout");
+
+  const std::size_t rows = static_cast<std::size_t>(n);
+  s.x.resize(rows * hidden);
+  s.h.resize(rows * hidden);
+  s.q.resize(rows * hidden);
+  s.k.resize(rows * kv_dim);
+  s.v.resize(rows * kv_dim);
+  s.attn.resize(rows * hidden);
+  s.gate.resize(rows * ffn);
+  s.up.resize(rows * ffn);
+  const AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim()};
+
+  for (int i = 0; i < n; ++i) weight_row(model().embed_tokens(), batch.tokens[i], &s.x[i * std::size_t(hidden)]);
+
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const Layer& layer = layers_[static_cast<std::size_t>(l)];
+    rms_norm(s.x.data(), layer.attn_norm.data(), c.rms_norm_eps, s.h.data(), n, hidden);
+    matmul(s.h.data(), layer.q, s.q.data(), n);
+    matmul(s.h.data(), layer.k, s.k.data(), n);
+    matmul(s.h.data(), layer.v, s.v.data(), n);
+    for (int i = 0; i < n; ++i) {
+      rope_.apply(&s.q[i * std::size_t(hidden)], c.num_attention_heads, batch.positions[i]);
+      rope_.apply(&s.k[i * std::size_t(kv_dim)], c.num_key_value_heads, batch.positions[i]);
+      std::copy_n(&s.k[i * std::size_t(kv_dim)], kv_dim, pages.row(l, 0, plan.row_slots[i]));
+      std::copy_n(&s.v[i * std::size_t(kv_dim)], kv_dim, pages.row(l, 1, plan.row_slots[i]));
+    }
+    attend_batch(batch, plan, pages, l, shape, s.q.data(), s.attn.data(), s.attention);
+    matmul(s.attn.data(), layer.o, s.h.data(), n);
+    add_inplace(s.x.data(), s.h.data(), static_cast<int64_t>(rows) * hidden);
+
+    rms_norm(s.x.data(), layer.mlp_norm.data(), c.rms_norm_eps, s.h.data(), n, hidden);
+    matmul(s.h.data(), layer.gate, s.gate.data(), n);
+    matmul(s.h.data(), layer.up, s.up.data(), n);
+    silu_mul(s.gate.data(), s.up.data(), static_cast<int64_t>(rows) * ffn);
+    matmul(s.gate.data(), layer.down, s.h.data(), n);
+    add_inplace(s.x.data(), s.h.data(), static_cast<int64_t>(rows) * hidden);
+  }
+  if (num_logits == 0) return;
+
+  // The rows that want logits, normalised side by side, then one product with the head.
+  s.last.resize(static_cast<std::size_t>(num_logits) * hidden);
+  for (int i = 0; i < num_logits; ++i)
+    std::copy_n(&s.x[static_cast<std::size_t>(batch.logit_rows[i]) * hidden], hidden, &s.last[i * std::size_t(hidden)]);
+  rms_norm(s.last.data(), final_norm_.data(), c.rms_norm_eps, s.last.data(), num_logits, hidden);
+  matmul(s.last.data(), *lm_head_, logits.data(), num_logits);
+}
+
+}  // namespace specula::cpu

@@ -1,0 +1,47 @@
+// defines: CpuBackend, the engine seam (engine/backend.h) on the CPU: the matrices packed at
+// load for the process's instruction set (packed_weights.h), the forward pass over a ragged
+// batch with the kernels of this folder, and CpuWorkspace, its per-stream scratch.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/cpu/attention.h"
+#include "engine/cpu/ops.h"
+#include "engine/cpu/packed_weights.h"
+
+namespace specula::cpu {
+
+// Activations of one forward, resized per batch, reused across a stream's forwards.
+struct CpuWorkspace : Workspace {
+  std::vector<float> x, h, q, k, v, attn, gate, up;  // [num_rows, width] each
+  std::vector<float> last;                            // [num_logits, hidden] rows that want logits
+  AttentionScratch attention;
+};
+
+class CpuBackend : public Backend {
+ public:
+  // Packs every matrix of `model` once (in its dtype, or converted to `matrices_as`).
+  CpuBackend(const Model& model, std::optional<DType> matrices_as);
+
+  BackendKind kind() const override { return BackendKind::kCpu; }
+  std::size_t weight_bytes() const override { return weight_bytes_; }
+  std::unique_ptr<Workspace> make_workspace() const override { return std::make_unique<CpuWorkspace>(); }
+  void forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
+               std::span<float> logits) const override;
+
+ private:
+  struct Layer {
+    PackedWeights q, k, v, o, gate, up, down;
+    std::vector<float> attn_norm, mlp_norm;  // [hidden] f32 copies
+  };
+
+  std::vector<Layer> layers_;
+  std::unique_ptr<PackedWeights> lm_head_;
+  std::vector<float> final_norm_;
+  RopeTable rope_;
+  std::size_t weight_bytes_ = 0;
+};
+
+}  // namespace specula::cpu

@@ -1,0 +1,30 @@
+// defines: ForwardContext, what one stream of forwards runs on (a backend, the KV cache its
+// sequences live in, the stream's workspace), and its run(): plan the batch from per-sequence
+// rows (plan_batch), append their slots and run pending copies (KvCache::prepare), call the
+// backend. The driver every caller of the seam uses, for one sequence or many.
+#pragma once
+
+#include <span>
+
+#include "engine/backend.h"
+#include "engine/batch.h"
+#include "kv/kv_cache.h"
+
+namespace specula {
+
+// Rows of logits a batch of `parts` returns (kAll: every row, kLast: one, kNone: none).
+int logit_rows(std::span<const SequenceRows> parts);
+
+struct ForwardContext {
+  const Backend& backend;
+  KvCache& cache;
+  Workspace& workspace;
+
+  // One forward of `parts` (distinct sequences of `cache`), appending their rows' slots.
+  // Throws ResourceExhausted with every sequence unchanged when the pool cannot hold them.
+  //   logits: out [logit_rows(parts), vocab], sequences in order
+  void run(std::span<const SequenceRows> parts, std::span<float> logits) const;
+  void run(const SequenceRows& part, std::span<float> logits) const { run(std::span(&part, 1), logits); }
+};
+
+}  // namespace specula

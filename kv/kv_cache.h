@@ -1,0 +1,57 @@
+// defines: KvCache, a pool of paged KV memory as callers use it: the block tables
+// (kv/block_tables.h) and the page storage (kv/page_storage.h) of one model, with the copy
+// lists that fork / truncate / commit produce held until the next batch runs them once.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "kv/block_tables.h"
+#include "kv/page_storage.h"
+
+namespace specula {
+
+class KvCache {
+ public:
+  using SeqId = BlockTables::SeqId;
+
+  // A pool of `num_blocks` blocks of layout.block_size slots.
+  KvCache(KvLayout layout, int num_blocks);
+
+  const KvLayout& layout() const { return storage_.layout(); }
+  KvStats stats() const { return tables_.stats(); }
+  const BlockTables& tables() const { return tables_; }
+
+  SeqId create() { return tables_.create(); }
+  SeqId fork(SeqId parent) { return tables_.fork(parent); }
+  void free(SeqId seq) { tables_.free(seq); }
+  bool alive(SeqId seq) const { return tables_.alive(seq); }
+  int length(SeqId seq) const { return tables_.length(seq); }
+  std::span<const int> block_table(SeqId seq) const { return tables_.blocks(seq); }
+  int ref_count(int block) const { return tables_.ref_count(block); }
+  void truncate(SeqId seq, int n) { tables_.truncate(seq, n); }
+  // BlockTables::commit; the moves run with the next batch (or the next row access).
+  void commit(SeqId seq, int prefix_len, std::span<const int> path) { tables_.commit(seq, prefix_len, path, pending_); }
+
+  // The start of a forward: appends counts[i] slots to seqs[i] (all or nothing, see
+  // BlockTables::append), runs every pending copy, and returns the plan whose row_slots the
+  // forward writes. The storage is then current.
+  KvPlan prepare(std::span<const SeqId> seqs, std::span<const int> counts);
+  PageStorage& storage() { return storage_; }
+
+  // One sequence extended by n slots that the caller writes through key() / value().
+  void append_slots(SeqId seq, int n);
+  // The [kv_dim] key / value row of `slot` of seq in `layer` (pending copies run first).
+  float* key(SeqId seq, int layer, int slot) { return row(seq, layer, slot, 0); }
+  float* value(SeqId seq, int layer, int slot) { return row(seq, layer, slot, 1); }
+
+ private:
+  float* row(SeqId seq, int layer, int slot, int kv);
+  void run_pending();
+
+  BlockTables tables_;
+  PageStorage storage_;
+  std::vector<KvCopy> pending_;  // copies not yet run, in order
+};
+
+}  // namespace specula

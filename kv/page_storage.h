@@ -1,0 +1,56 @@
+// defines: KvLayout (the shape of a model's cache) and PageStorage, the K/V data of every
+// block in host memory, one array per layer laid out [num_blocks, 2 (K, V), block_size,
+// num_kv_heads, head_dim] — the layout a paged-attention kernel reads through page lists —
+// and the executor of the copy lists block-table operations return.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "base/dtype.h"
+#include "kv/kv_plan.h"
+
+namespace specula {
+
+struct KvLayout {
+  int num_layers = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int block_size = 16;       // token slots per block
+  DType dtype = DType::F32;  // element type of the pages (F32 on the CPU today)
+
+  int kv_dim() const { return num_kv_heads * head_dim; }
+};
+
+class PageStorage {
+ public:
+  // Zeroed pages for `num_blocks` blocks. Throws SpeculaError for a non-positive size or a
+  // dtype the host storage does not hold (only F32 today).
+  PageStorage(KvLayout layout, int num_blocks);
+
+  const KvLayout& layout() const { return layout_; }
+  int num_blocks() const { return num_blocks_; }
+  // Floats from one block to the next inside a layer (2 * block_size * kv_dim), and from a
+  // block's keys to its values (block_size * kv_dim).
+  std::size_t block_stride() const { return 2 * value_offset_; }
+  std::size_t value_offset() const { return value_offset_; }
+
+  // Layer l's pages: in/out [num_blocks, 2, block_size, kv_dim].
+  float* layer(int l) { return layers_[static_cast<std::size_t>(l)].data(); }
+  const float* layer(int l) const { return layers_[static_cast<std::size_t>(l)].data(); }
+  // The [kv_dim] key (kv = 0) or value (kv = 1) row of physical slot (block * block_size + row).
+  float* row(int l, int kv, int slot);
+  const float* row(int l, int kv, int slot) const;
+
+  // Runs the copies in order, every layer, keys and values.
+  void execute(std::span<const KvCopy> copies);
+
+ private:
+  KvLayout layout_;
+  int num_blocks_;
+  std::size_t value_offset_;
+  std::vector<std::vector<float>> layers_;  // [num_layers][num_blocks * block_stride]
+};
+
+}  // namespace specula
