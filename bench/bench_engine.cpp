@@ -2,7 +2,8 @@
 // (and $SPECULA_BENCH_MODEL's, if set), a memory-bandwidth probe (memcpy of 256 MiB), and each
 // model's decode "floor" (the time to stream its weights once at the probed bandwidth), so
 // that decode time per token reads as a ratio to that floor; the verify-forward cost of n rows
-// against one; the matrix kernel on each instruction set, with an OpenBLAS sgemm baseline on
+// against one; one batched forward of B sequences against B single-sequence forwards; the
+// matrix kernel on each instruction set, with an OpenBLAS sgemm baseline on
 // target-16m's prefill shapes.
 //
 // Counters: items_per_second = tokens/s (decode, prefill) or FLOP/s (matmul);
@@ -25,7 +26,6 @@
 
 #include "bench/bench_support.h"
 #include "engine/cpu/matmul.h"
-#include "engine/model.h"
 
 namespace specula {
 namespace {
@@ -62,10 +62,10 @@ std::vector<std::string> bench_models() {
 const int kLastModel = static_cast<int>(bench_models().size()) - 1;
 
 // Model `index` of bench_models(), labelled with its folder's name.
-std::unique_ptr<Model> load_bench_model(benchmark::State& state, int64_t index) {
+std::unique_ptr<BenchModel> load_bench_model(benchmark::State& state, int64_t index) {
   const std::string dir = bench_models().at(static_cast<std::size_t>(index));
   state.SetLabel(std::filesystem::path(dir).filename().string());
-  return std::make_unique<Model>(dir);
+  return std::make_unique<BenchModel>(dir);
 }
 
 void BM_MemcpyBandwidth(benchmark::State& state) {
@@ -83,24 +83,24 @@ BENCHMARK(BM_MemcpyBandwidth)->Unit(benchmark::kMillisecond);
 // One-token decode steps after a 128-token prompt; the context cycles over 128..255 tokens.
 void BM_Decode(benchmark::State& state) {
   const auto model = load_bench_model(state, state.range(0));
-  Model& m = *model;
+  BenchModel& m = *model;
   const std::vector<int> prompt = real_prompt(128);
-  PagedKvCache cache(m.kv_layout(16), 32);
+  KvCache cache(m.kv_layout(16), 32);
   const int seq = cache.create();
   std::vector<int> positions(prompt.size());
   std::iota(positions.begin(), positions.end(), 0);
   std::vector<float> logits(static_cast<std::size_t>(m.config().vocab_size));
-  m.forward(cache, seq, {prompt, positions, {}, false}, logits);
+  m.forward(cache, seq, prompt, positions, RowLogits::kLast, logits);
   int token = 13;
   for (auto _ : state) {
     if (cache.length(seq) == 256) cache.truncate(seq, 128);
     const int pos = cache.length(seq);
-    m.forward(cache, seq, {std::span(&token, 1), std::span(&pos, 1), {}, false}, logits);
+    m.forward(cache, seq, std::span(&token, 1), std::span(&pos, 1), RowLogits::kLast, logits);
     token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
   state.SetItemsProcessed(state.iterations());
-  const double floor_s = static_cast<double>(m.weight_bytes()) / traffic_bytes_per_second();
-  state.counters["weight_MB"] = static_cast<double>(m.weight_bytes()) / 1e6;
+  const double floor_s = static_cast<double>(m.backend->weight_bytes()) / traffic_bytes_per_second();
+  state.counters["weight_MB"] = static_cast<double>(m.backend->weight_bytes()) / 1e6;
   state.counters["floor_us"] = floor_s * 1e6;
   // Time per token / floor: the rate floor * iterations / time, inverted.
   state.counters["x_floor"] =
@@ -115,24 +115,25 @@ BENCHMARK(BM_Decode)->DenseRange(0, kLastModel)->Unit(benchmark::kMicrosecond)->
 // verify forward; x_one_row = verify time / one-row time (the r(n) of the speedup model).
 void BM_VerifyForward(benchmark::State& state) {
   const auto model = load_bench_model(state, state.range(0));
-  Model& m = *model;
+  BenchModel& m = *model;
   const int context = static_cast<int>(state.range(1)), rows = static_cast<int>(state.range(2));
   const std::vector<int> prompt = real_prompt(static_cast<std::size_t>(context + rows));
-  PagedKvCache cache(m.kv_layout(16), (context + rows) / 16 + 2);
+  KvCache cache(m.kv_layout(16), (context + rows) / 16 + 2);
   const int seq = cache.create();
   std::vector<int> positions(prompt.size());
   std::iota(positions.begin(), positions.end(), 0);
   const std::span<const int> head(prompt.data(), context), head_pos(positions.data(), context);
   std::vector<float> logits(static_cast<std::size_t>(m.config().vocab_size) * rows);
-  m.forward(cache, seq, {head, head_pos, {}, false}, std::span(logits).first(m.config().vocab_size));
+  m.forward(cache, seq, head, head_pos, RowLogits::kLast, std::span(logits).first(m.config().vocab_size));
   const std::span<const int> chain(prompt.data() + context, rows), chain_pos(positions.data() + context, rows);
   double verify_s = 0, one_row_s = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    m.forward(cache, seq, {chain.first(1), chain_pos.first(1), {}, false}, std::span(logits).first(m.config().vocab_size));
+    m.forward(cache, seq, chain.first(1), chain_pos.first(1), RowLogits::kLast,
+              std::span(logits).first(m.config().vocab_size));
     cache.truncate(seq, context);
     const auto t1 = std::chrono::steady_clock::now();
-    m.forward(cache, seq, {chain, chain_pos, {}, true}, logits);
+    m.forward(cache, seq, chain, chain_pos, RowLogits::kAll, logits);
     cache.truncate(seq, context);
     const auto t2 = std::chrono::steady_clock::now();
     const double verify = std::chrono::duration<double>(t2 - t1).count();
@@ -140,7 +141,7 @@ void BM_VerifyForward(benchmark::State& state) {
     verify_s += verify;
     state.SetIterationTime(verify);
   }
-  state.SetLabel(std::filesystem::path(m.dir()).filename().string() + ", context " + std::to_string(context) + ", " +
+  state.SetLabel(std::filesystem::path(m.model->dir()).filename().string() + ", context " + std::to_string(context) + ", " +
                  std::to_string(rows) + " rows");
   state.counters["x_one_row"] = verify_s / one_row_s;
 }
@@ -151,18 +152,66 @@ BENCHMARK(BM_VerifyForward)
     ->Unit(benchmark::kMicrosecond)
     ->UseManualTime();
 
+// The engine seam's batching: one forward of B sequences x 1 decode row (forks of one
+// `context`-token prompt of target-16m, each its own next slot) against B single-sequence
+// forwards of the same rows, interleaved in every iteration. Reported time is the batched
+// step; rows_per_s its rows per second; x_separate = time of the B separate forwards / time of
+// the batched one (how much one batched step saves).
+void BM_BatchForward(benchmark::State& state) {
+  BenchModel m(bench_models().at(0));
+  const int context = static_cast<int>(state.range(0)), batch = static_cast<int>(state.range(1));
+  const std::size_t vocab = static_cast<std::size_t>(m.config().vocab_size);
+  const std::vector<int> prompt = real_prompt(static_cast<std::size_t>(context) + 1);
+  std::vector<int> positions(prompt.size());
+  std::iota(positions.begin(), positions.end(), 0);
+  KvCache cache(m.kv_layout(16), context / 16 + 2 * batch + 4);
+  const int root = cache.create();
+  std::vector<float> logits(vocab * static_cast<std::size_t>(batch));
+  m.forward(cache, root, std::span(prompt).first(static_cast<std::size_t>(context)),
+            std::span(positions).first(static_cast<std::size_t>(context)), RowLogits::kLast, std::span(logits).first(vocab));
+  std::vector<int> seqs;
+  for (int b = 0; b < batch; ++b) seqs.push_back(cache.fork(root));
+  std::vector<SequenceRows> parts;
+  for (int seq : seqs)
+    parts.push_back({seq, std::span(&prompt[static_cast<std::size_t>(context)], 1),
+                     std::span(&positions[static_cast<std::size_t>(context)], 1), {}, RowLogits::kLast});
+  const ForwardContext forward{*m.backend, cache, *m.workspace};
+  double batched_s = 0, separate_s = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    forward.run(parts, logits);
+    for (int seq : seqs) cache.truncate(seq, context);
+    const auto t1 = std::chrono::steady_clock::now();
+    for (std::size_t b = 0; b < parts.size(); ++b) forward.run(parts[b], std::span(logits).subspan(b * vocab, vocab));
+    for (int seq : seqs) cache.truncate(seq, context);
+    const auto t2 = std::chrono::steady_clock::now();
+    const double batched = std::chrono::duration<double>(t1 - t0).count();
+    batched_s += batched;
+    separate_s += std::chrono::duration<double>(t2 - t1).count();
+    state.SetIterationTime(batched);
+  }
+  state.SetLabel("target-16m, context " + std::to_string(context) + ", " + std::to_string(batch) + " sequences");
+  state.counters["rows_per_s"] = benchmark::Counter(static_cast<double>(batch) * state.iterations() / batched_s);
+  state.counters["x_separate"] = separate_s / batched_s;
+}
+BENCHMARK(BM_BatchForward)
+    ->ArgsProduct({{128, 512}, {1, 8, 16, 32}})
+    ->ArgNames({"context", "batch"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+
 // A 200-token prompt prefilled in one forward (last-row logits).
 void BM_Prefill(benchmark::State& state) {
   const auto model = load_bench_model(state, state.range(0));
-  Model& m = *model;
+  BenchModel& m = *model;
   const std::vector<int> prompt = real_prompt(200);
   std::vector<int> positions(prompt.size());
   std::iota(positions.begin(), positions.end(), 0);
-  PagedKvCache cache(m.kv_layout(16), 16);
+  KvCache cache(m.kv_layout(16), 16);
   std::vector<float> logits(static_cast<std::size_t>(m.config().vocab_size));
   for (auto _ : state) {
     const int seq = cache.create();
-    m.forward(cache, seq, {prompt, positions, {}, false}, logits);
+    m.forward(cache, seq, prompt, positions, RowLogits::kLast, logits);
     cache.free(seq);
   }
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(prompt.size()));

@@ -15,16 +15,15 @@
 #include <vector>
 
 #include "bench/bench_support.h"
-#include "engine/model.h"
 
 namespace specula {
 namespace {
 
-const KvLayout kTargetLayout{8, 128, 16};
+const KvLayout kTargetLayout{8, 2, 64, 16};
 
 // A cache holding one sequence of `length` slots, with room for the benchmark's extra slots.
 struct Filled {
-  PagedKvCache cache;
+  KvCache cache;
   int seq;
   explicit Filled(int length) : cache(kTargetLayout, length / kTargetLayout.block_size + 8), seq(cache.create()) {
     cache.append_slots(seq, length);
@@ -70,7 +69,7 @@ BENCHMARK(BM_AppendCommit)->Arg(128)->Arg(1024)->Arg(8192);
 // see the same machine. Reported time is the paged step; paged_over_contiguous is the ratio
 // of the summed step times (1.05 = paged decoding 5% slower).
 void BM_DecodePagedVsContiguous(benchmark::State& state) {
-  Model m(std::string(SPECULA_SOURCE_DIR) + "/models/target-16m");
+  BenchModel m(std::string(SPECULA_SOURCE_DIR) + "/models/target-16m");
   const int block_size = static_cast<int>(state.range(0));
   state.SetLabel("block size " + std::to_string(block_size) + " vs one 1024-slot block");
   const std::vector<int> prompt = real_prompt(512);
@@ -79,22 +78,22 @@ void BM_DecodePagedVsContiguous(benchmark::State& state) {
   std::vector<float> logits(static_cast<std::size_t>(m.config().vocab_size));
 
   struct Decoder {  // one cache and its sequence, decoding greedily
-    PagedKvCache cache;
+    KvCache cache;
     int seq;
     int token = 13;
     double seconds = 0;
   };
-  Decoder paged{PagedKvCache(m.kv_layout(block_size), 1024 / block_size + 2), 0};
-  Decoder contiguous{PagedKvCache(m.kv_layout(1024), 1), 0};
+  Decoder paged{KvCache(m.kv_layout(block_size), 1024 / block_size + 2), 0};
+  Decoder contiguous{KvCache(m.kv_layout(1024), 1), 0};
   for (Decoder* d : {&paged, &contiguous}) {
     d->seq = d->cache.create();
-    m.forward(d->cache, d->seq, {prompt, positions, {}, false}, logits);
+    m.forward(d->cache, d->seq, prompt, positions, RowLogits::kLast, logits);
   }
   const auto step = [&](Decoder& d) {
     if (d.cache.length(d.seq) == 768) d.cache.truncate(d.seq, 512);
     const int pos = d.cache.length(d.seq);
     const auto t0 = std::chrono::steady_clock::now();
-    m.forward(d.cache, d.seq, {std::span(&d.token, 1), std::span(&pos, 1), {}, false}, logits);
+    m.forward(d.cache, d.seq, std::span(&d.token, 1), std::span(&pos, 1), RowLogits::kLast, logits);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     d.token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     d.seconds += s;

@@ -1,12 +1,18 @@
 // defines: real_prompt, the prompt ids the engine benchmarks decode after (bench_engine,
-// bench_kv): real text from the reference prompts, not noise.
+// bench_kv): real text from the reference prompts, not noise; and BenchModel, a model folder
+// on the CPU backend with one workspace, forwarding one sequence at a time or many.
 #pragma once
 
 #include <cstddef>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "engine/backend.h"
+#include "engine/forward.h"
+#include "kv/kv_cache.h"
 
 namespace specula {
 
@@ -22,5 +28,24 @@ inline std::vector<int> real_prompt(std::size_t n) {
   ids.resize(n);
   return ids;
 }
+
+struct BenchModel {
+  explicit BenchModel(const std::string& dir)
+      : model(std::make_unique<Model>(dir)),
+        backend(make_backend(BackendKind::kCpu, *model, std::nullopt)),
+        workspace(backend->make_workspace()) {}
+
+  const ModelConfig& config() const { return model->config(); }
+  KvLayout kv_layout(int block_size) const { return model->kv_layout(block_size); }
+  // One sequence's rows.  logits: out [n (kAll) or 1 (kLast), vocab]
+  void forward(KvCache& cache, int seq, std::span<const int> tokens, std::span<const int> positions, RowLogits rows,
+               std::span<float> logits) {
+    ForwardContext{*backend, cache, *workspace}.run(SequenceRows{seq, tokens, positions, {}, rows}, logits);
+  }
+
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Workspace> workspace;
+};
 
 }  // namespace specula

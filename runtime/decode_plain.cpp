@@ -1,6 +1,7 @@
 // The plain decoding loop: prefill once, then one target forward per token, the live samples
 // of the request (forks of the shared prefill, each with its own Philox stream) side by side
-// in that forward.
+// in that forward, kSampleWave at a time.
+#include <algorithm>
 #include <chrono>
 
 #include "runtime/decoders.h"
@@ -16,7 +17,7 @@ DecodeRun decode_plain(const Backend& target, const GenerateOptions& options, co
   const int num_samples = options.num_samples;
   const auto sampler = make_sampler(options.sampling);
   KvCache cache(target.model().kv_layout(options.kv_block_size),
-                kv_blocks_for(prompt_len + options.max_new_tokens, num_samples + 1, options.kv_block_size));
+                kv_blocks_for(prompt_len, options.max_new_tokens, std::min(num_samples, kSampleWave), options.kv_block_size));
   const auto workspace = target.make_workspace();
   const ForwardContext context{target, cache, *workspace};
   DecodeRun run;
@@ -35,39 +36,42 @@ DecodeRun decode_plain(const Backend& target, const GenerateOptions& options, co
     Philox rng;
     int position = 0;  // of the token fed next
   };
-  std::vector<Sample> live;
-  for (int s = 0; s < num_samples; ++s) live.push_back({s, cache.fork(root), Philox(options.seed, static_cast<uint64_t>(s))});
-  cache.free(root);
-  std::vector<float> logits(prompt_logits.size() * static_cast<std::size_t>(num_samples)), probs(vocab);
-  for (std::size_t s = 0; s < live.size(); ++s) std::copy(prompt_logits.begin(), prompt_logits.end(), logits.begin() + s * vocab);
   run.samples.resize(static_cast<std::size_t>(num_samples));
+  std::vector<float> logits(vocab * static_cast<std::size_t>(std::min(num_samples, kSampleWave))), probs(vocab);
   std::vector<SequenceRows> parts;
-  while (!live.empty()) {
-    // Sample every live row; finished samples leave, the rest feed their token together.
-    std::vector<Sample> next;
-    parts.clear();
-    for (std::size_t i = 0; i < live.size(); ++i) {
-      Sample& sample = live[i];
-      sampler->distribution(std::span(logits).subspan(i * vocab, vocab), probs);
-      const int token = sampler->draw(probs, sample.rng);
-      std::vector<int>& ids = run.samples[static_cast<std::size_t>(sample.index)];
-      if (emit_token(ids, token, options, c.eos_token_id, sample.index, sink)) {
-        cache.free(sample.seq);
-        continue;
+  for (int first = 0; first < num_samples; first += kSampleWave) {
+    std::vector<Sample> live;
+    for (int s = first; s < std::min(num_samples, first + kSampleWave); ++s)
+      live.push_back({s, cache.fork(root), Philox(options.seed, static_cast<uint64_t>(s))});
+    for (std::size_t i = 0; i < live.size(); ++i) std::copy(prompt_logits.begin(), prompt_logits.end(), logits.begin() + i * vocab);
+    while (!live.empty()) {
+      // Sample every live row; finished samples leave, the rest feed their token together.
+      std::vector<Sample> next;
+      for (std::size_t i = 0; i < live.size(); ++i) {
+        Sample& sample = live[i];
+        sampler->distribution(std::span(logits).subspan(i * vocab, vocab), probs);
+        const int token = sampler->draw(probs, sample.rng);
+        std::vector<int>& ids = run.samples[static_cast<std::size_t>(sample.index)];
+        if (emit_token(ids, token, options, c.eos_token_id, sample.index, sink)) {
+          cache.free(sample.seq);
+          continue;
+        }
+        sample.position = prompt_len + static_cast<int>(ids.size()) - 1;
+        next.push_back(sample);
       }
-      sample.position = prompt_len + static_cast<int>(ids.size()) - 1;
-      next.push_back(sample);
+      live = std::move(next);
+      if (live.empty()) break;
+      parts.clear();
+      for (const Sample& sample : live) {
+        const std::vector<int>& ids = run.samples[static_cast<std::size_t>(sample.index)];
+        parts.push_back({sample.seq, std::span(&ids.back(), 1), std::span(&sample.position, 1), {}, RowLogits::kLast});
+      }
+      context.run(parts, std::span(logits).first(live.size() * vocab));
+      ++run.target_forwards;
+      run.target_forwards_rows += static_cast<int>(live.size());
     }
-    live = std::move(next);
-    if (live.empty()) break;
-    for (const Sample& sample : live) {
-      const std::vector<int>& ids = run.samples[static_cast<std::size_t>(sample.index)];
-      parts.push_back({sample.seq, std::span(&ids.back(), 1), std::span(&sample.position, 1), {}, RowLogits::kLast});
-    }
-    context.run(parts, std::span(logits).first(live.size() * vocab));
-    ++run.target_forwards;
-    run.target_forwards_rows += static_cast<int>(live.size());
   }
+  cache.free(root);
   run.decode_s = std::chrono::duration<double>(Clock::now() - decode_start).count();
   run.kv = cache.stats();
   return run;

@@ -2,6 +2,7 @@
 // token (the first step's root), then every sample a SpeculativeSequence forked from the
 // shared prefill, all stepping together (speculative_step: batched draft forwards, one
 // target forward) until each is complete.
+#include <algorithm>
 #include <chrono>
 
 #include "draft/model_drafter.h"
@@ -49,8 +50,9 @@ DecodeRun decode_speculative(ModelStore& models, const Backend& target, const Ge
 
   const Backend* draft = d.method == "model" ? &draft_model(models, d) : nullptr;
   const int bs = options.kv_block_size;
-  // The shared prefill and every sample's sequence with its largest tree.
-  const int blocks = kv_blocks_for(prompt_len + options.max_new_tokens + max_tree_nodes(d) + 1, num_samples + 1, bs);
+  // The shared prefill and a wave of samples, each with its largest tree.
+  const int blocks =
+      kv_blocks_for(prompt_len, options.max_new_tokens + max_tree_nodes(d) + 1, std::min(num_samples, kSampleWave), bs);
   KvCache cache(target.model().kv_layout(bs), blocks);
   const auto workspace = target.make_workspace();
   const ForwardContext target_context{target, cache, *workspace};
@@ -91,60 +93,67 @@ DecodeRun decode_speculative(ModelStore& models, const Backend& target, const Ge
   const auto decode_start = Clock::now();
   run.prefill_s = std::chrono::duration<double>(decode_start - start).count();
 
-  // Every sample a sequence forked from the shared prefill, with its own Philox stream; all
-  // step together, one batched step per round.
-  std::vector<std::unique_ptr<SpeculativeSequence>> samples;
-  std::vector<ModelDrafter*> model_drafters;
-  for (int s = 0; s < num_samples; ++s) {
-    std::unique_ptr<Drafter> drafter;
-    if (draft) {
-      auto md = std::make_unique<ModelDrafter>(*draft_context, draft_cache->fork(draft_root_seq), draft_distribution,
-                                               !greedy, tree_shape(d));
-      model_drafters.push_back(md.get());
-      drafter = std::move(md);
-    } else {
-      drafter = std::make_unique<NgramDrafter>(NgramConfig{d.ngram_min, d.ngram_max, d.gamma});
-    }
-    samples.push_back(std::make_unique<SpeculativeSequence>(target_context, cache.fork(root_seq), std::move(drafter),
-                                                            *sampler, options.prompt_ids,
-                                                            Philox(options.seed, static_cast<uint64_t>(s))));
-  }
-  cache.free(root_seq);
-  if (draft) draft_cache->free(draft_root_seq);
-
+  // Every sample a sequence forked from the shared prefill, with its own Philox stream; a
+  // wave of them steps together, one batched step per round.
   SpeculativeStats stats;
   long draft_forwards = 0;
   run.samples.resize(static_cast<std::size_t>(num_samples));
-  std::vector<int> live(static_cast<std::size_t>(num_samples));
-  for (int s = 0; s < num_samples; ++s) live[static_cast<std::size_t>(s)] = s;
   std::vector<SpeculativeSequence*> stepping;
   std::vector<int> max_depths;
-  while (!live.empty()) {
-    stepping.clear();
-    max_depths.clear();
-    for (int s : live) {
-      stepping.push_back(samples[static_cast<std::size_t>(s)].get());
-      // The bonus token needs room too: at most remaining - 1 drafted levels.
-      max_depths.push_back(options.max_new_tokens - static_cast<int>(run.samples[static_cast<std::size_t>(s)].size()) - 1);
-    }
-    const std::vector<const VerifyResult*> results = speculative_step(stepping, max_depths, target_context, stats);
-    std::vector<int> still_live;
-    for (std::size_t i = 0; i < live.size(); ++i) {
-      const int s = live[i];
-      bool done = false;
-      for (int token : results[i]->tokens)
-        if ((done = emit_token(run.samples[static_cast<std::size_t>(s)], token, options, target.config().eos_token_id, s,
-                               sink)))
-          break;
-      if (done) {
-        if (draft) draft_forwards += model_drafters[static_cast<std::size_t>(s)]->draft_forwards();
-        samples[static_cast<std::size_t>(s)].reset();  // frees its target and draft sequences
+  for (int first = 0; first < num_samples; first += kSampleWave) {
+    struct Sample {
+      int index;
+      std::unique_ptr<SpeculativeSequence> sequence;
+      ModelDrafter* model_drafter;
+    };
+    std::vector<Sample> live;
+    for (int s = first; s < std::min(num_samples, first + kSampleWave); ++s) {
+      std::unique_ptr<Drafter> drafter;
+      ModelDrafter* model_drafter = nullptr;
+      if (draft) {
+        auto md = std::make_unique<ModelDrafter>(*draft_context, draft_cache->fork(draft_root_seq), draft_distribution,
+                                                 !greedy, tree_shape(d));
+        model_drafter = md.get();
+        drafter = std::move(md);
       } else {
-        still_live.push_back(s);
+        drafter = std::make_unique<NgramDrafter>(NgramConfig{d.ngram_min, d.ngram_max, d.gamma});
       }
+      live.push_back({s,
+                      std::make_unique<SpeculativeSequence>(target_context, cache.fork(root_seq), std::move(drafter),
+                                                            *sampler, options.prompt_ids,
+                                                            Philox(options.seed, static_cast<uint64_t>(s))),
+                      model_drafter});
     }
-    live = std::move(still_live);
+    while (!live.empty()) {
+      stepping.clear();
+      max_depths.clear();
+      for (const Sample& sample : live) {
+        stepping.push_back(sample.sequence.get());
+        // The bonus token needs room too: at most remaining - 1 drafted levels.
+        max_depths.push_back(options.max_new_tokens -
+                             static_cast<int>(run.samples[static_cast<std::size_t>(sample.index)].size()) - 1);
+      }
+      const std::vector<const VerifyResult*> results = speculative_step(stepping, max_depths, target_context, stats);
+      std::vector<Sample> still_live;
+      for (std::size_t i = 0; i < live.size(); ++i) {
+        Sample& sample = live[i];
+        bool done = false;
+        for (int token : results[i]->tokens)
+          if ((done = emit_token(run.samples[static_cast<std::size_t>(sample.index)], token, options,
+                                 target.config().eos_token_id, sample.index, sink)))
+            break;
+        if (!done) {
+          still_live.push_back(std::move(sample));
+          continue;
+        }
+        if (sample.model_drafter) draft_forwards += sample.model_drafter->draft_forwards();
+        sample.sequence.reset();  // frees its target and draft sequences
+      }
+      live = std::move(still_live);
+    }
   }
+  cache.free(root_seq);
+  if (draft) draft_cache->free(draft_root_seq);
   run.target_forwards += static_cast<int>(stats.target_forwards);
   run.target_forwards_rows += static_cast<int>(stats.target_rows);
   run.decode_s = std::chrono::duration<double>(Clock::now() - decode_start).count();

@@ -46,7 +46,13 @@ void check_draft_compatible(const Model& target, const Model& draft);
 // dtype (DraftOptions::weights; throws SpeculaError naming --draft-weights for an unknown one).
 const Backend& draft_model(ModelStore& models, const DraftOptions& draft);
 
-// KV blocks enough for `sequences` sequences of up to `tokens` slots each, none shared.
-int kv_blocks_for(int tokens, int sequences, int block_size);
+// KV blocks enough for a shared prefix of `shared_tokens` slots and `sequences` forks of it
+// that each add up to `own_tokens` (one more block each for copying a shared partial block).
+int kv_blocks_for(int shared_tokens, int own_tokens, int sequences, int block_size);
+
+// Samples of one request decode side by side in waves of at most this many sequences (the
+// results do not depend on the wave: rows are batch-invariant and each sample has its own
+// Philox stream); the KV pool is sized for one wave.
+inline constexpr int kSampleWave = 64;
 
 }  // namespace specula

@@ -17,8 +17,9 @@ bool emit_token(std::vector<int>& ids, int token, const GenerateOptions& options
   return token == eos_id || static_cast<int>(ids.size()) >= options.max_new_tokens;
 }
 
-int kv_blocks_for(int tokens, int sequences, int block_size) {
-  return ((tokens + block_size - 1) / block_size + 1) * sequences;
+int kv_blocks_for(int shared_tokens, int own_tokens, int sequences, int block_size) {
+  const auto blocks = [block_size](int tokens) { return (tokens + block_size - 1) / block_size; };
+  return blocks(shared_tokens) + (blocks(own_tokens) + 1) * sequences;
 }
 
 KvCache::SeqId prefill(const ForwardContext& context, std::span<const int> tokens, std::vector<float>& last_logits) {

@@ -9,6 +9,7 @@
 // the softmax and the weighted sum add ~num_keys * 2^-24 relative error of sum |p v| <= max|v|;
 // with the unit-normal inputs used here 2e-5 * max|v| covers both with a wide margin, while a
 // dropped key, a misplaced lane or a wrong scale moves the output by ~1e-2 or more.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -41,6 +42,35 @@ std::vector<double> attend_reference(const std::vector<float>& q, const std::vec
   return out;
 }
 
+// Pages of one layer laid out as kv/page_storage.h lays them out ([num_blocks, 2, block_size,
+// kv_dim]), the sequence's blocks in a shuffled order, holding slot_keys / slot_values.
+struct Pages {
+  int block_size, kv_dim;
+  std::vector<int> table;  // block of each block-table entry
+  std::vector<float> data;
+
+  Pages(const std::vector<std::vector<float>>& keys, const std::vector<std::vector<float>>& values, int block_size,
+        std::mt19937& rng)
+      : block_size(block_size), kv_dim(static_cast<int>(keys[0].size())) {
+    const int blocks = (static_cast<int>(keys.size()) + block_size - 1) / block_size;
+    for (int b = 0; b < blocks; ++b) table.push_back(b);
+    std::shuffle(table.begin(), table.end(), rng);
+    data.assign(static_cast<std::size_t>(blocks) * block_stride(), std::nanf(""));
+    for (std::size_t slot = 0; slot < keys.size(); ++slot) {
+      std::copy(keys[slot].begin(), keys[slot].end(), row(static_cast<int>(slot), 0));
+      std::copy(values[slot].begin(), values[slot].end(), row(static_cast<int>(slot), 1));
+    }
+  }
+  std::size_t block_stride() const { return 2 * std::size_t(block_size) * kv_dim; }
+  float* row(int slot, int kv) {
+    return data.data() + table[slot / block_size] * block_stride() + (kv * block_size + slot % block_size) * std::size_t(kv_dim);
+  }
+  cpu::PagedRows rows(int kv, int prefix_len, const std::vector<int>& extra) const {
+    return {data.data() + kv * std::size_t(block_size) * kv_dim, block_stride(), kv_dim, block_size, table.data(),
+            prefix_len, extra.data(), static_cast<int>(extra.size())};
+  }
+};
+
 }  // namespace
 
 TEST_CASE("attend_group equals double-precision softmax attention, head by head", "[engine][attention]") {
@@ -55,30 +85,50 @@ TEST_CASE("attend_group equals double-precision softmax attention, head by head"
         INFO(cpu::isa_name(isa) << " head_dim=" << head_dim << " num_keys=" << num_keys << " num_heads=" << num_heads);
         std::vector<float> q(static_cast<std::size_t>(num_heads * head_dim));
         for (float& v : q) v = normal(rng);
-        std::vector<std::vector<float>> keys(num_keys, std::vector<float>(kv_dim)), values = keys;
-        std::vector<const float*> key_rows, value_rows;
+        // The row sees a prefix of the sequence's slots and then every other later slot (a tree
+        // row's ancestors), num_keys in all.
+        const int prefix_len = num_keys / 2;
+        const int slots = prefix_len + 2 * (num_keys - prefix_len) + 1;
+        std::vector<std::vector<float>> slot_keys(slots, std::vector<float>(kv_dim)), slot_values = slot_keys;
         float max_value = 0;
-        for (int j = 0; j < num_keys; ++j) {
-          for (float& v : keys[j]) v = normal(rng);
-          for (float& v : values[j]) max_value = std::max(max_value, std::abs(v = normal(rng)));
-          key_rows.push_back(keys[j].data());
-          value_rows.push_back(values[j].data());
+        for (int j = 0; j < slots; ++j) {
+          for (float& v : slot_keys[j]) v = normal(rng);
+          for (float& v : slot_values[j]) max_value = std::max(max_value, std::abs(v = normal(rng)));
         }
-        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-        std::vector<float> scores(static_cast<std::size_t>(num_heads * num_keys)), out(q.size());
-        cpu::attend_group(isa, q.data(), num_heads, key_rows.data(), value_rows.data(), num_keys, kv_offset, head_dim,
-                          scale, scores.data(), out.data());
-        for (int h = 0; h < num_heads; ++h) {
-          const std::vector<float> qh(q.begin() + h * head_dim, q.begin() + (h + 1) * head_dim);
-          const auto ref = attend_reference(qh, keys, values, kv_offset, scale);
-          double worst = 0;
-          for (int d = 0; d < head_dim; ++d) worst = std::max(worst, std::abs(out[h * head_dim + d] - ref[d]));
-          CHECK(worst <= 2e-5 * max_value);
+        std::vector<int> extra;
+        for (int slot = prefix_len; static_cast<int>(extra.size()) < num_keys - prefix_len; slot += 2) extra.push_back(slot);
+        std::vector<std::vector<float>> keys(slot_keys.begin(), slot_keys.begin() + prefix_len), values(slot_values.begin(), slot_values.begin() + prefix_len);
+        for (int slot : extra) {
+          keys.push_back(slot_keys[slot]);
+          values.push_back(slot_values[slot]);
+        }
+        for (int block_size : {1, 5, 16}) {
+          INFO("block size " << block_size);
+          const Pages pages(slot_keys, slot_values, block_size, rng);
+          const cpu::PagedRows key_rows = pages.rows(0, prefix_len, extra), value_rows = pages.rows(1, prefix_len, extra);
+          REQUIRE(key_rows.num_keys() == num_keys);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+          std::vector<float> scores(static_cast<std::size_t>(num_heads * num_keys)), out(q.size());
+          cpu::attend_group(isa, q.data(), num_heads, key_rows, value_rows, kv_offset, head_dim, scale, scores.data(),
+                            out.data());
+          for (int h = 0; h < num_heads; ++h) {
+            const std::vector<float> qh(q.begin() + h * head_dim, q.begin() + (h + 1) * head_dim);
+            const auto ref = attend_reference(qh, keys, values, kv_offset, scale);
+            double worst = 0;
+            bool finite = true;  // padding past the last slot is NaN: reading it must show
+            for (int d = 0; d < head_dim; ++d) {
+              const double error = std::abs(out[h * head_dim + d] - ref[d]);
+              finite = finite && std::isfinite(error);
+              worst = std::max(worst, error);
+            }
+            CHECK(finite);
+            CHECK(worst <= 2e-5 * max_value);
 
-          std::vector<float> alone(static_cast<std::size_t>(head_dim));
-          cpu::attend_group(isa, qh.data(), 1, key_rows.data(), value_rows.data(), num_keys, kv_offset, head_dim, scale,
-                            scores.data(), alone.data());
-          CHECK(std::memcmp(alone.data(), &out[static_cast<std::size_t>(h) * head_dim], sizeof(float) * head_dim) == 0);
+            std::vector<float> alone(static_cast<std::size_t>(head_dim));
+            cpu::attend_group(isa, qh.data(), 1, key_rows, value_rows, kv_offset, head_dim, scale, scores.data(),
+                              alone.data());
+            CHECK(std::memcmp(alone.data(), &out[static_cast<std::size_t>(h) * head_dim], sizeof(float) * head_dim) == 0);
+          }
         }
       }
     }

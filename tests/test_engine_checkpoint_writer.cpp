@@ -17,6 +17,7 @@
 #include "engine/model.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
+#include "tests/test_engine_support.h"
 #include "tests/test_support.h"
 
 namespace specula {
@@ -78,18 +79,20 @@ TEST_CASE("random checkpoint: loads as a model of its shape and runs, for every 
     TempDir dir;
     write_random_checkpoint(dir.path.string(), small_checkpoint(dtype, 1));
     Model m(dir.path.string());
+    const auto backend = make_backend(BackendKind::kCpu, m, std::nullopt);
     const ModelConfig& c = m.config();
     CHECK(c.hidden_size == 64);
     CHECK(c.num_key_value_heads == 2);
     CHECK(c.num_hidden_layers == 2);
-    CHECK(m.weight_bytes() > 0);
-    PagedKvCache cache(m.kv_layout(16), 4);
+    CHECK(backend->weight_bytes() > 0);
+    test::Engine e(*backend, 16, 4);
+    KvCache& cache = e.cache;
     const int seq = cache.create();
     const std::vector<int> tokens = {1, 450, 22, 9};
     std::vector<int> positions(tokens.size());
     std::iota(positions.begin(), positions.end(), 0);
     std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
-    m.forward(cache, seq, {tokens, positions, {}, false}, logits);
+    e.forward(seq, {tokens, positions, {}, false}, logits);
     CHECK(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }));
     CHECK(*std::max_element(logits.begin(), logits.end()) > *std::min_element(logits.begin(), logits.end()));
     cache.free(seq);

@@ -14,16 +14,13 @@
 #include <random>
 #include <vector>
 
-#include "runtime/model_store.h"
+#include "tests/test_engine_support.h"
 #include "tests/test_support.h"
 
 namespace specula {
 namespace {
 
-Model& shared_model(const std::string& name) {
-  static ModelStore store;
-  return store.get(test::model_dir(name));
-}
+const Backend& shared_model(const std::string& name) { return test::shared_backend(test::model_dir(name)); }
 
 std::vector<int> reference_prompt(const std::string& model, std::size_t index) {
   std::ifstream in(test::source_path("tests/data/hf-greedy.json"));
@@ -40,10 +37,10 @@ std::vector<int> iota_positions(int begin, int count) {
 bool same_bits(const float* a, const float* b, int count) { return std::memcmp(a, b, sizeof(float) * count) == 0; }
 
 // Logits [n, vocab] of a causal forward of `tokens` at positions start.. onto `seq`.
-std::vector<float> causal(Model& m, PagedKvCache& cache, int seq, const std::vector<int>& tokens, int start) {
-  std::vector<float> logits(tokens.size() * static_cast<std::size_t>(m.config().vocab_size));
+std::vector<float> causal(test::Engine& e, int seq, const std::vector<int>& tokens, int start) {
+  std::vector<float> logits(tokens.size() * static_cast<std::size_t>(e.config().vocab_size));
   const auto positions = iota_positions(start, static_cast<int>(tokens.size()));
-  m.forward(cache, seq, {tokens, positions, {}, true}, logits);
+  e.forward(seq, {tokens, positions, {}, true}, logits);
   return logits;
 }
 
@@ -54,29 +51,30 @@ const char* const kModels[] = {"target-16m", "draft-4m", "draft-1m"};
 TEST_CASE("forward: prefill then one-token decodes equals one prefill, bitwise", "[engine][invariance]") {
   for (const char* name : kModels) {
     INFO("model " << name);
-    Model& m = shared_model(name);
+    const Backend& m = shared_model(name);
     const int vocab = m.config().vocab_size;
     std::vector<int> prompt = reference_prompt(name, 3);
     prompt.resize(48);
-    PagedKvCache cache(m.kv_layout(16), 16);
+    test::Engine e(m, 16, 16);
+    KvCache& cache = e.cache;
     const int whole = cache.create();
-    const std::vector<float> all = causal(m, cache, whole, prompt, 0);
+    const std::vector<float> all = causal(e, whole, prompt, 0);
 
     for (int k : {1, 7, 16, 33}) {
       INFO("prefill " << k << " tokens, then decode");
       const int seq = cache.create();
       const std::vector<int> head(prompt.begin(), prompt.begin() + k);
-      const std::vector<float> first = causal(m, cache, seq, head, 0);
+      const std::vector<float> first = causal(e, seq, head, 0);
       for (int i = 0; i < k; ++i) CHECK(same_bits(&first[i * std::size_t(vocab)], &all[i * std::size_t(vocab)], vocab));
       for (int i = k; i < static_cast<int>(prompt.size()); ++i) {
-        const std::vector<float> row = causal(m, cache, seq, {prompt[i]}, i);
+        const std::vector<float> row = causal(e, seq, {prompt[i]}, i);
         CHECK(same_bits(row.data(), &all[i * std::size_t(vocab)], vocab));
       }
       // The last-row-only path gives the same bits as the all-rows path.
       cache.truncate(seq, k - 1);
       std::vector<float> last(static_cast<std::size_t>(vocab));
       const int pos = k - 1;
-      m.forward(cache, seq, {std::span(&prompt[k - 1], 1), std::span(&pos, 1), {}, false}, last);
+      e.forward(seq, {std::span(&prompt[k - 1], 1), std::span(&pos, 1), {}, false}, last);
       CHECK(same_bits(last.data(), &all[(k - 1) * std::size_t(vocab)], vocab));
       cache.free(seq);
     }
@@ -88,14 +86,15 @@ TEST_CASE("forward: prefill then one-token decodes equals one prefill, bitwise",
 TEST_CASE("forward: every tree node's logits equal a causal forward of its path, bitwise", "[engine][invariance]") {
   std::mt19937 rng(20240611);
   for (const char* name : kModels) {
-    Model& m = shared_model(name);
+    const Backend& m = shared_model(name);
     const int vocab = m.config().vocab_size;
     std::vector<int> prompt = reference_prompt(name, 7);
     prompt.resize(37);  // not a multiple of the block size: the tree starts mid-block
     const int prefix_len = static_cast<int>(prompt.size());
-    PagedKvCache cache(m.kv_layout(16), 64);
+    test::Engine e(m, 16, 64);
+    KvCache& cache = e.cache;
     const int root = cache.create();
-    causal(m, cache, root, prompt, 0);
+    causal(e, root, prompt, 0);
 
     for (int trial = 0; trial < 4; ++trial) {
       INFO("model " << name << ", tree " << trial);
@@ -110,7 +109,7 @@ TEST_CASE("forward: every tree node's logits equal a causal forward of its path,
       }
       const int tree_seq = cache.fork(root);
       std::vector<float> tree_logits(static_cast<std::size_t>(n) * vocab);
-      m.forward(cache, tree_seq, {tokens, positions, parents, true}, tree_logits);
+      e.forward(tree_seq, {tokens, positions, parents, true}, tree_logits);
 
       for (int node = 0; node < n; ++node) {
         std::vector<int> path;  // root-to-node node indices
@@ -118,7 +117,7 @@ TEST_CASE("forward: every tree node's logits equal a causal forward of its path,
         std::vector<int> path_tokens;
         for (int j : path) path_tokens.push_back(tokens[j]);
         const int seq = cache.fork(root);
-        const std::vector<float> chain = causal(m, cache, seq, path_tokens, prefix_len);
+        const std::vector<float> chain = causal(e, seq, path_tokens, prefix_len);
         INFO("node " << node << ", depth " << depth[node]);
         CHECK(same_bits(&chain[(path.size() - 1) * std::size_t(vocab)], &tree_logits[node * std::size_t(vocab)], vocab));
         cache.free(seq);
@@ -133,10 +132,10 @@ TEST_CASE("forward: every tree node's logits equal a causal forward of its path,
       cache.commit(tree_seq, prefix_len, accepted);
       REQUIRE(cache.length(tree_seq) == prefix_len + static_cast<int>(accepted.size()));
       const int next = 13;
-      const std::vector<float> after_commit = causal(m, cache, tree_seq, {next}, cache.length(tree_seq));
+      const std::vector<float> after_commit = causal(e, tree_seq, {next}, cache.length(tree_seq));
       const int chain_seq = cache.fork(root);
       accepted_tokens.push_back(next);
-      const std::vector<float> chain = causal(m, cache, chain_seq, accepted_tokens, prefix_len);
+      const std::vector<float> chain = causal(e, chain_seq, accepted_tokens, prefix_len);
       CHECK(same_bits(after_commit.data(), &chain[(accepted_tokens.size() - 1) * std::size_t(vocab)], vocab));
       cache.free(chain_seq);
       cache.free(tree_seq);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/model.h"
+#include "tests/test_engine_support.h"
 #include "tests/test_support.h"
 
 namespace specula {
@@ -50,7 +51,7 @@ int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_eleme
 // so no greedy step is a near-tie. Should a later change flip a token, the failure message
 // prints the top-2 gap at that step, so a genuine near-tie can be told from a bug.
 void check_model(const std::string& name) {
-  Model model(test::model_dir(name));
+  const Backend& model = test::shared_backend(test::model_dir(name));
   const int vocab = model.config().vocab_size;
   const auto& prompts = references().at("models").at(name);
   REQUIRE(prompts.size() == 12);
@@ -63,11 +64,12 @@ void check_model(const std::string& name) {
     const auto want_new = ref.at("new_ids").get<std::vector<int>>();
     REQUIRE(want_new.size() == 32);
 
-    PagedKvCache cache(model.kv_layout(16), 64);
+    test::Engine e(model, 16, 64);
+    KvCache& cache = e.cache;
     const int seq = cache.create();
     std::vector<float> logits(static_cast<std::size_t>(vocab));
     const auto positions = iota_positions(0, static_cast<int>(prompt.size()));
-    model.forward(cache, seq, {prompt, positions, {}, false}, logits);
+    e.forward(seq, {prompt, positions, {}, false}, logits);
 
     CHECK(top_k_ids(logits, 5) == want_top5);
     for (std::size_t r = 0; r < 5; ++r) {
@@ -86,7 +88,7 @@ void check_model(const std::string& name) {
       }
       got.push_back(token);
       const int pos = static_cast<int>(prompt.size()) + step;
-      model.forward(cache, seq, {std::span(&got.back(), 1), std::span(&pos, 1), {}, false}, logits);
+      e.forward(seq, {std::span(&got.back(), 1), std::span(&pos, 1), {}, false}, logits);
     }
     CHECK(got == want_new);
     cache.free(seq);

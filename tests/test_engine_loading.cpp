@@ -19,6 +19,7 @@
 #include "engine/model.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
+#include "tests/test_engine_support.h"
 #include "tests/test_support.h"
 
 namespace specula {
@@ -259,15 +260,17 @@ TEST_CASE("checkpoint: a tiny synthetic model loads in F32, BF16 and F16 and run
     TempDir dir;
     write_tiny_model(dir, tiny_config(), tiny_tensors(dtype));
     Model model(dir.path.string());
+    const auto backend = make_backend(BackendKind::kCpu, model, std::nullopt);
     CHECK(model.config().kv_dim() == 8);
     // Matrices read per decode step: 2 x (q, k, v, o, gate, up, down) + lm_head.
     const std::size_t matrix_elems = 2 * (16 * 16 + 8 * 16 + 8 * 16 + 16 * 16 + 3 * 32 * 16) + 4096 * 16;
-    CHECK(model.weight_bytes() == matrix_elems * dtype_size(dtype));
-    PagedKvCache cache(model.kv_layout(4), 8);
+    CHECK(backend->weight_bytes() == matrix_elems * dtype_size(dtype));
+    test::Engine e(*backend, 4, 8);
+    KvCache& cache = e.cache;
     const int seq = cache.create();
     const std::vector<int> tokens = {1, 400, 13}, positions = {0, 1, 2};
     std::vector<float> logits(3 * 4096);
-    model.forward(cache, seq, {tokens, positions, {}, true}, logits);
+    e.forward(seq, {tokens, positions, {}, true}, logits);
     CHECK(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }));
   }
 }
@@ -365,7 +368,7 @@ TEST_CASE("checkpoint: the bundled models load with the weight bytes their confi
   struct Expect { const char* name; std::size_t bytes_per_weight; };
   for (const Expect& e : {Expect{"target-16m", 2}, Expect{"draft-4m", 2}, Expect{"draft-1m", 4}}) {
     INFO(e.name);
-    Model m(test::model_dir(e.name));
+    const Backend& m = test::shared_backend(test::model_dir(e.name));
     const ModelConfig& c = m.config();
     const std::size_t h = c.hidden_size, kv = c.kv_dim(), f = c.intermediate_size;
     const std::size_t per_layer = 2 * h * h + 2 * kv * h + 3 * h * f;

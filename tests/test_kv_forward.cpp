@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "runtime/generate.h"
+#include "tests/test_engine_support.h"
 #include "tests/test_support.h"
 
 namespace specula {
@@ -25,15 +26,16 @@ std::vector<int> reference_prompt(const std::string& model, std::size_t index) {
 }
 
 // Every logit the script produces, concatenated.
-std::vector<float> run_script(Model& m, const std::vector<int>& prompt, int block_size) {
+std::vector<float> run_script(const Backend& m, const std::vector<int>& prompt, int block_size) {
   const int vocab = m.config().vocab_size;
   const int prompt_len = static_cast<int>(prompt.size());
-  PagedKvCache cache(m.kv_layout(block_size), (prompt_len + 64) / block_size + 8);
+  test::Engine e(m, block_size, (prompt_len + 64) / block_size + 8);
+  KvCache& cache = e.cache;
   std::vector<float> all;
   auto run = [&](int seq, const std::vector<int>& tokens, const std::vector<int>& positions,
                  const std::vector<int>& parents) {
     std::vector<float> logits(tokens.size() * static_cast<std::size_t>(vocab));
-    m.forward(cache, seq, {tokens, positions, parents, true}, logits);
+    e.forward(seq, {tokens, positions, parents, true}, logits);
     all.insert(all.end(), logits.begin(), logits.end());
   };
   std::vector<int> positions(prompt.size());
@@ -67,8 +69,7 @@ std::vector<float> run_script(Model& m, const std::vector<int>& prompt, int bloc
 TEST_CASE("kv: logits are bit-identical for block sizes 1, 16, 64 and one contiguous block", "[kv][forward]") {
   for (const char* name : kModels) {
     INFO("model " << name);
-    ModelStore store;
-    Model& m = store.get(test::model_dir(name));
+    const Backend& m = test::shared_backend(test::model_dir(name));
     std::vector<int> prompt = reference_prompt(name, 5);
     prompt.resize(70);
     const std::vector<float> contiguous = run_script(m, prompt, 1024);  // one block holds everything
@@ -110,28 +111,28 @@ TEST_CASE("kv: generation with block sizes 1, 16 and 64 gives identical tokens a
 }
 
 TEST_CASE("kv: a forward that runs out of blocks fails cleanly and the cache stays usable", "[kv][forward]") {
-  ModelStore store;
-  Model& m = store.get(test::model_dir("draft-1m"));
+  const Backend& m = test::shared_backend(test::model_dir("draft-1m"));
   const std::vector<int> prompt = reference_prompt("draft-1m", 0);  // 216 tokens
   std::vector<int> positions(prompt.size());
   std::iota(positions.begin(), positions.end(), 0);
   std::vector<float> logits(static_cast<std::size_t>(m.config().vocab_size)), again(logits.size());
-  PagedKvCache cache(m.kv_layout(16), 16);  // 256 slots
+  test::Engine e(m, 16, 16);  // 256 slots
+  KvCache& cache = e.cache;
   const int other = cache.create();
-  m.forward(cache, other, {std::span(prompt).first(100), std::span(positions).first(100), {}, false}, logits);
+  e.forward(other, {std::span(prompt).first(100), std::span(positions).first(100), {}, false}, logits);
   const int seq = cache.create();
-  CHECK_THROWS_AS(m.forward(cache, seq, {prompt, positions, {}, false}, logits), ResourceExhausted);
+  CHECK_THROWS_AS(e.forward(seq, {prompt, positions, {}, false}, logits), ResourceExhausted);
   CHECK(cache.length(seq) == 0);
   CHECK(cache.length(other) == 100);
   // The other sequence is intact: its next step gives the same bits as on a fresh cache.
   const int next = prompt[100], pos = 100;
-  m.forward(cache, other, {std::span(&next, 1), std::span(&pos, 1), {}, false}, logits);
-  PagedKvCache fresh(m.kv_layout(16), 16);
-  const int ref = fresh.create();
-  m.forward(fresh, ref, {std::span(prompt).first(101), std::span(positions).first(101), {}, false}, again);
+  e.forward(other, {std::span(&next, 1), std::span(&pos, 1), {}, false}, logits);
+  test::Engine fresh(m, 16, 16);
+  const int ref = fresh.cache.create();
+  fresh.forward(ref, {std::span(prompt).first(101), std::span(positions).first(101), {}, false}, again);
   CHECK(std::memcmp(logits.data(), again.data(), logits.size() * sizeof(float)) == 0);
   cache.free(other);
-  m.forward(cache, seq, {prompt, positions, {}, false}, logits);  // now it fits
+  e.forward(seq, {prompt, positions, {}, false}, logits);  // now it fits
   CHECK(cache.length(seq) == static_cast<int>(prompt.size()));
 }
 

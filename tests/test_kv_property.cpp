@@ -1,13 +1,16 @@
-// Property test of the paged KV cache against a naive model (a plain vector of KV rows per
-// sequence): thousands of random operation sequences of create / append (rows written through
-// key() and value()) / fork / truncate / commit of random increasing paths / free, on small
-// pools so that running out of blocks is common. After every operation:
+// Property test of the paged KV cache (block tables + page storage + deferred copy lists)
+// against a naive model (a plain vector of KV rows per sequence): thousands of random
+// operation sequences of create / append of one or two sequences in one batch (rows written
+// at the plan's slots, which must be where the block tables put them) / fork / truncate /
+// commit of random increasing paths / free, on small pools so that running out of blocks is
+// common. After every operation:
 //  - every live sequence's length and every K and V row equal the naive model's (so a write
 //    after a fork never shows in the other sequence, and commit moved the right rows);
 //  - each block's reference count equals the number of block-table entries naming it, the
 //    table has ceil(length / block_size) entries, blocks in use + free == total and in use
 //    == the number of distinct referenced blocks (nothing lost, nothing shared wrongly);
-//  - a ResourceExhausted append or commit left its sequence exactly as it was.
+//  - the page lists (kv_indices, kv_len, kv_last_page_len) equal the block tables;
+//  - a ResourceExhausted append or commit left its sequences exactly as they were.
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <map>
@@ -17,7 +20,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "kv/paged_kv_cache.h"
+#include "kv/kv_cache.h"
 
 namespace specula {
 namespace {
@@ -31,7 +34,7 @@ using Slot = std::vector<float>;
 class Harness {
  public:
   Harness(int block_size, int num_blocks, uint32_t seed)
-      : cache_({kLayers, kKvDim, block_size}, num_blocks), rng_(seed) {}
+      : cache_(KvLayout{kLayers, 1, kKvDim, block_size}, num_blocks), rng_(seed) {}
 
   void step() {
     const int op = pick(0, 9);
@@ -40,8 +43,12 @@ class Harness {
       return;
     }
     const int seq = random_seq();
-    if (op <= 3) {
-      append(seq, pick(0, 2 * cache_.layout().block_size + 1));
+    if (op <= 2) {
+      append({seq}, {pick(0, 2 * cache_.layout().block_size + 1)});
+    } else if (op == 3) {  // two sequences in one batch, as a batched forward appends them
+      const int other = random_seq();
+      if (other == seq) return append({seq}, {pick(0, 3)});
+      append({seq, other}, {pick(0, cache_.layout().block_size + 1), pick(1, 3)});
     } else if (op == 4) {
       if (naive_.size() < 6) {
         const int child = cache_.fork(seq);
@@ -59,11 +66,11 @@ class Harness {
     }
   }
 
-  void check() const { REQUIRE(first_violation() == ""); }
+  void check() { REQUIRE(first_violation() == ""); }
 
   // "" when the cache agrees with the naive model and its accounting is consistent, else the
   // first disagreement found.
-  std::string first_violation() const {
+  std::string first_violation() {
     const int bs = cache_.layout().block_size;
     const KvStats st = cache_.stats();
     std::vector<int> references(static_cast<std::size_t>(st.blocks_total), 0);  // table entries per block
@@ -76,6 +83,18 @@ class Harness {
       if (std::set<int>(table.begin(), table.end()).size() != table.size()) return where + "block listed twice";
       for (int b : table) ++references[static_cast<std::size_t>(b)];
       if (auto m = first_mismatch(seq, rows); !m.empty()) return where + m + " differs";
+    }
+    // The page lists a forward would read agree with the block tables.
+    std::vector<int> seqs;
+    for (const auto& entry : naive_) seqs.push_back(entry.first);
+    const KvPlan plan = cache_.tables().plan(seqs);
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      const auto table = cache_.block_table(seqs[i]);
+      const std::vector<int> pages(plan.kv_indices.begin() + plan.kv_indptr[i], plan.kv_indices.begin() + plan.kv_indptr[i + 1]);
+      const int len = cache_.length(seqs[i]);
+      if (pages != std::vector<int>(table.begin(), table.end()) || plan.kv_len[i] != len ||
+          plan.kv_last_page_len[i] != (len == 0 ? 0 : len - (static_cast<int>(table.size()) - 1) * bs))
+        return "sequence " + std::to_string(seqs[i]) + ": page list differs from its block table";
     }
     int referenced = 0;
     for (int b = 0; b < st.blocks_total; ++b) {
@@ -91,7 +110,7 @@ class Harness {
   }
 
   // "" when every K and V row of seq equals the naive rows, else where they first differ.
-  std::string first_mismatch(int seq, const std::vector<Slot>& rows) const {
+  std::string first_mismatch(int seq, const std::vector<Slot>& rows) {
     for (std::size_t s = 0; s < rows.size(); ++s) {
       for (int l = 0; l < kLayers; ++l) {
         const float* k = cache_.key(seq, l, static_cast<int>(s));
@@ -110,7 +129,7 @@ class Harness {
     naive_.clear();
   }
 
-  const PagedKvCache& cache() const { return cache_; }
+  const KvCache& cache() const { return cache_; }
   int exhausted() const { return exhausted_; }
   int commits_moving() const { return commits_moving_; }
 
@@ -123,29 +142,43 @@ class Harness {
     return it->first;
   }
 
-  void append(int seq, int n) {
-    const std::vector<int> table_before(cache_.block_table(seq).begin(), cache_.block_table(seq).end());
+  // Appends counts[i] slots to seqs[i] in one batch (KvCache::prepare) and writes them through
+  // the plan's row slots; an exhausted pool must leave every sequence of the batch as it was.
+  void append(const std::vector<int>& seqs, const std::vector<int>& counts) {
+    std::vector<std::vector<int>> tables_before;
+    for (int seq : seqs) tables_before.emplace_back(cache_.block_table(seq).begin(), cache_.block_table(seq).end());
+    KvPlan plan;
     try {
-      cache_.append_slots(seq, n);
+      plan = cache_.prepare(seqs, counts);
     } catch (const ResourceExhausted&) {
       ++exhausted_;
-      REQUIRE(cache_.length(seq) == length(seq));
-      REQUIRE(std::vector<int>(cache_.block_table(seq).begin(), cache_.block_table(seq).end()) == table_before);
+      for (std::size_t i = 0; i < seqs.size(); ++i) {
+        REQUIRE(cache_.length(seqs[i]) == length(seqs[i]));
+        REQUIRE(std::vector<int>(cache_.block_table(seqs[i]).begin(), cache_.block_table(seqs[i]).end()) ==
+                tables_before[i]);
+      }
       return;
     }
-    auto& rows = naive_[seq];
-    for (int i = 0; i < n; ++i) {
-      const int s = static_cast<int>(rows.size());
-      Slot slot(static_cast<std::size_t>(kLayers * 2 * kKvDim));
-      for (float& x : slot) x = static_cast<float>(next_value_++);
-      for (int l = 0; l < kLayers; ++l) {
-        for (int d = 0; d < kKvDim; ++d) {
-          cache_.key(seq, l, s)[d] = slot[(l * 2 + 0) * kKvDim + d];
-          cache_.value(seq, l, s)[d] = slot[(l * 2 + 1) * kKvDim + d];
+    const int bs = cache_.layout().block_size;
+    std::size_t new_row = 0;
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      auto& rows = naive_[seqs[i]];
+      for (int k = 0; k < counts[i]; ++k, ++new_row) {
+        const int s = static_cast<int>(rows.size());
+        // The plan's slot for this row is where the block table puts it.
+        REQUIRE(plan.row_slots[new_row] == cache_.block_table(seqs[i])[static_cast<std::size_t>(s / bs)] * bs + s % bs);
+        Slot slot(static_cast<std::size_t>(kLayers * 2 * kKvDim));
+        for (float& x : slot) x = static_cast<float>(next_value_++);
+        for (int l = 0; l < kLayers; ++l) {
+          for (int d = 0; d < kKvDim; ++d) {
+            cache_.storage().row(l, 0, plan.row_slots[new_row])[d] = slot[(l * 2 + 0) * kKvDim + d];
+            cache_.storage().row(l, 1, plan.row_slots[new_row])[d] = slot[(l * 2 + 1) * kKvDim + d];
+          }
         }
+        rows.push_back(std::move(slot));
       }
-      rows.push_back(std::move(slot));
     }
+    REQUIRE(new_row == plan.row_slots.size());
   }
 
   // A random tree-verification outcome: a prefix, then an increasing path of offsets after it.
@@ -171,7 +204,7 @@ class Harness {
     rows = std::move(kept);
   }
 
-  PagedKvCache cache_;
+  KvCache cache_;
   std::mt19937 rng_;
   std::map<int, std::vector<Slot>> naive_;
   int64_t next_value_ = 1;
@@ -205,7 +238,7 @@ TEST_CASE("kv: random operation sequences match a naive per-sequence cache", "[k
 }
 
 TEST_CASE("kv: exhausting the pool fails the request and leaves other sequences intact", "[kv]") {
-  PagedKvCache cache({1, 2, 4}, 3);
+  KvCache cache(KvLayout{1, 1, 2, 4}, 3);
   const int a = cache.create();
   cache.append_slots(a, 6);  // blocks 2 of 3
   for (int s = 0; s < 6; ++s) cache.key(a, 0, s)[0] = static_cast<float>(s);
@@ -226,7 +259,7 @@ TEST_CASE("kv: exhausting the pool fails the request and leaves other sequences 
 }
 
 TEST_CASE("kv: fork shares blocks and copies only the partly filled block written after it", "[kv]") {
-  PagedKvCache cache({1, 1, 4}, 8);
+  KvCache cache(KvLayout{1, 1, 1, 4}, 8);
   const int a = cache.create();
   cache.append_slots(a, 10);  // 2 full blocks + 1 partly filled
   const int b = cache.fork(a);
@@ -242,9 +275,9 @@ TEST_CASE("kv: fork shares blocks and copies only the partly filled block writte
 }
 
 TEST_CASE("kv: bad arguments are clear errors", "[kv]") {
-  CHECK_THROWS_WITH(PagedKvCache({1, 1, 0}, 4), Catch::Contains("block size"));
-  CHECK_THROWS_WITH(PagedKvCache({1, 1, 4}, 0), Catch::Contains("number of blocks"));
-  PagedKvCache cache({1, 1, 4}, 4);
+  CHECK_THROWS_WITH(KvCache(KvLayout{1, 1, 1, 0}, 4), Catch::Contains("block size"));
+  CHECK_THROWS_WITH(KvCache(KvLayout{1, 1, 1, 4}, 0), Catch::Contains("number of blocks"));
+  KvCache cache(KvLayout{1, 1, 1, 4}, 4);
   const int a = cache.create();
   cache.append_slots(a, 5);
   for (int s = 0; s < 5; ++s) cache.key(a, 0, s)[0] = static_cast<float>(s);

@@ -13,6 +13,7 @@
 #include "runtime/decoders.h"
 #include "runtime/generate.h"
 #include "runtime/speculative_sequence.h"
+#include "tests/test_engine_support.h"
 #include "tests/test_support.h"
 #include "tests/test_verify_support.h"
 
@@ -41,12 +42,12 @@ GenerateOptions base_options(const std::vector<int>& prompt, int max_new_tokens)
 }
 
 // Bitwise equality of every K/V row of two sequences' first `length` slots.
-bool same_cache_rows(const PagedKvCache& a, int seq_a, const PagedKvCache& b, int seq_b, int length) {
+bool same_cache_rows(KvCache& a, int seq_a, KvCache& b, int seq_b, int length) {
   const KvLayout& layout = a.layout();
   for (int layer = 0; layer < layout.num_layers; ++layer) {
     for (int slot = 0; slot < length; ++slot) {
-      if (std::memcmp(a.key(seq_a, layer, slot), b.key(seq_b, layer, slot), layout.kv_dim * sizeof(float)) ||
-          std::memcmp(a.value(seq_a, layer, slot), b.value(seq_b, layer, slot), layout.kv_dim * sizeof(float)))
+      if (std::memcmp(a.key(seq_a, layer, slot), b.key(seq_b, layer, slot), layout.kv_dim() * sizeof(float)) ||
+          std::memcmp(a.value(seq_a, layer, slot), b.value(seq_b, layer, slot), layout.kv_dim() * sizeof(float)))
         return false;
     }
   }
@@ -54,9 +55,10 @@ bool same_cache_rows(const PagedKvCache& a, int seq_a, const PagedKvCache& b, in
 }
 
 // A plain causal prefill of `tokens` into a fresh sequence of `cache` (runtime's prefill).
-int prefill(Model& model, PagedKvCache& cache, std::span<const int> tokens) {
+int prefill(const Backend& model, KvCache& cache, std::span<const int> tokens) {
   std::vector<float> unused;
-  return specula::prefill(model, cache, tokens, unused);
+  const auto workspace = model.make_workspace();
+  return specula::prefill(ForwardContext{model, cache, *workspace}, tokens, unused);
 }
 
 }  // namespace
@@ -109,8 +111,8 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
 }
 
 TEST_CASE("after any accept/reject pattern both caches equal a plain run's caches", "[runtime][speculative]") {
-  Model& target = store().get(test::model_dir("target-16m"));
-  Model& draft = store().get(test::model_dir("draft-1m"));
+  const Backend& target = store().get(test::model_dir("target-16m"));
+  const Backend& draft = store().get(test::model_dir("draft-1m"));
   const std::vector<int> prompt = reference_prompts()[0];
   const int block_size = GENERATE(1, 16);
   const bool greedy = GENERATE(true, false);
@@ -120,18 +122,20 @@ TEST_CASE("after any accept/reject pattern both caches equal a plain run's cache
   SamplingOptions sampling;
   sampling.strategy = greedy ? "greedy" : "sample";
   const auto sampler = make_sampler(sampling);
-  PagedKvCache cache(target.kv_layout(block_size), 4096 / block_size + 64);
-  PagedKvCache draft_cache(draft.kv_layout(block_size), 4096 / block_size + 64);
+  KvCache cache(target.model().kv_layout(block_size), 4096 / block_size + 64);
+  KvCache draft_cache(draft.model().kv_layout(block_size), 4096 / block_size + 64);
+  const auto workspace = target.make_workspace(), draft_workspace = draft.make_workspace();
   const auto body = std::span(prompt).first(prompt.size() - 1);
   const int seq = prefill(target, cache, body);
   const int draft_seq = prefill(draft, draft_cache, body);
   TreeShape shape;
   shape.branching = branching;
   auto drafter = std::make_unique<ModelDrafter>(
-      draft, draft_cache, draft_seq, [&](std::span<const float> l, std::span<float> p) { sampler->distribution(l, p); },
+      ForwardContext{draft, draft_cache, *draft_workspace}, draft_seq, [&](std::span<const float> l, std::span<float> p) { sampler->distribution(l, p); },
       !greedy, shape);
   ModelDrafter& model_drafter = *drafter;
-  SpeculativeSequence sequence(target, cache, seq, std::move(drafter), *sampler, prompt, Philox(7));
+  SpeculativeSequence sequence(ForwardContext{target, cache, *workspace}, seq, std::move(drafter), *sampler, prompt,
+                               Philox(7));
   SpeculativeStats stats;
   long rejections = 0;
   for (int step = 0; step < (test::kSanitized ? 5 : 12); ++step) {
@@ -141,13 +145,13 @@ TEST_CASE("after any accept/reject pattern both caches equal a plain run's cache
     const std::vector<int>& committed = sequence.committed();
     // Target: every committed token but the root is cached, exactly as a plain prefill.
     REQUIRE(cache.length(seq) == static_cast<int>(committed.size()) - 1);
-    PagedKvCache plain(target.kv_layout(block_size), 4096 / block_size + 8);
+    KvCache plain(target.model().kv_layout(block_size), 4096 / block_size + 8);
     const int plain_seq = prefill(target, plain, std::span(committed).first(committed.size() - 1));
     CHECK(same_cache_rows(cache, seq, plain, plain_seq, cache.length(seq)));
     // Draft: it caches a prefix of the committed tokens (the rest it catches up on).
     const int draft_len = draft_cache.length(model_drafter.seq());
     REQUIRE(draft_len < static_cast<int>(committed.size()));
-    PagedKvCache plain_draft(draft.kv_layout(block_size), 4096 / block_size + 8);
+    KvCache plain_draft(draft.model().kv_layout(block_size), 4096 / block_size + 8);
     const int plain_draft_seq = prefill(draft, plain_draft, std::span(committed).first(draft_len));
     CHECK(same_cache_rows(draft_cache, model_drafter.seq(), plain_draft, plain_draft_seq, draft_len));
   }
@@ -184,18 +188,19 @@ TEST_CASE("speculative sampling on the shared models: first tokens follow the ta
       {"dynamic tree 8, top-p 0.9", SamplingOptions::sample(0.8f, 0, 0.9f, 0.0f), drafting({}, 8)},
       {"static tree 2,2, min-p 0.05", SamplingOptions::sample(1.2f, 0, 1.0f, 0.05f), drafting({2, 2}, 0)},
   };
-  Model& target = store().get(test::model_dir("target-16m"));
+  const Backend& target = store().get(test::model_dir("target-16m"));
   const int vocab = target.config().vocab_size;
   // The reference prompt whose next token is least predictable (most cells, most power).
   std::vector<int> prompt;
   double best_entropy = -1;
   for (const auto& candidate : reference_prompts()) {
-    PagedKvCache cache(target.kv_layout(16), 64);
+    test::Engine e(target, 16, 64);
+    KvCache& cache = e.cache;
     std::vector<int> positions(candidate.size());
     for (std::size_t i = 0; i < candidate.size(); ++i) positions[i] = static_cast<int>(i);
     std::vector<float> logits(static_cast<std::size_t>(vocab)), p(logits.size());
     const int seq = cache.create();
-    target.forward(cache, seq, {candidate, positions, {}, false}, logits);
+    e.forward(seq, {candidate, positions, {}, false}, logits);
     cache.free(seq);
     make_sampler(SamplingOptions{"sample"})->distribution(logits, p);
     double entropy = 0;
@@ -206,12 +211,13 @@ TEST_CASE("speculative sampling on the shared models: first tokens follow the ta
     INFO(c.name);
     // Exact p of the first token.
     const auto sampler = make_sampler(c.sampling);
-    PagedKvCache cache(target.kv_layout(16), 64);
+    test::Engine e(target, 16, 64);
+    KvCache& cache = e.cache;
     std::vector<int> positions(prompt.size());
     for (std::size_t i = 0; i < prompt.size(); ++i) positions[i] = static_cast<int>(i);
     std::vector<float> logits(static_cast<std::size_t>(vocab)), p(logits.size());
     const int seq = cache.create();
-    target.forward(cache, seq, {prompt, positions, {}, false}, logits);
+    e.forward(seq, {prompt, positions, {}, false}, logits);
     cache.free(seq);
     sampler->distribution(logits, p);
 

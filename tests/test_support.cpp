@@ -1,5 +1,8 @@
 #include "tests/test_support.h"
 
+#include "runtime/model_store.h"
+#include "tests/test_engine_support.h"
+
 #include <unistd.h>
 
 namespace specula::test {
@@ -17,6 +20,11 @@ TempDir::TempDir() {
 TempDir::~TempDir() {
   std::error_code ignored;
   std::filesystem::remove_all(path, ignored);
+}
+
+const Backend& shared_backend(const std::string& dir) {
+  static ModelStore store;
+  return store.get(dir);
 }
 
 }  // namespace specula::test

@@ -53,7 +53,7 @@ void for_each_row(const RaggedBatch& batch, Item&& item) {
 
 }  // namespace
 
-void attend_batch(const RaggedBatch& batch, const KvPlan& plan, const PageStorage& pages, int layer,
+void attend_batch(MatmulIsa isa, const RaggedBatch& batch, const KvPlan& plan, const PageStorage& pages, int layer,
                   const AttentionShape& shape, const float* q, float* out, AttentionScratch& scratch) {
   const int head_dim = shape.head_dim;
   const int group = shape.num_heads / shape.num_kv_heads;
@@ -75,7 +75,7 @@ void attend_batch(const RaggedBatch& batch, const KvPlan& plan, const PageStorag
     const PagedRows values = visible_rows(batch, plan, pages, layer, 1, s, r);
     scores.resize(static_cast<std::size_t>(keys.num_keys()) * static_cast<std::size_t>(group));
     const std::size_t at = static_cast<std::size_t>(r) * row_width + static_cast<std::size_t>(g) * group * head_dim;
-    attend_group(q + at, group, keys, values, g * head_dim, head_dim, scale, scores.data(), out + at);
+    attend_group(isa, q + at, group, keys, values, g * head_dim, head_dim, scale, scores.data(), out + at);
   };
   // One-thread time: ~4 flops per head, key and dimension at ~30 GFLOP/s.
   const double flops = 4.0 * shape.num_heads * keys_total * head_dim;

@@ -50,11 +50,11 @@ struct AttentionScratch {
 };
 
 // Scaled dot-product attention of every row of `batch` in `layer`, each (row, key/value
-// head) through attend_group over the slots the row sees; OpenMP over rows x heads when the
-// work is worth threads.
+// head) through attend_group on `isa` over the slots the row sees; OpenMP over rows x heads
+// when the work is worth threads.
 //   q:   in  [num_rows, num_heads * head_dim] (RoPE applied)
 //   out: out [num_rows, num_heads * head_dim]
-void attend_batch(const RaggedBatch& batch, const KvPlan& plan, const PageStorage& pages, int layer,
+void attend_batch(MatmulIsa isa, const RaggedBatch& batch, const KvPlan& plan, const PageStorage& pages, int layer,
                   const AttentionShape& shape, const float* q, float* out, AttentionScratch& scratch);
 
 // The plain reference of attend_batch: per row and head, scores, softmax and weighted sum in

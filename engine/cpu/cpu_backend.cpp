@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "base/error.h"
-#include "engine/cpu/matmul.h"
 
 namespace specula::cpu {
 namespace {
@@ -16,9 +15,8 @@ std::vector<float> to_f32(const TensorView& t) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(const Model& model, std::optional<DType> matrices_as)
-    : Backend(model), rope_(model.config().head_dim(), model.config().rope_theta) {
-  const MatmulIsa isa = matmul_isa();
+CpuBackend::CpuBackend(const Model& model, std::optional<DType> matrices_as, MatmulIsa isa)
+    : Backend(model), isa_(isa), rope_(model.config().head_dim(), model.config().rope_theta) {
   // Each matrix is packed from the mapping once; a decode step reads every one once.
   const auto pack = [&](const TensorView& w) {
     PackedWeights packed(w, isa, matrices_as);
@@ -74,7 +72,7 @@ void CpuBackend::forward(const RaggedBatch& batch, const KvPlan& plan, PageStora
       std::copy_n(&s.k[i * std::size_t(kv_dim)], kv_dim, pages.row(l, 0, plan.row_slots[i]));
       std::copy_n(&s.v[i * std::size_t(kv_dim)], kv_dim, pages.row(l, 1, plan.row_slots[i]));
     }
-    attend_batch(batch, plan, pages, l, shape, s.q.data(), s.attn.data(), s.attention);
+    attend_batch(isa_, batch, plan, pages, l, shape, s.q.data(), s.attn.data(), s.attention);
     matmul(s.attn.data(), layer.o, s.h.data(), n);
     add_inplace(s.x.data(), s.h.data(), static_cast<int64_t>(rows) * hidden);
 

@@ -8,6 +8,7 @@
 
 #include "engine/backend.h"
 #include "engine/cpu/attention.h"
+#include "engine/cpu/matmul.h"
 #include "engine/cpu/ops.h"
 #include "engine/cpu/packed_weights.h"
 
@@ -22,8 +23,9 @@ struct CpuWorkspace : Workspace {
 
 class CpuBackend : public Backend {
  public:
-  // Packs every matrix of `model` once (in its dtype, or converted to `matrices_as`).
-  CpuBackend(const Model& model, std::optional<DType> matrices_as);
+  // Packs every matrix of `model` once (in its dtype, or converted to `matrices_as`) for
+  // `isa` (the process's choice, matmul_isa(), unless a test compares instruction sets).
+  CpuBackend(const Model& model, std::optional<DType> matrices_as, MatmulIsa isa = matmul_isa());
 
   BackendKind kind() const override { return BackendKind::kCpu; }
   std::size_t weight_bytes() const override { return weight_bytes_; }
@@ -37,6 +39,7 @@ class CpuBackend : public Backend {
     std::vector<float> attn_norm, mlp_norm;  // [hidden] f32 copies
   };
 
+  MatmulIsa isa_;
   std::vector<Layer> layers_;
   std::unique_ptr<PackedWeights> lm_head_;
   std::vector<float> final_norm_;

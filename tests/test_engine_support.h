@@ -1,0 +1,48 @@
+// defines: helpers of the engine tests: Rows (one sequence's forward rows, as single-sequence
+// tests write them), Engine (a backend with a KV cache and a workspace of its own: the
+// one-sequence driver over ForwardContext) and shared_backend (a model folder on the CPU
+// backend, loaded once per process).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+
+#include "engine/backend.h"
+#include "engine/forward.h"
+#include "kv/kv_cache.h"
+
+namespace specula::test {
+
+struct Rows {
+  std::span<const int> tokens;     // in [n]
+  std::span<const int> positions;  // in [n]
+  std::span<const int> parents;    // in [T + n] or empty (engine/batch.h)
+  bool all_logits = true;          // false: the last row's logits only
+};
+
+class Engine {
+ public:
+  Engine(const Backend& backend, int block_size, int num_blocks)
+      : cache(backend.model().kv_layout(block_size), num_blocks), backend_(backend), workspace_(backend.make_workspace()) {}
+
+  const ModelConfig& config() const { return backend_.config(); }
+  ForwardContext context() { return {backend_, cache, *workspace_}; }
+  // One forward of `rows` appended to seq.  logits: out [n or 1, vocab]
+  void forward(int seq, const Rows& rows, std::span<float> logits) {
+    context().run(SequenceRows{seq, rows.tokens, rows.positions, rows.parents,
+                               rows.all_logits ? RowLogits::kAll : RowLogits::kLast},
+                  logits);
+  }
+
+  KvCache cache;
+
+ private:
+  const Backend& backend_;
+  std::unique_ptr<Workspace> workspace_;
+};
+
+// The model in `dir` on the CPU backend (matrices as stored), loaded once per process.
+const Backend& shared_backend(const std::string& dir);
+
+}  // namespace specula::test
