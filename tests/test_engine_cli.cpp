@@ -20,36 +20,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Outcome {
-  bool exited = false;  // false: killed by a signal
-  int status = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// Runs `specula <args>` (args are shell words, already quoted where needed).
-Outcome run_specula(const std::string& args) {
-  static int counter = 0;
-  const fs::path base = fs::temp_directory_path() /
-                        ("specula-test-cli-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-  const std::string command = std::string("'") + SPECULA_BINARY + "' " + args + " >'" + base.string() +
-                              ".out' 2>'" + base.string() + ".err' </dev/null";
-  const int raw = std::system(command.c_str());
-  Outcome o;
-  o.exited = raw != -1 && WIFEXITED(raw);
-  o.status = o.exited ? WEXITSTATUS(raw) : -1;
-  o.out = slurp(base.string() + ".out");
-  o.err = slurp(base.string() + ".err");
-  fs::remove(base.string() + ".out");
-  fs::remove(base.string() + ".err");
-  return o;
-}
+using test::Outcome;
+using test::run_specula;
 
 // The error output is exactly one non-empty line.
 bool one_line(const std::string& err) {

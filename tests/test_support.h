@@ -30,4 +30,17 @@ struct TempDir {
   std::string file(const std::string& name) const { return (path / name).string(); }
 };
 
+// The text of a file ("" when it cannot be read).
+std::string slurp(const std::filesystem::path& path);
+
+// What running the built `specula` binary gave.
+struct Outcome {
+  bool exited = false;  // false: killed by a signal
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs `specula <args>` (args are shell words, already quoted where needed), stdin empty.
+Outcome run_specula(const std::string& args);
+
 }  // namespace specula::test

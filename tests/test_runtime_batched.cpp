@@ -1,0 +1,37 @@
+// Samples and beams now run side by side in batched forwards; their outputs must be exactly
+// what the one-sequence-at-a-time engine gave. tests/data/pre-seam-outputs.json holds the
+// output of `specula generate --json` at commit 3d264b0, before the engine seam, for beam
+// search (widths 1, 2 and 4, length penalties 0.6 and 1.5, n-best lists with their scores)
+// and for --num-samples with plain sampling, draft-model chains and trees, n-grams and
+// dynamic trees, on two prompts: every case must give the same ids, samples and beam scores.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tests/test_support.h"
+
+namespace specula {
+
+TEST_CASE("batched samples and beams give the outputs of the one-sequence engine", "[runtime][batch]") {
+  const auto recorded = nlohmann::json::parse(test::slurp(test::source_path("tests/data/pre-seam-outputs.json")));
+  REQUIRE(recorded.at("cases").size() >= 20);
+  std::size_t step = test::kSanitized ? 4 : 1;
+  for (std::size_t i = 0; i < recorded["cases"].size(); i += step) {
+    const auto& c = recorded["cases"][i];
+    std::string args = "generate --json --threads 1";
+    for (const auto& a : c.at("args")) {
+      std::string word = a.get<std::string>();
+      if (word.rfind("models/", 0) == 0) word = test::source_path(word);
+      args += " '" + word + "'";
+    }
+    INFO(args);
+    const test::Outcome o = test::run_specula(args);
+    REQUIRE(o.status == 0);
+    const auto got = nlohmann::json::parse(o.out);
+    const auto& want = c.at("result");
+    CHECK(got.at("ids") == want.at("ids"));
+    CHECK(got.value("samples", nlohmann::json()) == want.at("samples"));
+    CHECK(got.at("stats").value("beam", nlohmann::json()) == want.at("beam"));
+  }
+}
+
+}  // namespace specula
