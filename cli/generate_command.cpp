@@ -3,6 +3,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "base/enum_names.h"
 #include "base/error.h"
 #include "runtime/generate.h"
 
@@ -38,9 +39,10 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_option("--kv-block-size", options_.kv_block_size, "KV cache block size in token slots")->default_val(16);
   cmd_->add_flag("--json", json_, "Print one JSON object with ids, text and stats");
   cmd_->add_option("--threads", options_.threads, "CPU threads (0 = all cores)")->default_val(0);
+  cmd_->add_option("--backend", backend_, "cpu | cuda")->capture_default_str();
 
   SamplingOptions& s = options_.sampling;
-  cmd_->add_option("--sampler", s.strategy, "greedy | sample | beam")->default_val("greedy");
+  cmd_->add_option("--sampler", sampler_, "greedy | sample | beam")->capture_default_str();
   cmd_->add_option("--temperature", s.temperature, "Sampling temperature (0 = greedy)")->default_val(1.0f);
   cmd_->add_option("--top-k", s.top_k, "Keep the k most probable tokens (0 = off)")->default_val(0);
   cmd_->add_option("--top-p", s.top_p, "Keep the smallest set of mass >= p (1 = off)")->default_val(1.0f);
@@ -53,8 +55,8 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   DraftOptions& d = options_.draft;
   cmd_->add_option("--draft", d.model_dir, "Draft model folder (selects --draft-method model)");
   cmd_->add_option("--draft-method", draft_method_, "model | ngram (model when --draft is given)");
-  cmd_->add_option("--draft-weights", d.weights, "stored | f32 | f16 | bf16: dtype the draft's matrices are read in")
-      ->default_val("stored");
+  cmd_->add_option("--draft-weights", draft_weights_, "stored | f32 | f16 | bf16: dtype the draft's matrices are read in")
+      ->capture_default_str();
   cmd_->add_option("--gamma", d.gamma, "Drafted tokens per step (chain, n-gram)")->default_val(4);
   cmd_->add_option("--tree", tree_, "Static tree branching, e.g. 3,2,1,1");
   cmd_->add_option("--tree-budget", d.tree_budget, "Dynamic tree with this many nodes")->default_val(0);
@@ -65,9 +67,27 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
 
 int GenerateCommand::run() {
   SPECULA_CHECK(!prompt_.empty() || !prompt_ids_.empty(), "one of --prompt or --prompt-ids is required");
+  // Option strings become enums here, once.
   DraftOptions& d = options_.draft;
-  d.method = !draft_method_.empty() ? draft_method_ : (d.model_dir.empty() ? "none" : "model");
-  SPECULA_CHECK(d.method != "none" || (tree_.empty() && d.tree_budget == 0 && !d.adaptive),
+  const auto strategy = parse_enum<Strategy>(sampler_);
+  SPECULA_CHECK(strategy, "--sampler must be ", enum_choices<Strategy>(), ", got '", sampler_, "'");
+  options_.sampling.strategy = *strategy;
+  const auto backend = parse_enum<BackendKind>(backend_);
+  SPECULA_CHECK(backend, "--backend must be ", enum_choices<BackendKind>(), ", got '", backend_, "'");
+  options_.backend = *backend;
+  SPECULA_CHECK(parse_weights(draft_weights_, d.weights), "--draft-weights must be stored, f32, f16 or bf16, got '",
+                draft_weights_, "'");
+  if (!draft_method_.empty()) {
+    const auto method = parse_enum<DraftMethod>(draft_method_);
+    SPECULA_CHECK(method && *method != DraftMethod::kNone, "--draft-method must be model or ngram, got '",
+                  draft_method_, "'");
+    d.method = *method;
+    SPECULA_CHECK(d.method == DraftMethod::kModel || d.model_dir.empty(), "--draft ", d.model_dir,
+                  " is a draft model, but --draft-method is ", draft_method_);
+  } else {
+    d.method = d.model_dir.empty() ? DraftMethod::kNone : DraftMethod::kModel;
+  }
+  SPECULA_CHECK(d.method != DraftMethod::kNone || (tree_.empty() && d.tree_budget == 0 && !d.adaptive),
                 "--tree, --tree-budget and --adaptive need a drafter (--draft DIR or --draft-method ngram)");
   if (!tree_.empty()) d.tree = parse_int_list(tree_, "--tree");
   ModelStore models;

@@ -21,6 +21,9 @@ class GenerateCommand {
   std::string prompt_;
   std::string prompt_ids_;
   std::string draft_method_;
+  std::string sampler_ = "greedy";
+  std::string draft_weights_ = "stored";
+  std::string backend_ = "cpu";
   std::string tree_;
   bool json_ = false;
 };

@@ -12,7 +12,9 @@ class EngineBackend : public GenerationBackend {
   std::vector<int> tokenize(const std::string& model_dir, const std::string& text) override {
     return models_.model(model_dir).tokenizer().encode(text, true);
   }
-  void validate(const GenerateOptions& options) override { validate_generate_options(models_, options); }
+  void validate(const GenerateOptions& options, const OptionNames& names) override {
+    validate_generate_options(models_, options, names);
+  }
   nlohmann::json generate(const GenerateOptions& options) override { return specula::generate(models_, options); }
   std::string device_name() override { return accelerator_name(); }
 

@@ -1,22 +1,42 @@
-// defines: DraftOptions, the settings of a drafter (draft model chain / static tree / dynamic
-// tree, n-gram lookup), as the CLI and experiment configs give them.
+// defines: DraftMethod (none, model, ngram) and DraftOptions, the settings of a drafter (draft
+// model chain / static tree / dynamic tree, n-gram lookup), as the CLI and experiment configs
+// give them; the spelling of the draft weights' dtype ("stored" or a dtype name).
 #pragma once
 
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "base/dtype.h"
+#include "base/enum_names.h"
 
 namespace specula {
 
+enum class DraftMethod { kNone, kModel, kNgram };
+
+inline std::span<const EnumName<DraftMethod>> enum_names(DraftMethod) {
+  static constexpr EnumName<DraftMethod> kNames[] = {
+      {DraftMethod::kNone, "none"}, {DraftMethod::kModel, "model"}, {DraftMethod::kNgram, "ngram"}};
+  return kNames;
+}
+
 struct DraftOptions {
-  std::string method = "none";  // none | model | ngram
-  std::string model_dir;        // for method = model
-  std::string weights = "stored";  // stored | f32 | f16 | bf16: the dtype the draft's matrices are read in
-  int gamma = 4;                // chain length (and n-gram proposal length)
-  std::vector<int> tree;        // static tree branching, e.g. {3,2,1,1}; empty = chain
-  int tree_budget = 0;          // > 0: dynamic tree with this many nodes
+  DraftMethod method = DraftMethod::kNone;
+  std::string model_dir;              // for method = model
+  std::optional<DType> weights;       // the dtype the draft's matrices are read in; nullopt = as stored
+  int gamma = 4;                      // chain length (and n-gram proposal length)
+  std::vector<int> tree;              // static tree branching, e.g. {3,2,1,1}; empty = chain
+  int tree_budget = 0;                // > 0: dynamic tree with this many nodes
   int ngram_min = 1;
   int ngram_max = 3;
-  bool adaptive = false;        // adaptive chain length
+  bool adaptive = false;              // adaptive chain length
 };
+
+// "stored", "f32", "f16" or "bf16".
+std::string weights_name(std::optional<DType> weights);
+// The inverse of weights_name (dtype names in any case); false for anything else.
+bool parse_weights(std::string_view text, std::optional<DType>& weights);
 
 }  // namespace specula

@@ -9,9 +9,9 @@
 #include <memory>
 #include <optional>
 #include <span>
-#include <string_view>
 
 #include "base/dtype.h"
+#include "base/enum_names.h"
 #include "engine/batch.h"
 #include "engine/model.h"
 #include "kv/kv_plan.h"
@@ -20,8 +20,11 @@
 namespace specula {
 
 enum class BackendKind { kCpu, kCuda };
-const char* backend_name(BackendKind kind);                      // "cpu", "cuda"
-std::optional<BackendKind> parse_backend(std::string_view name);  // nullopt for anything else
+
+inline std::span<const EnumName<BackendKind>> enum_names(BackendKind) {
+  static constexpr EnumName<BackendKind> kNames[] = {{BackendKind::kCpu, "cpu"}, {BackendKind::kCuda, "cuda"}};
+  return kNames;
+}
 
 // Scratch of one stream of forwards; each backend defines what it holds.
 class Workspace {

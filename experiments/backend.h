@@ -25,8 +25,9 @@ class GenerationBackend {
   // Token ids of `text` under the tokenizer of the model in `model_dir`, BOS first.
   virtual std::vector<int> tokenize(const std::string& model_dir, const std::string& text) = 0;
   // Throws SpeculaError when `options` cannot run (an unsupported combination, a prompt
-  // too long); called for every run with its longest prompt before anything runs.
-  virtual void validate(const GenerateOptions& options) = 0;
+  // too long), naming the options through `names`; called for every run with its longest
+  // prompt before anything runs.
+  virtual void validate(const GenerateOptions& options, const OptionNames& names) = 0;
   // One generation: the object `specula generate --json` prints ({"ids", "text", "stats"}).
   virtual nlohmann::json generate(const GenerateOptions& options) = 0;
   // The accelerator the runs use, for the machine record; "none" on CPU.

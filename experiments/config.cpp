@@ -48,6 +48,18 @@ std::string resolved_toml(const ExperimentConfig& c) {
 
 }  // namespace
 
+GenerateOptions request_options(const PointConfig& p) {
+  GenerateOptions o;
+  o.model_dir = p.target;
+  o.max_new_tokens = p.max_new_tokens;
+  o.kv_block_size = p.kv_block_size;
+  o.threads = p.threads;
+  o.backend = p.backend;
+  o.sampling = p.sampling;
+  o.draft = p.draft;
+  return o;
+}
+
 void clear_draft(PointConfig& p) {
   p.draft = DraftOptions{};
   p.draft_name.clear();
@@ -58,16 +70,17 @@ nlohmann::json canonical_settings(const PointConfig& p) {
   const SamplingOptions& s = p.sampling;
   return {{"target", p.target},
           {"draft",
-           {{"method", d.method}, {"path", d.model_dir}, {"weights", d.weights}, {"gamma", d.gamma}, {"tree", d.tree},
+           {{"method", name_of(d.method)}, {"path", d.model_dir}, {"weights", weights_name(d.weights)}, {"gamma", d.gamma},
+            {"tree", d.tree},
             {"budget", d.tree_budget}, {"adaptive", d.adaptive}, {"ngram_min", d.ngram_min}, {"ngram_max", d.ngram_max}}},
           {"sampling",
-           {{"strategy", s.strategy}, {"temperature", as_written(s.temperature)}, {"top_k", s.top_k},
+           {{"strategy", name_of(s.strategy)}, {"temperature", as_written(s.temperature)}, {"top_k", s.top_k},
             {"top_p", as_written(s.top_p)}, {"min_p", as_written(s.min_p)}, {"beam_width", s.beam_width},
             {"length_penalty", as_written(s.length_penalty)}}},
           {"max_new_tokens", p.max_new_tokens},
           {"kv_block_size", p.kv_block_size},
           {"threads", p.threads},
-          {"backend", p.backend}};
+          {"backend", name_of(p.backend)}};
 }
 
 ExperimentConfig load_config(const std::string& path) {

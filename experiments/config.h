@@ -36,7 +36,7 @@ struct PointConfig {
   int max_new_tokens = 64;    // run.max_new_tokens
   int kv_block_size = 16;     // run.kv_block_size
   int threads = 0;            // run.threads, 0 = all cores
-  std::string backend = "cpu";  // run.backend
+  BackendKind backend = BackendKind::kCpu;  // run.backend
 };
 
 // Run settings shared by every point of the sweep (not sweepable).
@@ -107,6 +107,9 @@ struct ExperimentConfig {
 // The double that prints as `v`'s shortest decimal (0.7f -> 0.7, not 0.699999988), for
 // settings written to TOML and JSON.
 double as_written(float v);
+
+// The request settings of `p` (GenerateOptions without prompt and seed).
+GenerateOptions request_options(const PointConfig& p);
 
 // `p` with its draft settings reset: the target-alone run (draft.method = "none").
 void clear_draft(PointConfig& p);

@@ -4,7 +4,9 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <sstream>
+#include <type_traits>
 
 #include "base/error.h"
 #include "experiments/suggest.h"
@@ -111,16 +113,41 @@ ConfigField string_field(std::string key, Ref ref, bool sweepable = true) {
   return {key, sweepable, parse, writer<std::string>(key, ref)};
 }
 
+// A string key parsed into an option enum (base/enum_names.h), spelled back by name_of.
 template <typename Ref>
-ConfigField enum_field(std::string key, Ref ref, std::vector<std::string> allowed) {
-  auto parse = [key, ref, allowed](const toml::node& n, const fs::path&) -> Assignment {
+ConfigField enum_field(std::string key, Ref ref) {
+  using Enum = std::decay_t<decltype(ref(std::declval<Settings&>()))>;
+  auto parse = [key, ref](const toml::node& n, const fs::path&) -> Assignment {
     const std::string v = string_of(n, key);
-    if (std::find(allowed.begin(), allowed.end(), v) == allowed.end()) {
+    const std::optional<Enum> value = parse_enum<Enum>(v);
+    if (!value) {
+      const std::vector<std::string> allowed = enum_spellings<Enum>();
       config_error(n.source(), key + ": unknown value '" + v + "'" + did_you_mean(v, allowed, allowed));
     }
-    return [ref, v](Settings& s) { ref(s) = v; };
+    return [ref, e = *value](Settings& s) { ref(s) = e; };
   };
-  return {key, true, parse, writer<std::string>(key, ref)};
+  auto write = [key, ref](const Settings& s, toml::table& root) {
+    parent_table(root, key).insert_or_assign(last_component(key), std::string(name_of(ref(s))));
+  };
+  return {key, true, parse, write};
+}
+
+// draft.weights: "stored" or a dtype name (draft/draft_options.h).
+template <typename Ref>
+ConfigField weights_field(std::string key, Ref ref) {
+  auto parse = [key, ref](const toml::node& n, const fs::path&) -> Assignment {
+    const std::string v = string_of(n, key);
+    std::optional<DType> weights;
+    if (!parse_weights(v, weights) || (weights && v != weights_name(weights))) {
+      const std::vector<std::string> allowed = {"stored", "f32", "f16", "bf16"};
+      config_error(n.source(), key + ": unknown value '" + v + "'" + did_you_mean(v, allowed, allowed));
+    }
+    return [ref, weights](Settings& s) { ref(s) = weights; };
+  };
+  auto write = [key, ref](const Settings& s, toml::table& root) {
+    parent_table(root, key).insert_or_assign(last_component(key), weights_name(ref(s)));
+  };
+  return {key, true, parse, write};
 }
 
 enum class PathKind { model_dir, file, output_dir };
@@ -230,9 +257,9 @@ std::vector<ConfigField> make_fields() {
       string_field("title", [](auto& s) -> auto& { return s.title; }, false),
       path_field("target.path", [](auto& s) -> auto& { return s.point.target; }, PathKind::model_dir, true),
       string_field("draft.name", [](auto& s) -> auto& { return s.point.draft_name; }),
-      enum_field("draft.method", [](auto& s) -> auto& { return s.point.draft.method; }, {"none", "model", "ngram"}),
+      enum_field("draft.method", [](auto& s) -> auto& { return s.point.draft.method; }),
       path_field("draft.path", [](auto& s) -> auto& { return s.point.draft.model_dir; }, PathKind::model_dir, true),
-      enum_field("draft.weights", [](auto& s) -> auto& { return s.point.draft.weights; }, {"stored", "f32", "f16", "bf16"}),
+      weights_field("draft.weights", [](auto& s) -> auto& { return s.point.draft.weights; }),
       int_field("draft.gamma", [](auto& s) -> auto& { return s.point.draft.gamma; }, 1),
       int_list_field<int>("draft.tree", [](auto& s) -> auto& { return s.point.draft.tree; }, 1, true, true),
       int_field("draft.budget", [](auto& s) -> auto& { return s.point.draft.tree_budget; }, 0),
@@ -240,7 +267,7 @@ std::vector<ConfigField> make_fields() {
       int_field("draft.ngram_min", [](auto& s) -> auto& { return s.point.draft.ngram_min; }, 1),
       int_field("draft.ngram_max", [](auto& s) -> auto& { return s.point.draft.ngram_max; }, 1),
       string_field("sampling.name", [](auto& s) -> auto& { return s.point.sampling_name; }),
-      enum_field("sampling.strategy", [](auto& s) -> auto& { return s.point.sampling.strategy; }, {"greedy", "sample", "beam"}),
+      enum_field("sampling.strategy", [](auto& s) -> auto& { return s.point.sampling.strategy; }),
       float_field("sampling.temperature", [](auto& s) -> auto& { return s.point.sampling.temperature; }, at_least_zero, ">= 0"),
       int_field("sampling.top_k", [](auto& s) -> auto& { return s.point.sampling.top_k; }, 0),
       float_field("sampling.top_p", [](auto& s) -> auto& { return s.point.sampling.top_p; },
@@ -257,7 +284,7 @@ std::vector<ConfigField> make_fields() {
       int_field("run.max_new_tokens", [](auto& s) -> auto& { return s.point.max_new_tokens; }, 1),
       int_list_field<uint64_t>("run.seeds", [](auto& s) -> auto& { return s.run.seeds; }, 0, false, false),
       int_field("run.repetitions", [](auto& s) -> auto& { return s.run.repetitions; }, 1, false),
-      enum_field("run.backend", [](auto& s) -> auto& { return s.point.backend; }, {"cpu", "cuda"}),
+      enum_field("run.backend", [](auto& s) -> auto& { return s.point.backend; }),
       int_field("run.threads", [](auto& s) -> auto& { return s.point.threads; }, 0),
       int_field("run.kv_block_size", [](auto& s) -> auto& { return s.point.kv_block_size; }, 1),
       path_field("output.directory", [](auto& s) -> auto& { return s.output.directory; }, PathKind::output_dir, false),

@@ -25,8 +25,8 @@ std::string number(double v) {
 }
 
 std::string derived_strategy(const SamplingOptions& s) {
-  if (s.strategy == "greedy") return "greedy";
-  if (s.strategy == "beam") return "beam w=" + std::to_string(s.beam_width) +
+  if (s.strategy == Strategy::kGreedy) return "greedy";
+  if (s.strategy == Strategy::kBeam) return "beam w=" + std::to_string(s.beam_width) +
                                     (s.length_penalty != 1.0f ? " lp=" + number(s.length_penalty) : "");
   std::string out = "T=" + number(s.temperature);
   if (s.top_k > 0) out += " top-k=" + std::to_string(s.top_k);
@@ -50,11 +50,12 @@ RunInfo describe(const PointConfig& p, const nlohmann::json& coords) {
   info.coords = coords;
   info.strategy = p.sampling_name.empty() ? derived_strategy(p.sampling) : p.sampling_name;
   info.drafter = !p.draft_name.empty() ? p.draft_name
-                 : d.method == "model" ? std::filesystem::path(d.model_dir).filename().string() +
-                                             (d.weights == "stored" ? "" : " (" + d.weights + ")")
-                                       : d.method;
-  info.gamma = d.method == "none" ? 0 : d.gamma;
-  if (d.method == "none") {
+                 : d.method == DraftMethod::kModel
+                     ? std::filesystem::path(d.model_dir).filename().string() +
+                           (d.weights ? " (" + weights_name(d.weights) + ")" : "")
+                     : name_of(d.method);
+  info.gamma = d.method == DraftMethod::kNone ? 0 : d.gamma;
+  if (d.method == DraftMethod::kNone) {
     info.shape = "none";
   } else if (!d.tree.empty()) {
     info.shape = "tree";
@@ -163,7 +164,7 @@ Plan make_plan(const ExperimentConfig& config) {
       coords[axis] = label;
       if (axis != "draft" && !axis.starts_with("draft.")) target_coords[axis] = label;
     }
-    if (g.point.draft.method == "none") {
+    if (g.point.draft.method == DraftMethod::kNone) {
       add(g.point, coords, "point");
       continue;
     }
@@ -190,17 +191,9 @@ Plan make_plan(const ExperimentConfig& config) {
 }
 
 GenerateOptions generate_options(const PlannedRun& run, const std::vector<int>& prompt_ids, uint64_t seed) {
-  const PointConfig& p = run.config;
-  GenerateOptions o;
-  o.model_dir = p.target;
+  GenerateOptions o = request_options(run.config);
   o.prompt_ids = prompt_ids;
-  o.max_new_tokens = p.max_new_tokens;
   o.seed = seed;
-  o.kv_block_size = p.kv_block_size;
-  o.threads = p.threads;
-  o.backend = p.backend;
-  o.sampling = p.sampling;
-  o.draft = p.draft;
   return o;
 }
 

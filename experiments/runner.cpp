@@ -155,8 +155,10 @@ int run_experiment(const std::string& config_path, GenerationBackend& backend, c
       for (const Prompt& p : config.prompts) ids.push_back(backend.tokenize(r.config.target, p.text));
     }
     const auto longest = std::max_element(ids.begin(), ids.end(), [](const auto& a, const auto& b) { return a.size() < b.size(); });
+    OptionNames names;  // the keys, in the run's config; "prompt" is its longest prompt
+    names.name = [](std::string_view key) { return key == "prompt" ? std::string("its longest prompt") : std::string(key); };
     try {
-      backend.validate(generate_options(r, *longest, config.base.run.seeds.front()));
+      backend.validate(generate_options(r, *longest, config.base.run.seeds.front()), names);
     } catch (const SpeculaError& e) {
       throw SpeculaError(config.file + ": run '" + r.info.label + "' cannot run: " + e.what());
     }

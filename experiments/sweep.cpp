@@ -127,15 +127,16 @@ std::string origin_of(const Origins& origins, const std::string& key, const std:
   return it == origins.end() ? file : it->second;
 }
 
-// Checks that involve several fields of one point; `context` names the sweep point.
+// The shared request validation (runtime/generate_options.h) of one point, its errors naming
+// the key and the file:line that set it; `context` names the sweep point.
 void check_point(const PointConfig& p, const Origins& origins, const std::string& file, const std::string& context) {
-  const DraftOptions& d = p.draft;
-  SPECULA_CHECK(d.method != "model" || !d.model_dir.empty(), origin_of(origins, "draft.method", file),
-                ": draft.method = \"model\" needs draft.path", context);
-  SPECULA_CHECK(d.method == "none" || d.tree.empty() || d.tree_budget == 0, origin_of(origins, "draft.budget", file),
-                ": draft.tree (a static tree) and draft.budget (a dynamic tree) exclude each other", context);
-  SPECULA_CHECK(d.ngram_max >= d.ngram_min, origin_of(origins, "draft.ngram_max", file), ": draft.ngram_max (",
-                d.ngram_max, ") must be >= draft.ngram_min (", d.ngram_min, ")", context);
+  OptionNames names;
+  names.where = [&](std::string_view key) { return origin_of(origins, std::string(key), file) + ": "; };
+  try {
+    validate_options(request_options(p), names);
+  } catch (const SpeculaError& e) {
+    throw SpeculaError(e.what() + context);
+  }
 }
 
 }  // namespace
@@ -175,6 +176,12 @@ std::vector<GridPoint> expand_grid(const Settings& base, const Origins& origins,
   }
   std::vector<int> excluded(sweep.exclusions.size(), 0);
   std::vector<GridPoint> grid;
+  struct PointCheck {
+    PointConfig point;
+    Origins origins;
+    std::string context;
+  };
+  std::vector<PointCheck> checks;
   for (std::size_t n = 0; n < total; ++n) {
     Settings s = base;
     Origins point_origins = origins;
@@ -195,8 +202,8 @@ std::vector<GridPoint> expand_grid(const Settings& base, const Origins& origins,
       ++excluded[exclusion - sweep.exclusions.begin()];
       continue;
     }
-    check_point(s.point, point_origins, file, context.empty() ? "" : context + ")");
-    if (s.point.draft.method == "none") clear_draft(s.point);  // equal runs compare equal
+    checks.push_back({s.point, std::move(point_origins), context.empty() ? "" : context + ")"});
+    if (s.point.draft.method == DraftMethod::kNone) clear_draft(s.point);  // equal runs compare equal
     g.point = s.point;
     grid.push_back(std::move(g));
   }
@@ -205,6 +212,9 @@ std::vector<GridPoint> expand_grid(const Settings& base, const Origins& origins,
                   " matches no point of the grid");
   }
   SPECULA_CHECK(!grid.empty(), file, ": sweep.exclude removes every point of the grid");
+  // The points that remain must be requests that can run (after the exclusions are known to
+  // be meaningful, so that a stale exclusion is reported as such).
+  for (const PointCheck& c : checks) check_point(c.point, c.origins, file, c.context);
   return grid;
 }
 

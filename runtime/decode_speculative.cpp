@@ -29,7 +29,7 @@ TreeShape tree_shape(const DraftOptions& d) {
 
 // Upper bound on the nodes of one proposal (KV pool sizing: the verify pass writes them all).
 int max_tree_nodes(const DraftOptions& d) {
-  if (d.method == "ngram") return d.gamma;
+  if (d.method == DraftMethod::kNgram) return d.gamma;
   if (d.tree_budget > 0) return d.tree_budget;
   if (d.tree.empty()) return d.adaptive ? ModelDrafter::kMaxAdaptiveGamma : d.gamma;
   int nodes = 0, level = 1;
@@ -48,7 +48,7 @@ DecodeRun decode_speculative(ModelStore& models, const Backend& target, const Ge
   const auto sampler = make_sampler(options.sampling);
   const bool greedy = sampler->is_greedy();
 
-  const Backend* draft = d.method == "model" ? &draft_model(models, d) : nullptr;
+  const Backend* draft = d.method == DraftMethod::kModel ? &draft_model(models, d) : nullptr;
   const int bs = options.kv_block_size;
   // The shared prefill and a wave of samples, each with its largest tree.
   const int blocks =
@@ -164,7 +164,7 @@ DecodeRun decode_speculative(ModelStore& models, const Backend& target, const Ge
   long emitted = 0;
   for (const auto& ids : run.samples) emitted += static_cast<long>(ids.size());
   run.extra = {
-      {"draft", {{"method", d.method}, {"model", d.model_dir}, {"gamma", d.gamma}, {"tree", d.tree},
+      {"draft", {{"method", name_of(d.method)}, {"model", d.model_dir}, {"gamma", d.gamma}, {"tree", d.tree},
                  {"tree_budget", d.tree_budget}, {"adaptive", d.adaptive}, {"ngram_min", d.ngram_min},
                  {"ngram_max", d.ngram_max}, {"draft_forwards", draft_forwards}}},
       {"steps", stats.steps},

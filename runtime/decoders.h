@@ -39,11 +39,11 @@ DecodeRun decode_beam(const Backend& target, const GenerateOptions& options, con
 // token go to last_logits (out, resized to [vocab]).
 KvCache::SeqId prefill(const ForwardContext& context, std::span<const int> tokens, std::vector<float>& last_logits);
 
-// Throws SpeculaError unless `draft` shares the target's vocabulary, special ids and pieces.
-void check_draft_compatible(const Model& target, const Model& draft);
+// Throws SpeculaError (naming draft.path through `names`) unless `draft` shares the target's
+// vocabulary, special ids and pieces.
+void check_draft_compatible(const Model& target, const Model& draft, const OptionNames& names);
 
-// The draft model of a request (method = model), loaded with its matrices in the requested
-// dtype (DraftOptions::weights; throws SpeculaError naming --draft-weights for an unknown one).
+// The draft model of a request (method = model), its matrices read in DraftOptions::weights.
 const Backend& draft_model(ModelStore& models, const DraftOptions& draft);
 
 // KV blocks enough for a shared prefix of `shared_tokens` slots and `sequences` forks of it

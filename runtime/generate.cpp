@@ -32,70 +32,49 @@ KvCache::SeqId prefill(const ForwardContext& context, std::span<const int> token
   return seq;
 }
 
-void check_draft_compatible(const Model& target, const Model& draft) {
+void check_draft_compatible(const Model& target, const Model& draft, const OptionNames& names) {
   const ModelConfig &t = target.config(), &d = draft.config();
-  SPECULA_CHECK(t.vocab_size == d.vocab_size, "--draft ", draft.dir(), ": vocabulary size ", d.vocab_size,
-                " differs from the target's ", t.vocab_size);
-  SPECULA_CHECK(t.bos_token_id == d.bos_token_id && t.eos_token_id == d.eos_token_id, "--draft ", draft.dir(),
-                ": special ids (bos ", d.bos_token_id, ", eos ", d.eos_token_id, ") differ from the target's (bos ",
-                t.bos_token_id, ", eos ", t.eos_token_id, ")");
+  SPECULA_CHECK(t.vocab_size == d.vocab_size, names.at("draft.path"), " ", draft.dir(), ": vocabulary size ",
+                d.vocab_size, " differs from the target's ", t.vocab_size);
+  SPECULA_CHECK(t.bos_token_id == d.bos_token_id && t.eos_token_id == d.eos_token_id, names.at("draft.path"), " ",
+                draft.dir(), ": special ids (bos ", d.bos_token_id, ", eos ", d.eos_token_id,
+                ") differ from the target's (bos ", t.bos_token_id, ", eos ", t.eos_token_id, ")");
   for (int id = 0; id < t.vocab_size; ++id) {
-    SPECULA_CHECK(target.tokenizer().decode({id}) == draft.tokenizer().decode({id}), "--draft ", draft.dir(),
-                  ": tokenizer differs from the target's at token ", id);
+    SPECULA_CHECK(target.tokenizer().decode({id}) == draft.tokenizer().decode({id}), names.at("draft.path"), " ",
+                  draft.dir(), ": tokenizer differs from the target's at token ", id);
   }
 }
 
-void validate_generate_options(ModelStore& models, const GenerateOptions& o) {
+void validate_generate_options(ModelStore& models, const GenerateOptions& o, const OptionNames& names) {
+  validate_options(o, names);
   const Model& target = models.model(o.model_dir);
   const ModelConfig& c = target.config();
   const int prompt_len = static_cast<int>(o.prompt_ids.size());
-  SPECULA_CHECK(prompt_len > 0, "generate: the prompt is empty");
-  SPECULA_CHECK(o.max_new_tokens >= 1, "--max-new-tokens must be >= 1, got ", o.max_new_tokens);
-  SPECULA_CHECK(o.num_samples >= 1, "--num-samples must be >= 1, got ", o.num_samples);
-  SPECULA_CHECK(o.kv_block_size >= 1, "--kv-block-size must be >= 1, got ", o.kv_block_size);
-  SPECULA_CHECK(o.threads >= 0, "--threads must be >= 0, got ", o.threads);
-  SPECULA_CHECK(o.backend == "cpu", "--backend '", o.backend, "' is not available in this build (cpu)");
-  SPECULA_CHECK(prompt_len + o.max_new_tokens <= c.max_position_embeddings, "generate: prompt (", prompt_len,
-                " tokens) + --max-new-tokens (", o.max_new_tokens, ") exceeds max_position_embeddings (",
-                c.max_position_embeddings, ") of ", o.model_dir);
+  SPECULA_CHECK(prompt_len > 0, names.at("prompt"), ": the prompt is empty");
+  SPECULA_CHECK(static_cast<long>(prompt_len) + o.max_new_tokens <= c.max_position_embeddings, names.at("prompt"),
+                " (", prompt_len, " tokens) + ", names.name("run.max_new_tokens"), " (", o.max_new_tokens,
+                ") exceeds max_position_embeddings (", c.max_position_embeddings, ") of ", o.model_dir);
   for (int id : o.prompt_ids)
-    SPECULA_CHECK(id >= 0 && id < c.vocab_size, "--prompt-ids: id ", id, " is outside the vocabulary [0, ",
+    SPECULA_CHECK(id >= 0 && id < c.vocab_size, names.at("prompt"), ": id ", id, " is outside the vocabulary [0, ",
                   c.vocab_size, ")");
-  validate_sampling_options(o.sampling);
-  const DraftOptions& d = o.draft;
-  SPECULA_CHECK(d.method == "none" || d.method == "model" || d.method == "ngram", "--draft-method must be model or ngram, got '",
-                d.method, "'");
-  SPECULA_CHECK(d.method != "model" || !d.model_dir.empty(), "--draft-method model needs --draft DIR");
-  SPECULA_CHECK(d.gamma >= 1, "--gamma must be >= 1, got ", d.gamma);
-  SPECULA_CHECK(d.tree_budget >= 0, "--tree-budget must be >= 0, got ", d.tree_budget);
-  for (int b : d.tree) SPECULA_CHECK(b >= 1, "--tree: every branching factor must be >= 1, got ", b);
-  SPECULA_CHECK(d.method == "none" || o.sampling.strategy != "beam",
-                "--sampler beam cannot be combined with a drafter (--draft-method ", d.method, ")");
-  SPECULA_CHECK(d.ngram_min >= 1 && d.ngram_min <= d.ngram_max, "--ngram-min (", d.ngram_min,
-                ") must be >= 1 and <= --ngram-max (", d.ngram_max, ")");
-  if (d.method == "model") check_draft_compatible(target, draft_model(models, d).model());
+  if (o.draft.method == DraftMethod::kModel) check_draft_compatible(target, draft_model(models, o.draft).model(), names);
 }
 
 const Backend& draft_model(ModelStore& models, const DraftOptions& draft) {
-  std::optional<DType> as;
-  if (draft.weights == "f32") as = DType::F32;
-  else if (draft.weights == "f16") as = DType::F16;
-  else if (draft.weights == "bf16") as = DType::BF16;
-  else SPECULA_CHECK(draft.weights == "stored", "--draft-weights must be stored, f32, f16 or bf16, got '", draft.weights, "'");
-  return models.get(draft.model_dir, as);
+  return models.get(draft.model_dir, draft.weights);
 }
 
 std::string accelerator_name() { return cuda_device_count() > 0 ? "cuda" : "none"; }
 
 nlohmann::json generate(ModelStore& models, const GenerateOptions& options, const TokenSink& sink) {
-  validate_generate_options(models, options);
+  validate_generate_options(models, options, cli_option_names());
   const Backend& target = models.get(options.model_dir);
   if (options.threads > 0) omp_set_num_threads(options.threads);
 
   DecodeRun run;
-  if (options.sampling.strategy == "beam") {
+  if (options.sampling.strategy == Strategy::kBeam) {
     run = decode_beam(target, options, sink);
-  } else if (options.draft.method == "none") {
+  } else if (options.draft.method == DraftMethod::kNone) {
     run = decode_plain(target, options, sink);
   } else {
     run = decode_speculative(models, target, options, sink);
@@ -105,11 +84,11 @@ nlohmann::json generate(ModelStore& models, const GenerateOptions& options, cons
   for (const auto& ids : run.samples) new_tokens += static_cast<int>(ids.size());
   const int prompt_len = static_cast<int>(options.prompt_ids.size());
   const SamplingOptions& s = options.sampling;
-  nlohmann::json sampler = {{"strategy", s.strategy}};
-  if (s.strategy == "sample") {
+  nlohmann::json sampler = {{"strategy", name_of(s.strategy)}};
+  if (s.strategy == Strategy::kSample) {
     sampler.update({{"temperature", s.temperature}, {"top_k", s.top_k}, {"top_p", s.top_p}, {"min_p", s.min_p},
                     {"seed", options.seed}});
-  } else if (s.strategy == "beam") {
+  } else if (s.strategy == Strategy::kBeam) {
     sampler.update({{"beam_width", s.beam_width}, {"length_penalty", s.length_penalty}});
   }
   nlohmann::json stats = {

@@ -16,10 +16,11 @@ using TokenSink = std::function<void(int sample, int token)>;
 
 nlohmann::json generate(ModelStore& models, const GenerateOptions& options, const TokenSink& sink = {});
 
-// Throws SpeculaError naming the flag for any option the request cannot run with: bad
-// ranges, a prompt too long for `target`, a drafter with beam search, a draft model whose
-// vocabulary, special ids or tokenizer differ from the target's.
-void validate_generate_options(ModelStore& models, const GenerateOptions& options);
+// Throws SpeculaError naming the option (through `names`) for anything the request cannot
+// run with: validate_options' checks, then those that need the models: a prompt empty or too
+// long for the target, ids outside its vocabulary, a draft model whose vocabulary, special
+// ids or tokenizer differ from the target's.
+void validate_generate_options(ModelStore& models, const GenerateOptions& options, const OptionNames& names);
 
 // The accelerator this process could run requests on, for machine records: "cuda" or "none".
 std::string accelerator_name();

@@ -1,13 +1,16 @@
 // defines: GenerateOptions, every setting of one generation request — what
-// `specula generate` flags and a resolved experiment-config point both map to — and its
-// validation (errors name the flag / key).
+// `specula generate` flags and a resolved experiment-config point both map to — the CLI's
+// names of its options (cli_option_names) and validate_options, the checks that need no model,
+// shared by the CLI and the experiment runner (errors name the flag or the config key).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "base/option_names.h"
 #include "draft/draft_options.h"
+#include "engine/backend.h"
 #include "sampling/sampling_options.h"
 
 namespace specula {
@@ -20,9 +23,18 @@ struct GenerateOptions {
   int num_samples = 1;
   int kv_block_size = 16;
   int threads = 0;              // 0 = all cores
-  std::string backend = "cpu";  // cpu | cuda
+  BackendKind backend = BackendKind::kCpu;
   SamplingOptions sampling;
   DraftOptions draft;
 };
+
+// Option keys as `specula generate` spells them: "draft.gamma" -> "--gamma", ...
+OptionNames cli_option_names();
+
+// Every check of `options` that needs no model: ranges of each field and the combinations no
+// request can run with (a static and a dynamic tree at once, tree or adaptive settings for a
+// drafter without trees, beam search with a drafter, a draft model without its folder, a
+// backend this build cannot run). Throws SpeculaError naming the options through `names`.
+void validate_options(const GenerateOptions& options, const OptionNames& names);
 
 }  // namespace specula

@@ -56,23 +56,22 @@ int inverse_cdf(std::span<const float> probs, double u) {
   return last;
 }
 
-void validate_sampling_options(const SamplingOptions& o) {
-  SPECULA_CHECK(o.strategy == "beam" || sampler_factories().count(o.strategy),
-                "--sampler must be greedy, sample or beam, got '", o.strategy, "'");
-  SPECULA_CHECK(o.temperature >= 0.0f, "--temperature must be >= 0, got ", o.temperature);
-  SPECULA_CHECK(std::isfinite(o.temperature), "--temperature must be finite, got ", o.temperature);
-  SPECULA_CHECK(o.top_k >= 0, "--top-k must be >= 0, got ", o.top_k);
-  SPECULA_CHECK(o.top_p > 0.0f && o.top_p <= 1.0f, "--top-p must be in (0, 1], got ", o.top_p);
-  SPECULA_CHECK(o.min_p >= 0.0f && o.min_p <= 1.0f, "--min-p must be in [0, 1], got ", o.min_p);
-  SPECULA_CHECK(o.beam_width >= 1, "--beam-width must be >= 1, got ", o.beam_width);
-  SPECULA_CHECK(std::isfinite(o.length_penalty), "--length-penalty must be finite, got ", o.length_penalty);
+void validate_sampling_options(const SamplingOptions& o, const OptionNames& names) {
+  SPECULA_CHECK(o.temperature >= 0.0f && std::isfinite(o.temperature), names.at("sampling.temperature"),
+                " must be >= 0 and finite, got ", o.temperature);
+  SPECULA_CHECK(o.top_k >= 0, names.at("sampling.top_k"), " must be >= 0, got ", o.top_k);
+  SPECULA_CHECK(o.top_p > 0.0f && o.top_p <= 1.0f, names.at("sampling.top_p"), " must be in (0, 1], got ", o.top_p);
+  SPECULA_CHECK(o.min_p >= 0.0f && o.min_p <= 1.0f, names.at("sampling.min_p"), " must be in [0, 1], got ", o.min_p);
+  SPECULA_CHECK(o.beam_width >= 1, names.at("sampling.beam_width"), " must be >= 1, got ", o.beam_width);
+  SPECULA_CHECK(std::isfinite(o.length_penalty), names.at("sampling.length_penalty"), " must be finite, got ",
+                o.length_penalty);
 }
 
-const std::map<std::string, SamplerFactory>& sampler_factories() {
-  static const std::map<std::string, SamplerFactory> table = {
-      {"greedy",
+const std::map<Strategy, SamplerFactory>& sampler_factories() {
+  static const std::map<Strategy, SamplerFactory> table = {
+      {Strategy::kGreedy,
        [](const SamplingOptions&) -> std::unique_ptr<Sampler> { return std::make_unique<GreedySampler>(); }},
-      {"sample",
+      {Strategy::kSample,
        [](const SamplingOptions& o) -> std::unique_ptr<Sampler> {
          if (o.temperature == 0.0f) return std::make_unique<GreedySampler>();
          return std::make_unique<StochasticSampler>(o);
@@ -84,7 +83,7 @@ const std::map<std::string, SamplerFactory>& sampler_factories() {
 std::unique_ptr<Sampler> make_sampler(const SamplingOptions& options) {
   validate_sampling_options(options);
   const auto it = sampler_factories().find(options.strategy);
-  SPECULA_CHECK(it != sampler_factories().end(), "--sampler ", options.strategy,
+  SPECULA_CHECK(it != sampler_factories().end(), "sampler ", name_of(options.strategy),
                 " is a search strategy with its own driver (beam_search), not a token sampler");
   return it->second(options);
 }

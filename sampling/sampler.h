@@ -1,6 +1,6 @@
 // defines: Sampler (a decoding strategy split into the exact distribution it samples from
 // and one inverse-CDF draw), the name -> factory table behind make_sampler, and
-// validate_sampling_options (errors name the CLI flag), plus the argmax / inverse_cdf
+// validate_sampling_options (errors name the option through OptionNames), plus the argmax / inverse_cdf
 // primitives every strategy shares.
 //
 // The split matters for speculative decoding: the verifier must see the very distribution
@@ -11,9 +11,9 @@
 #include <map>
 #include <memory>
 #include <span>
-#include <string>
 
 #include "sampling/sampling_options.h"
+#include "base/option_names.h"
 #include "base/rng.h"
 
 namespace specula {
@@ -46,16 +46,16 @@ int argmax(std::span<const float> values);
 //   probs: in [n], non-negative, not all zero; u in [0, 1)
 int inverse_cdf(std::span<const float> probs, double u);
 
-// Throws SpeculaError naming the flag for any out-of-range field:
-// --sampler (greedy | sample | beam), --temperature >= 0, --top-k >= 0, --top-p in (0, 1],
-// --min-p in [0, 1], --beam-width >= 1, --length-penalty finite.
-void validate_sampling_options(const SamplingOptions& options);
+// Throws SpeculaError naming the option (through `names`; keys sampling.*) for any
+// out-of-range field: temperature >= 0 and finite, top_k >= 0, top_p in (0, 1], min_p in
+// [0, 1], beam_width >= 1, length_penalty finite.
+void validate_sampling_options(const SamplingOptions& options, const OptionNames& names = {});
 
-// The token samplers by strategy name: "greedy", and "sample" (temperature, top-k, top-p,
-// min-p; temperature 0 gives greedy).  Beam search is a search strategy with its own
-// driver (sampling/beam_search.h), so it has no entry here.
+// The token samplers by strategy: greedy, and sample (temperature, top-k, top-p, min-p;
+// temperature 0 gives greedy).  Beam search is a search strategy with its own driver
+// (sampling/beam_search.h), so it has no entry here.
 using SamplerFactory = std::unique_ptr<Sampler> (*)(const SamplingOptions&);
-const std::map<std::string, SamplerFactory>& sampler_factories();
+const std::map<Strategy, SamplerFactory>& sampler_factories();
 
 // Validates `options`, then builds the sampler for options.strategy.
 std::unique_ptr<Sampler> make_sampler(const SamplingOptions& options);

@@ -92,6 +92,19 @@ TEST_CASE("cli: bad input exits non-zero with one clear line on stderr", "[engin
       {"non-integer flag value", gen + "--prompt hi --max-new-tokens many", "--max-new-tokens"},
       {"unknown draft weights dtype", gen + "--prompt hi --draft '" + kModel + "' --draft-weights int4",
        "--draft-weights must be stored, f32, f16 or bf16, got 'int4'"},
+      // The combinations the experiment runner refuses, refused by the same validation.
+      {"unknown sampler", gen + "--prompt hi --sampler nucleus", "--sampler must be greedy, sample or beam, got 'nucleus'"},
+      {"unknown backend", gen + "--prompt hi --backend tpu", "--backend must be cpu or cuda, got 'tpu'"},
+      {"static and dynamic tree", gen + "--prompt hi --draft '" + kModel + "' --tree 2,2 --tree-budget 8",
+       "--tree (a static tree) and --tree-budget (a dynamic tree) exclude each other"},
+      {"adaptive tree", gen + "--prompt hi --draft '" + kModel + "' --tree 2,2 --adaptive",
+       "--adaptive adapts a chain's length"},
+      {"n-gram tree", gen + "--prompt hi --draft-method ngram --tree 2,2", "--draft-method ngram proposes chains"},
+      {"draft model with n-grams", gen + "--prompt hi --draft '" + kModel + "' --draft-method ngram",
+       "is a draft model, but --draft-method is ngram"},
+      {"beam with a drafter", gen + "--prompt hi --sampler beam --draft-method ngram",
+       "--sampler beam cannot be combined with a drafter"},
+      {"ngram sizes", gen + "--prompt hi --draft-method ngram --ngram-min 3 --ngram-max 2", "--ngram-max (2) must be >="},
   };
   for (const ErrorCase& c : cases) check_error(c);
   fs::remove_all(corrupt);

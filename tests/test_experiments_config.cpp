@@ -68,8 +68,8 @@ TEST_CASE("quickstart resolves to two draft models and n-grams at gamma 1 and 4,
   const std::string draft_1m = std::filesystem::weakly_canonical(model_dir("draft-1m")).string();
   std::map<std::pair<std::string, int>, int> points;  // (model folder or "ngram", gamma) -> count
   for (const GridPoint& g : c.grid) {
-    CHECK(g.point.sampling.strategy == "greedy");
-    const std::string drafter = g.point.draft.method == "ngram" ? "ngram" : g.point.draft.model_dir;
+    CHECK(g.point.sampling.strategy == Strategy::kGreedy);
+    const std::string drafter = g.point.draft.method == DraftMethod::kNgram ? "ngram" : g.point.draft.model_dir;
     ++points[{drafter, g.point.draft.gamma}];
   }
   CHECK(points == std::map<std::pair<std::string, int>, int>{{{draft_4m, 1}, 1}, {{draft_4m, 4}, 1},
@@ -160,7 +160,7 @@ TEST_CASE("checks across fields name the key, the file:line and the sweep point"
   const std::string draft = "[draft]\nmethod = \"model\"\npath = \"" + model_dir("draft-4m") + "\"\n";
   require_error(minimal(draft + "tree = [2, 2]\nbudget = 8\n"),
                 {"@:9:10: draft.tree (a static tree) and draft.budget (a dynamic tree) exclude each other"});
-  require_error(minimal("[draft]\nmethod = \"model\"\n"), {"@:6:10: draft.method = \"model\" needs draft.path"});
+  require_error(minimal("[draft]\nmethod = \"model\"\n"), {"@:6:10: draft.method model needs draft.path"});
   require_error(minimal("[draft]\nngram_min = 3\nngram_max = 2\n"), {"@:7:", "draft.ngram_max (2) must be >= draft.ngram_min (3)"});
   require_error(minimal(draft + "tree = [2, 2]\n[sweep]\n\"draft.budget\" = [0, 8]\n"),
                 {"@:10:22: draft.tree (a static tree) and draft.budget", "(sweep point draft.budget=8)"});
@@ -218,8 +218,8 @@ TEST_CASE("relative paths resolve against the config file's folder", "[experimen
 TEST_CASE("defaults are filled in and written to the resolved config", "[experiments]") {
   ScratchDir dir;
   const ExperimentConfig c = load_config(dir.write("c.toml", minimal("[sampling]\ntemperature = 0.7\n")));
-  CHECK(c.base.point.sampling.strategy == "greedy");
-  CHECK(c.base.point.draft.method == "none");
+  CHECK(c.base.point.sampling.strategy == Strategy::kGreedy);
+  CHECK(c.base.point.draft.method == DraftMethod::kNone);
   CHECK(c.base.point.max_new_tokens == 64);
   CHECK(c.base.run.seeds == std::vector<uint64_t>{0});
   CHECK(c.base.output.formats == std::vector<std::string>{"csv", "md", "png"});

@@ -24,8 +24,9 @@ TEST_CASE("the sweep grid is the product of the axes, first axis slowest", "[exp
   CHECK(c.sweep.axes[0].key == "draft.gamma");
   CHECK(c.sweep.axes[1].key == "sampling");
   REQUIRE(c.grid.size() == 6);
-  const std::vector<std::pair<int, std::string>> expected = {{1, "greedy"}, {1, "sample"}, {2, "greedy"},
-                                                             {2, "sample"}, {4, "greedy"}, {4, "sample"}};
+  const std::vector<std::pair<int, Strategy>> expected = {{1, Strategy::kGreedy}, {1, Strategy::kSample},
+                                                          {2, Strategy::kGreedy}, {2, Strategy::kSample},
+                                                          {4, Strategy::kGreedy}, {4, Strategy::kSample}};
   for (std::size_t i = 0; i < 6; ++i) {
     CHECK(c.grid[i].point.draft.gamma == expected[i].first);
     CHECK(c.grid[i].point.sampling.strategy == expected[i].second);
@@ -62,8 +63,8 @@ TEST_CASE("sweep.exclude drops the grid points it matches", "[experiments]") {
                                                    "           { sampling = { strategy = \"beam\" }, draft.method = \"ngram\" }]\n");
   REQUIRE(c.grid.size() == 4);  // 2 × 3 - beam × (model, ngram)
   CHECK(c.sweep.exclusions.size() == 2);
-  CHECK(c.grid[3].point.sampling.strategy == "beam");
-  CHECK(c.grid[3].point.draft.method == "none");
+  CHECK(c.grid[3].point.sampling.strategy == Strategy::kBeam);
+  CHECK(c.grid[3].point.draft.method == DraftMethod::kNone);
   const Plan plan = make_plan(c);
   CHECK(plan.runs.size() == 4);  // the target-alone points are the baselines
   CHECK_THAT(c.resolved_toml, Catch::Matchers::Contains("exclude = [ { 'draft.method' = 'model', 'sampling.strategy' = 'beam' }"));
@@ -111,7 +112,7 @@ TEST_CASE("one baseline per distinct target-alone setting, shared by the points"
     REQUIRE(plan.runs.size() == 7);  // 1 baseline + 3 γ × 2 drafters
     CHECK(plan.runs[0].info.role == "baseline");
     CHECK(plan.runs[0].info.label == "target only · greedy");
-    CHECK(plan.runs[0].config.draft.method == "none");
+    CHECK(plan.runs[0].config.draft.method == DraftMethod::kNone);
     for (std::size_t i = 1; i < plan.runs.size(); ++i) {
       CHECK(plan.runs[i].info.role == "point");
       CHECK(plan.runs[i].info.baseline == plan.runs[0].info.id);
@@ -205,9 +206,9 @@ TEST_CASE("jobs cover runs × prompts × seeds × repetitions with stable unique
   CHECK(o.prompt_ids == std::vector<int>{1, 5, 9});
   CHECK(o.seed == 7);
   CHECK(o.max_new_tokens == 8);
-  CHECK(o.draft.method == "model");
+  CHECK(o.draft.method == DraftMethod::kModel);
   CHECK(o.draft.gamma == 4);
-  CHECK(o.sampling.strategy == "greedy");
+  CHECK(o.sampling.strategy == Strategy::kGreedy);
 }
 
 }  // namespace

@@ -72,8 +72,8 @@ class FakeBackend : public GenerationBackend {
     for (char c : text) ids.push_back(static_cast<unsigned char>(c));
     return ids;
   }
-  void validate(const GenerateOptions& o) override {
-    SPECULA_CHECK(o.draft.gamma != reject_gamma || o.draft.method == "none", "gamma ", reject_gamma, " unsupported");
+  void validate(const GenerateOptions& o, const OptionNames&) override {
+    SPECULA_CHECK(o.draft.gamma != reject_gamma || o.draft.method == DraftMethod::kNone, "gamma ", reject_gamma, " unsupported");
   }
   std::string device_name() override { return "none"; }
 
@@ -82,7 +82,7 @@ class FakeBackend : public GenerationBackend {
     const double base_tps = 100.0 + static_cast<double>(o.prompt_ids.size() % 7) + 3.0 * static_cast<double>(o.seed);
     nlohmann::json stats = {{"prompt_tokens", o.prompt_ids.size()}, {"new_tokens", o.max_new_tokens},
                             {"time_s", 1.0}, {"prefill_tokens_per_s", 1000.0}};
-    if (o.draft.method == "none") {
+    if (o.draft.method == DraftMethod::kNone) {
       stats.update({{"decode_tokens_per_s", base_tps}, {"target_forwards", o.max_new_tokens}, {"drafted", 0},
                     {"accepted", 0}, {"accepted_per_depth", nlohmann::json::array()}});
     } else {

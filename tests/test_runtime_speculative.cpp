@@ -70,7 +70,7 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
   };
   auto model_draft = [](const char* model, int gamma, std::vector<int> tree, int budget, bool adaptive) {
     DraftOptions d;
-    d.method = "model";
+    d.method = DraftMethod::kModel;
     d.model_dir = test::model_dir(model);
     d.gamma = gamma;
     d.tree = std::move(tree);
@@ -79,10 +79,10 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
     return d;
   };
   DraftOptions ngram;
-  ngram.method = "ngram";
+  ngram.method = DraftMethod::kNgram;
   ngram.gamma = 5;
   DraftOptions bf16_draft = model_draft("draft-1m", 2, {}, 0, false);
-  bf16_draft.weights = "bf16";  // the F32 draft read as BF16: other proposals, the same output
+  bf16_draft.weights = DType::BF16;  // the F32 draft read as BF16: other proposals, the same output
   const std::vector<Drafting> draftings = {
       {"draft-4m chain 4", model_draft("draft-4m", 4, {}, 0, false)},
       {"draft-1m chain 1", model_draft("draft-1m", 1, {}, 0, false)},
@@ -120,7 +120,7 @@ TEST_CASE("after any accept/reject pattern both caches equal a plain run's cache
   INFO("block size " << block_size << (greedy ? ", greedy" : ", sampled") << ", branching " << branching.size());
 
   SamplingOptions sampling;
-  sampling.strategy = greedy ? "greedy" : "sample";
+  sampling.strategy = greedy ? Strategy::kGreedy : Strategy::kSample;
   const auto sampler = make_sampler(sampling);
   KvCache cache(target.model().kv_layout(block_size), 4096 / block_size + 64);
   KvCache draft_cache(draft.model().kv_layout(block_size), 4096 / block_size + 64);
@@ -175,7 +175,7 @@ TEST_CASE("speculative sampling on the shared models: first tokens follow the ta
   };
   auto drafting = [](std::vector<int> tree, int budget) {
     DraftOptions d;
-    d.method = "model";
+    d.method = DraftMethod::kModel;
     d.model_dir = test::model_dir("draft-1m");
     d.gamma = 3;
     d.tree = std::move(tree);
@@ -202,7 +202,7 @@ TEST_CASE("speculative sampling on the shared models: first tokens follow the ta
     const int seq = cache.create();
     e.forward(seq, {candidate, positions, {}, false}, logits);
     cache.free(seq);
-    make_sampler(SamplingOptions{"sample"})->distribution(logits, p);
+    make_sampler(SamplingOptions::sample())->distribution(logits, p);
     double entropy = 0;
     for (float x : p) entropy -= x > 0 ? x * std::log(double(x)) : 0.0;
     if (entropy > best_entropy) best_entropy = entropy, prompt = candidate;

@@ -119,7 +119,7 @@ void enumerate(const ToyModel& model, const History& prompt, std::vector<int>& t
 
 SamplingOptions beam(int width, float length_penalty) {
   SamplingOptions o;
-  o.strategy = "beam";
+  o.strategy = Strategy::kBeam;
   o.beam_width = width;
   o.length_penalty = length_penalty;
   return o;
@@ -329,7 +329,7 @@ TEST_CASE("beam search rejects bad arguments naming the flag", "[sampling]") {
   std::vector<float> root_logits;
   const int root = model.add_root({1}, root_logits);
   CHECK_THROWS_WITH(beam_search(model, root, root_logits, beam(0, 1.0f), 4, 3, 1),
-                    "--beam-width must be >= 1, got 0");
+                    "sampling.beam_width must be >= 1, got 0");
   CHECK_THROWS_WITH(beam_search(model, root, root_logits, beam(2, 1.0f), 0, 3, 1),
                     "--max-new-tokens must be >= 1 for beam search, got 0");
   CHECK_THROWS_WITH(beam_search(model, root, root_logits, beam(2, 1.0f), 4, 3, 3),

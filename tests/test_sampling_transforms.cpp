@@ -49,7 +49,7 @@ const std::vector<float> kTable = log_of({0.1f, 0.2f, 0.3f, 0.4f});
 
 TEST_CASE("greedy is the one-hot argmax, ties to the lowest id", "[sampling]") {
   SamplingOptions greedy;
-  greedy.strategy = "greedy";
+  greedy.strategy = Strategy::kGreedy;
   check_row(distribution(greedy, kTable), {0, 0, 0, 1});
   check_row(distribution(greedy, {0.1f, 0.4f, 0.4f, 0.1f}), {0, 1, 0, 0});
   check_row(distribution(greedy, {-kInf, -kInf, 3.0f, -kInf}), {0, 0, 1, 0});
@@ -159,35 +159,40 @@ TEST_CASE("inverse_cdf maps a uniform through the cumulative sums, skipping zero
   CHECK(inverse_cdf(std::vector<float>{0, 2, 0, 2, 0}, 1.0 - 0x1.0p-53) == 3);
 }
 
-TEST_CASE("bad sampling options are rejected naming the flag", "[sampling]") {
-  auto rejects = [](SamplingOptions o, const std::string& message) {
+TEST_CASE("bad sampling options are rejected naming the option", "[sampling]") {
+  // Errors name the option through OptionNames: a config key by default, where it was set first.
+  OptionNames names;
+  names.where = [](std::string_view) { return std::string("cfg.toml:3:1: "); };
+  auto rejects = [&](SamplingOptions o, const std::string& message) {
     CHECK_THROWS_WITH(validate_sampling_options(o), message);
+    CHECK_THROWS_WITH(validate_sampling_options(o, names), "cfg.toml:3:1: " + message);
     CHECK_THROWS_AS(make_sampler(o), SpeculaError);
   };
-  rejects(SamplingOptions::sample(-1.0f), "--temperature must be >= 0, got -1");
-  rejects(SamplingOptions::sample(kInf), "--temperature must be finite, got inf");
-  rejects(SamplingOptions::sample(1.0f, -1), "--top-k must be >= 0, got -1");
-  rejects(SamplingOptions::sample(1.0f, 0, 0.0f), "--top-p must be in (0, 1], got 0");
-  rejects(SamplingOptions::sample(1.0f, 0, 1.5f), "--top-p must be in (0, 1], got 1.5");
-  rejects(SamplingOptions::sample(1.0f, 0, 1.0f, -0.1f), "--min-p must be in [0, 1], got -0.1");
-  rejects(SamplingOptions::sample(1.0f, 0, 1.0f, 1.5f), "--min-p must be in [0, 1], got 1.5");
+  rejects(SamplingOptions::sample(-1.0f), "sampling.temperature must be >= 0 and finite, got -1");
+  rejects(SamplingOptions::sample(kInf), "sampling.temperature must be >= 0 and finite, got inf");
+  rejects(SamplingOptions::sample(1.0f, -1), "sampling.top_k must be >= 0, got -1");
+  rejects(SamplingOptions::sample(1.0f, 0, 0.0f), "sampling.top_p must be in (0, 1], got 0");
+  rejects(SamplingOptions::sample(1.0f, 0, 1.5f), "sampling.top_p must be in (0, 1], got 1.5");
+  rejects(SamplingOptions::sample(1.0f, 0, 1.0f, -0.1f), "sampling.min_p must be in [0, 1], got -0.1");
+  rejects(SamplingOptions::sample(1.0f, 0, 1.0f, 1.5f), "sampling.min_p must be in [0, 1], got 1.5");
   SamplingOptions o = SamplingOptions::sample();
   o.beam_width = 0;
-  rejects(o, "--beam-width must be >= 1, got 0");
+  rejects(o, "sampling.beam_width must be >= 1, got 0");
   o = SamplingOptions::sample();
   o.length_penalty = std::numeric_limits<float>::quiet_NaN();
-  rejects(o, "--length-penalty must be finite, got nan");
+  rejects(o, "sampling.length_penalty must be finite, got nan");
   o.length_penalty = 1.0f;
-  o.strategy = "nucleus";
-  rejects(o, "--sampler must be greedy, sample or beam, got 'nucleus'");
 
   // Beam search is valid but is not a token sampler.
-  o.strategy = "beam";
+  o.strategy = Strategy::kBeam;
   CHECK_NOTHROW(validate_sampling_options(o));
   CHECK_THROWS_WITH(make_sampler(o), Catch::Contains("beam_search"));
-  std::vector<std::string> names;
-  for (const auto& entry : sampler_factories()) names.push_back(entry.first);
-  CHECK(names == std::vector<std::string>{"greedy", "sample"});
+  std::vector<Strategy> strategies;
+  for (const auto& entry : sampler_factories()) strategies.push_back(entry.first);
+  CHECK(strategies == std::vector<Strategy>{Strategy::kGreedy, Strategy::kSample});
+  // Every strategy has one spelling, parsed back to itself; others are refused.
+  for (Strategy s : {Strategy::kGreedy, Strategy::kSample, Strategy::kBeam}) CHECK(parse_enum<Strategy>(name_of(s)) == s);
+  CHECK_FALSE(parse_enum<Strategy>("nucleus").has_value());
 }
 
 namespace {

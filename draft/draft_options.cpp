@@ -1,0 +1,24 @@
+#include "draft/draft_options.h"
+
+#include <cctype>
+
+namespace specula {
+
+std::string weights_name(std::optional<DType> weights) {
+  if (!weights) return "stored";
+  std::string name = dtype_name(*weights);
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
+bool parse_weights(std::string_view text, std::optional<DType>& weights) {
+  if (text == "stored") {
+    weights.reset();
+    return true;
+  }
+  const std::optional<DType> dtype = parse_dtype(text);
+  if (dtype) weights = dtype;
+  return dtype.has_value();
+}
+
+}  // namespace specula
