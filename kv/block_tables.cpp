@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <map>
 
 #include "base/error.h"
 
@@ -110,7 +109,8 @@ KvPlan BlockTables::append(std::span<const SeqId> seqs, std::span<const int> cou
   // Count every block the batch needs before touching anything, simulating the reference
   // counts so that two forks sharing one partly filled block are counted exactly.
   long to_allocate = 0;
-  std::map<int, int> refs;  // block -> reference count after the copies counted so far
+  std::vector<std::pair<int, int>>& refs = simulated_refs_;  // block -> reference count after the copies counted so far
+  refs.clear();
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     const Sequence& s = sequence(seqs[i]);
     SPECULA_CHECK(counts[i] >= 0, "kv cache: cannot append ", counts[i], " slots");
@@ -121,7 +121,9 @@ KvPlan BlockTables::append(std::span<const SeqId> seqs, std::span<const int> cou
     to_allocate += (new_length + bs - 1) / bs - static_cast<long>(s.blocks.size());
     if (s.length % bs != 0 && counts[i] > 0) {
       const int last = s.blocks.back();
-      int& r = refs.try_emplace(last, ref_count(last)).first->second;
+      auto it = std::find_if(refs.begin(), refs.end(), [last](const auto& entry) { return entry.first == last; });
+      if (it == refs.end()) it = refs.insert(refs.end(), {last, ref_count(last)});
+      int& r = it->second;
       if (r > 1) {
         ++to_allocate;
         --r;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kv/kv_plan.h"
@@ -76,6 +77,7 @@ class BlockTables {
   std::vector<int> free_blocks_;      // stack of free block ids
   std::vector<Sequence> sequences_;   // indexed by SeqId; dead entries are reused
   int blocks_peak_ = 0;
+  std::vector<std::pair<int, int>> simulated_refs_;  // append()'s scratch
 };
 
 }  // namespace specula
