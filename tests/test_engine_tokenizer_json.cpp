@@ -5,6 +5,7 @@
 // folder; without it these tests fail). Then hand-made tokenizer.json files for the added-token
 // flags and every refusal, the fingerprint, and Tokenizer::load's choice of file.
 #include <catch2/catch.hpp>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -375,6 +376,32 @@ TEST_CASE("chat templates: an unrecognised template, or roles a family refuses, 
   const ChatTemplate qwen3 = load_chat_template(qwen3_dir);
   CHECK_THROWS_WITH(render_chat(qwen3, {{"tool", "{}"}}, true), Contains("role 'tool' is not supported"));
   CHECK_THROWS_WITH(render_chat(qwen3, {}, true), Contains("no messages"));
+}
+
+TEST_CASE("chat templates: Llama 3.x's date is today's where the template asks strftime_now, else its default",
+          "[engine][tokenizer][chat]") {
+  std::string dir;
+  for (const json& t : reference().at("tokenizers"))
+    if (t.at("name") == "llama3_2") dir = t.at("dir");
+  std::ifstream in(dir + "/tokenizer_config.json");
+  const json config = json::parse(in);
+  std::string text = config.at("chat_template");
+  const ChatTemplate clock = recognise_chat_template(text, "<|begin_of_text|>", "<|eot_id|>", "3.2");
+  REQUIRE(clock.date_from_clock);
+  const std::string today = render_chat(clock, {{"user", "hi"}}, false);
+  const std::size_t at = today.find("Today Date: ");
+  REQUIRE(at != std::string::npos);
+  const std::string date = today.substr(at + 12, 11);  // "01 Dec 2026"
+  CHECK(std::isdigit(static_cast<unsigned char>(date[0])));
+  CHECK(std::isdigit(static_cast<unsigned char>(date[1])));
+  const std::size_t month = std::string("JanFebMarAprMayJunJulAugSepOctNovDec").find(date.substr(3, 3));
+  CHECK((month != std::string::npos && month % 3 == 0));
+  CHECK(date.substr(7, 2) == "20");
+  // Llama 3.1's template has no strftime_now: its literal default.
+  for (std::size_t p; (p = text.find("strftime_now")) != std::string::npos;) text.replace(p, 12, "no_clock");
+  const ChatTemplate fixed = recognise_chat_template(text, "<|begin_of_text|>", "<|eot_id|>", "3.1");
+  CHECK_FALSE(fixed.date_from_clock);
+  CHECK(render_chat(fixed, {{"user", "hi"}}, false).find("Today Date: 26 Jul 2024\n") != std::string::npos);
 }
 
 }  // namespace specula
