@@ -1,6 +1,6 @@
 // defines: the `specula` command line: `generate` (one request, text or JSON), `run CONFIG`
-// (an experiment), `report DIR` (its tables and plots again) and `make-checkpoint` (random
-// weights of any LLaMA shape).
+// (an experiment), `report DIR` (its tables and plots again), `make-checkpoint` (random
+// weights of any LLaMA shape) and `tokenize` (ids of a text or chat prompt).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
@@ -8,6 +8,7 @@
 #include "cli/generate_command.h"
 #include "cli/make_checkpoint_command.h"
 #include "cli/run_command.h"
+#include "cli/tokenize_command.h"
 #include "base/error.h"
 
 int main(int argc, char** argv) {
@@ -17,6 +18,7 @@ int main(int argc, char** argv) {
   specula::cli::RunCommand run(app);
   specula::cli::ReportCommand report(app);
   specula::cli::MakeCheckpointCommand make_checkpoint(app);
+  specula::cli::TokenizeCommand tokenize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -29,6 +31,7 @@ int main(int argc, char** argv) {
     if (run.selected()) return run.run();
     if (report.selected()) return report.run();
     if (make_checkpoint.selected()) return make_checkpoint.run();
+    if (tokenize.selected()) return tokenize.run();
   } catch (const specula::SpeculaError& e) {
     std::cout.flush();
     std::fprintf(stderr, "specula: error: %s\n", e.what());

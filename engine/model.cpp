@@ -8,8 +8,7 @@ Model::Model(const std::string& dir)
     : dir_(dir),
       config_(load_model_config((std::filesystem::path(dir) / "config.json").string())),
       checkpoint_(std::make_unique<Checkpoint>(dir)),
-      tokenizer_(std::make_unique<Tokenizer>((std::filesystem::path(dir) / "tokenizer.model").string(),
-                                             config_.vocab_size)) {
+      tokenizer_(std::make_unique<Tokenizer>(Tokenizer::load(dir, config_.vocab_size))) {
   const ModelConfig& c = config_;
   const int64_t hidden = c.hidden_size, ffn = c.intermediate_size, kv = c.kv_dim(), vocab = c.vocab_size;
   const Checkpoint& ck = *checkpoint_;

