@@ -359,8 +359,8 @@ TEST_CASE("checkpoint: missing or mis-shaped tensors and other folder faults are
   {
     TempDir dir;
     write_tiny_model(dir, tiny_config(), good);
-    fs::remove(dir.file("tokenizer.model"));
-    CHECK_THROWS_WITH(Model(dir.path.string()), Contains(dir.file("tokenizer.model")));
+    fs::remove(dir.file("tokenizer.model"));  // and no tokenizer.json either
+    CHECK_THROWS_WITH(Model(dir.path.string()), Contains(dir.path.string()) && Contains("no tokenizer.model or tokenizer.json"));
   }
 }
 
