@@ -1,8 +1,11 @@
 #include "cli/run_command.h"
 
+#include <omp.h>
+
 #include <iostream>
 
 #include "engine/cuda/device.h"
+#include "experiments/interrupt.h"
 #include "runtime/generate.h"
 
 namespace specula::cli {
@@ -14,11 +17,19 @@ class EngineBackend : public GenerationBackend {
     return models_.get(model_dir).tokenizer().encode(text, true);
   }
   void validate(const GenerateOptions& options) override { validate_generate_options(models_, options); }
-  nlohmann::json generate(const GenerateOptions& options) override { return specula::generate(models_, options); }
+  // threads = 0 runs with the process's default (OMP_NUM_THREADS, else every core), set
+  // explicitly so that a run after one with run.threads = N does not inherit N.
+  nlohmann::json generate(const GenerateOptions& options) override {
+    GenerateOptions o = options;
+    o.threads = threads(options);
+    return specula::generate(models_, o);
+  }
   std::string device_name() override { return cuda_device_count() > 0 ? "cuda" : "none"; }
+  int threads(const GenerateOptions& options) override { return options.threads > 0 ? options.threads : default_threads_; }
 
  private:
   ModelStore models_;
+  const int default_threads_ = omp_get_max_threads();  // before any run sets a count
 };
 
 }  // namespace
@@ -33,6 +44,7 @@ RunCommand::RunCommand(CLI::App& app) {
 
 int RunCommand::run() {
   EngineBackend backend;
+  const InterruptGuard stop_between_jobs;  // Ctrl-C / SIGTERM: finish the job, then exit 130
   return run_experiment(config_path_, backend, options_, std::cout, std::cerr);
 }
 

@@ -196,9 +196,14 @@ TEST_CASE("jobs cover runs × prompts × seeds × repetitions with stable unique
     CHECK(a.jobs[i].key == b.jobs[i].key);
   }
   CHECK(keys.size() == a.jobs.size());
+  // Prompt-major, then seed, then repetition: every run once per repetition, the point right
+  // after its baseline, in reverse order on odd repetitions.
   CHECK(a.jobs[0].key == a.runs[0].info.id + "/a/seed=0/rep=0");
-  CHECK(a.jobs[1].key == a.runs[0].info.id + "/a/seed=0/rep=1");
-  CHECK(a.jobs[2].key == a.runs[1].info.id + "/a/seed=0/rep=0");  // prompt-major: the point right after its baseline
+  CHECK(a.jobs[1].key == a.runs[1].info.id + "/a/seed=0/rep=0");
+  CHECK(a.jobs[3].key == a.runs[3].info.id + "/a/seed=0/rep=0");
+  CHECK(a.jobs[4].key == a.runs[3].info.id + "/a/seed=0/rep=1");
+  CHECK(a.jobs[7].key == a.runs[0].info.id + "/a/seed=0/rep=1");
+  CHECK(a.jobs[8].key == a.runs[0].info.id + "/a/seed=1/rep=0");
 
   const GenerateOptions o = generate_options(a.runs[3], {1, 5, 9}, 7);
   CHECK(o.model_dir == c.base.point.target);
