@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # Installs what is missing (Debian 12 packages) and builds specula.
-#   scripts/setup.sh [BUILD_DIR [extra cmake args...]]
-# Idempotent: installs only missing packages, reconfigures and rebuilds incrementally.
+#   scripts/setup.sh [--target TARGET] [BUILD_DIR [extra cmake args...]]
+# --target builds only that CMake target (e.g. specula, the command-line program) instead of
+# everything (tests and benchmarks included). Idempotent: installs only missing packages,
+# reconfigures and rebuilds incrementally. apt's own progress is shown as it installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+target=()
+if [ "${1:-}" = "--target" ]; then
+  [ $# -ge 2 ] || { echo "setup: --target needs a target name" >&2; exit 2; }
+  target=(--target "$2")
+  shift 2
+fi
 
 packages=(build-essential cmake ninja-build pkg-config libsentencepiece-dev nlohmann-json3-dev libcli11-dev
           catch2 libbenchmark-dev libopenblas-dev libtomlplusplus-dev python3 python3-matplotlib)
@@ -12,11 +21,12 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  echo "setup: apt-get update (package lists)"
+  $sudo apt-get update
+  echo "setup: installing ${missing[*]} (a few minutes on a fresh machine)"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y "${missing[@]}"
 fi
 
 # nvcc is optional; CUDA's usual location is added so a toolkit install is found.
@@ -24,5 +34,7 @@ fi
 
 build_dir="${1:-build}"
 shift || true
+echo "setup: configuring $build_dir"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
-cmake --build "$build_dir" -j "$(nproc)"
+echo "setup: building ${target[1]:-everything} in $build_dir"
+cmake --build "$build_dir" -j "$(nproc)" "${target[@]}"
