@@ -48,8 +48,8 @@ struct RunSummary {
                                         //   a draft token's time over a target decode step's
   double predicted_speedup = 0;         // chains: leviathan_speedup(alpha, γ, cost_ratio)
   double bound = 0;                     // speedup_bound(τ, Σ draft_s / Σ rounds · baseline tok/s)
-  std::vector<std::string> suspect_jobs;  // when a speedup exceeds `bound`: the keys of the
-                                          // pairs (both runs) whose own ratio exceeds it
+  std::vector<std::string> suspect_jobs;  // when the decode speedup exceeds `bound`: the keys
+                                          // of the pairs (both runs) whose own ratio exceeds it
   double draft_share = 0;               // Σ time_breakdown.draft_s / Σ decode time (new_tokens /
                                         //   decode_tokens_per_s: prefill left out), etc., over
                                         //   the lines that have a time_breakdown
@@ -74,7 +74,7 @@ void write_summary_markdown(const std::vector<RunSummary>& summaries, const std:
                             const std::string& header, std::ostream& out);
 // What the terminal shows at the end: the overview, and the sampler comparison if any.
 std::string terminal_tables(const std::vector<RunSummary>& summaries);
-// One "warning: ..." line per cell whose speedup exceeds its bound, with its job keys.
+// One "warning: ..." line per cell whose decode speedup exceeds its bound, with its job keys.
 std::string sanity_warnings(const std::vector<RunSummary>& summaries);
 
 }  // namespace specula

@@ -324,3 +324,63 @@ TEST_CASE("png output draws the plots with matplotlib, or warns and keeps the ta
 
 }  // namespace
 }  // namespace specula
+
+namespace specula {
+namespace {
+
+// A sweep of `drafters` drafters × `gammas` (× greedy and sampling when `samplers`) on the
+// fake backend: one series per drafter (and strategy) in the plots. The drafters differ in
+// draft.ngram_max, which a model drafter ignores, so that their runs are distinct.
+std::string many_series_config(int drafters, const std::string& gammas, bool samplers) {
+  std::string tables;
+  for (int i = 0; i < drafters; ++i) {
+    tables += "  { name = \"d" + std::to_string(i) + "\", ngram_max = " + std::to_string(i + 1) + " },\n";
+  }
+  std::string text = tiny_config();
+  text = text.substr(0, text.find("[sweep]"));
+  auto replace = [&](const std::string& from, const std::string& to) { text.replace(text.find(from), from.size(), to); };
+  replace("seeds = [0, 1]", "seeds = [0]\nrepetitions = 1");
+  replace("formats = [\"csv\", \"md\"]", "formats = [\"csv\", \"md\", \"png\"]");
+  text += "[sweep]\ndraft = [\n" + tables + "]\n\"draft.gamma\" = " + gammas + "\n";
+  if (samplers) text += "sampling = [{ strategy = \"greedy\" }, { strategy = \"sample\", temperature = 0.7 }]\n";
+  return text;
+}
+
+TEST_CASE("the plots of 1, 10 and 40 series are written without an error", "[experiments][plots]") {
+  std::string probe;
+  if (run_command({"/usr/bin/python3", "-c", "import matplotlib"}, probe) != 0 &&
+      run_command({"python3", "-c", "import matplotlib"}, probe) != 0) {
+    WARN("no python3 with matplotlib: plots not tested");
+    return;
+  }
+  struct Case {
+    int drafters;
+    const char* gammas;
+    bool samplers;
+    std::vector<std::string> files;  // expected among others
+  };
+  const Case cases[] = {
+      {1, "[4]", false, {"acceptance_vs_gamma.png", "speedup_vs_gamma.png", "acceptance_per_depth.png", "accepted_histogram.png"}},
+      {10, "[1, 2]", true, {"speedup_vs_gamma-2.png", "sampler_comparison.png", "acceptance_per_depth-4.png"}},
+      {40, "[2]", false, {"speedup_vs_gamma-4.png", "acceptance_per_depth-4.png", "accepted_histogram-4.png"}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.drafters << " drafters");
+    ScratchDir scratch;
+    const std::string config = scratch.write("many.toml", many_series_config(c.drafters, c.gammas, c.samplers));
+    FakeBackend backend;
+    std::ostringstream out, log;
+    REQUIRE(run_experiment(config, backend, {(scratch.path() / "out").string(), false, true}, out, log) == 0);
+    INFO(log.str());
+    CHECK_THAT(log.str(), !Contains("warning"));
+    CHECK_THAT(log.str(), !Contains("Traceback"));
+    for (const std::string& png : c.files) {
+      INFO(png);
+      REQUIRE(fs::is_regular_file(scratch.path() / "out" / png));
+      CHECK(read_text(scratch.path() / "out" / png).substr(0, 4) == "\x89PNG");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace specula
