@@ -89,7 +89,8 @@ void assign_labels(std::vector<PlannedRun>& runs) {
     RunInfo& i = r.info;
     i.label = i.shape == "none" ? "target only" : i.drafter;
     for (const std::string* part : {&i.variant, &i.strategy}) {
-      if (!part->empty()) i.label += " · " + *part;
+      // A draft.name that already says "γ=2" is not followed by it again.
+      if (!part->empty() && i.drafter.find(*part) == std::string::npos) i.label += " · " + *part;
     }
     ++uses[i.label];
   }

@@ -53,6 +53,16 @@ TEST_CASE("sweep labels render values compactly", "[experiments]") {
   CHECK(make_plan(c).runs[1].info.label == "draft-4m · tree 3-2 · T=0.8 top-p=0.95");
 }
 
+TEST_CASE("a run label does not repeat what the drafter's name already says", "[experiments]") {
+  ScratchDir dir;
+  std::string text = tiny_config();
+  text.insert(text.find("[run]"), "name = \"draft-4m γ=2\"\n");
+  const Plan plan = make_plan(load_text(dir, text));
+  REQUIRE(plan.runs.size() == 4);
+  CHECK(plan.runs[2].info.label == "draft-4m γ=2 · greedy");  // not "draft-4m γ=2 · γ=2 · greedy"
+  CHECK(plan.runs[1].info.label == "draft-4m γ=2 · γ=1 · greedy");
+}
+
 TEST_CASE("sweep.exclude drops the grid points it matches", "[experiments]") {
   ScratchDir dir;
   const std::string head = tiny_config().substr(0, tiny_config().find("[sweep]")) +
