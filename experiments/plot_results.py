@@ -35,6 +35,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 MAX_SERIES = 10
 LINE_STYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+PREDICTED = (0, (1, 2))  # a fine dotted line, unlike every strategy's style
 HATCHES = {"chain": "", "adaptive": "..", "tree": "//", "dynamic": "xx"}
 
 
@@ -235,12 +236,13 @@ def plot_speedup_vs_gamma(rows, style, figures):
             axes[1].errorbar(xs, [r["e2e_speedup"] for r in points], yerr=interval(points, "e2e_speedup"), **kw)
             predicted = [r["predicted_speedup"] for r in points]
             if finite(predicted):
-                axes[0].plot(xs, predicted, marker="x", alpha=0.6, color=style.color(drafter),
-                             linestyle="none" if single else "--")
+                axes[0].plot(xs, predicted, marker="x", alpha=0.7, color=style.color(drafter), linewidth=0.8,
+                             linestyle="none" if single else PREDICTED)
             handles.append(Line2D([], [], color=style.color(drafter), linestyle=style.line(strategy), marker="o",
                                   label=name))
         if any(finite([r["predicted_speedup"] for r in chains])):
-            handles.append(Line2D([], [], color="grey", linestyle="--", marker="x", label="predicted (Leviathan et al.)"))
+            handles.append(Line2D([], [], color="grey", linestyle=PREDICTED, linewidth=0.8, marker="x",
+                                  label="predicted (Leviathan et al.)"))
         for ax, what in zip(axes, ("decode only", "end to end (prefill included)")):
             ax.axhline(1.0, color="grey", linewidth=0.8)
             ax.set_title(what)
@@ -355,10 +357,14 @@ def plot_sampler_comparison(rows, style, figures):
     parts = chunks(unique(r["drafter"] for r in spec))
     y = limits([r[k] for r in spec for k in ("speedup", "speedup_ci_low", "speedup_ci_high")] + [1.0], floor=0)
     for part, drafters in enumerate(parts):
-        fig, axes = plt.subplots(1, len(variants), figsize=((1.2 * len(strategies) + 1.5) * len(variants) + 1.5, 4.8),
+        cols = min(4, len(variants))
+        nrows = math.ceil(len(variants) / cols)
+        fig, axes = plt.subplots(nrows, cols, figsize=((1.2 * len(strategies) + 1.5) * cols + 1.5, 4.4 * nrows),
                                  squeeze=False, sharey=True)
+        for ax in axes.flat[len(variants):]:
+            ax.set_visible(False)
         width = 0.8 / len(drafters)
-        for ax, variant in zip(axes[0], variants):
+        for ax, variant in zip(axes.flat, variants):
             for i, drafter in enumerate(drafters):
                 cells = [r for r in spec if r["drafter"] == drafter and r["variant"] == variant]
                 offsets = [strategies.index(r["strategy"]) + (i - (len(drafters) - 1) / 2) * width for r in cells]
@@ -375,9 +381,10 @@ def plot_sampler_comparison(rows, style, figures):
             ax.set_title(variant, fontsize="medium")
             if y:
                 ax.set_ylim(*y)
-        axes[0][0].set_ylabel("speedup over the target alone")
-        axes[0][-1].legend(handles=[Patch(color=style.color(d), label=d) for d in drafters], fontsize="small",
-                           loc="center left", bbox_to_anchor=(1.02, 0.5))
+        for row in axes:
+            row[0].set_ylabel("speedup over the target alone")
+        axes[0][cols - 1].legend(handles=[Patch(color=style.color(d), label=d) for d in drafters], fontsize="small",
+                                 loc="center left", bbox_to_anchor=(1.02, 0.5))
         figures.title(fig, "Sampling strategies × drafters (decode speedup, 95% CI)", part, len(parts))
         figures.save(fig, "sampler_comparison.png", part, len(parts))
 
