@@ -164,6 +164,11 @@ def series_label(drafter, strategy, several_strategies):
     return f"{drafter} · {strategy}" if several_strategies else drafter
 
 
+def dodge(i, n, width=0.25):
+    """x offset of series i of n, so that series at the same γ do not hide each other."""
+    return (i - (n - 1) / 2) * (width / max(n - 1, 1)) if n > 1 else 0.0
+
+
 def gamma_axis(ax, gammas):
     """Integer ticks: every γ of the data when there are few, else integer steps."""
     gammas = sorted(set(gammas))
@@ -187,14 +192,14 @@ def plot_acceptance_vs_gamma(rows, style, figures):
         fig, axes = plt.subplots(2, len(domains), figsize=(3.6 * len(domains) + 1.5, 6.6), squeeze=False,
                                  sharex=True, sharey="row")
         for col, domain in enumerate(domains):
-            for drafter, strategy in series:
+            for i, (drafter, strategy) in enumerate(series):
                 points = sorted((r for r in chains if r["domain"] == domain and r["drafter"] == drafter
                                  and r["strategy"] == strategy), key=lambda r: r["gamma"])
                 if not points:
                     continue
                 kw = dict(marker="o", capsize=3, color=style.color(drafter), linestyle=style.line(strategy),
                           label=series_label(drafter, strategy, several))
-                gammas = [r["gamma"] for r in points]
+                gammas = [r["gamma"] + dodge(i, len(series)) for r in points]
                 axes[0][col].errorbar(gammas, [r["acceptance_rate"] for r in points],
                                       yerr=interval(points, "acceptance_rate", "acceptance"), **kw)
                 axes[1][col].errorbar(gammas, [r["tau"] for r in points], yerr=interval(points, "tau"), **kw)
@@ -228,7 +233,7 @@ def plot_speedup_vs_gamma(rows, style, figures):
         for i, (drafter, strategy) in enumerate(series):
             points = sorted((r for r in chains if r["drafter"] == drafter and r["strategy"] == strategy),
                             key=lambda r: r["gamma"])
-            xs = [i] * len(points) if single else [r["gamma"] for r in points]
+            xs = [i] * len(points) if single else [r["gamma"] + dodge(i, len(series)) for r in points]
             name = series_label(drafter, strategy, several)
             names.append(name)
             kw = dict(color=style.color(drafter), linestyle=style.line(strategy), marker="o", capsize=3)
