@@ -35,6 +35,13 @@ void write_file(const fs::path& path, const std::string& text) {
   SPECULA_CHECK(out, "cannot write '", path.string(), "'");
 }
 
+// CPU seconds this process has used, all threads together.
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 std::string now_utc() {
   const std::time_t t = std::time(nullptr);
   char out[32];
@@ -217,7 +224,12 @@ int run_experiment(const std::string& config_path, GenerationBackend& backend, c
     where["threads"] = backend.threads(request);
     const std::array<double, 3> load = load_average();
     where["load_average"] = load;
+    const double cpu_start = process_cpu_seconds();
+    const auto wall_start = Clock::now();
     const nlohmann::json result = backend.generate(request);
+    // How much of the job's wall time the process had a CPU: below 1 per thread, others took it.
+    where["wall_s"] = std::chrono::duration<double>(Clock::now() - wall_start).count();
+    where["cpu_s"] = process_cpu_seconds() - cpu_start;
     line.update({{"key", job.key}, {"prompt_id", prompt.id}, {"prompt_index", job.prompt}, {"domain", prompt.domain},
                  {"seed", job.seed}, {"repetition", job.repetition}, {"settings", run.settings}, {"machine", where}});
     line.update(result);

@@ -71,7 +71,13 @@ RunSummary summarize_group(const RunInfo& run, const std::string& domain, const 
   double draft_s = 0, verify_s = 0, sample_s = 0, commit_s = 0, decode_time = 0;  // decode: after prefill
   std::vector<double> reached;  // rounds whose accepted path reached depth d + 1
   std::map<PairKey, std::array<double, 4>> units;  // accepted, drafted, τ·rounds, rounds
+  double cpu_s = 0, thread_wall_s = 0;
   for (const nlohmann::json* l : lines) {
+    const nlohmann::json machine = l->value("machine", nlohmann::json::object());
+    if (machine.contains("cpu_s") && machine.contains("wall_s")) {
+      cpu_s += machine["cpu_s"].get<double>();
+      thread_wall_s += machine["wall_s"].get<double>() * std::max(1, machine.value("threads", 1));
+    }
     const double steps = stat(*l, "steps");
     drafted += stat(*l, "drafted");
     accepted += stat(*l, "accepted");
@@ -118,6 +124,7 @@ RunSummary summarize_group(const RunInfo& run, const std::string& domain, const 
   for (double r : reached) s.depth_acceptance.push_back(rounds > 0 ? r / rounds : kNaN);
   s.depth_conditional = conditional_acceptance(reached, rounds);
   if (drafts) s.accepted_histogram = accepted_histogram(reached, rounds);
+  s.cpu_share = thread_wall_s > 0 ? cpu_s / thread_wall_s : kNaN;
   s.draft_share = decode_time > 0 ? draft_s / decode_time : kNaN;
   s.verify_share = decode_time > 0 ? verify_s / decode_time : kNaN;
   s.sample_share = decode_time > 0 ? sample_s / decode_time : kNaN;

@@ -50,6 +50,9 @@ struct RunSummary {
   double bound = 0;                     // speedup_bound(τ, Σ draft_s / Σ rounds · baseline tok/s)
   std::vector<std::string> suspect_jobs;  // when the decode speedup exceeds `bound`: the keys
                                           // of the pairs (both runs) whose own ratio exceeds it
+  double cpu_share = 0;                 // Σ machine.cpu_s / Σ (machine.wall_s · machine.threads):
+                                        //   the share of the jobs' time their threads had a CPU
+                                        //   (1 with one thread on a core of its own; NaN when absent)
   double draft_share = 0;               // Σ time_breakdown.draft_s / Σ decode time (new_tokens /
                                         //   decode_tokens_per_s: prefill left out), etc., over
                                         //   the lines that have a time_breakdown

@@ -82,10 +82,10 @@ std::string overview(const std::vector<RunSummary>& summaries) {
     rows.push_back({s.run.label, std::to_string(s.lines), with_interval(s.acceptance_interval, "%.3f"),
                     with_interval(s.tau_interval, "%.2f"), format(s.tokens_per_s, "%.1f"), speedup_cell(s.speedup, s),
                     speedup_cell(s.e2e_speedup, s), format(s.predicted_speedup, "%.2f×"), format(s.bound, "%.2f×"),
-                    format(s.cost_ratio, "%.3f"), time_cell(s)});
+                    format(s.cost_ratio, "%.3f"), format(s.cpu_share, "%.2f"), time_cell(s)});
   }
   return markdown_table({"run", "n", "acc. rate", "τ", "decode tok/s", "speedup decode", "speedup end-to-end",
-                         "predicted", "bound", "c", "decode time: draft / verify / sample / commit"},
+                         "predicted", "bound", "c", "CPU share", "decode time: draft / verify / sample / commit"},
                         rows);
 }
 
@@ -264,6 +264,7 @@ const std::vector<CsvColumn>& csv_columns() {
       {"predicted_speedup", [](const RunSummary& s) { return g(s.predicted_speedup); }},
       {"speedup_bound", [](const RunSummary& s) { return g(s.bound); }},
       {"above_bound", [](const RunSummary& s) { return std::string(s.above_bound() ? "1" : "0"); }},
+      {"cpu_share", [](const RunSummary& s) { return g(s.cpu_share); }},
       {"draft_share", [](const RunSummary& s) { return g(s.draft_share); }},
       {"verify_share", [](const RunSummary& s) { return g(s.verify_share); }},
       {"sample_share", [](const RunSummary& s) { return g(s.sample_share); }},
@@ -305,6 +306,9 @@ pair is one (prompt, seed), whose repetitions are reduced to their median tokens
   tok/s), Leviathan's τ / (γc + 1) for a chain; a decode speedup above it (⚠) is a timing
   artefact. (The end-to-end speedup is not held to it: the prefill, the same in both runs,
   pulls that ratio towards 1.)
+- **CPU share**: CPU seconds of the jobs / (their wall seconds × threads), from each results
+  line's machine record: 1.00 when every thread had a core to itself; lower when other work
+  took the CPU during the jobs, whose timings then say more about that work than about the run.
 - **time**: shares of the decode time spent drafting, in the target's verification
   forward, sampling and verifying, and committing the KV cache.
 )";

@@ -271,7 +271,7 @@ TEST_CASE("summary.csv has one row per summary and summary.md the sections", "[e
         "top_p,min_p,beam_width,length_penalty,target,domain,lines,units,pairs,acceptance_rate,acceptance_ci_low,"
         "acceptance_ci_high,alpha,tau,tau_ci_low,tau_ci_high,tokens_per_s,e2e_tokens_per_s,baseline_tokens_per_s,"
         "speedup,speedup_ci_low,speedup_ci_high,e2e_speedup,e2e_speedup_ci_low,e2e_speedup_ci_high,cost_ratio,"
-        "predicted_speedup,speedup_bound,above_bound,draft_share,verify_share,sample_share,commit_share,"
+        "predicted_speedup,speedup_bound,above_bound,cpu_share,draft_share,verify_share,sample_share,commit_share,"
         "acc_depth_1,acc_depth_2,cond_depth_1,cond_depth_2,accepted_0,accepted_1,accepted_2");
   int rows = 0;
   std::string chain_all;
@@ -283,7 +283,7 @@ TEST_CASE("summary.csv has one row per summary and summary.md the sections", "[e
   // the bound τ / (1 + 0.12 s / 50 rounds · 98.75 tok/s) = 2.18 / 1.237.
   CHECK(chain_all ==
         "1,chain,point,base,draft-4m · γ=2 · greedy,draft-4m,chain,,2,2,γ=2,greedy,,,,,,,,,all,4,4,4,0.59,,,0.702381,"
-        "2.18,,,132,95.1,98.75,1.31277,,,1.43807,,,0.1185,1.77504,1.76233,0,0.02,0.5,0.1,0.05,0.68,0.5,0.68,0.735294,"
+        "2.18,,,132,95.1,98.75,1.31277,,,1.43807,,,0.1185,1.77504,1.76233,0,,0.02,0.5,0.1,0.05,0.68,0.5,0.68,0.735294,"
         "0.32,0.18,0.5");
 
   std::ostringstream md;
@@ -320,6 +320,8 @@ std::vector<nlohmann::json> planted_lines() {
     const std::string domain = i < 5 ? "x" : "z";
     lines.push_back(line(b, prompt, i, domain, 0, plain(100)));
     lines.push_back(line(p, prompt, i, domain, 0, spec(i < 5 ? 130 : 1220, 20, 10, 10, {6, 4}, 2.0, 1.0)));
+    // Two threads that had a CPU for 1.5 of their 2 thread-seconds.
+    lines.back()["machine"] = {{"threads", 2}, {"wall_s", 1.0}, {"cpu_s", 1.5}};
   }
   return lines;
 }
@@ -330,6 +332,8 @@ TEST_CASE("a speedup above what τ and c allow is flagged with its jobs; few pai
   const RunSummary &all = s[3], &x = s[4], &z = s[5];
   // bound = τ / (1 + Σ draft_s / Σ rounds · 100 tok/s) = 2 / (1 + 0.002 · 100)
   CHECK(x.bound == Approx(2 / 1.2));
+  CHECK(x.cpu_share == Approx(0.75));
+  CHECK(std::isnan(s[0].cpu_share));  // the baseline's lines have no machine record
   CHECK(x.speedup.estimate == Approx(1.3));
   CHECK(!x.above_bound());
   CHECK(x.interval_shown());  // 5 pairs
