@@ -5,7 +5,7 @@ its experiment.json, for the titles).
     python3 experiments/plot_results.py OUTDIR
 
 Writes into OUTDIR, each only when the data has what it needs:
-  acceptance_vs_gamma.png   acceptance rate and tau (bootstrap 95% CI) vs gamma, one column per domain
+  acceptance_vs_gamma.png   acceptance rate and tau (bootstrap 95% CI) vs gamma (two or more), one column per domain
   speedup_vs_gamma.png      decode-only and end-to-end speedup (95% CI) vs gamma; Leviathan's
                             prediction and the bound tau allows on the decode panel
   acceptance_per_depth.png  per run: rounds reaching depth d, and P(accept d | reached d - 1)
@@ -182,7 +182,7 @@ def gamma_axis(ax, gammas):
 
 def plot_acceptance_vs_gamma(rows, style, figures):
     chains = [r for r in rows if r["shape"] == "chain"]
-    if not chains:
+    if len(unique(r["gamma"] for r in chains)) < 2:  # one γ: the tables and the other plots show it
         return
     domains = unique(r["domain"] for r in chains)
     several = len(unique(r["strategy"] for r in chains)) > 1

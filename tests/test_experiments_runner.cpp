@@ -380,8 +380,9 @@ TEST_CASE("the plots of 1, 10 and 40 series are written without an error", "[exp
     std::vector<std::string> files;  // expected among others
   };
   const Case cases[] = {
-      {1, "[4]", false, {"acceptance_vs_gamma.png", "speedup_vs_gamma.png", "acceptance_per_depth.png", "accepted_histogram.png"}},
-      {10, "[1, 2]", true, {"speedup_vs_gamma-2.png", "sampler_comparison.png", "acceptance_per_depth-4.png"}},
+      {1, "[4]", false, {"speedup_vs_gamma.png", "acceptance_per_depth.png", "accepted_histogram.png"}},
+      {10, "[1, 2]", true, {"acceptance_vs_gamma-2.png", "speedup_vs_gamma-2.png", "sampler_comparison.png",
+                             "acceptance_per_depth-4.png"}},
       {40, "[2]", false, {"speedup_vs_gamma-4.png", "acceptance_per_depth-4.png", "accepted_histogram-4.png"}},
   };
   for (const Case& c : cases) {
