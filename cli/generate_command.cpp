@@ -1,5 +1,6 @@
 #include "cli/generate_command.h"
 
+#include <cstdio>
 #include <iostream>
 #include <sstream>
 
@@ -24,6 +25,19 @@ std::vector<int> parse_int_list(const std::string& text, const char* flag) {
     }
   }
   SPECULA_CHECK(!out.empty(), flag, ": expected a comma-separated list of integers");
+  return out;
+}
+
+// "64 tokens · prefill 1200 tok/s · decode 310.5 tok/s · 0.26 s · τ 2.31 · acceptance 0.66".
+std::string stats_line(const nlohmann::json& stats) {
+  char out[256];
+  int n = std::snprintf(out, sizeof out, "%d tokens · prefill %.0f tok/s · decode %.1f tok/s · %.2f s",
+                        stats.value("new_tokens", 0), stats.value("prefill_tokens_per_s", 0.0),
+                        stats.value("decode_tokens_per_s", 0.0), stats.value("time_s", 0.0));
+  if (stats.contains("mean_accepted_tokens") && n > 0 && n < static_cast<int>(sizeof out)) {
+    std::snprintf(out + n, sizeof out - n, " · τ %.2f · acceptance %.3f", stats.value("mean_accepted_tokens", 0.0),
+                  stats.value("acceptance_rate", 0.0));
+  }
   return out;
 }
 
@@ -95,11 +109,21 @@ int GenerateCommand::run() {
   options_.prompt_ids = prompt_ids_.empty() ? target.tokenizer().encode(prompt_, true)
                                             : parse_int_list(prompt_ids_, "--prompt-ids");
 
+  // Text mode streams each sample's text; with several samples each starts with a
+  // "--- sample k ---" line (beam search streams its best and prints the others after).
   std::vector<int> streamed;
+  int current = -1;
+  const bool several = options_.num_samples > 1;
+  auto begin_sample = [&](int sample) {
+    if (several) std::cout << (sample > 0 ? "\n" : "") << "--- sample " << sample + 1 << " ---\n";
+    streamed.clear();
+    current = sample;
+  };
   TokenSink sink;
   if (!json_) {
-    sink = [&](int sample, int token) {  // samples decode side by side: sample 0 streams, the others print at the end
+    sink = [&](int sample, int token) {  // samples decode side by side: sample 0 streams, the others print after
       if (sample != 0) return;
+      if (current != 0) begin_sample(0);
       std::cout << target.tokenizer().decode_piece(streamed, token) << std::flush;
       streamed.push_back(token);
     };
@@ -107,12 +131,15 @@ int GenerateCommand::run() {
   nlohmann::json result = generate(models, options_, sink);
   if (json_) {
     std::cout << result.dump() << std::endl;
-  } else {
-    std::cout << std::endl;
-    if (result.contains("samples"))
-      for (std::size_t s = 1; s < result["samples"].size(); ++s)
-        std::cout << target.tokenizer().decode(result["samples"][s].get<std::vector<int>>()) << std::endl;
+    return 0;
   }
+  const nlohmann::json samples = result.value("samples", nlohmann::json::array());
+  for (int s = current + 1; s < static_cast<int>(samples.size()); ++s) {
+    begin_sample(s);
+    std::cout << target.tokenizer().decode(samples[s].get<std::vector<int>>());
+  }
+  std::cout << std::endl;
+  std::cerr << stats_line(result.at("stats")) << std::endl;
   return 0;
 }
 

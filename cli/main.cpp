@@ -1,8 +1,11 @@
 // defines: the `specula` command line: `generate` (one request, text or JSON), `run CONFIG`
 // (an experiment), `report DIR` (its tables and plots again), `make-checkpoint` (random
 // weights of any LLaMA shape) and `tokenize` (ids of a text or chat prompt).
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/generate_command.h"
@@ -11,7 +14,24 @@
 #include "cli/tokenize_command.h"
 #include "base/error.h"
 
+namespace {
+
+// OpenMP barriers spin by default (libgomp), and a spinning team whose other core is taken
+// by other work stalls: on this project's 2-core VM with two busy processes, decoding with
+// two spinning threads fell to 8-300 tok/s where one thread gave 345-400 and two passive
+// threads 267-518 (docs/architecture.md, Threads). libgomp reads OMP_WAIT_POLICY when it is
+// loaded, before main, so unless the user chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT set) the
+// program runs itself again once with OMP_WAIT_POLICY=passive.
+void wait_passively_in_openmp(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv);  // returns only if it failed: go on with spinning barriers
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  wait_passively_in_openmp(argv);
   CLI::App app{"specula: speculative decoding research framework"};
   app.require_subcommand(1);
   specula::cli::GenerateCommand generate(app);

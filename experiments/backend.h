@@ -2,7 +2,8 @@
 // generation engine: tokenize a prompt, check and run one request, name the device.
 //
 // The stats the runner reads from each result's "stats" object (absent fields count 0):
-//   new_tokens, time_s, decode_tokens_per_s (the target alone: one decode step per token);
+//   new_tokens, decode_tokens_per_s (the target alone: one decode step per token);
+//   time_s            prefill (of target and draft) + decode, for the end-to-end speedup;
 //   steps             verification rounds of a speculative run;
 //   drafted, accepted draft tokens proposed and accepted over the run;
 //   accepted_per_depth[d]  share of the steps whose accepted path reached depth d + 1
@@ -32,6 +33,8 @@ class GenerationBackend {
   virtual nlohmann::json generate(const GenerateOptions& options) = 0;
   // The accelerator the runs use, for the machine record; "none" on CPU.
   virtual std::string device_name() = 0;
+  // The CPU threads `options` runs with (its threads, or the default when that is 0).
+  virtual int threads(const GenerateOptions& options) = 0;
 };
 
 }  // namespace specula

@@ -46,7 +46,7 @@ struct RunConfig {
   std::vector<std::string> domains;     // run.domains, empty = all
   int prompts_per_domain = 0;           // first N of each domain, 0 = all
   std::vector<uint64_t> seeds = {0};
-  int repetitions = 1;                  // timing repeats of each (point, prompt, seed)
+  int repetitions = 3;                  // timing repeats of each (point, prompt, seed); the median counts
 };
 
 struct OutputConfig {

@@ -90,7 +90,8 @@ void assign_labels(std::vector<PlannedRun>& runs) {
     RunInfo& i = r.info;
     i.label = i.shape == "none" ? "target only" : i.drafter;
     for (const std::string* part : {&i.variant, &i.strategy}) {
-      if (!part->empty()) i.label += " · " + *part;
+      // A draft.name that already says "γ=2" is not followed by it again.
+      if (!part->empty() && i.drafter.find(*part) == std::string::npos) i.label += " · " + *part;
     }
     ++uses[i.label];
   }
@@ -176,10 +177,14 @@ Plan make_plan(const ExperimentConfig& config) {
   }
   assign_labels(plan.runs);
 
+  // Every run of a (prompt, seed) once per repetition, in run order on even repetitions and
+  // reversed on odd ones: plain and speculative jobs alternate which goes first.
+  const int runs = static_cast<int>(plan.runs.size());
   for (std::size_t p = 0; p < config.prompts.size(); ++p) {
     for (uint64_t seed : config.base.run.seeds) {
-      for (const PlannedRun& r : plan.runs) {
-        for (int rep = 0; rep < config.base.run.repetitions; ++rep) {
+      for (int rep = 0; rep < config.base.run.repetitions; ++rep) {
+        for (int i = 0; i < runs; ++i) {
+          const PlannedRun& r = plan.runs[rep % 2 == 0 ? i : runs - 1 - i];
           const std::string key = r.info.id + "/" + config.prompts[p].id + "/seed=" + std::to_string(seed) +
                                   "/rep=" + std::to_string(rep);
           plan.jobs.push_back({r.info.index, static_cast<int>(p), seed, rep, key});

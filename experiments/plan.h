@@ -50,7 +50,8 @@ struct Job {
 
 struct Plan {
   std::vector<PlannedRun> runs;  // a baseline comes before the first point that needs it
-  std::vector<Job> jobs;         // prompt-major, so a point and its baseline run close in time
+  std::vector<Job> jobs;         // prompt-major, then seed, then repetition, so a point and its
+                                 // baseline run close in time; run order reversed on odd repetitions
 };
 
 Plan make_plan(const ExperimentConfig& config);

@@ -1,6 +1,7 @@
 #include "experiments/runner.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 
 #include "base/error.h"
 #include "experiments/config.h"
+#include "experiments/interrupt.h"
 #include "experiments/machine.h"
 #include "experiments/plan.h"
 #include "experiments/results.h"
@@ -33,6 +35,13 @@ void write_file(const fs::path& path, const std::string& text) {
   SPECULA_CHECK(out, "cannot write '", path.string(), "'");
 }
 
+// CPU seconds this process has used, all threads together.
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 std::string now_utc() {
   const std::time_t t = std::time(nullptr);
   char out[32];
@@ -45,19 +54,24 @@ nlohmann::json read_json(const fs::path& path) {
   return in ? nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
 }
 
+// What every results line of this session records about the machine and the build (the
+// line adds its threads and the load average when it started).
+nlohmann::json session_machine(GenerationBackend& backend) {
+  return {{"cpu", cpu_model()},        {"logical_cores", std::thread::hardware_concurrency()},
+          {"isa", matmul_isa_name()},  {"compiler", compiler_name()},
+          {"build_type", build_type()}, {"version", specula_version()},
+          {"gpu", backend.device_name()}};
+}
+
 // experiment.json, with this session appended to those of earlier runs into `dir`.
-void record_session(const fs::path& dir, const ExperimentConfig& config, GenerationBackend& backend) {
+void record_session(const fs::path& dir, const ExperimentConfig& config, const nlohmann::json& machine) {
   nlohmann::json record = read_json(dir / kExperiment);
   if (!record.is_object()) record = nlohmann::json::object();
   record["title"] = config.base.title;
   record["config"] = fs::absolute(config.file).string();
-  record["sessions"].push_back({{"started", now_utc()},
-                               {"version", specula_version()},
-                               {"machine",
-                                {{"cpu", cpu_model()},
-                                 {"logical_cores", std::thread::hardware_concurrency()},
-                                 {"threads", config.base.point.threads},
-                                 {"gpu", backend.device_name()}}}});
+  nlohmann::json m = machine;
+  m["threads"] = config.base.point.threads;
+  record["sessions"].push_back({{"started", now_utc()}, {"version", machine["version"]}, {"machine", m}});
   write_file(dir / kExperiment, record.dump(2) + "\n");
 }
 
@@ -67,10 +81,11 @@ std::string provenance(const nlohmann::json& record) {
   const nlohmann::json& last = record["sessions"].back();
   const nlohmann::json& m = last["machine"];
   const int threads = m.value("threads", 0);
-  return "Config `" + record.value("config", "") + "` · specula " + last.value("version", "unknown") + " · " +
-         m.value("cpu", "unknown") + ", " + std::to_string(m.value("logical_cores", 0)) + " logical cores, threads " +
-         (threads == 0 ? std::string("all") : std::to_string(threads)) + " · GPU " + m.value("gpu", "none") +
-         " · last session started " + last.value("started", "") + "\n";
+  return "Config `" + record.value("config", "") + "` · specula " + last.value("version", "unknown") + " (" +
+         m.value("compiler", "unknown") + ", " + m.value("build_type", "unknown") + ") · " + m.value("cpu", "unknown") +
+         ", " + std::to_string(m.value("logical_cores", 0)) + " logical cores, " + m.value("isa", "unknown") +
+         ", threads " + (threads == 0 ? std::string("default") : std::to_string(threads)) + " · GPU " +
+         m.value("gpu", "none") + " · last session started " + last.value("started", "") + "\n";
 }
 
 void plot(const fs::path& dir, std::ostream& log) {
@@ -108,6 +123,7 @@ void write_reports(const fs::path& dir, const std::vector<nlohmann::json>& lines
   }
   if (wanted("png")) plot(dir, log);  // from summary.csv, which load_config requires with png
   out << terminal_tables(summaries) << "\nResults in " << dir.string() << "\n";
+  log << sanity_warnings(summaries);
 }
 
 std::string duration(double seconds) {
@@ -183,23 +199,41 @@ int run_experiment(const std::string& config_path, GenerationBackend& backend, c
     fs::copy_file(config.file, dir / "config.toml", fs::copy_options::overwrite_existing);
   }
   write_file(dir / "config.resolved.toml", config.resolved_toml);
-  record_session(dir, config, backend);
+  const nlohmann::json machine = session_machine(backend);
+  record_session(dir, config, machine);
   if (existing.cut_line) log << "results.jsonl: dropped a last line cut short by a crash; it is redone\n";
 
   ResultsWriter writer((dir / kResults).string(), existing.complete_bytes);
   std::vector<nlohmann::json> lines = existing.lines;
   const std::size_t todo = plan.jobs.size() - done.size();
   std::size_t finished = 0;
+  std::set<int> warm;  // runs with a warm-up generation in this session
   const auto start = Clock::now();
   for (const Job& job : plan.jobs) {
     if (done.count(job.key)) continue;
+    if (interrupted()) {
+      log << "interrupted after " << done.size() + finished << " of " << plan.jobs.size()
+          << " jobs; rerun the same command to resume\n";
+      return kInterruptedExit;
+    }
     const PlannedRun& run = plan.runs[job.run];
     const Prompt& prompt = config.prompts[job.prompt];
-    const nlohmann::json result =
-        backend.generate(generate_options(run, prompt_ids[run.config.target][job.prompt], job.seed));
+    const GenerateOptions request = generate_options(run, prompt_ids[run.config.target][job.prompt], job.seed);
+    // Before a run's first timed job: one unrecorded generation (caches, pools, page faults).
+    if (warm.insert(job.run).second) backend.generate(request);
     nlohmann::json line = to_json(run.info);
+    nlohmann::json where = machine;
+    where["threads"] = backend.threads(request);
+    const std::array<double, 3> load = load_average();
+    where["load_average"] = load;
+    const double cpu_start = process_cpu_seconds();
+    const auto wall_start = Clock::now();
+    const nlohmann::json result = backend.generate(request);
+    // How much of the job's wall time the process had a CPU: below 1 per thread, others took it.
+    where["wall_s"] = std::chrono::duration<double>(Clock::now() - wall_start).count();
+    where["cpu_s"] = process_cpu_seconds() - cpu_start;
     line.update({{"key", job.key}, {"prompt_id", prompt.id}, {"prompt_index", job.prompt}, {"domain", prompt.domain},
-                 {"seed", job.seed}, {"repetition", job.repetition}, {"settings", run.settings}});
+                 {"seed", job.seed}, {"repetition", job.repetition}, {"settings", run.settings}, {"machine", where}});
     line.update(result);
     writer.append(line);
     lines.push_back(std::move(line));
@@ -210,7 +244,7 @@ int run_experiment(const std::string& config_path, GenerationBackend& backend, c
       char rate[32];
       std::snprintf(rate, sizeof rate, "%.1f", tps);
       log << "[" << finished << "/" << todo << "] " << run.info.label << " | " << prompt.id << " seed " << job.seed
-          << " rep " << job.repetition << " | " << rate << " tok/s | ETA "
+          << " rep " << job.repetition << " | " << rate << " tok/s | load " << load[0] << " | ETA "
           << duration(elapsed / finished * (todo - finished)) << "\n";
     }
   }

@@ -4,7 +4,8 @@
 // An output directory holds: config.toml (the config as given), config.resolved.toml
 // (every default filled in), experiment.json (title, config path, and per session the
 // start time, specula's version and the machine), results.jsonl (one line per run,
-// prompt, seed and repetition), summary.csv, summary.md and the plots (*.png).
+// prompt, seed and repetition, each with its machine record: CPU, ISA, compiler, build
+// type, version, threads, load average), summary.csv, summary.md and the plots (*.png).
 #pragma once
 
 #include <ostream>
@@ -23,8 +24,10 @@ struct RunOptions {
 // Loads and validates the config (a bad one throws SpeculaError before anything runs),
 // tokenizes the prompts and asks `backend` to validate every run, then runs every job
 // that results.jsonl in the output directory does not hold yet — so a rerun resumes —
-// appending one flushed line per job, and finally writes the summaries and plots and
-// prints the overview tables on `out`. Progress and warnings go to `log`. Returns 0.
+// appending one flushed line per job (each run's first job of the session after one
+// unrecorded warm-up generation), and finally writes the summaries and plots and prints
+// the overview tables on `out`. Progress and warnings (speedups above their bound) go to
+// `log`. Returns 0, or kInterruptedExit when interrupted() stopped it between two jobs.
 int run_experiment(const std::string& config_path, GenerationBackend& backend, const RunOptions& options,
                    std::ostream& out, std::ostream& log);
 

@@ -1,8 +1,10 @@
 #include "experiments/stats.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <random>
 
 namespace specula {
 namespace {
@@ -74,6 +76,69 @@ Interval geometric_mean_interval(const std::vector<double>& ratios, double level
   return {std::exp(mean), std::exp(mean - half_width), std::exp(mean + half_width)};
 }
 
+double median(std::vector<double> values) {
+  if (values.empty()) return std::numeric_limits<double>::quiet_NaN();
+  const std::size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + mid, values.end());
+  if (values.size() % 2 == 1) return values[mid];
+  return 0.5 * (values[mid] + *std::max_element(values.begin(), values.begin() + mid));
+}
+
+Interval bootstrap_ratio_interval(const std::vector<std::pair<double, double>>& units, double level, int resamples,
+                                  uint64_t seed) {
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  auto ratio = [](double num, double den) { return den > 0 ? num / den : nan; };
+  double num = 0, den = 0;
+  for (const auto& [n, d] : units) num += n, den += d;
+  Interval out{ratio(num, den), nan, nan};
+  if (units.size() < 2) return out;
+  std::mt19937_64 rng(seed);  // fully specified by the standard; the modulo below is too
+  std::vector<double> ratios;
+  ratios.reserve(static_cast<std::size_t>(resamples));
+  for (int b = 0; b < resamples; ++b) {
+    double n = 0, d = 0;
+    for (std::size_t i = 0; i < units.size(); ++i) {
+      const auto& unit = units[rng() % units.size()];
+      n += unit.first;
+      d += unit.second;
+    }
+    if (d > 0) ratios.push_back(n / d);
+  }
+  if (ratios.empty()) return out;
+  std::sort(ratios.begin(), ratios.end());
+  auto quantile = [&](double q) {  // linear interpolation between order statistics
+    const double at = q * static_cast<double>(ratios.size() - 1);
+    const std::size_t lo = static_cast<std::size_t>(at);
+    const std::size_t hi = std::min(lo + 1, ratios.size() - 1);
+    return ratios[lo] + (at - static_cast<double>(lo)) * (ratios[hi] - ratios[lo]);
+  };
+  out.low = quantile(0.5 - level / 2);
+  out.high = quantile(0.5 + level / 2);
+  return out;
+}
+
+std::vector<double> conditional_acceptance(const std::vector<double>& reached, double rounds) {
+  std::vector<double> out;
+  double before = rounds;
+  for (double r : reached) {
+    out.push_back(before > 0 ? r / before : std::numeric_limits<double>::quiet_NaN());
+    before = r;
+  }
+  return out;
+}
+
+std::vector<double> accepted_histogram(const std::vector<double>& reached, double rounds) {
+  std::vector<double> out;
+  if (rounds <= 0) return out;
+  double before = rounds;
+  for (double r : reached) {
+    out.push_back((before - r) / rounds);
+    before = r;
+  }
+  out.push_back(before / rounds);
+  return out;
+}
+
 double chain_acceptance_mle(double accepted, double rejecting_rounds) {
   return accepted + rejecting_rounds > 0 ? accepted / (accepted + rejecting_rounds)
                                          : std::numeric_limits<double>::quiet_NaN();
@@ -88,5 +153,7 @@ double expected_tokens_per_round(double alpha, int gamma) {
 double leviathan_speedup(double alpha, int gamma, double cost_ratio) {
   return expected_tokens_per_round(alpha, gamma) / (gamma * cost_ratio + 1);
 }
+
+double speedup_bound(double tau, double draft_step_ratio) { return tau / (1 + draft_step_ratio); }
 
 }  // namespace specula

@@ -1,6 +1,7 @@
 #include "experiments/summary.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -29,35 +30,64 @@ PairKey pair_of(const nlohmann::json& line) {
   return {line.at("prompt_id").get<std::string>(), line.at("seed").get<uint64_t>()};
 }
 
-// Mean decode tokens/s of each (prompt, seed) over the repetitions in `lines`.
-std::map<PairKey, double> pair_means(const std::vector<const nlohmann::json*>& lines) {
-  std::map<PairKey, std::pair<double, int>> sums;
+// Tokens per second of the whole request, prefill included.
+double e2e_tokens_per_s(const nlohmann::json& line) {
+  const double time = stat(line, "time_s");
+  return time > 0 ? stat(line, "new_tokens") / time : 0.0;
+}
+
+// One (prompt, seed) of a run: the medians over its repetitions and their job keys.
+struct PairTiming {
+  double decode = 0;  // decode tokens/s
+  double e2e = 0;     // end-to-end tokens/s
+  std::vector<std::string> keys;
+};
+using Timings = std::map<PairKey, PairTiming>;
+
+Timings pair_timings(const std::vector<const nlohmann::json*>& lines) {
+  std::map<PairKey, std::pair<std::vector<double>, std::vector<double>>> samples;
+  Timings out;
   for (const nlohmann::json* l : lines) {
-    auto& [sum, n] = sums[pair_of(*l)];
-    sum += stat(*l, "decode_tokens_per_s");
-    ++n;
+    auto& [decode, e2e] = samples[pair_of(*l)];
+    decode.push_back(stat(*l, "decode_tokens_per_s"));
+    e2e.push_back(e2e_tokens_per_s(*l));
+    out[pair_of(*l)].keys.push_back(l->at("key").get<std::string>());
   }
-  std::map<PairKey, double> means;
-  for (const auto& [key, s] : sums) means[key] = s.first / s.second;
-  return means;
+  for (auto& [key, t] : out) {
+    t.decode = median(samples[key].first);
+    t.e2e = median(samples[key].second);
+  }
+  return out;
 }
 
 RunSummary summarize_group(const RunInfo& run, const std::string& domain, const std::vector<const nlohmann::json*>& lines,
-                           const std::map<PairKey, double>* baseline) {
+                           const Timings* baseline) {
   RunSummary s;
   s.run = run;
+  s.settings = lines.front()->value("settings", nlohmann::json::object());
   s.domain = domain;
   s.lines = static_cast<int>(lines.size());
-  double drafted = 0, accepted = 0, rounds = 0, tau_sum = 0, full_rounds = 0, tokens_per_s = 0;
+  double drafted = 0, accepted = 0, rounds = 0, tau_sum = 0, full_rounds = 0;
   double draft_s = 0, verify_s = 0, sample_s = 0, commit_s = 0, decode_time = 0;  // decode: after prefill
   std::vector<double> reached;  // rounds whose accepted path reached depth d + 1
+  std::map<PairKey, std::array<double, 4>> units;  // accepted, drafted, τ·rounds, rounds
+  double cpu_s = 0, thread_wall_s = 0;
   for (const nlohmann::json* l : lines) {
+    const nlohmann::json machine = l->value("machine", nlohmann::json::object());
+    if (machine.contains("cpu_s") && machine.contains("wall_s")) {
+      cpu_s += machine["cpu_s"].get<double>();
+      thread_wall_s += machine["wall_s"].get<double>() * std::max(1, machine.value("threads", 1));
+    }
     const double steps = stat(*l, "steps");
     drafted += stat(*l, "drafted");
     accepted += stat(*l, "accepted");
     rounds += steps;
     tau_sum += stat(*l, "mean_accepted_tokens") * steps;
-    tokens_per_s += stat(*l, "decode_tokens_per_s");
+    std::array<double, 4>& unit = units[pair_of(*l)];
+    unit[0] += stat(*l, "accepted");
+    unit[1] += stat(*l, "drafted");
+    unit[2] += stat(*l, "mean_accepted_tokens") * steps;
+    unit[3] += steps;
     if (const nlohmann::json* b = time_breakdown(*l)) {
       const double rate = stat(*l, "decode_tokens_per_s");
       if (rate > 0) decode_time += stat(*l, "new_tokens") / rate;
@@ -66,42 +96,88 @@ RunSummary summarize_group(const RunInfo& run, const std::string& domain, const 
       sample_s += b->value("sample_verify_s", 0.0);
       commit_s += b->value("commit_s", 0.0);
     }
+    // The engine reports shares of its rounds; shares × steps are the counts (rounded off
+    // the division's last bit).
     const nlohmann::json per_depth = l->at("stats").value("accepted_per_depth", nlohmann::json::array());
     if (reached.size() < per_depth.size()) reached.resize(per_depth.size(), 0.0);
-    for (std::size_t d = 0; d < per_depth.size(); ++d) reached[d] += per_depth[d].get<double>() * steps;
+    for (std::size_t d = 0; d < per_depth.size(); ++d) reached[d] += std::round(per_depth[d].get<double>() * steps);
     if (run.gamma > 0 && per_depth.size() >= static_cast<std::size_t>(run.gamma)) {
-      full_rounds += per_depth[run.gamma - 1].get<double>() * steps;
+      full_rounds += std::round(per_depth[run.gamma - 1].get<double>() * steps);
     }
   }
   const bool drafts = drafted > 0;
+  s.units = static_cast<int>(units.size());
+  std::vector<std::pair<double, double>> acceptance_units, tau_units;
+  for (const auto& [key, u] : units) {
+    acceptance_units.emplace_back(u[0], u[1]);
+    tau_units.emplace_back(u[2], u[3]);
+  }
   s.acceptance_rate = drafts ? accepted / drafted : kNaN;
-  s.alpha = drafts && run.shape == "chain" ? chain_acceptance_mle(accepted, rounds - full_rounds) : kNaN;
   s.tau = drafts && rounds > 0 ? tau_sum / rounds : kNaN;
+  s.acceptance_interval = {s.acceptance_rate, kNaN, kNaN};
+  s.tau_interval = {s.tau, kNaN, kNaN};
+  if (drafts && s.units >= kMinPairsForInterval) {
+    s.acceptance_interval = bootstrap_ratio_interval(acceptance_units);
+    s.tau_interval = bootstrap_ratio_interval(tau_units);
+  }
+  s.alpha = drafts && run.shape == "chain" ? chain_acceptance_mle(accepted, rounds - full_rounds) : kNaN;
   for (double r : reached) s.depth_acceptance.push_back(rounds > 0 ? r / rounds : kNaN);
-  s.tokens_per_s = lines.empty() ? kNaN : tokens_per_s / lines.size();
+  s.depth_conditional = conditional_acceptance(reached, rounds);
+  if (drafts) s.accepted_histogram = accepted_histogram(reached, rounds);
+  s.cpu_share = thread_wall_s > 0 ? cpu_s / thread_wall_s : kNaN;
   s.draft_share = decode_time > 0 ? draft_s / decode_time : kNaN;
   s.verify_share = decode_time > 0 ? verify_s / decode_time : kNaN;
   s.sample_share = decode_time > 0 ? sample_s / decode_time : kNaN;
   s.commit_share = decode_time > 0 ? commit_s / decode_time : kNaN;
 
-  std::vector<double> ratios;
+  const Timings own = pair_timings(lines);
+  double decode_sum = 0, e2e_sum = 0;
+  for (const auto& [key, t] : own) decode_sum += t.decode, e2e_sum += t.e2e;
+  s.tokens_per_s = own.empty() ? kNaN : decode_sum / own.size();
+  s.e2e_tokens_per_s = own.empty() ? kNaN : e2e_sum / own.size();
+
+  struct Ratio {
+    double decode, e2e;
+    const PairTiming *own, *baseline;
+  };
+  std::vector<Ratio> ratios;
   double baseline_sum = 0;
   if (baseline) {
-    for (const auto& [key, tps] : pair_means(lines)) {
+    for (const auto& [key, t] : own) {
       const auto it = baseline->find(key);
-      if (it == baseline->end() || it->second <= 0 || tps <= 0) continue;
-      ratios.push_back(tps / it->second);
-      baseline_sum += it->second;
+      if (it == baseline->end() || it->second.decode <= 0 || t.decode <= 0) continue;
+      const bool timed = it->second.e2e > 0 && t.e2e > 0;  // lines without time_s have no end-to-end rate
+      ratios.push_back({t.decode / it->second.decode, timed ? t.e2e / it->second.e2e : kNaN, &t, &it->second});
+      baseline_sum += it->second.decode;
     }
+  }
+  std::vector<double> decode_ratios, e2e_ratios;
+  for (const Ratio& r : ratios) {
+    decode_ratios.push_back(r.decode);
+    if (std::isfinite(r.e2e)) e2e_ratios.push_back(r.e2e);
   }
   s.pairs = static_cast<int>(ratios.size());
   s.baseline_tokens_per_s = ratios.empty() ? kNaN : baseline_sum / ratios.size();
-  s.speedup = geometric_mean_interval(ratios);
+  s.speedup = geometric_mean_interval(decode_ratios);
+  s.e2e_speedup = geometric_mean_interval(e2e_ratios);
   // Seconds per drafted token over seconds per token of the target decoding alone.
   s.cost_ratio = drafts && !ratios.empty() ? draft_s / drafted * s.baseline_tokens_per_s : kNaN;
   s.predicted_speedup = std::isfinite(s.alpha) && std::isfinite(s.cost_ratio)
                             ? leviathan_speedup(s.alpha, run.gamma, s.cost_ratio)
                             : kNaN;
+  s.bound = std::isfinite(s.tau) && !ratios.empty() && rounds > 0
+                ? speedup_bound(s.tau, draft_s / rounds * s.baseline_tokens_per_s)
+                : kNaN;
+  // Decode only: the prefill, the same work in both runs, moves the end-to-end ratio towards
+  // 1, which may lie above a bound below 1.
+  if (s.speedup.estimate > s.bound) {
+    for (const Ratio& r : ratios) {
+      if (r.decode <= s.bound) continue;
+      for (const PairTiming* t : {r.own, r.baseline}) {
+        s.suspect_jobs.insert(s.suspect_jobs.end(), t->keys.begin(), t->keys.end());
+      }
+    }
+  }
   return s;
 }
 
@@ -131,13 +207,13 @@ std::vector<RunSummary> summarize(const std::vector<nlohmann::json>& lines) {
   for (const auto& [id, g] : runs) ordered.push_back(&g);
   std::sort(ordered.begin(), ordered.end(), [](const Group* a, const Group* b) { return a->info.index < b->info.index; });
 
-  std::map<std::string, std::map<PairKey, double>> means;  // run id -> pair means
-  for (const auto& [id, g] : runs) means[id] = pair_means(g.lines);
+  std::map<std::string, Timings> timings;  // run id -> its pairs
+  for (const auto& [id, g] : runs) timings[id] = pair_timings(g.lines);
 
   std::vector<RunSummary> out;
   for (const Group* g : ordered) {
-    const auto b = means.find(g->info.baseline);
-    const std::map<PairKey, double>* baseline = b == means.end() ? nullptr : &b->second;
+    const auto b = timings.find(g->info.baseline);
+    const Timings* baseline = b == timings.end() ? nullptr : &b->second;
     out.push_back(summarize_group(g->info, "all", g->lines, baseline));
     for (const std::string& domain : domains) {
       std::vector<const nlohmann::json*> in_domain;

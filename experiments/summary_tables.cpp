@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <map>
 
@@ -19,10 +20,24 @@ std::string format(double v, const char* spec, const char* missing = "—") {
   return out;
 }
 
-std::string speedup_cell(const Interval& s) {
-  if (!std::isfinite(s.estimate)) return "—";
-  std::string out = format(s.estimate, "%.2f×");
-  if (std::isfinite(s.low)) out += " [" + format(s.low, "%.2f") + ", " + format(s.high, "%.2f") + "]";
+// "1.31× [1.02, 1.69]"; "1.31× (3 pairs, no CI)" below kMinPairsForInterval pairs; "⚠" after
+// the decode speedup when it exceeds the bound τ and c allow.
+std::string speedup_cell(const Interval& speedup, const RunSummary& s) {
+  if (!std::isfinite(speedup.estimate)) return "—";
+  std::string out = format(speedup.estimate, "%.2f×");
+  if (!s.interval_shown()) {
+    out += " (" + std::to_string(s.pairs) + (s.pairs == 1 ? " pair" : " pairs") + ", no CI)";
+  } else if (std::isfinite(speedup.low)) {
+    out += " [" + format(speedup.low, "%.2f") + ", " + format(speedup.high, "%.2f") + "]";
+  }
+  if (&speedup == &s.speedup && s.above_bound()) out += " ⚠";
+  return out;
+}
+
+// A figure with its bootstrap interval when there is one: "2.18 [2.01, 2.35]".
+std::string with_interval(const Interval& i, const char* spec) {
+  std::string out = format(i.estimate, spec);
+  if (std::isfinite(i.low)) out += " [" + format(i.low, spec) + ", " + format(i.high, spec) + "]";
   return out;
 }
 
@@ -64,23 +79,27 @@ std::string overview(const std::vector<RunSummary>& summaries) {
   std::vector<Row> rows;
   for (const RunSummary& s : summaries) {
     if (s.domain != "all") continue;
-    rows.push_back({s.run.label, std::to_string(s.lines), format(s.acceptance_rate, "%.3f"), format(s.tau, "%.2f"),
-                    format(s.tokens_per_s, "%.1f"), speedup_cell(s.speedup), format(s.predicted_speedup, "%.2f×"),
-                    format(s.cost_ratio, "%.3f"), time_cell(s)});
+    rows.push_back({s.run.label, std::to_string(s.lines), with_interval(s.acceptance_interval, "%.3f"),
+                    with_interval(s.tau_interval, "%.2f"), format(s.tokens_per_s, "%.1f"), speedup_cell(s.speedup, s),
+                    speedup_cell(s.e2e_speedup, s), format(s.predicted_speedup, "%.2f×"), format(s.bound, "%.2f×"),
+                    format(s.cost_ratio, "%.3f"), format(s.cpu_share, "%.2f"), time_cell(s)});
   }
-  return markdown_table({"run", "n", "acc. rate", "τ", "tok/s", "speedup [95% CI]", "predicted", "c",
-                         "decode time: draft / verify / sample / commit"},
+  return markdown_table({"run", "n", "acc. rate", "τ", "decode tok/s", "speedup decode", "speedup end-to-end",
+                         "predicted", "bound", "c", "CPU share", "decode time: draft / verify / sample / commit"},
                         rows);
 }
 
 std::string per_domain(const std::vector<RunSummary>& summaries) {
   std::vector<Row> rows;
   for (const RunSummary& s : summaries) {
-    rows.push_back({s.run.label, s.domain, std::to_string(s.lines), format(s.acceptance_rate, "%.3f"),
-                    format(s.alpha, "%.3f"), format(s.tau, "%.2f"), format(s.tokens_per_s, "%.1f"),
-                    speedup_cell(s.speedup), format(s.predicted_speedup, "%.2f×")});
+    rows.push_back({s.run.label, s.domain, std::to_string(s.lines), with_interval(s.acceptance_interval, "%.3f"),
+                    format(s.alpha, "%.3f"), with_interval(s.tau_interval, "%.2f"), format(s.tokens_per_s, "%.1f"),
+                    speedup_cell(s.speedup, s), speedup_cell(s.e2e_speedup, s), format(s.predicted_speedup, "%.2f×"),
+                    format(s.bound, "%.2f×")});
   }
-  return markdown_table({"run", "domain", "n", "acc. rate", "α", "τ", "tok/s", "speedup [95% CI]", "predicted"}, rows);
+  return markdown_table({"run", "domain", "n", "acc. rate", "α", "τ", "decode tok/s", "speedup decode",
+                         "speedup end-to-end", "predicted", "bound"},
+                        rows);
 }
 
 std::size_t max_depth(const std::vector<RunSummary>& summaries) {
@@ -89,17 +108,19 @@ std::size_t max_depth(const std::vector<RunSummary>& summaries) {
   return depth;
 }
 
-std::string per_depth(const std::vector<RunSummary>& summaries) {
-  const std::size_t depth = max_depth(summaries);
+// One row per speculative run (all domains) of `values(s)`, columns `prefix`<first>..;
+// `first` is 1 for depths and 0 for accepted-token counts.
+std::string per_depth(const std::vector<RunSummary>& summaries, const std::vector<double> RunSummary::*values,
+                      const std::string& prefix, std::size_t first) {
+  std::size_t columns = 0;
+  for (const RunSummary& s : summaries) columns = std::max(columns, (s.*values).size());
   Row header = {"run"};
-  for (std::size_t d = 1; d <= depth; ++d) header.push_back(std::string("d").append(std::to_string(d)));
+  for (std::size_t c = 0; c < columns; ++c) header.push_back(prefix + std::to_string(c + first));
   std::vector<Row> rows;
   for (const RunSummary& s : summaries) {
     if (s.domain != "all" || !drafts(s)) continue;
     Row r = {s.run.label};
-    for (std::size_t d = 0; d < depth; ++d) {
-      r.push_back(d < s.depth_acceptance.size() ? format(s.depth_acceptance[d], "%.3f") : "");
-    }
+    for (std::size_t c = 0; c < columns; ++c) r.push_back(c < (s.*values).size() ? format((s.*values)[c], "%.3f") : "");
     rows.push_back(std::move(r));
   }
   return markdown_table(header, rows);
@@ -155,7 +176,7 @@ std::string sampler_comparison(const std::vector<RunSummary>& summaries) {
         }
         const RunSummary& s = *it->second;
         baseline = s.run.baseline;
-        row.push_back(speedup_cell(s.speedup) + " · acc " + format(s.acceptance_rate, "%.2f") + " · τ " + format(s.tau, "%.2f"));
+        row.push_back(speedup_cell(s.speedup, s) + " · acc " + format(s.acceptance_rate, "%.2f") + " · τ " + format(s.tau, "%.2f"));
       }
       const RunSummary* alone = target_only(strategy, baseline);
       row.insert(row.begin() + 1, alone ? format(alone->tokens_per_s, "%.1f") : "—");
@@ -180,6 +201,23 @@ struct CsvColumn {
 
 std::string g(double v) { return format(v, "%.6g", ""); }
 
+// A sampling parameter of the run's settings, "" for the strategies it does not apply to;
+// greedy decoding is temperature 0.
+std::string sampler_field(const RunSummary& s, const char* key) {
+  const nlohmann::json sampling = s.settings.value("sampling", nlohmann::json::object());
+  const std::string strategy = sampling.value("strategy", "");
+  const std::string k = key;
+  if (k == "temperature" && strategy == "greedy") return "0";
+  const bool applies = strategy == "sample" ? (k == "temperature" || k == "top_k" || k == "top_p" || k == "min_p")
+                                            : strategy == "beam" && (k == "beam_width" || k == "length_penalty");
+  if (!applies || !sampling.contains(k)) return "";
+  return sampling[k].is_number_integer() ? std::to_string(sampling[k].get<long>()) : g(sampling[k].get<double>());
+}
+
+std::string target_name(const RunSummary& s) {
+  return std::filesystem::path(s.settings.value("target", "")).filename().string();
+}
+
 const std::vector<CsvColumn>& csv_columns() {
   static const std::vector<CsvColumn> columns = {
       {"run_index", [](const RunSummary& s) { return std::to_string(s.run.index); }},
@@ -194,19 +232,39 @@ const std::vector<CsvColumn>& csv_columns() {
       {"nodes", [](const RunSummary& s) { return std::to_string(s.run.nodes); }},
       {"variant", [](const RunSummary& s) { return s.run.variant; }},
       {"strategy", [](const RunSummary& s) { return s.run.strategy; }},
+      {"sampler", [](const RunSummary& s) { return s.settings.value("sampling", nlohmann::json::object()).value("strategy", ""); }},
+      {"temperature", [](const RunSummary& s) { return sampler_field(s, "temperature"); }},
+      {"top_k", [](const RunSummary& s) { return sampler_field(s, "top_k"); }},
+      {"top_p", [](const RunSummary& s) { return sampler_field(s, "top_p"); }},
+      {"min_p", [](const RunSummary& s) { return sampler_field(s, "min_p"); }},
+      {"beam_width", [](const RunSummary& s) { return sampler_field(s, "beam_width"); }},
+      {"length_penalty", [](const RunSummary& s) { return sampler_field(s, "length_penalty"); }},
+      {"target", target_name},
       {"domain", [](const RunSummary& s) { return s.domain; }},
       {"lines", [](const RunSummary& s) { return std::to_string(s.lines); }},
+      {"units", [](const RunSummary& s) { return std::to_string(s.units); }},
       {"pairs", [](const RunSummary& s) { return std::to_string(s.pairs); }},
       {"acceptance_rate", [](const RunSummary& s) { return g(s.acceptance_rate); }},
+      {"acceptance_ci_low", [](const RunSummary& s) { return g(s.acceptance_interval.low); }},
+      {"acceptance_ci_high", [](const RunSummary& s) { return g(s.acceptance_interval.high); }},
       {"alpha", [](const RunSummary& s) { return g(s.alpha); }},
       {"tau", [](const RunSummary& s) { return g(s.tau); }},
+      {"tau_ci_low", [](const RunSummary& s) { return g(s.tau_interval.low); }},
+      {"tau_ci_high", [](const RunSummary& s) { return g(s.tau_interval.high); }},
       {"tokens_per_s", [](const RunSummary& s) { return g(s.tokens_per_s); }},
+      {"e2e_tokens_per_s", [](const RunSummary& s) { return g(s.e2e_tokens_per_s); }},
       {"baseline_tokens_per_s", [](const RunSummary& s) { return g(s.baseline_tokens_per_s); }},
       {"speedup", [](const RunSummary& s) { return g(s.speedup.estimate); }},
-      {"speedup_ci_low", [](const RunSummary& s) { return g(s.speedup.low); }},
-      {"speedup_ci_high", [](const RunSummary& s) { return g(s.speedup.high); }},
+      {"speedup_ci_low", [](const RunSummary& s) { return s.interval_shown() ? g(s.speedup.low) : ""; }},
+      {"speedup_ci_high", [](const RunSummary& s) { return s.interval_shown() ? g(s.speedup.high) : ""; }},
+      {"e2e_speedup", [](const RunSummary& s) { return g(s.e2e_speedup.estimate); }},
+      {"e2e_speedup_ci_low", [](const RunSummary& s) { return s.interval_shown() ? g(s.e2e_speedup.low) : ""; }},
+      {"e2e_speedup_ci_high", [](const RunSummary& s) { return s.interval_shown() ? g(s.e2e_speedup.high) : ""; }},
       {"cost_ratio", [](const RunSummary& s) { return g(s.cost_ratio); }},
       {"predicted_speedup", [](const RunSummary& s) { return g(s.predicted_speedup); }},
+      {"speedup_bound", [](const RunSummary& s) { return g(s.bound); }},
+      {"above_bound", [](const RunSummary& s) { return std::string(s.above_bound() ? "1" : "0"); }},
+      {"cpu_share", [](const RunSummary& s) { return g(s.cpu_share); }},
       {"draft_share", [](const RunSummary& s) { return g(s.draft_share); }},
       {"verify_share", [](const RunSummary& s) { return g(s.verify_share); }},
       {"sample_share", [](const RunSummary& s) { return g(s.sample_share); }},
@@ -217,25 +275,42 @@ const std::vector<CsvColumn>& csv_columns() {
 
 const char* kDefinitions = R"(## How these figures are computed
 
-Sums run over the results lines of a row; rounds are verification steps (stats.steps).
+Sums run over the results lines of a row; rounds are verification steps (stats.steps); a
+pair is one (prompt, seed), whose repetitions are reduced to their median tokens/s.
 
-- **acc. rate**: accepted / drafted draft tokens.
+- **acc. rate**: accepted / drafted draft tokens, with a 95% percentile bootstrap interval
+  (2000 resamples of the row's pairs, seeded: the same results give the same interval).
 - **α** (chains): per-token acceptance under the i.i.d. model of Leviathan et al., by maximum
   likelihood: accepted / (accepted + rounds ending in a rejection), where the rounds
   without a rejection are those whose accepted path reached depth γ.
 - **τ**: mean tokens emitted per round (accepted + bonus; mean_accepted_tokens), pooled
-  over rounds.
-- **acceptance per depth d**: rounds whose accepted path reached depth d / all rounds.
-- **tok/s**: mean decode tokens/s of the lines. **speedup**: for each (prompt, seed), the
-  mean tokens/s over repetitions divided by the target-alone baseline's (same sampler,
-  prompt, seed); the geometric mean of these ratios, with a 95% Student-t interval on
-  their logarithms (exp(m ± t₀.₉₇₅,ₙ₋₁ · s/√n)), so the interval covers prompts and seeds.
+  over rounds, with its bootstrap interval like the acceptance rate's.
+- **acceptance per depth d**: rounds whose accepted path reached depth d / all rounds;
+  **given d − 1**: rounds that reached depth d / rounds that reached depth d − 1.
+- **accepted draft tokens per round k**: share of the rounds whose accepted path has exactly
+  k tokens (from the same counts: reached k − reached k + 1).
+- **decode tok/s**: the mean over pairs of the median decode tokens/s (the target alone: one
+  decode step per token; prefill left out).
+- **speedup decode**: for each pair, the median decode tokens/s over repetitions divided by
+  the target-alone baseline's (same sampler, prompt, seed); the geometric mean of these
+  ratios, with a 95% Student-t interval on their logarithms (exp(m ± t₀.₉₇₅,ₙ₋₁ · s/√n)), so
+  the interval covers prompts and seeds. Rows with fewer than 5 pairs give no interval.
+- **speedup end-to-end**: the same of new_tokens / time_s, whose time includes the prefill
+  of the target and of the draft model (what Spec-Bench reports).
 - **c**: the measured cost ratio, drafting time per drafted token (Σ draft_s / Σ drafted)
   over the time of one target decode step (1 / the baseline's tokens/s).
 - **predicted** (chains): Leviathan et al. (2023), Theorem 3.8,
   (1 − α^(γ+1)) / ((1 − α)(γc + 1)), from the measured α and c.
-- **time**: shares of the total generation time spent drafting, in the target's
-  verification forward, sampling and verifying, and committing the KV cache.
+- **bound**: the most a run emitting τ tokens per round can gain when a round costs at
+  least its drafting and one target decode step: τ / (1 + (Σ draft_s / Σ rounds) · baseline
+  tok/s), Leviathan's τ / (γc + 1) for a chain; a decode speedup above it (⚠) is a timing
+  artefact. (The end-to-end speedup is not held to it: the prefill, the same in both runs,
+  pulls that ratio towards 1.)
+- **CPU share**: CPU seconds of the jobs / (their wall seconds × threads), from each results
+  line's machine record: 1.00 when every thread had a core to itself; lower when other work
+  took the CPU during the jobs, whose timings then say more about that work than about the run.
+- **time**: shares of the decode time spent drafting, in the target's verification
+  forward, sampling and verifying, and committing the KV cache.
 )";
 
 }  // namespace
@@ -253,13 +328,24 @@ void write_summary_csv(const std::vector<RunSummary>& summaries, std::ostream& o
   Row header;
   for (const CsvColumn& c : csv_columns()) header.push_back(c.name);
   for (const std::string& a : axes) header.push_back("sweep." + a);
-  for (std::size_t d = 1; d <= depth; ++d) header.push_back("acc_depth_" + std::to_string(d));
+  const std::pair<const char*, const std::vector<double> RunSummary::*> lists[] = {
+      {"acc_depth_", &RunSummary::depth_acceptance},
+      {"cond_depth_", &RunSummary::depth_conditional},
+      {"accepted_", &RunSummary::accepted_histogram}};
+  for (const auto& [prefix, values] : lists) {
+    const bool histogram = values == &RunSummary::accepted_histogram;  // 0 .. depth accepted tokens
+    for (std::size_t d = histogram ? 0 : 1; d <= depth; ++d) header.push_back(prefix + std::to_string(d));
+  }
   write_row(header);
   for (const RunSummary& s : summaries) {
     Row row;
     for (const CsvColumn& c : csv_columns()) row.push_back(c.value(s));
     for (const std::string& a : axes) row.push_back(s.run.coords.value(a, ""));
-    for (std::size_t d = 0; d < depth; ++d) row.push_back(d < s.depth_acceptance.size() ? g(s.depth_acceptance[d]) : "");
+    for (const auto& [prefix, values] : lists) {
+      const std::vector<double>& v = s.*values;
+      const std::size_t columns = values == &RunSummary::accepted_histogram ? depth + 1 : depth;
+      for (std::size_t d = 0; d < columns; ++d) row.push_back(d < v.size() ? g(v[d]) : "");
+    }
     write_row(row);
   }
 }
@@ -269,14 +355,41 @@ void write_summary_markdown(const std::vector<RunSummary>& summaries, const std:
   out << "# " << (title.empty() ? "Experiment results" : title) << "\n\n" << header << "\n";
   out << "## Overview (all domains)\n\n" << overview(summaries) << "\n";
   out << "## Per domain\n\n" << per_domain(summaries) << "\n";
-  if (max_depth(summaries) > 0) out << "## Acceptance per depth (all domains)\n\n" << per_depth(summaries) << "\n";
+  if (max_depth(summaries) > 0) {
+    out << "## Acceptance per depth (all domains)\n\nRounds whose accepted path reached depth d, of all rounds:\n\n"
+        << per_depth(summaries, &RunSummary::depth_acceptance, "d", 1)
+        << "\nGiven that it reached depth d − 1, P(accept d | reached d − 1):\n\n"
+        << per_depth(summaries, &RunSummary::depth_conditional, "d", 1)
+        << "\n## Accepted draft tokens per round (all domains)\n\nShare of the rounds that accepted exactly k draft "
+           "tokens:\n\n"
+        << per_depth(summaries, &RunSummary::accepted_histogram, "k=", 0) << "\n";
+  }
   const std::string samplers = sampler_comparison(summaries);
   if (!samplers.empty()) {
     out << "## Sampler comparison\n\nSpeedup over the target alone [95% CI] · acceptance rate · τ; "
            "strategies as rows, drafters as columns.\n\n"
         << samplers;
   }
+  const std::string warnings = sanity_warnings(summaries);
+  if (!warnings.empty()) {
+    out << "## Above the bound\n\nThese cells measured a decode speedup their τ and c do not allow (⚠ in the tables): a "
+           "timing disturbed by other work, most often the baseline's. Their jobs, to rerun (delete their lines from "
+           "results.jsonl and rerun the config):\n\n```\n"
+        << warnings << "```\n\n";
+  }
   out << kDefinitions;
+}
+
+std::string sanity_warnings(const std::vector<RunSummary>& summaries) {
+  std::string out;
+  for (const RunSummary& s : summaries) {
+    if (!s.above_bound()) continue;
+    out += "warning: " + s.run.label + " (" + s.domain + "): decode speedup " + format(s.speedup.estimate, "%.2f×") +
+           " exceeds the bound " + format(s.bound, "%.2f×") + " its τ " + format(s.tau, "%.2f") + " and c allow; jobs:";
+    for (const std::string& key : s.suspect_jobs) out += " " + key;
+    out += "\n";
+  }
+  return out;
 }
 
 std::string terminal_tables(const std::vector<RunSummary>& summaries) {

@@ -1,12 +1,19 @@
-// `specula generate`, `specula make-checkpoint` and `specula tokenize` from the outside: the built binary is run
-// as a user would run it. Bad input (missing model folder, corrupt config, a prompt longer
-// than max_position_embeddings, an unknown flag, bad --prompt-ids, a bad checkpoint request)
-// exits with a non-zero status (not a signal) and one clear line on stderr naming what is
-// wrong; good input prints the documented JSON object.
+// `specula generate`, `specula run`, `specula make-checkpoint` and `specula tokenize` from the
+// outside: the built binary is run as a user would run it. Bad input (missing model folder,
+// corrupt config, a prompt longer than max_position_embeddings, an unknown flag, bad
+// --prompt-ids, a bad checkpoint request, option combinations no request can run with) exits
+// with a non-zero status (not a signal) and one clear line on stderr naming what is wrong;
+// good input prints the documented JSON object, or the text with one stats line on stderr;
+// SIGINT stops `specula run` between jobs with status 130 and the rerun completes the
+// uninterrupted results.
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <thread>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +30,7 @@ namespace fs = std::filesystem;
 
 using test::Outcome;
 using test::run_specula;
+using test::slurp;
 
 // The error output is exactly one non-empty line.
 bool one_line(const std::string& err) {
@@ -64,6 +72,82 @@ TEST_CASE("cli: generate --json prints ids, text and stats", "[engine][cli]") {
   CHECK(j.at("stats").at("prompt_tokens") == 3);
   CHECK(j.at("stats").at("kv").at("block_size") == 16);
   CHECK(j.at("stats").at("kv").at("blocks_in_use_at_end") == 0);
+}
+
+TEST_CASE("cli: generate in text mode separates samples and ends with a stats line on stderr", "[engine][cli]") {
+  const Outcome o = run_specula("generate --model '" + kModel + "' --draft '" + kModel +
+                                "' --gamma 2 --prompt-ids 1,265,4027 --max-new-tokens 6 --num-samples 2 --sampler sample");
+  REQUIRE(o.exited);
+  REQUIRE(o.status == 0);
+  CHECK_THAT(o.out, Catch::StartsWith("--- sample 1 ---\n"));
+  CHECK_THAT(o.out, Catch::Contains("\n--- sample 2 ---\n"));
+  INFO("stderr: " << o.err);
+  CHECK(one_line(o.err));
+  CHECK_THAT(o.err, Catch::StartsWith("12 tokens · prefill "));
+  for (const char* piece : {" tok/s · decode ", " tok/s · ", " s · τ ", " · acceptance "}) CHECK_THAT(o.err, Catch::Contains(piece));
+  const Outcome plain = run_specula("generate --model '" + kModel + "' --prompt-ids 1,265 --max-new-tokens 3");
+  CHECK_THAT(plain.out, !Catch::Contains("--- sample"));
+  CHECK_THAT(plain.err, Catch::StartsWith("3 tokens · prefill "));
+  CHECK_THAT(plain.err, !Catch::Contains("τ"));
+}
+
+// Lines of `path` without their machine record and timings: what an uninterrupted run
+// gives again (keys, settings, tokens, acceptance).
+std::vector<nlohmann::json> stable_lines(const fs::path& path) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(slurp(path));
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    j.erase("machine");
+    nlohmann::json& stats = j["stats"];
+    for (const char* timing : {"time_s", "prefill_tokens_per_s", "decode_tokens_per_s", "time_breakdown"}) stats.erase(timing);
+    lines.push_back(std::move(j));
+  }
+  return lines;
+}
+
+TEST_CASE("cli: SIGINT during specula run exits 130 between jobs, and the rerun completes the results",
+          "[experiments][cli]") {
+  const test::TempDir dir;
+  const std::string config = dir.file("sigint.toml");
+  std::ofstream(config) << "[target]\npath = \"" << kModel << "\"\n[draft]\nmethod = \"ngram\"\ngamma = 2\n"
+                        << "[run]\nprompts = [\"def main():\", \"int x = 1;\"]\nmax_new_tokens = 6\n"
+                        << "seeds = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\nrepetitions = 2\n[output]\nformats = [\"csv\"]\n";
+  const fs::path whole = dir.file("whole"), cut = dir.file("cut");
+  const Outcome uninterrupted = run_specula("run '" + config + "' --quiet --out '" + whole.string() + "'");
+  REQUIRE(uninterrupted.status == 0);
+
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const int err = open(dir.file("cut.err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int out = open("/dev/null", O_WRONLY);
+    dup2(err, 2);
+    dup2(out, 1);
+    execl(SPECULA_BINARY, SPECULA_BINARY, "run", config.c_str(), "--quiet", "--out", cut.string().c_str(), nullptr);
+    _exit(127);
+  }
+  // SIGINT once the first results line is there (80 jobs of a few milliseconds each).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (slurp(cut / "results.jsonl").find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  kill(child, SIGINT);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  const std::string err = slurp(dir.file("cut.err"));
+  INFO("stderr: " << err);
+  const std::size_t written = stable_lines(cut / "results.jsonl").size();
+  if (written < 80) {  // else the run finished before the signal arrived
+    CHECK(WEXITSTATUS(status) == 130);
+    CHECK_THAT(err, Catch::Contains("interrupted after " + std::to_string(written) +
+                                    " of 80 jobs; rerun the same command to resume"));
+    CHECK(slurp(cut / "results.jsonl").back() == '\n');  // no torn line
+  }
+  const Outcome resumed = run_specula("run '" + config + "' --quiet --out '" + cut.string() + "'");
+  REQUIRE(resumed.status == 0);
+  CHECK(stable_lines(cut / "results.jsonl") == stable_lines(whole / "results.jsonl"));
 }
 
 TEST_CASE("cli: bad input exits non-zero with one clear line on stderr", "[engine][cli]") {

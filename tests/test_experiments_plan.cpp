@@ -54,6 +54,16 @@ TEST_CASE("sweep labels render values compactly", "[experiments]") {
   CHECK(make_plan(c).runs[1].info.label == "draft-4m · tree 3-2 · T=0.8 top-p=0.95");
 }
 
+TEST_CASE("a run label does not repeat what the drafter's name already says", "[experiments]") {
+  ScratchDir dir;
+  std::string text = tiny_config();
+  text.insert(text.find("[run]"), "name = \"draft-4m γ=2\"\n");
+  const Plan plan = make_plan(load_text(dir, text));
+  REQUIRE(plan.runs.size() == 4);
+  CHECK(plan.runs[2].info.label == "draft-4m γ=2 · greedy");  // not "draft-4m γ=2 · γ=2 · greedy"
+  CHECK(plan.runs[1].info.label == "draft-4m γ=2 · γ=1 · greedy");
+}
+
 TEST_CASE("sweep.exclude drops the grid points it matches", "[experiments]") {
   ScratchDir dir;
   const std::string head = tiny_config().substr(0, tiny_config().find("[sweep]")) +
@@ -197,9 +207,14 @@ TEST_CASE("jobs cover runs × prompts × seeds × repetitions with stable unique
     CHECK(a.jobs[i].key == b.jobs[i].key);
   }
   CHECK(keys.size() == a.jobs.size());
+  // Prompt-major, then seed, then repetition: every run once per repetition, the point right
+  // after its baseline, in reverse order on odd repetitions.
   CHECK(a.jobs[0].key == a.runs[0].info.id + "/a/seed=0/rep=0");
-  CHECK(a.jobs[1].key == a.runs[0].info.id + "/a/seed=0/rep=1");
-  CHECK(a.jobs[2].key == a.runs[1].info.id + "/a/seed=0/rep=0");  // prompt-major: the point right after its baseline
+  CHECK(a.jobs[1].key == a.runs[1].info.id + "/a/seed=0/rep=0");
+  CHECK(a.jobs[3].key == a.runs[3].info.id + "/a/seed=0/rep=0");
+  CHECK(a.jobs[4].key == a.runs[3].info.id + "/a/seed=0/rep=1");
+  CHECK(a.jobs[7].key == a.runs[0].info.id + "/a/seed=0/rep=1");
+  CHECK(a.jobs[8].key == a.runs[0].info.id + "/a/seed=1/rep=0");
 
   const GenerateOptions o = generate_options(a.runs[3], {1, 5, 9}, 7);
   CHECK(o.model_dir == c.base.point.target);

@@ -1,12 +1,17 @@
 // The runner end to end with a fake backend: output files, summaries equal to a
-// recomputation from results.jsonl, resume after a crash (cut line, SIGKILL) without loss
-// or duplicates, dry runs, and refusals before anything runs.
+// recomputation from results.jsonl, the timing protocol (warm-ups, alternated order, the
+// machine record of every line), resume after a crash (cut line, SIGKILL) or an interrupt
+// (SIGINT) without loss or duplicates, dry runs, refusals before anything runs, and the
+// plots of 1, 10 and 40 series.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <map>
 #include <set>
 #include <sstream>
 #include <sys/wait.h>
 
 #include "experiments/config.h"
+#include "experiments/interrupt.h"
 #include "experiments/machine.h"
 #include "experiments/plan.h"
 #include "experiments/results.h"
@@ -22,6 +27,29 @@ using test::FakeBackend;
 using test::ScratchDir;
 using test::tiny_config;
 
+// The row of summary.csv with this label and domain, as column -> field (no quoted fields).
+std::map<std::string, std::string> csv_row(const std::string& csv, const std::string& label, const std::string& domain) {
+  std::istringstream in(csv);
+  auto fields = [](const std::string& line) {
+    std::vector<std::string> out;
+    std::stringstream s(line);
+    for (std::string f; std::getline(s, f, ',');) out.push_back(f);
+    if (!line.empty() && line.back() == ',') out.push_back("");
+    return out;
+  };
+  std::string line;
+  std::getline(in, line);
+  const std::vector<std::string> header = fields(line);
+  while (std::getline(in, line)) {
+    std::map<std::string, std::string> row;
+    const std::vector<std::string> f = fields(line);
+    for (std::size_t i = 0; i < header.size() && i < f.size(); ++i) row[header[i]] = f[i];
+    if (row["label"] == label && row["domain"] == domain) return row;
+  }
+  FAIL("no row " << label << " / " << domain);
+  return {};
+}
+
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream s;
@@ -29,13 +57,15 @@ std::string read_text(const fs::path& path) {
   return s.str();
 }
 
-// tiny_config writing into <scratch>/out: 4 runs × 3 prompts × 2 seeds = 24 jobs.
+// tiny_config writing into <scratch>/out: 4 runs × 3 prompts × 2 seeds × 3 repetitions (the
+// default) = 72 jobs, and one warm-up generation per run.
 struct TinyExperiment {
   ScratchDir scratch;
   std::string config = scratch.write("tiny.toml", tiny_config());
   fs::path out = scratch.path() / "out";
   RunOptions options{out.string(), false, true};
-  static constexpr int kJobs = 24;
+  static constexpr int kJobs = 72;
+  static constexpr int kRuns = 4;
 
   int run(FakeBackend& backend, std::string* printed = nullptr) {
     std::ostringstream out_stream, log;
@@ -59,7 +89,7 @@ TEST_CASE("a tiny sweep runs end to end and its summaries equal a recomputation"
   FakeBackend backend;
   std::string printed;
   REQUIRE(e.run(backend, &printed) == 0);
-  CHECK(backend.generate_calls == TinyExperiment::kJobs);
+  CHECK(backend.generate_calls == TinyExperiment::kJobs + TinyExperiment::kRuns);
   require_complete(e.lines(), e.config);
   for (const char* file : {"config.toml", "config.resolved.toml", "experiment.json", "results.jsonl", "summary.csv", "summary.md"}) {
     CHECK(fs::is_regular_file(e.out / file));
@@ -84,7 +114,20 @@ TEST_CASE("a tiny sweep runs end to end and its summaries equal a recomputation"
 
   // The fake's draft-4m accepts depth d in floor(10 · 0.8^d) of 10 rounds: 8, 6, 5, 4.
   const std::string csv = read_text(e.out / "summary.csv");
-  CHECK_THAT(csv, Contains(",draft-4m,chain,,4,4,γ=4,greedy,all,6,6,0.575,"));
+  const std::map<std::string, std::string> row = csv_row(csv, "draft-4m · γ=4 · greedy", "all");
+  CHECK(row.at("lines") == "18");
+  CHECK(row.at("units") == "6");
+  CHECK(row.at("pairs") == "6");
+  CHECK(row.at("acceptance_rate") == "0.575");
+  CHECK(row.at("tau") == "3.3");
+  CHECK(row.at("sampler") == "greedy");
+  CHECK(row.at("temperature") == "0");
+  CHECK(row.at("top_k").empty());
+  CHECK(row.at("target") == "target-16m");
+  CHECK(row.at("above_bound") == "0");
+  CHECK(row.at("accepted_0") == "0.2");  // 2 of 10 rounds accept nothing, ..., 4 accept all 4
+  CHECK(row.at("accepted_4") == "0.4");
+  CHECK(row.at("cond_depth_2") == "0.75");  // 6 of the 8 rounds that reached depth 1
   CHECK_THAT(csv.substr(0, csv.find('\n')), Contains(",commit_share,sweep.draft.gamma,acc_depth_1,"));
 
   const std::string md = read_text(e.out / "summary.md");
@@ -111,9 +154,9 @@ TEST_CASE("a rerun after a crash mid-line drops the cut line and redoes only wha
   std::string printed;
   e.options.quiet = false;
   e.run(second, &printed);
-  CHECK(second.generate_calls == TinyExperiment::kJobs - 10);
+  CHECK(second.generate_calls == TinyExperiment::kJobs - 10 + TinyExperiment::kRuns);  // every run has jobs left
   CHECK_THAT(printed, Contains("dropped a last line cut short by a crash"));
-  CHECK_THAT(printed, Contains("[14/14] "));
+  CHECK_THAT(printed, Contains("[62/62] "));
   const std::string resumed = read_text(e.out / "results.jsonl");
   CHECK(resumed.substr(0, cut) == full.substr(0, cut));
   require_complete(e.lines(), e.config);
@@ -131,7 +174,7 @@ TEST_CASE("a run killed with SIGKILL resumes without loss or duplicates", "[expe
   REQUIRE(child >= 0);
   if (child == 0) {
     FakeBackend dying;
-    dying.kill_on_call = 8;  // seven lines are written, then the process dies in generate()
+    dying.kill_on_call = 12;  // 4 warm-ups and 7 lines, then the process dies in generate()
     try {
       e.run(dying);
     } catch (...) {
@@ -146,8 +189,91 @@ TEST_CASE("a run killed with SIGKILL resumes without loss or duplicates", "[expe
 
   FakeBackend resumed;
   e.run(resumed);
-  CHECK(resumed.generate_calls == TinyExperiment::kJobs - 7);
+  CHECK(resumed.generate_calls == TinyExperiment::kJobs - 7 + TinyExperiment::kRuns);
   require_complete(e.lines(), e.config);
+}
+
+TEST_CASE("every results line records the machine, the build, the threads and the load", "[experiments]") {
+  TinyExperiment e;
+  std::string text = tiny_config();
+  text.insert(text.find("[output]"), "threads = 1\n");
+  e.config = e.scratch.write("tiny.toml", text);
+  FakeBackend backend;
+  REQUIRE(e.run(backend) == 0);
+  const std::vector<nlohmann::json> lines = e.lines();
+  REQUIRE(lines.size() == TinyExperiment::kJobs);
+  for (const nlohmann::json& l : lines) {
+    const nlohmann::json& m = l.at("machine");
+    CHECK(m.at("cpu") == cpu_model());
+    CHECK(m.at("isa") == matmul_isa_name());
+    CHECK((m.at("isa") == "avx2" || m.at("isa") == "avx512"));
+    CHECK(m.at("compiler") == compiler_name());
+    CHECK(m.at("build_type") == build_type());
+    CHECK(m.at("version") == specula_version());
+    CHECK(m.at("threads") == 1);
+    REQUIRE(m.at("load_average").size() == 3);
+    CHECK(m.at("load_average")[0].get<double>() >= 0);
+    CHECK(m.at("wall_s").get<double>() >= 0);  // the job's wall and CPU seconds
+    CHECK(m.at("cpu_s").get<double>() >= 0);
+  }
+  CHECK_THAT(compiler_name(), Contains("gcc") || Contains("clang"));
+  // The first prompt and seed: each run once per repetition, reversed on the odd one.
+  std::vector<std::pair<int, int>> order;  // (run index, repetition)
+  for (std::size_t i = 0; i < 12; ++i) order.emplace_back(lines[i].at("run_index"), lines[i].at("repetition"));
+  CHECK(order == std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {2, 0}, {3, 0}, {3, 1}, {2, 1},
+                                                  {1, 1}, {0, 1}, {0, 2}, {1, 2}, {2, 2}, {3, 2}});
+}
+
+// summary.csv without its cpu_share column, the one that depends on when the jobs ran.
+std::string without_cpu_share(const std::string& csv) {
+  std::istringstream in(csv);
+  std::string out, line;
+  std::size_t column = std::string::npos;
+  while (std::getline(in, line)) {
+    std::vector<std::string> fields;
+    std::stringstream s(line);
+    for (std::string f; std::getline(s, f, ',');) fields.push_back(f);
+    if (column == std::string::npos) column = std::find(fields.begin(), fields.end(), "cpu_share") - fields.begin();
+    if (column < fields.size()) fields.erase(fields.begin() + static_cast<long>(column));
+    for (const std::string& f : fields) out += f + ",";
+    out += "\n";
+  }
+  return out;
+}
+
+// A results line without what depends on when and where it ran.
+nlohmann::json without_machine(nlohmann::json line) {
+  line.erase("machine");
+  return line;
+}
+
+TEST_CASE("SIGINT stops the run between jobs with exit 130, and a rerun gives the uninterrupted results",
+          "[experiments]") {
+  TinyExperiment whole;
+  FakeBackend uninterrupted;
+  REQUIRE(whole.run(uninterrupted) == 0);
+
+  TinyExperiment e;
+  std::string printed;
+  {
+    const InterruptGuard guard;
+    FakeBackend interrupted_backend;
+    interrupted_backend.interrupt_on_call = 12;  // 4 warm-ups, 7 jobs, and SIGINT during the 8th
+    CHECK(e.run(interrupted_backend, &printed) == kInterruptedExit);
+    CHECK(interrupted_backend.generate_calls == 12);
+  }
+  CHECK_THAT(printed, Contains("interrupted after 8 of 72 jobs; rerun the same command to resume"));
+  CHECK(e.lines().size() == 8);  // the 8th job finished and its line is whole
+  const ResultsRead partial = read_results((e.out / "results.jsonl").string());
+  CHECK(!partial.cut_line);
+
+  FakeBackend resumed;
+  REQUIRE(e.run(resumed) == 0);
+  CHECK(resumed.generate_calls == TinyExperiment::kJobs - 8 + TinyExperiment::kRuns);
+  const std::vector<nlohmann::json> a = whole.lines(), b = e.lines();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(without_machine(a[i]) == without_machine(b[i]));
+  CHECK(without_cpu_share(read_text(whole.out / "summary.csv")) == without_cpu_share(read_text(e.out / "summary.csv")));
 }
 
 TEST_CASE("a dry run validates and prints the runs, and runs nothing", "[experiments]") {
@@ -159,10 +285,10 @@ TEST_CASE("a dry run validates and prints the runs, and runs nothing", "[experim
   CHECK(backend.generate_calls == 0);
   CHECK(!fs::exists(e.out));
   CHECK_THAT(printed, Contains("sweep: draft.gamma (3) = 3 points, 4 distinct runs with baselines"));
-  CHECK_THAT(printed, Contains("prompts: 3 (x 2, y 1), seeds [0,1], repetitions 1"));
+  CHECK_THAT(printed, Contains("prompts: 3 (x 2, y 1), seeds [0,1], repetitions 3"));
   CHECK_THAT(printed, Contains("#0 baseline target only · greedy"));
   CHECK_THAT(printed, Contains("#3 point draft-4m · γ=4 · greedy"));
-  CHECK_THAT(printed, Contains("jobs: 24, 0 already in results.jsonl, 24 to run"));
+  CHECK_THAT(printed, Contains("jobs: 72, 0 already in results.jsonl, 72 to run"));
 }
 
 TEST_CASE("nothing runs when the backend refuses a run or the directory holds another config", "[experiments]") {
@@ -214,6 +340,67 @@ TEST_CASE("png output draws the plots with matplotlib, or warns and keeps the ta
     CHECK(read_text(e.out / png).substr(0, 4) == "\x89PNG");
   }
   CHECK(!fs::exists(e.out / "tree_shapes.png"));  // chains only
+}
+
+}  // namespace
+}  // namespace specula
+
+namespace specula {
+namespace {
+
+// A sweep of `drafters` drafters × `gammas` (× greedy and sampling when `samplers`) on the
+// fake backend: one series per drafter (and strategy) in the plots. The drafters differ in
+// draft.ngram_max, which a model drafter ignores, so that their runs are distinct.
+std::string many_series_config(int drafters, const std::string& gammas, bool samplers) {
+  std::string tables;
+  for (int i = 0; i < drafters; ++i) {
+    tables += "  { name = \"d" + std::to_string(i) + "\", ngram_max = " + std::to_string(i + 1) + " },\n";
+  }
+  std::string text = tiny_config();
+  text = text.substr(0, text.find("[sweep]"));
+  auto replace = [&](const std::string& from, const std::string& to) { text.replace(text.find(from), from.size(), to); };
+  replace("seeds = [0, 1]", "seeds = [0]\nrepetitions = 1");
+  replace("formats = [\"csv\", \"md\"]", "formats = [\"csv\", \"md\", \"png\"]");
+  text += "[sweep]\ndraft = [\n" + tables + "]\n\"draft.gamma\" = " + gammas + "\n";
+  if (samplers) text += "sampling = [{ strategy = \"greedy\" }, { strategy = \"sample\", temperature = 0.7 }]\n";
+  return text;
+}
+
+TEST_CASE("the plots of 1, 10 and 40 series are written without an error", "[experiments][plots]") {
+  std::string probe;
+  if (run_command({"/usr/bin/python3", "-c", "import matplotlib"}, probe) != 0 &&
+      run_command({"python3", "-c", "import matplotlib"}, probe) != 0) {
+    WARN("no python3 with matplotlib: plots not tested");
+    return;
+  }
+  struct Case {
+    int drafters;
+    const char* gammas;
+    bool samplers;
+    std::vector<std::string> files;  // expected among others
+  };
+  const Case cases[] = {
+      {1, "[4]", false, {"speedup_vs_gamma.png", "acceptance_per_depth.png", "accepted_histogram.png"}},
+      {10, "[1, 2]", true, {"acceptance_vs_gamma-2.png", "speedup_vs_gamma-2.png", "sampler_comparison.png",
+                             "acceptance_per_depth-4.png"}},
+      {40, "[2]", false, {"speedup_vs_gamma-4.png", "acceptance_per_depth-4.png", "accepted_histogram-4.png"}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.drafters << " drafters");
+    ScratchDir scratch;
+    const std::string config = scratch.write("many.toml", many_series_config(c.drafters, c.gammas, c.samplers));
+    FakeBackend backend;
+    std::ostringstream out, log;
+    REQUIRE(run_experiment(config, backend, {(scratch.path() / "out").string(), false, true}, out, log) == 0);
+    INFO(log.str());
+    CHECK_THAT(log.str(), !Contains("warning"));
+    CHECK_THAT(log.str(), !Contains("Traceback"));
+    for (const std::string& png : c.files) {
+      INFO(png);
+      REQUIRE(fs::is_regular_file(scratch.path() / "out" / png));
+      CHECK(read_text(scratch.path() / "out" / png).substr(0, 4) == "\x89PNG");
+    }
+  }
 }
 
 }  // namespace

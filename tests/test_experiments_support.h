@@ -60,11 +60,14 @@ inline std::string tiny_config(const std::string& extra = "") {
 }
 
 // Deterministic fake stats in the engine's conventions: draft-1m accepts each token with
-// probability 0.5, other drafters 0.8, over 10 rounds; tokens/s depend on prompt and seed.
+// probability 0.5, other drafters 0.8, over 10 rounds; tokens/s depend on prompt and seed;
+// time_s is 10 ms of prefill (20 ms with a drafter) plus the decode time; drafting costs
+// 2.5 ms per drafted token per 10 rounds, so every speedup stays below its bound.
 class FakeBackend : public GenerationBackend {
  public:
   int generate_calls = 0;
   int kill_on_call = 0;              // > 0: SIGKILL the process on this generate call
+  int interrupt_on_call = 0;         // > 0: raise SIGINT during this generate call
   int reject_gamma = 0;              // > 0: validate() rejects draft.gamma == this
 
   std::vector<int> tokenize(const std::string&, const std::string& text) override {
@@ -76,15 +79,18 @@ class FakeBackend : public GenerationBackend {
     SPECULA_CHECK(o.draft.gamma != reject_gamma || o.draft.method == DraftMethod::kNone, "gamma ", reject_gamma, " unsupported");
   }
   std::string device_name() override { return "none"; }
+  int threads(const GenerateOptions& o) override { return o.threads > 0 ? o.threads : 2; }
 
   nlohmann::json generate(const GenerateOptions& o) override {
     if (++generate_calls == kill_on_call) std::raise(SIGKILL);
+    if (generate_calls == interrupt_on_call) std::raise(SIGINT);
     const double base_tps = 100.0 + static_cast<double>(o.prompt_ids.size() % 7) + 3.0 * static_cast<double>(o.seed);
     nlohmann::json stats = {{"prompt_tokens", o.prompt_ids.size()}, {"new_tokens", o.max_new_tokens},
-                            {"time_s", 1.0}, {"prefill_tokens_per_s", 1000.0}};
+                            {"prefill_tokens_per_s", 1000.0}};
     if (o.draft.method == DraftMethod::kNone) {
-      stats.update({{"decode_tokens_per_s", base_tps}, {"target_forwards", o.max_new_tokens}, {"drafted", 0},
-                    {"accepted", 0}, {"accepted_per_depth", nlohmann::json::array()}});
+      stats.update({{"decode_tokens_per_s", base_tps}, {"time_s", 0.01 + o.max_new_tokens / base_tps},
+                    {"target_forwards", o.max_new_tokens}, {"drafted", 0}, {"accepted", 0},
+                    {"accepted_per_depth", nlohmann::json::array()}});
     } else {
       const double alpha = o.draft.model_dir.find("draft-1m") != std::string::npos ? 0.5 : 0.8;
       const int rounds = 10;
@@ -96,7 +102,9 @@ class FakeBackend : public GenerationBackend {
         accepted += reached;
       }
       const double tau = static_cast<double>(accepted + rounds) / rounds;
-      stats.update({{"decode_tokens_per_s", base_tps * tau / (1 + 0.1 * o.draft.gamma)},
+      const double tps = base_tps * tau / (1 + 0.1 * o.draft.gamma);
+      stats.update({{"decode_tokens_per_s", tps},
+                    {"time_s", 0.02 + o.max_new_tokens / tps},
                     {"target_forwards", rounds + 1},
                     {"steps", rounds},
                     {"drafted", o.draft.gamma * rounds},
@@ -104,7 +112,7 @@ class FakeBackend : public GenerationBackend {
                     {"accepted_per_depth", per_depth},
                     {"mean_accepted_tokens", tau},
                     {"acceptance_rate", static_cast<double>(accepted) / (o.draft.gamma * rounds)},
-                    {"time_breakdown", {{"draft_s", 0.025}, {"verify_forward_s", 0.5}, {"sample_verify_s", 0.125},
+                    {"time_breakdown", {{"draft_s", 0.0025 * o.draft.gamma}, {"verify_forward_s", 0.5}, {"sample_verify_s", 0.125},
                                         {"commit_s", 0.0625}}}});
     }
     return {{"ids", std::vector<int>(static_cast<std::size_t>(o.max_new_tokens), 7)}, {"text", "fake"}, {"stats", stats}};
