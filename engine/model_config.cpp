@@ -1,7 +1,10 @@
 #include "engine/model_config.h"
 
+#include <algorithm>
+#include <array>
 #include <fstream>
 #include <limits>
+#include <string_view>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -37,9 +40,7 @@ T read_key(const json& j, const char* key, const std::string& origin, bool requi
   }
 }
 
-}  // namespace
-
-ModelConfig parse_model_config(const std::string& json_text, const std::string& origin) {
+json parse_object(const std::string& json_text, const std::string& origin) {
   json j;
   try {
     j = json::parse(json_text);
@@ -47,6 +48,104 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     throw SpeculaError(detail::concat(origin, ": invalid JSON: ", e.what()));
   }
   SPECULA_CHECK(j.is_object(), origin, ": expected a JSON object");
+  return j;
+}
+
+// What the forward pass computes, as transformers' models/llama/modeling_llama.py does.
+constexpr std::array<std::string_view, 1> kModelTypes = {"llama"};
+constexpr std::array<std::string_view, 1> kArchitectures = {"LlamaForCausalLM"};
+
+template <std::size_t N>
+std::string listed(const std::array<std::string_view, N>& names) {
+  std::string out;
+  for (std::string_view n : names) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
+
+template <std::size_t N>
+void check_name(const json& value, const std::array<std::string_view, N>& supported, const std::string& origin,
+                const char* key) {
+  SPECULA_CHECK(value.is_string() && std::find(supported.begin(), supported.end(), value.get<std::string>()) !=
+                                         supported.end(),
+                origin, ": key '", key, "' = ", value.dump(), " is not supported (supported: ", listed(supported), ")");
+}
+
+// `eos_token_id`: an integer or a non-empty list of integers; `fallback` when absent or null.
+std::vector<int> read_eos_ids(const json& j, const std::string& origin, std::vector<int> fallback) {
+  auto it = j.find("eos_token_id");
+  if (it == j.end() || it->is_null()) return fallback;
+  const auto is_id = [](const json& v) {
+    return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= std::numeric_limits<int>::max();
+  };
+  std::vector<int> ids;
+  if (is_id(*it)) {
+    ids.push_back(it->get<int>());
+  } else if (it->is_array() && !it->empty() && std::all_of(it->begin(), it->end(), is_id)) {
+    for (const json& v : *it) ids.push_back(v.get<int>());
+  }
+  SPECULA_CHECK(!ids.empty(), origin, ": key 'eos_token_id' must be a token id or a non-empty list of them, got ",
+                it->dump());
+  return ids;
+}
+
+void check_special_ids(const ModelConfig& c, const std::string& origin) {
+  SPECULA_CHECK(c.bos_token_id >= 0 && c.bos_token_id < c.vocab_size, origin, ": key 'bos_token_id' = ",
+                c.bos_token_id, " is outside the vocabulary [0, ", c.vocab_size, ")");
+  for (int id : c.eos_token_ids) {
+    SPECULA_CHECK(id >= 0 && id < c.vocab_size, origin, ": key 'eos_token_id' = ", id,
+                  " is outside the vocabulary [0, ", c.vocab_size, ")");
+  }
+}
+
+// Every key that would change the computation and is not implemented is refused with its value.
+void refuse_unimplemented(const json& j, const std::string& origin) {
+  if (auto it = j.find("model_type"); it != j.end()) check_name(*it, kModelTypes, origin, "model_type");
+  if (auto it = j.find("architectures"); it != j.end()) {
+    SPECULA_CHECK(it->is_array(), origin, ": key 'architectures' must be a list, got ", it->dump());
+    for (const json& a : *it) check_name(a, kArchitectures, origin, "architectures");
+  }
+  if (auto act = j.find("hidden_act"); act != j.end()) {
+    SPECULA_CHECK(act->is_string() && act->get<std::string>() == "silu", origin,
+                  ": key 'hidden_act' must be \"silu\" (LLaMA family), got ", act->dump());
+  }
+  for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    SPECULA_CHECK(!read_key<bool>(j, bias, origin, false, false), origin, ": key '", bias,
+                  "' = true is not supported (biases are not implemented)");
+  }
+  // Sliding-window attention: Qwen2 configs carry a window with use_sliding_window = false.
+  SPECULA_CHECK(!read_key<bool>(j, "use_sliding_window", origin, false, false), origin,
+                ": key 'use_sliding_window' = true is not supported (sliding-window attention is not implemented)");
+  const bool window_off = j.contains("use_sliding_window");  // and false, checked above
+  if (auto it = j.find("sliding_window"); it != j.end()) {
+    SPECULA_CHECK(it->is_null() || window_off, origin, ": key 'sliding_window' = ", it->dump(),
+                  " is not supported (sliding-window attention is not implemented)");
+  }
+  if (auto it = j.find("layer_types"); it != j.end()) {
+    SPECULA_CHECK(it->is_array() && std::all_of(it->begin(), it->end(), [](const json& t) { return t == "full_attention"; }),
+                  origin, ": key 'layer_types' = ", it->dump(), " is not supported (only \"full_attention\" layers)");
+  }
+  // transformers >= 5 writes rope_theta inside rope_parameters: only the default rope type.
+  if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
+    bool plain = it->is_object() && it->value("rope_type", "") == "default";
+    for (const auto& [key, value] : it->items()) plain = plain && (key == "rope_type" || key == "rope_theta");
+    SPECULA_CHECK(plain, origin, ": key 'rope_parameters' = ", it->dump(), " is not supported (only rope_type \"default\")");
+  }
+  // Keys whose presence (not null) changes the computation in a way not implemented.
+  for (const char* key : {"rope_scaling", "quantization_config", "attn_logit_softcapping",
+                          "final_logit_softcapping"}) {
+    auto it = j.find(key);
+    SPECULA_CHECK(it == j.end() || it->is_null(), origin, ": key '", key, "' = ", it->dump(), " is not supported");
+  }
+  if (auto it = j.find("partial_rotary_factor"); it != j.end()) {
+    SPECULA_CHECK(it->is_number() && it->get<double>() == 1.0, origin, ": key 'partial_rotary_factor' = ", it->dump(),
+                  " is not supported (RoPE over the whole head only)");
+  }
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& origin) {
+  const json j = parse_object(json_text, origin);
 
   ModelConfig c;
   c.hidden_size = read_key<int>(j, "hidden_size", origin, true, 0);
@@ -58,21 +157,13 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.max_position_embeddings = read_key<int>(j, "max_position_embeddings", origin, false, 2048);
   c.rms_norm_eps = read_key<float>(j, "rms_norm_eps", origin, false, 1e-6f);
   c.rope_theta = read_key<float>(j, "rope_theta", origin, false, 10000.0f);
+  if (auto it = j.find("rope_parameters"); it != j.end() && it->is_object() && it->contains("rope_theta"))
+    c.rope_theta = read_key<float>(*it, "rope_theta", origin + ": rope_parameters", true, 0.0f);
   c.tie_word_embeddings = read_key<bool>(j, "tie_word_embeddings", origin, false, false);
   c.bos_token_id = read_key<int>(j, "bos_token_id", origin, false, 1);
-  c.eos_token_id = read_key<int>(j, "eos_token_id", origin, false, 2);
-
-  if (auto act = j.find("hidden_act"); act != j.end()) {
-    SPECULA_CHECK(act->is_string() && act->get<std::string>() == "silu", origin,
-                  ": key 'hidden_act' must be \"silu\" (LLaMA family), got ", act->dump());
-  }
-  if (auto rs = j.find("rope_scaling"); rs != j.end()) {
-    SPECULA_CHECK(rs->is_null(), origin, ": key 'rope_scaling' is not supported, got ", rs->dump());
-  }
-  for (const char* bias : {"attention_bias", "mlp_bias"}) {
-    SPECULA_CHECK(!read_key<bool>(j, bias, origin, false, false), origin, ": key '", bias,
-                  "' = true is not supported (LLaMA has no biases)");
-  }
+  c.eos_token_ids = read_eos_ids(j, origin, {2});
+  c.eos_token_id = c.eos_token_ids.front();
+  refuse_unimplemented(j, origin);
 
   auto positive = [&](int v, const char* key) {
     SPECULA_CHECK(v > 0, origin, ": key '", key, "' must be positive, got ", v);
@@ -93,11 +184,19 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
                 ") must divide 'num_attention_heads' (", c.num_attention_heads, ")");
   SPECULA_CHECK(c.head_dim() % 2 == 0, origin, ": head dimension hidden_size / num_attention_heads = ",
                 c.head_dim(), " must be even for RoPE");
-  for (auto [id, key] : {std::pair{c.bos_token_id, "bos_token_id"}, std::pair{c.eos_token_id, "eos_token_id"}}) {
-    SPECULA_CHECK(id >= 0 && id < c.vocab_size, origin, ": key '", key, "' = ", id,
-                  " is outside the vocabulary [0, ", c.vocab_size, ")");
-  }
+  // An explicit head_dim must be the one the shapes imply (heads of another width are not implemented).
+  const int head_dim = read_key<int>(j, "head_dim", origin, false, c.head_dim());
+  SPECULA_CHECK(head_dim == c.head_dim(), origin, ": key 'head_dim' = ", head_dim,
+                " is not supported: it differs from hidden_size / num_attention_heads = ", c.head_dim());
+  check_special_ids(c, origin);
   return c;
+}
+
+void apply_generation_config(ModelConfig& config, const std::string& json_text, const std::string& origin) {
+  const json j = parse_object(json_text, origin);
+  config.eos_token_ids = read_eos_ids(j, origin, config.eos_token_ids);
+  config.eos_token_id = config.eos_token_ids.front();
+  check_special_ids(config, origin);
 }
 
 ModelConfig load_model_config(const std::string& path) {

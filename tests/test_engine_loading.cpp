@@ -181,8 +181,71 @@ TEST_CASE("config: each malformed config.json names the file and the key", "[eng
   CHECK_THROWS_WITH(parse(with(with(good, "hidden_size", 6), "num_attention_heads", 2)), Contains("must be even"));
   CHECK_THROWS_WITH(parse(with(good, "eos_token_id", 4096)), Contains("key 'eos_token_id' = 4096 is outside"));
   CHECK_THROWS_WITH(parse(with(good, "hidden_act", "gelu")), Contains("key 'hidden_act'"));
-  CHECK_THROWS_WITH(parse(with(good, "rope_scaling", {{"type", "linear"}})), Contains("key 'rope_scaling'"));
-  CHECK_THROWS_WITH(parse(with(good, "attention_bias", true)), Contains("key 'attention_bias'"));
+}
+
+TEST_CASE("config: model types, architectures and keys the forward pass does not implement are refused with their values",
+          "[engine][config]") {
+  const json good = tiny_config();
+  CHECK_NOTHROW(parse(with(with(good, "model_type", "llama"), "architectures", {"LlamaForCausalLM"})));
+  CHECK_THROWS_WITH(parse(with(good, "model_type", "gemma")),
+                    Contains("cfg.json: key 'model_type' = \"gemma\" is not supported (supported: llama)"));
+  CHECK_THROWS_WITH(parse(with(good, "architectures", {"LlamaForCausalLM", "Qwen2ForCausalLM"})),
+                    Contains("key 'architectures' = \"Qwen2ForCausalLM\" is not supported (supported: LlamaForCausalLM)"));
+  CHECK_THROWS_WITH(parse(with(good, "architectures", "LlamaForCausalLM")), Contains("key 'architectures' must be a list"));
+  CHECK_THROWS_WITH(parse(with(good, "hidden_act", "gelu")), Contains("key 'hidden_act' must be \"silu\" (LLaMA family), got \"gelu\""));
+  CHECK_THROWS_WITH(parse(with(good, "rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}})),
+                    Contains("key 'rope_scaling' = {\"factor\":8.0,\"rope_type\":\"llama3\"} is not supported"));
+  CHECK_NOTHROW(parse(with(good, "rope_scaling", nullptr)));
+  for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    CHECK_THROWS_WITH(parse(with(good, bias, true)), Contains(std::string("key '") + bias + "' = true is not supported"));
+    CHECK_NOTHROW(parse(with(good, bias, false)));
+  }
+  CHECK_THROWS_WITH(parse(with(good, "sliding_window", 4096)),
+                    Contains("key 'sliding_window' = 4096 is not supported (sliding-window attention is not implemented)"));
+  CHECK_THROWS_WITH(parse(with(good, "use_sliding_window", true)), Contains("key 'use_sliding_window' = true is not supported"));
+  // Qwen2 style: a window that use_sliding_window = false switches off.
+  CHECK_NOTHROW(parse(with(with(good, "sliding_window", 4096), "use_sliding_window", false)));
+  CHECK_NOTHROW(parse(with(good, "sliding_window", nullptr)));
+  CHECK_THROWS_WITH(parse(with(good, "layer_types", {"full_attention", "sliding_attention"})),
+                    Contains("key 'layer_types' = [\"full_attention\",\"sliding_attention\"] is not supported"));
+  CHECK_NOTHROW(parse(with(good, "layer_types", {"full_attention", "full_attention"})));
+  CHECK_THROWS_WITH(parse(with(good, "head_dim", 16)),
+                    Contains("key 'head_dim' = 16 is not supported: it differs from hidden_size / num_attention_heads = 8"));
+  CHECK(parse(with(good, "head_dim", 8)).head_dim() == 8);
+  CHECK_THROWS_WITH(parse(with(good, "partial_rotary_factor", 0.5)), Contains("key 'partial_rotary_factor' = 0.5 is not supported"));
+  CHECK_THROWS_WITH(parse(with(good, "quantization_config", {{"quant_method", "gptq"}})),
+                    Contains("key 'quantization_config' = {\"quant_method\":\"gptq\"} is not supported"));
+  CHECK_THROWS_WITH(parse(with(good, "rope_parameters", {{"rope_type", "yarn"}, {"factor", 4.0}})),
+                    Contains("key 'rope_parameters' = {\"factor\":4.0,\"rope_type\":\"yarn\"} is not supported"));
+  // transformers >= 5 keeps rope_theta in rope_parameters.
+  CHECK(parse(with(good, "rope_parameters", {{"rope_type", "default"}, {"rope_theta", 500000.0}})).rope_theta == 500000.0f);
+}
+
+TEST_CASE("config: eos_token_id is an integer or a list; generation_config.json's replaces it", "[engine][config]") {
+  const json good = tiny_config();
+  ModelConfig c = parse(with(good, "eos_token_id", {3, 2, 7}));
+  CHECK(c.eos_token_ids == std::vector<int>{3, 2, 7});
+  CHECK(c.eos_token_id == 3);
+  CHECK(parse(good).eos_token_ids == std::vector<int>{2});
+  CHECK_THROWS_WITH(parse(with(good, "eos_token_id", json::array())),
+                    Contains("key 'eos_token_id' must be a token id or a non-empty list of them, got []"));
+  CHECK_THROWS_WITH(parse(with(good, "eos_token_id", {2, "x"})), Contains("key 'eos_token_id' must be a token id"));
+  CHECK_THROWS_WITH(parse(with(good, "eos_token_id", {2, 5000})), Contains("key 'eos_token_id' = 5000 is outside"));
+  apply_generation_config(c, R"({"eos_token_id": [9, 10], "temperature": 0.6})", "gen.json");
+  CHECK(c.eos_token_ids == std::vector<int>{9, 10});
+  CHECK(c.eos_token_id == 9);
+  apply_generation_config(c, R"({"do_sample": true})", "gen.json");  // no EOS ids: the config's stay
+  CHECK(c.eos_token_ids == std::vector<int>{9, 10});
+  CHECK_THROWS_WITH(apply_generation_config(c, R"({"eos_token_id": 4096})", "gen.json"),
+                    Contains("gen.json: key 'eos_token_id' = 4096 is outside"));
+  CHECK_THROWS_WITH(apply_generation_config(c, "{", "gen.json"), Contains("gen.json: invalid JSON"));
+
+  TempDir dir;
+  write_tiny_model(dir, good, tiny_tensors(DType::F32));
+  write_text(dir.file("generation_config.json"), R"({"bos_token_id": 1, "eos_token_id": [2, 5]})");
+  CHECK(Model(dir.path.string()).config().eos_token_ids == std::vector<int>{2, 5});
+  write_text(dir.file("generation_config.json"), R"({"eos_token_id": -1})");
+  CHECK_THROWS_WITH(Model(dir.path.string()), Contains(dir.file("generation_config.json")) && Contains("key 'eos_token_id'"));
 }
 
 TEST_CASE("safetensors: a well-formed file loads with its tensors' shapes, dtypes and bytes", "[engine][safetensors]") {
@@ -360,7 +423,39 @@ TEST_CASE("checkpoint: missing or mis-shaped tensors and other folder faults are
     TempDir dir;
     write_tiny_model(dir, tiny_config(), good);
     fs::remove(dir.file("tokenizer.model"));
-    CHECK_THROWS_WITH(Model(dir.path.string()), Contains(dir.file("tokenizer.model")));
+    CHECK_THROWS_WITH(Model(dir.path.string()), Contains(dir.path.string() + ": no tokenizer.model or tokenizer.json"));
+  }
+}
+
+TEST_CASE("checkpoint: every tensor is used or named in an error", "[engine][safetensors]") {
+  const std::vector<Tensor> good = tiny_tensors(DType::F32);
+  {
+    TempDir dir;  // a Qwen2 q bias in a LLaMA checkpoint
+    std::vector<Tensor> t = good;
+    t.push_back({"model.layers.1.self_attn.q_proj.bias", DType::F32, {16}});
+    write_tiny_model(dir, tiny_config(), t);
+    CHECK_THROWS_WITH(Model(dir.path.string()),
+                      Contains(dir.file("model.safetensors")) && Contains("unknown tensor 'model.layers.1.self_attn.q_proj.bias'"));
+  }
+  // RoPE's saved inverse frequencies are accepted (and recomputed) at their shape only.
+  for (int64_t width : {4, 8}) {
+    TempDir dir;
+    std::vector<Tensor> t = good;
+    t.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", DType::F32, {width}});
+    write_tiny_model(dir, tiny_config(), t);
+    if (width == 4) {
+      CHECK_NOTHROW(Model(dir.path.string()));
+    } else {
+      CHECK_THROWS_WITH(Model(dir.path.string()),
+                        Contains("tensor 'model.layers.0.self_attn.rotary_emb.inv_freq' has shape [8], expected [4]"));
+    }
+  }
+  {
+    TempDir dir;  // tied: a saved lm_head must be the embedding (write_safetensors fills each tensor differently)
+    write_tiny_model(dir, with(tiny_config(), "tie_word_embeddings", true), good);
+    CHECK_THROWS_WITH(Model(dir.path.string()),
+                      Contains("tensor 'lm_head.weight' differs from 'model.embed_tokens.weight'") &&
+                          Contains("tie_word_embeddings = true"));
   }
 }
 
