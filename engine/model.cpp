@@ -44,19 +44,33 @@ Model::Model(const std::string& dir)
   };
   embed_ = get("model.embed_tokens.weight", {vocab, hidden});
   final_norm_ = get("model.norm.weight", {hidden});
+  const int64_t q_dim = c.q_dim(), head_dim = c.head_dim();
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    layers_.push_back(LayerWeights{get(p + "self_attn.q_proj.weight", {hidden, hidden}),
-                                   get(p + "self_attn.k_proj.weight", {kv, hidden}),
-                                   get(p + "self_attn.v_proj.weight", {kv, hidden}),
-                                   get(p + "self_attn.o_proj.weight", {hidden, hidden}),
-                                   get(p + "mlp.gate_proj.weight", {ffn, hidden}),
-                                   get(p + "mlp.up_proj.weight", {ffn, hidden}),
-                                   get(p + "mlp.down_proj.weight", {hidden, ffn}),
-                                   get(p + "input_layernorm.weight", {hidden}),
-                                   get(p + "post_attention_layernorm.weight", {hidden})});
-    // Older exports save RoPE's inverse frequencies; they are recomputed from rope_theta.
-    if (ck.contains(p + "self_attn.rotary_emb.inv_freq")) get(p + "self_attn.rotary_emb.inv_freq", {c.head_dim() / 2});
+    LayerWeights w{get(p + "self_attn.q_proj.weight", {q_dim, hidden}),
+                   get(p + "self_attn.k_proj.weight", {kv, hidden}),
+                   get(p + "self_attn.v_proj.weight", {kv, hidden}),
+                   get(p + "self_attn.o_proj.weight", {hidden, q_dim}),
+                   get(p + "mlp.gate_proj.weight", {ffn, hidden}),
+                   get(p + "mlp.up_proj.weight", {ffn, hidden}),
+                   get(p + "mlp.down_proj.weight", {hidden, ffn}),
+                   get(p + "input_layernorm.weight", {hidden}),
+                   get(p + "post_attention_layernorm.weight", {hidden})};
+    const auto optional = [&](bool present, const std::string& name, int64_t width) {
+      return present ? get(p + name, {width}) : nullptr;
+    };
+    w.q_bias = optional(c.attention_bias, "self_attn.q_proj.bias", q_dim);
+    w.k_bias = optional(c.attention_bias, "self_attn.k_proj.bias", kv);
+    w.v_bias = optional(c.attention_bias, "self_attn.v_proj.bias", kv);
+    w.o_bias = optional(c.o_bias, "self_attn.o_proj.bias", hidden);
+    w.gate_bias = optional(c.mlp_bias, "mlp.gate_proj.bias", ffn);
+    w.up_bias = optional(c.mlp_bias, "mlp.up_proj.bias", ffn);
+    w.down_bias = optional(c.mlp_bias, "mlp.down_proj.bias", hidden);
+    w.q_norm = optional(c.qk_norm, "self_attn.q_norm.weight", head_dim);
+    w.k_norm = optional(c.qk_norm, "self_attn.k_norm.weight", head_dim);
+    layers_.push_back(w);
+    // Older exports save RoPE's inverse frequencies; they are recomputed from the config.
+    if (ck.contains(p + "self_attn.rotary_emb.inv_freq")) get(p + "self_attn.rotary_emb.inv_freq", {head_dim / 2});
   }
   if (c.tie_word_embeddings) {
     lm_head_ = embed_;
@@ -72,7 +86,7 @@ Model::Model(const std::string& dir)
   }
   for (const auto& [name, tensor] : ck.tensors()) {
     SPECULA_CHECK(used.count(name) != 0, tensor->origin, ": unknown tensor '", name,
-                  "': the implemented LLaMA-family layout does not use it (an unsupported architecture or config?)");
+                  "': this model type and config do not use it (an unsupported architecture or config?)");
   }
 }
 

@@ -188,30 +188,47 @@ TEST_CASE("config: model types, architectures and keys the forward pass does not
   const json good = tiny_config();
   CHECK_NOTHROW(parse(with(with(good, "model_type", "llama"), "architectures", {"LlamaForCausalLM"})));
   CHECK_THROWS_WITH(parse(with(good, "model_type", "gemma")),
-                    Contains("cfg.json: key 'model_type' = \"gemma\" is not supported (supported: llama)"));
+                    Contains("cfg.json: key 'model_type' = \"gemma\" is not supported (supported: llama, mistral, qwen2, qwen3)"));
   CHECK_THROWS_WITH(parse(with(good, "architectures", {"LlamaForCausalLM", "Qwen2ForCausalLM"})),
-                    Contains("key 'architectures' = \"Qwen2ForCausalLM\" is not supported (supported: LlamaForCausalLM)"));
+                    Contains("key 'architectures' = \"Qwen2ForCausalLM\" is not supported for model_type \"llama\" "
+                             "(supported: LlamaForCausalLM)"));
   CHECK_THROWS_WITH(parse(with(good, "architectures", "LlamaForCausalLM")), Contains("key 'architectures' must be a list"));
   CHECK_THROWS_WITH(parse(with(good, "hidden_act", "gelu")), Contains("key 'hidden_act' must be \"silu\" (LLaMA family), got \"gelu\""));
+  CHECK_THROWS_WITH(parse(with(good, "rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}})),
+                    Contains("key 'rope_scaling' = {\"factor\":2.0,\"rope_type\":\"dynamic\"} is not supported "
+                             "(rope types: default, linear, llama3)"));
+  CHECK_THROWS_WITH(parse(with(good, "rope_scaling", {{"type", "yarn"}, {"factor", 4.0}})),
+                    Contains("key 'rope_scaling' = {\"factor\":4.0,\"type\":\"yarn\"} is not supported"));
   CHECK_THROWS_WITH(parse(with(good, "rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}})),
-                    Contains("key 'rope_scaling' = {\"factor\":8.0,\"rope_type\":\"llama3\"} is not supported"));
+                    Contains("cfg.json: rope_scaling: missing key 'low_freq_factor'"));
+  CHECK_THROWS_WITH(parse(with(good, "rope_scaling", {{"rope_type", "linear"}, {"factor", -2.0}})),
+                    Contains("rope_scaling: key 'factor' must be positive, got -2"));
+  CHECK(parse(with(good, "rope_scaling", {{"type", "linear"}, {"factor", 2.0}})).rope_scaling.factor == 2.0f);
   CHECK_NOTHROW(parse(with(good, "rope_scaling", nullptr)));
-  for (const char* bias : {"attention_bias", "mlp_bias"}) {
-    CHECK_THROWS_WITH(parse(with(good, bias, true)), Contains(std::string("key '") + bias + "' = true is not supported"));
-    CHECK_NOTHROW(parse(with(good, bias, false)));
-  }
+  // Biases: LLaMA's attention_bias / mlp_bias are honoured; Mistral and Qwen2 have fixed ones.
+  CHECK(parse(with(good, "attention_bias", true)).o_bias);
+  CHECK(parse(with(good, "mlp_bias", true)).mlp_bias);
+  CHECK_THROWS_WITH(parse(with(with(good, "model_type", "mistral"), "attention_bias", true)),
+                    Contains("key 'attention_bias' = true is not supported for this model type"));
+  CHECK_THROWS_WITH(parse(with(with(good, "model_type", "qwen2"), "mlp_bias", true)),
+                    Contains("key 'mlp_bias' = true is not supported for this model type"));
+  // Sliding windows: Mistral's is honoured (4096 when absent, none when null); others refused.
+  CHECK(parse(with(good, "model_type", "mistral")).sliding_window == 4096);
+  CHECK(parse(with(with(good, "model_type", "mistral"), "sliding_window", nullptr)).sliding_window == 0);
   CHECK_THROWS_WITH(parse(with(good, "sliding_window", 4096)),
-                    Contains("key 'sliding_window' = 4096 is not supported (sliding-window attention is not implemented)"));
-  CHECK_THROWS_WITH(parse(with(good, "use_sliding_window", true)), Contains("key 'use_sliding_window' = true is not supported"));
+                    Contains("key 'sliding_window' = 4096 is not supported for this model type"));
+  CHECK_THROWS_WITH(parse(with(with(good, "model_type", "qwen2"), "use_sliding_window", true)),
+                    Contains("key 'use_sliding_window' = true is not supported"));
   // Qwen2 style: a window that use_sliding_window = false switches off.
-  CHECK_NOTHROW(parse(with(with(good, "sliding_window", 4096), "use_sliding_window", false)));
-  CHECK_NOTHROW(parse(with(good, "sliding_window", nullptr)));
+  CHECK(parse(with(with(with(good, "model_type", "qwen2"), "sliding_window", 4096), "use_sliding_window", false))
+            .sliding_window == 0);
   CHECK_THROWS_WITH(parse(with(good, "layer_types", {"full_attention", "sliding_attention"})),
                     Contains("key 'layer_types' = [\"full_attention\",\"sliding_attention\"] is not supported"));
   CHECK_NOTHROW(parse(with(good, "layer_types", {"full_attention", "full_attention"})));
-  CHECK_THROWS_WITH(parse(with(good, "head_dim", 16)),
-                    Contains("key 'head_dim' = 16 is not supported: it differs from hidden_size / num_attention_heads = 8"));
-  CHECK(parse(with(good, "head_dim", 8)).head_dim() == 8);
+  // head_dim: its own width (q_dim = heads x head_dim need not be hidden); Qwen3's is 128 when absent.
+  CHECK(parse(with(good, "head_dim", 32)).q_dim() == 64);
+  CHECK(parse(with(good, "model_type", "qwen3")).head_dim() == 128);
+  CHECK_THROWS_WITH(parse(with(good, "head_dim", 7)), Contains("head dimension 7") && Contains("must be even and positive"));
   CHECK_THROWS_WITH(parse(with(good, "partial_rotary_factor", 0.5)), Contains("key 'partial_rotary_factor' = 0.5 is not supported"));
   CHECK_THROWS_WITH(parse(with(good, "quantization_config", {{"quant_method", "gptq"}})),
                     Contains("key 'quantization_config' = {\"quant_method\":\"gptq\"} is not supported"));
@@ -430,12 +447,16 @@ TEST_CASE("checkpoint: missing or mis-shaped tensors and other folder faults are
 TEST_CASE("checkpoint: every tensor is used or named in an error", "[engine][safetensors]") {
   const std::vector<Tensor> good = tiny_tensors(DType::F32);
   {
-    TempDir dir;  // a Qwen2 q bias in a LLaMA checkpoint
+    TempDir dir;  // a q bias in a LLaMA checkpoint without attention_bias
     std::vector<Tensor> t = good;
     t.push_back({"model.layers.1.self_attn.q_proj.bias", DType::F32, {16}});
     write_tiny_model(dir, tiny_config(), t);
     CHECK_THROWS_WITH(Model(dir.path.string()),
                       Contains(dir.file("model.safetensors")) && Contains("unknown tensor 'model.layers.1.self_attn.q_proj.bias'"));
+    // and the family's own tensors are required: Qwen2's q/k/v biases
+    TempDir qwen;
+    write_tiny_model(qwen, with(tiny_config(), "model_type", "qwen2"), good);
+    CHECK_THROWS_WITH(Model(qwen.path.string()), Contains("missing tensor 'model.layers.0.self_attn.q_proj.bias'"));
   }
   // RoPE's saved inverse frequencies are accepted (and recomputed) at their shape only.
   for (int64_t width : {4, 8}) {
