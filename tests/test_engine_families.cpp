@@ -240,3 +240,43 @@ TEST_CASE("families: prefill, decode and tree rows equal the float64 Hugging Fac
 }
 
 }  // namespace specula
+
+namespace specula {
+
+TEST_CASE("families: with a sliding window, prefill, decode and tree rows stay bitwise equal (batch invariance)",
+          "[engine][families]") {
+  test::TempDir dir;
+  write_random_checkpoint(dir.path.string(), {preset_shape("mistral"), DType::F32, 5,
+                                              test::model_dir("target-16m") + "/tokenizer.model", 0.1f});
+  const Model model(dir.path.string());
+  REQUIRE(model.config().sliding_window == 4);
+  const auto backend = make_backend(BackendKind::kCpu, model, std::nullopt);
+  const std::size_t vocab = static_cast<std::size_t>(model.config().vocab_size);
+  const std::vector<int> tokens = {1, 450, 22, 9, 1000, 37, 2048, 5, 77, 300, 12};
+  std::vector<int> positions(tokens.size());
+  for (std::size_t i = 0; i < tokens.size(); ++i) positions[i] = static_cast<int>(i);
+  const std::span<const int> head = std::span(tokens).first(8), head_positions = std::span(positions).first(8);
+  const std::span<const int> tail = std::span(tokens).subspan(8), tail_positions = std::span(positions).subspan(8);
+  test::Engine e(*backend, 4, 32);
+
+  // The last 3 rows of one prefill of all 11 tokens.
+  std::vector<float> prefill(tokens.size() * vocab);
+  e.forward(e.cache.create(), {tokens, positions, {}, true}, prefill);
+  const std::vector<float> want(prefill.end() - static_cast<std::ptrdiff_t>(3 * vocab), prefill.end());
+  // Decode rows one at a time after a prefill of 8.
+  std::vector<float> decoded(3 * vocab), logits(8 * vocab);
+  const int a = e.cache.create();
+  e.forward(a, {head, head_positions, {}, false}, std::span(logits).first(vocab));
+  for (std::size_t i = 0; i < 3; ++i)
+    e.forward(a, {tail.subspan(i, 1), tail_positions.subspan(i, 1), {}, true}, std::span(decoded).subspan(i * vocab, vocab));
+  // The same 3 tokens as a chain-shaped tree after a prefill of 8.
+  std::vector<float> tree(3 * vocab);
+  const int b = e.cache.create();
+  const std::vector<int> parents = {-1, 0, 1};
+  e.forward(b, {head, head_positions, {}, false}, std::span(logits).first(vocab));
+  e.forward(b, {tail, tail_positions, parents, true}, tree);
+  CHECK(decoded == want);
+  CHECK(tree == want);
+}
+
+}  // namespace specula
