@@ -9,9 +9,9 @@ namespace specula::cli {
 
 MakeCheckpointCommand::MakeCheckpointCommand(CLI::App& app) {
   cmd_ = app.add_subcommand("make-checkpoint",
-                            "Write a random-weight LLaMA checkpoint (Hugging Face layout) of a given shape");
+                            "Write a random-weight checkpoint (Hugging Face layout: LLaMA, Mistral, Qwen2, Qwen3) of a given shape");
   cmd_->add_option("--out", out_, "Folder to create (must not hold a checkpoint already)")->required();
-  cmd_->add_option("--shape", preset_, "Named shape: tinyllama-1.1b | target-16m | draft-4m | draft-1m")
+  cmd_->add_option("--shape", preset_, "Named shape: tinyllama-1.1b | target-16m | draft-4m | draft-1m; family test shapes llama3 | qwen2 | qwen3 | mistral; real shapes llama3.2-1b | qwen2.5-0.5b | qwen3-0.6b")
       ->capture_default_str();
   cmd_->add_option("--hidden", hidden_, "Override: hidden_size");
   cmd_->add_option("--ffn", ffn_, "Override: intermediate_size");

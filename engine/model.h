@@ -1,6 +1,6 @@
-// defines: Model, a LLaMA-family checkpoint as loaded from a Hugging Face folder: its config,
-// tokenizer and the memory-mapped weights, every tensor the config implies validated and
-// named (LayerWeights). It computes nothing: a Backend (engine/backend.h) derives what it
+// defines: Model, a LLaMA, Mistral, Qwen2 or Qwen3 checkpoint as loaded from a Hugging Face
+// folder: its config, tokenizer and the memory-mapped weights, every tensor the config implies
+// validated and named (LayerWeights), and any other tensor an error. It computes nothing: a Backend (engine/backend.h) derives what it
 // runs from it (packed matrices on the CPU, device copies on a GPU).
 #pragma once
 
@@ -15,17 +15,27 @@
 
 namespace specula {
 
-// One decoder layer's tensors, views into the mapped checkpoint.
+// One decoder layer's tensors, views into the mapped checkpoint (q_dim = heads x head_dim).
 struct LayerWeights {
-  const TensorView* q = nullptr;     // [hidden, hidden]
+  const TensorView* q = nullptr;     // [q_dim, hidden]
   const TensorView* k = nullptr;     // [kv_dim, hidden]
   const TensorView* v = nullptr;     // [kv_dim, hidden]
-  const TensorView* o = nullptr;     // [hidden, hidden]
+  const TensorView* o = nullptr;     // [hidden, q_dim]
   const TensorView* gate = nullptr;  // [ffn, hidden]
   const TensorView* up = nullptr;    // [ffn, hidden]
   const TensorView* down = nullptr;  // [hidden, ffn]
   const TensorView* attn_norm = nullptr;  // [hidden]
   const TensorView* mlp_norm = nullptr;   // [hidden]
+  // What the config adds (null when it does not): biases and Qwen3's per-head norms.
+  const TensorView* q_bias = nullptr;     // [q_dim]    attention_bias
+  const TensorView* k_bias = nullptr;     // [kv_dim]   attention_bias
+  const TensorView* v_bias = nullptr;     // [kv_dim]   attention_bias
+  const TensorView* o_bias = nullptr;     // [hidden]   o_bias
+  const TensorView* gate_bias = nullptr;  // [ffn]      mlp_bias
+  const TensorView* up_bias = nullptr;    // [ffn]      mlp_bias
+  const TensorView* down_bias = nullptr;  // [hidden]   mlp_bias
+  const TensorView* q_norm = nullptr;     // [head_dim] qk_norm
+  const TensorView* k_norm = nullptr;     // [head_dim] qk_norm
 };
 
 class Model {

@@ -54,6 +54,8 @@ class Checkpoint {
   // The tensor `name` with exactly `shape`; a clear error if it is missing or mis-shaped.
   const TensorView& get(const std::string& name, const std::vector<int64_t>& shape) const;
   bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+  // Every tensor of the checkpoint by name (all shards).
+  const std::map<std::string, const TensorView*>& tensors() const { return tensors_; }
   const std::string& dir() const { return dir_; }
 
  private:

@@ -52,7 +52,7 @@ DecodeRun decode_plain(const Backend& target, const GenerateOptions& options, co
         sampler->distribution(std::span(logits).subspan(i * vocab, vocab), probs);
         const int token = sampler->draw(probs, sample.rng);
         std::vector<int>& ids = run.samples[static_cast<std::size_t>(sample.index)];
-        if (emit_token(ids, token, options, c.eos_token_id, sample.index, sink)) {
+        if (emit_token(ids, token, options, c.eos_token_ids, sample.index, sink)) {
           cache.free(sample.seq);
           continue;
         }

@@ -140,7 +140,7 @@ DecodeRun decode_speculative(ModelStore& models, const Backend& target, const Ge
         bool done = false;
         for (int token : results[i]->tokens)
           if ((done = emit_token(run.samples[static_cast<std::size_t>(sample.index)], token, options,
-                                 target.config().eos_token_id, sample.index, sink)))
+                                 target.config().eos_token_ids, sample.index, sink)))
             break;
         if (!done) {
           still_live.push_back(std::move(sample));

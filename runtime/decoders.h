@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <span>
 #include <vector>
 
 #include "engine/backend.h"
@@ -24,9 +25,9 @@ struct DecodeRun {
 };
 
 // Appends `token` to `ids` unless the sample is complete; true when it is complete after
-// (EOS emitted or max_new_tokens reached).
-bool emit_token(std::vector<int>& ids, int token, const GenerateOptions& options, int eos_id, int sample,
-                const TokenSink& sink);
+// (any of `eos_ids` emitted or max_new_tokens reached).
+bool emit_token(std::vector<int>& ids, int token, const GenerateOptions& options, std::span<const int> eos_ids,
+                int sample, const TokenSink& sink);
 
 // Samples (and beams) of one request run side by side: every step is one batched forward.
 DecodeRun decode_plain(const Backend& target, const GenerateOptions& options, const TokenSink& sink);

@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "engine/cuda/device.h"
 #include "runtime/decoders.h"
@@ -9,12 +11,13 @@
 
 namespace specula {
 
-bool emit_token(std::vector<int>& ids, int token, const GenerateOptions& options, int eos_id, int sample,
-                const TokenSink& sink) {
-  if (static_cast<int>(ids.size()) >= options.max_new_tokens || (!ids.empty() && ids.back() == eos_id)) return true;
+bool emit_token(std::vector<int>& ids, int token, const GenerateOptions& options, std::span<const int> eos_ids,
+                int sample, const TokenSink& sink) {
+  const auto is_eos = [&](int t) { return std::find(eos_ids.begin(), eos_ids.end(), t) != eos_ids.end(); };
+  if (static_cast<int>(ids.size()) >= options.max_new_tokens || (!ids.empty() && is_eos(ids.back()))) return true;
   ids.push_back(token);
   if (sink) sink(sample, token);
-  return token == eos_id || static_cast<int>(ids.size()) >= options.max_new_tokens;
+  return is_eos(token) || static_cast<int>(ids.size()) >= options.max_new_tokens;
 }
 
 int kv_blocks_for(int shared_tokens, int own_tokens, int sequences, int block_size) {

@@ -167,6 +167,30 @@ TEST_CASE("random checkpoint: the named shapes are the bundled models' shapes", 
   CHECK_THROWS_WITH(preset_shape("llama-70b"), Contains("unknown shape preset 'llama-70b'") && Contains("tinyllama-1.1b"));
 }
 
+TEST_CASE("random checkpoint: each family's preset writes a config.json that reads back as that family",
+          "[engine][writer]") {
+  for (const char* name : {"llama3", "qwen2", "qwen3", "mistral", "llama3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b"}) {
+    INFO(name);
+    const ModelConfig p = preset_shape(name);
+    const ModelConfig back = parse_model_config(checkpoint_config_json(p, DType::BF16), name);
+    CHECK(back.family == p.family);
+    CHECK(back.head_dim() == p.head_dim());
+    CHECK(back.attention_bias == p.attention_bias);
+    CHECK(back.o_bias == p.o_bias);
+    CHECK(back.mlp_bias == p.mlp_bias);
+    CHECK(back.qk_norm == p.qk_norm);
+    CHECK(back.sliding_window == p.sliding_window);
+    CHECK(back.rope_scaling.type == p.rope_scaling.type);
+    CHECK(back.rope_scaling.factor == p.rope_scaling.factor);
+    CHECK(back.rope_theta == p.rope_theta);
+  }
+  const ModelConfig qwen3 = preset_shape("qwen3-0.6b");  // 16 heads of 128 over hidden 1024
+  CHECK(qwen3.q_dim() == 2048);
+  CHECK(qwen3.hidden_size == 1024);
+  CHECK(preset_shape("qwen2.5-0.5b").attention_bias);
+  CHECK(preset_shape("llama3.2-1b").rope_scaling.original_max_position_embeddings == 8192);
+}
+
 TEST_CASE("random checkpoint: bad requests fail before anything is written, and nothing is overwritten",
           "[engine][writer]") {
   TempDir dir;

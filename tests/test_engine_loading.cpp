@@ -181,8 +181,88 @@ TEST_CASE("config: each malformed config.json names the file and the key", "[eng
   CHECK_THROWS_WITH(parse(with(with(good, "hidden_size", 6), "num_attention_heads", 2)), Contains("must be even"));
   CHECK_THROWS_WITH(parse(with(good, "eos_token_id", 4096)), Contains("key 'eos_token_id' = 4096 is outside"));
   CHECK_THROWS_WITH(parse(with(good, "hidden_act", "gelu")), Contains("key 'hidden_act'"));
-  CHECK_THROWS_WITH(parse(with(good, "rope_scaling", {{"type", "linear"}})), Contains("key 'rope_scaling'"));
-  CHECK_THROWS_WITH(parse(with(good, "attention_bias", true)), Contains("key 'attention_bias'"));
+}
+
+TEST_CASE("config: model types, architectures and keys the forward pass does not implement are refused with their values",
+          "[engine][config]") {
+  const json good = tiny_config();
+  CHECK_NOTHROW(parse(with(with(good, "model_type", "llama"), "architectures", {"LlamaForCausalLM"})));
+  CHECK_THROWS_WITH(parse(with(good, "model_type", "gemma")),
+                    Contains("cfg.json: key 'model_type' = \"gemma\" is not supported (supported: llama, mistral, qwen2, qwen3)"));
+  CHECK_THROWS_WITH(parse(with(good, "architectures", {"LlamaForCausalLM", "Qwen2ForCausalLM"})),
+                    Contains("key 'architectures' = \"Qwen2ForCausalLM\" is not supported for model_type \"llama\" "
+                             "(supported: LlamaForCausalLM)"));
+  CHECK_THROWS_WITH(parse(with(good, "architectures", "LlamaForCausalLM")), Contains("key 'architectures' must be a list"));
+  CHECK_THROWS_WITH(parse(with(good, "hidden_act", "gelu")), Contains("key 'hidden_act' must be \"silu\" (LLaMA family), got \"gelu\""));
+  CHECK_THROWS_WITH(parse(with(good, "rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}})),
+                    Contains("key 'rope_scaling' = {\"factor\":2.0,\"rope_type\":\"dynamic\"} is not supported "
+                             "(rope types: default, linear, llama3)"));
+  CHECK_THROWS_WITH(parse(with(good, "rope_scaling", {{"type", "yarn"}, {"factor", 4.0}})),
+                    Contains("key 'rope_scaling' = {\"factor\":4.0,\"type\":\"yarn\"} is not supported"));
+  CHECK_THROWS_WITH(parse(with(good, "rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}})),
+                    Contains("cfg.json: rope_scaling: missing key 'low_freq_factor'"));
+  CHECK_THROWS_WITH(parse(with(good, "rope_scaling", {{"rope_type", "linear"}, {"factor", -2.0}})),
+                    Contains("rope_scaling: key 'factor' must be positive, got -2"));
+  CHECK(parse(with(good, "rope_scaling", {{"type", "linear"}, {"factor", 2.0}})).rope_scaling.factor == 2.0f);
+  CHECK_NOTHROW(parse(with(good, "rope_scaling", nullptr)));
+  // Biases: LLaMA's attention_bias / mlp_bias are honoured; Mistral and Qwen2 have fixed ones.
+  CHECK(parse(with(good, "attention_bias", true)).o_bias);
+  CHECK(parse(with(good, "mlp_bias", true)).mlp_bias);
+  CHECK_THROWS_WITH(parse(with(with(good, "model_type", "mistral"), "attention_bias", true)),
+                    Contains("key 'attention_bias' = true is not supported for this model type"));
+  CHECK_THROWS_WITH(parse(with(with(good, "model_type", "qwen2"), "mlp_bias", true)),
+                    Contains("key 'mlp_bias' = true is not supported for this model type"));
+  // Sliding windows: Mistral's is honoured (4096 when absent, none when null); others refused.
+  CHECK(parse(with(good, "model_type", "mistral")).sliding_window == 4096);
+  CHECK(parse(with(with(good, "model_type", "mistral"), "sliding_window", nullptr)).sliding_window == 0);
+  CHECK_THROWS_WITH(parse(with(good, "sliding_window", 4096)),
+                    Contains("key 'sliding_window' = 4096 is not supported for this model type"));
+  CHECK_THROWS_WITH(parse(with(with(good, "model_type", "qwen2"), "use_sliding_window", true)),
+                    Contains("key 'use_sliding_window' = true is not supported"));
+  // Qwen2 style: a window that use_sliding_window = false switches off.
+  CHECK(parse(with(with(with(good, "model_type", "qwen2"), "sliding_window", 4096), "use_sliding_window", false))
+            .sliding_window == 0);
+  CHECK_THROWS_WITH(parse(with(good, "layer_types", {"full_attention", "sliding_attention"})),
+                    Contains("key 'layer_types' = [\"full_attention\",\"sliding_attention\"] is not supported"));
+  CHECK_NOTHROW(parse(with(good, "layer_types", {"full_attention", "full_attention"})));
+  // head_dim: its own width (q_dim = heads x head_dim need not be hidden); Qwen3's is 128 when absent.
+  CHECK(parse(with(good, "head_dim", 32)).q_dim() == 64);
+  CHECK(parse(with(good, "model_type", "qwen3")).head_dim() == 128);
+  CHECK_THROWS_WITH(parse(with(good, "head_dim", 7)), Contains("head dimension 7") && Contains("must be even and positive"));
+  CHECK_THROWS_WITH(parse(with(good, "partial_rotary_factor", 0.5)), Contains("key 'partial_rotary_factor' = 0.5 is not supported"));
+  CHECK_THROWS_WITH(parse(with(good, "quantization_config", {{"quant_method", "gptq"}})),
+                    Contains("key 'quantization_config' = {\"quant_method\":\"gptq\"} is not supported"));
+  CHECK_THROWS_WITH(parse(with(good, "rope_parameters", {{"rope_type", "yarn"}, {"factor", 4.0}})),
+                    Contains("key 'rope_parameters' = {\"factor\":4.0,\"rope_type\":\"yarn\"} is not supported"));
+  // transformers >= 5 keeps rope_theta in rope_parameters.
+  CHECK(parse(with(good, "rope_parameters", {{"rope_type", "default"}, {"rope_theta", 500000.0}})).rope_theta == 500000.0f);
+}
+
+TEST_CASE("config: eos_token_id is an integer or a list; generation_config.json's replaces it", "[engine][config]") {
+  const json good = tiny_config();
+  ModelConfig c = parse(with(good, "eos_token_id", {3, 2, 7}));
+  CHECK(c.eos_token_ids == std::vector<int>{3, 2, 7});
+  CHECK(c.eos_token_id == 3);
+  CHECK(parse(good).eos_token_ids == std::vector<int>{2});
+  CHECK_THROWS_WITH(parse(with(good, "eos_token_id", json::array())),
+                    Contains("key 'eos_token_id' must be a token id or a non-empty list of them, got []"));
+  CHECK_THROWS_WITH(parse(with(good, "eos_token_id", {2, "x"})), Contains("key 'eos_token_id' must be a token id"));
+  CHECK_THROWS_WITH(parse(with(good, "eos_token_id", {2, 5000})), Contains("key 'eos_token_id' = 5000 is outside"));
+  apply_generation_config(c, R"({"eos_token_id": [9, 10], "temperature": 0.6})", "gen.json");
+  CHECK(c.eos_token_ids == std::vector<int>{9, 10});
+  CHECK(c.eos_token_id == 9);
+  apply_generation_config(c, R"({"do_sample": true})", "gen.json");  // no EOS ids: the config's stay
+  CHECK(c.eos_token_ids == std::vector<int>{9, 10});
+  CHECK_THROWS_WITH(apply_generation_config(c, R"({"eos_token_id": 4096})", "gen.json"),
+                    Contains("gen.json: key 'eos_token_id' = 4096 is outside"));
+  CHECK_THROWS_WITH(apply_generation_config(c, "{", "gen.json"), Contains("gen.json: invalid JSON"));
+
+  TempDir dir;
+  write_tiny_model(dir, good, tiny_tensors(DType::F32));
+  write_text(dir.file("generation_config.json"), R"({"bos_token_id": 1, "eos_token_id": [2, 5]})");
+  CHECK(Model(dir.path.string()).config().eos_token_ids == std::vector<int>{2, 5});
+  write_text(dir.file("generation_config.json"), R"({"eos_token_id": -1})");
+  CHECK_THROWS_WITH(Model(dir.path.string()), Contains(dir.file("generation_config.json")) && Contains("key 'eos_token_id'"));
 }
 
 TEST_CASE("safetensors: a well-formed file loads with its tensors' shapes, dtypes and bytes", "[engine][safetensors]") {
@@ -359,8 +439,44 @@ TEST_CASE("checkpoint: missing or mis-shaped tensors and other folder faults are
   {
     TempDir dir;
     write_tiny_model(dir, tiny_config(), good);
-    fs::remove(dir.file("tokenizer.model"));  // and no tokenizer.json either
-    CHECK_THROWS_WITH(Model(dir.path.string()), Contains(dir.path.string()) && Contains("no tokenizer.model or tokenizer.json"));
+    fs::remove(dir.file("tokenizer.model"));
+    CHECK_THROWS_WITH(Model(dir.path.string()), Contains(dir.path.string() + ": no tokenizer.model or tokenizer.json"));
+  }
+}
+
+TEST_CASE("checkpoint: every tensor is used or named in an error", "[engine][safetensors]") {
+  const std::vector<Tensor> good = tiny_tensors(DType::F32);
+  {
+    TempDir dir;  // a q bias in a LLaMA checkpoint without attention_bias
+    std::vector<Tensor> t = good;
+    t.push_back({"model.layers.1.self_attn.q_proj.bias", DType::F32, {16}});
+    write_tiny_model(dir, tiny_config(), t);
+    CHECK_THROWS_WITH(Model(dir.path.string()),
+                      Contains(dir.file("model.safetensors")) && Contains("unknown tensor 'model.layers.1.self_attn.q_proj.bias'"));
+    // and the family's own tensors are required: Qwen2's q/k/v biases
+    TempDir qwen;
+    write_tiny_model(qwen, with(tiny_config(), "model_type", "qwen2"), good);
+    CHECK_THROWS_WITH(Model(qwen.path.string()), Contains("missing tensor 'model.layers.0.self_attn.q_proj.bias'"));
+  }
+  // RoPE's saved inverse frequencies are accepted (and recomputed) at their shape only.
+  for (int64_t width : {4, 8}) {
+    TempDir dir;
+    std::vector<Tensor> t = good;
+    t.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", DType::F32, {width}});
+    write_tiny_model(dir, tiny_config(), t);
+    if (width == 4) {
+      CHECK_NOTHROW(Model(dir.path.string()));
+    } else {
+      CHECK_THROWS_WITH(Model(dir.path.string()),
+                        Contains("tensor 'model.layers.0.self_attn.rotary_emb.inv_freq' has shape [8], expected [4]"));
+    }
+  }
+  {
+    TempDir dir;  // tied: a saved lm_head must be the embedding (write_safetensors fills each tensor differently)
+    write_tiny_model(dir, with(tiny_config(), "tie_word_embeddings", true), good);
+    CHECK_THROWS_WITH(Model(dir.path.string()),
+                      Contains("tensor 'lm_head.weight' differs from 'model.embed_tokens.weight'") &&
+                          Contains("tie_word_embeddings = true"));
   }
 }
 

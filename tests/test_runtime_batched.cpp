@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "runtime/decoders.h"
 #include "tests/test_support.h"
 
 namespace specula {
@@ -32,6 +33,20 @@ TEST_CASE("batched samples and beams give the outputs of the one-sequence engine
     CHECK(got.value("samples", nlohmann::json()) == want.at("samples"));
     CHECK(got.at("stats").value("beam", nlohmann::json()) == want.at("beam"));
   }
+}
+
+TEST_CASE("a sample ends at any of the model's EOS ids (Llama 3 lists several)", "[runtime][batch]") {
+  GenerateOptions options;
+  options.max_new_tokens = 10;
+  const std::vector<int> eos = {128001, 128009};
+  std::vector<int> emitted;
+  const TokenSink sink = [&](int, int token) { emitted.push_back(token); };
+  std::vector<int> ids;
+  CHECK_FALSE(emit_token(ids, 5, options, eos, 0, sink));
+  CHECK(emit_token(ids, 128009, options, eos, 0, sink));  // the second EOS id stops too
+  CHECK(emit_token(ids, 7, options, eos, 0, sink));       // complete: nothing more is appended
+  CHECK(ids == std::vector<int>{5, 128009});
+  CHECK(emitted == ids);
 }
 
 }  // namespace specula

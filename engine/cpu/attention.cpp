@@ -1,6 +1,7 @@
 #include "engine/cpu/attention.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 
 #include "engine/cpu/matmul.h"
@@ -21,7 +22,7 @@ void attend_group(const float* q, int num_heads, const PagedRows& keys, const Pa
 }
 
 PagedRows visible_rows(const RaggedBatch& batch, const KvPlan& plan, const PageStorage& pages, int layer, int kv,
-                       int seq_index, int r) {
+                       int seq_index, int r, int window) {
   PagedRows rows;
   rows.plane = pages.layer(layer) + (kv == 0 ? 0 : pages.value_offset());
   rows.block_stride = pages.block_stride();
@@ -37,6 +38,10 @@ PagedRows visible_rows(const RaggedBatch& batch, const KvPlan& plan, const PageS
     rows.prefix_len = prefix;
     rows.extra_slots = batch.mask_indices.data() + mask_begin;
     rows.num_extra = mask_end - mask_begin;
+  }
+  if (window > 0) {
+    rows.first = std::max(0, batch.positions[static_cast<std::size_t>(r)] - window + 1);
+    assert(rows.first < rows.prefix_len + rows.num_extra);  // the row's own key stays
   }
   return rows;
 }
@@ -66,13 +71,13 @@ void attend_batch(MatmulIsa isa, const RaggedBatch& batch, const KvPlan& plan, c
   double keys_total = 0;
   for_each_row(batch, [&](int r, int s) {
     seq_of_row[static_cast<std::size_t>(r)] = s;
-    keys_total += visible_rows(batch, plan, pages, layer, 0, s, r).num_keys();
+    keys_total += visible_rows(batch, plan, pages, layer, 0, s, r, shape.window).num_keys();
   });
   // One work item per (row, key/value head): the `group` query heads that share it.
   const auto item = [&](int r, int g, std::vector<float>& scores) {
     const int s = seq_of_row[static_cast<std::size_t>(r)];
-    const PagedRows keys = visible_rows(batch, plan, pages, layer, 0, s, r);
-    const PagedRows values = visible_rows(batch, plan, pages, layer, 1, s, r);
+    const PagedRows keys = visible_rows(batch, plan, pages, layer, 0, s, r, shape.window);
+    const PagedRows values = visible_rows(batch, plan, pages, layer, 1, s, r, shape.window);
     scores.resize(static_cast<std::size_t>(keys.num_keys()) * static_cast<std::size_t>(group));
     const std::size_t at = static_cast<std::size_t>(r) * row_width + static_cast<std::size_t>(g) * group * head_dim;
     attend_group(isa, q + at, group, keys, values, g * head_dim, head_dim, scale, scores.data(), out + at);
@@ -101,8 +106,8 @@ void attend_batch_reference(const RaggedBatch& batch, const KvPlan& plan, const 
   const std::size_t row_width = static_cast<std::size_t>(shape.num_heads) * static_cast<std::size_t>(head_dim);
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   for_each_row(batch, [&](int r, int s) {
-    const PagedRows keys = visible_rows(batch, plan, pages, layer, 0, s, r);
-    const PagedRows values = visible_rows(batch, plan, pages, layer, 1, s, r);
+    const PagedRows keys = visible_rows(batch, plan, pages, layer, 0, s, r, shape.window);
+    const PagedRows values = visible_rows(batch, plan, pages, layer, 1, s, r, shape.window);
     const int num_keys = keys.num_keys();
     std::vector<double> score(static_cast<std::size_t>(num_keys));
     for (int h = 0; h < shape.num_heads; ++h) {

@@ -36,12 +36,16 @@ struct AttentionShape {
   int num_heads = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
+  int window = 0;  // sliding window: a key is seen when query position - key position < window; 0: none
 };
 
 // The keys row r of `batch` sees in `layer` (batch.h's visibility rule) through the plan's
-// page list of its sequence `seq_index`; kv = 0 for keys, 1 for values.
+// page list of its sequence `seq_index`; kv = 0 for keys, 1 for values. A row's list holds the
+// positions 0, 1, ... up to its own (cached slots of the committed prefix, then its in-batch
+// ancestors by depth), so a sliding `window` (> 0) hides a prefix of it, as Hugging Face's
+// mask (q - k < window) does; the keys that remain are read in the same order.
 PagedRows visible_rows(const RaggedBatch& batch, const KvPlan& plan, const PageStorage& pages, int layer, int kv,
-                       int seq_index, int r);
+                       int seq_index, int r, int window);
 
 // What attend_batch reuses across calls (owned by the caller's workspace).
 struct AttentionScratch {

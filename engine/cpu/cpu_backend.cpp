@@ -13,10 +13,21 @@ std::vector<float> to_f32(const TensorView& t) {
   return out;
 }
 
+// An optional tensor's f32 copy; empty when the model has none.
+std::vector<float> to_f32(const TensorView* t) { return t ? to_f32(*t) : std::vector<float>{}; }
+
+// y = x W^T (+ bias when the model has one).  x: in [n, in]; y: out [n, out]
+void project(const float* x, const PackedWeights& w, const std::vector<float>& bias, float* y, int n) {
+  matmul(x, w, y, n);
+  if (!bias.empty()) add_bias(y, bias.data(), n, static_cast<int>(bias.size()));
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(const Model& model, std::optional<DType> matrices_as, MatmulIsa isa)
-    : Backend(model), isa_(isa), rope_(model.config().head_dim(), model.config().rope_theta) {
+    : Backend(model),
+      isa_(isa),
+      rope_(model.config().head_dim(), model.config().rope_theta, model.config().rope_scaling) {
   // Each matrix is packed from the mapping once; a decode step reads every one once.
   const auto pack = [&](const TensorView& w) {
     PackedWeights packed(w, isa, matrices_as);
@@ -25,7 +36,9 @@ CpuBackend::CpuBackend(const Model& model, std::optional<DType> matrices_as, Mat
   };
   for (const LayerWeights& l : model.layers()) {
     layers_.push_back(Layer{pack(*l.q), pack(*l.k), pack(*l.v), pack(*l.o), pack(*l.gate), pack(*l.up), pack(*l.down),
-                            to_f32(*l.attn_norm), to_f32(*l.mlp_norm)});
+                            to_f32(*l.attn_norm), to_f32(*l.mlp_norm), to_f32(l.q_bias), to_f32(l.k_bias),
+                            to_f32(l.v_bias), to_f32(l.o_bias), to_f32(l.gate_bias), to_f32(l.up_bias),
+                            to_f32(l.down_bias), to_f32(l.q_norm), to_f32(l.k_norm)});
   }
   final_norm_ = to_f32(model.final_norm());
   lm_head_ = std::make_unique<PackedWeights>(pack(model.lm_head()));
@@ -38,7 +51,8 @@ void CpuBackend::forward(const RaggedBatch& batch, const KvPlan& plan, PageStora
   CpuWorkspace& s = *ws;
   const ModelConfig& c = config();
   const int n = batch.num_rows();
-  const int hidden = c.hidden_size, kv_dim = c.kv_dim(), ffn = c.intermediate_size, vocab = c.vocab_size;
+  const int hidden = c.hidden_size, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.intermediate_size;
+  const int vocab = c.vocab_size, head_dim = c.head_dim();
   const int num_logits = batch.num_logits();
   SPECULA_CHECK(n > 0 && static_cast<int>(plan.row_slots.size()) == n, "forward: the plan has ", plan.row_slots.size(),
                 " new slots for ", n, " rows");
@@ -50,37 +64,41 @@ void CpuBackend::forward(const RaggedBatch& batch, const KvPlan& plan, PageStora
   const std::size_t rows = static_cast<std::size_t>(n);
   s.x.resize(rows * hidden);
   s.h.resize(rows * hidden);
-  s.q.resize(rows * hidden);
+  s.q.resize(rows * q_dim);
   s.k.resize(rows * kv_dim);
   s.v.resize(rows * kv_dim);
-  s.attn.resize(rows * hidden);
+  s.attn.resize(rows * q_dim);
   s.gate.resize(rows * ffn);
   s.up.resize(rows * ffn);
-  const AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim()};
+  const AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, head_dim, c.sliding_window};
 
   for (int i = 0; i < n; ++i) weight_row(model().embed_tokens(), batch.tokens[i], &s.x[i * std::size_t(hidden)]);
 
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& layer = layers_[static_cast<std::size_t>(l)];
     rms_norm(s.x.data(), layer.attn_norm.data(), c.rms_norm_eps, s.h.data(), n, hidden);
-    matmul(s.h.data(), layer.q, s.q.data(), n);
-    matmul(s.h.data(), layer.k, s.k.data(), n);
-    matmul(s.h.data(), layer.v, s.v.data(), n);
+    project(s.h.data(), layer.q, layer.q_bias, s.q.data(), n);
+    project(s.h.data(), layer.k, layer.k_bias, s.k.data(), n);
+    project(s.h.data(), layer.v, layer.v_bias, s.v.data(), n);
+    if (!layer.q_norm.empty()) {  // Qwen3: each head normalised before RoPE
+      rms_norm(s.q.data(), layer.q_norm.data(), c.rms_norm_eps, s.q.data(), n * c.num_attention_heads, head_dim);
+      rms_norm(s.k.data(), layer.k_norm.data(), c.rms_norm_eps, s.k.data(), n * c.num_key_value_heads, head_dim);
+    }
     for (int i = 0; i < n; ++i) {
-      rope_.apply(&s.q[i * std::size_t(hidden)], c.num_attention_heads, batch.positions[i]);
+      rope_.apply(&s.q[i * std::size_t(q_dim)], c.num_attention_heads, batch.positions[i]);
       rope_.apply(&s.k[i * std::size_t(kv_dim)], c.num_key_value_heads, batch.positions[i]);
       std::copy_n(&s.k[i * std::size_t(kv_dim)], kv_dim, pages.row(l, 0, plan.row_slots[i]));
       std::copy_n(&s.v[i * std::size_t(kv_dim)], kv_dim, pages.row(l, 1, plan.row_slots[i]));
     }
     attend_batch(isa_, batch, plan, pages, l, shape, s.q.data(), s.attn.data(), s.attention);
-    matmul(s.attn.data(), layer.o, s.h.data(), n);
+    project(s.attn.data(), layer.o, layer.o_bias, s.h.data(), n);
     add_inplace(s.x.data(), s.h.data(), static_cast<int64_t>(rows) * hidden);
 
     rms_norm(s.x.data(), layer.mlp_norm.data(), c.rms_norm_eps, s.h.data(), n, hidden);
-    matmul(s.h.data(), layer.gate, s.gate.data(), n);
-    matmul(s.h.data(), layer.up, s.up.data(), n);
+    project(s.h.data(), layer.gate, layer.gate_bias, s.gate.data(), n);
+    project(s.h.data(), layer.up, layer.up_bias, s.up.data(), n);
     silu_mul(s.gate.data(), s.up.data(), static_cast<int64_t>(rows) * ffn);
-    matmul(s.gate.data(), layer.down, s.h.data(), n);
+    project(s.gate.data(), layer.down, layer.down_bias, s.h.data(), n);
     add_inplace(s.x.data(), s.h.data(), static_cast<int64_t>(rows) * hidden);
   }
   if (num_logits == 0) return;

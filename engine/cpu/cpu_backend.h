@@ -37,6 +37,8 @@ class CpuBackend : public Backend {
   struct Layer {
     PackedWeights q, k, v, o, gate, up, down;
     std::vector<float> attn_norm, mlp_norm;  // [hidden] f32 copies
+    // f32 copies of the optional tensors (LayerWeights), empty when the model has none.
+    std::vector<float> q_bias, k_bias, v_bias, o_bias, gate_bias, up_bias, down_bias, q_norm, k_norm;
   };
 
   MatmulIsa isa_;

@@ -21,10 +21,40 @@ void rms_norm(const float* x, const float* w, float eps, float* y, int n, int di
   }
 }
 
-RopeTable::RopeTable(int head_dim, float theta) : head_dim_(head_dim), inv_freq_(head_dim / 2) {
+void add_bias(float* y, const float* bias, int n, int dim) {
+  for (int r = 0; r < n; ++r)
+    for (int i = 0; i < dim; ++i) y[static_cast<int64_t>(r) * dim + i] += bias[i];
+}
+
+RopeTable::RopeTable(int head_dim, float theta, const RopeScaling& scaling)
+    : head_dim_(head_dim), inv_freq_(head_dim / 2) {
+  const float factor = scaling.factor;
+  const float old_context = static_cast<float>(scaling.original_max_position_embeddings);
+  const float low_freq_wavelen = old_context / scaling.low_freq_factor;
+  const float high_freq_wavelen = old_context / scaling.high_freq_factor;
   for (int i = 0; i < head_dim / 2; ++i) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    inv_freq_[i] = 1.0f / std::pow(theta, exponent);
+    float f = 1.0f / std::pow(theta, exponent);
+    switch (scaling.type) {
+      case RopeScaling::Type::kNone:
+        break;
+      case RopeScaling::Type::kLinear:
+        f /= factor;
+        break;
+      case RopeScaling::Type::kLlama3: {
+        // All in f32, in the order of _compute_llama3_parameters.
+        const float wavelen = 2.0f * static_cast<float>(M_PI) / f;
+        if (wavelen > low_freq_wavelen) {
+          f /= factor;
+        } else if (!(wavelen < high_freq_wavelen)) {
+          const float smooth = (old_context / wavelen - scaling.low_freq_factor) /
+                               (scaling.high_freq_factor - scaling.low_freq_factor);
+          f = (1.0f - smooth) * f / factor + smooth * f;
+        }
+        break;
+      }
+    }
+    inv_freq_[i] = f;
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/model_config.h"
 
 namespace specula::cpu {
 
@@ -16,9 +17,16 @@ namespace specula::cpu {
 //   x: in [n, dim]; weight: in [dim]; y: out [n, dim] (may alias x)
 void rms_norm(const float* x, const float* weight, float eps, float* y, int n, int dim);
 
-// Rotary tables for one position: cos/sin of position * theta^(-2i/head_dim), i < head_dim/2.
+// y += bias for each of n rows.  y: in/out [n, dim]; bias: in [dim]
+void add_bias(float* y, const float* bias, int n, int dim);
+
+// Rotary tables for one position: cos/sin of position * inv_freq[i], i < head_dim/2, where
+// inv_freq = theta^(-2i/head_dim) rescaled by `scaling` (transformers' modeling_rope_utils.py:
+// linear divides every frequency by the factor; llama3 divides the low frequencies, keeps the
+// high ones and interpolates between, _compute_llama3_parameters).
 struct RopeTable {
-  RopeTable(int head_dim, float theta);
+  RopeTable(int head_dim, float theta, const RopeScaling& scaling);
+  const std::vector<float>& inv_freq() const { return inv_freq_; }
   // Rotates each head of x in place: x in/out [num_heads, head_dim].
   void apply(float* x, int num_heads, int position) const;
 

@@ -7,7 +7,9 @@
 
 namespace specula::cpu {
 
-// Key j is slot j of the sequence for j < prefix_len, else slot extra_slots[j - prefix_len];
+// The full list: entry e is slot e of the sequence for e < prefix_len, else slot
+// extra_slots[e - prefix_len]; key j is entry first + j (a sliding window hides the first
+// entries, the oldest positions);
 // slot s lives in block pages[s / block_size], row s % block_size, of one layer's pages
 // ([num_blocks, 2, block_size, kv_dim], kv/page_storage.h); `plane` points at the keys
 // (offset 0) or the values (offset block_size * kv_dim) of block 0.
@@ -20,19 +22,28 @@ struct PagedRows {
   int prefix_len = 0;             // keys [0, prefix_len) are slots [0, prefix_len)
   const int* extra_slots = nullptr;  // in [num_extra] slots after the prefix, ascending
   int num_extra = 0;
+  int first = 0;                  // entries [0, first) are not seen
 
-  int num_keys() const { return prefix_len + num_extra; }
+  int num_keys() const { return prefix_len + num_extra - first; }
   const float* slot_row(int slot) const {
     return plane + static_cast<std::size_t>(pages[slot / block_size]) * block_stride +
            static_cast<std::size_t>(slot % block_size) * static_cast<std::size_t>(kv_dim);
   }
-  const float* key_row(int j) const { return slot_row(j < prefix_len ? j : extra_slots[j - prefix_len]); }
+  const float* key_row(int j) const {
+    const int e = first + j;
+    return slot_row(e < prefix_len ? e : extra_slots[e - prefix_len]);
+  }
 };
 
-// Rows 0, 1, 2, ... of a PagedRows in order: the prefix page by page, then the extra slots.
+// Rows 0, 1, 2, ... of a PagedRows in order: the prefix page by page from `first`, then the
+// extra slots.
 class PagedRowCursor {
  public:
-  explicit PagedRowCursor(const PagedRows& rows) : rows_(rows) {}
+  explicit PagedRowCursor(const PagedRows& rows)
+      : rows_(rows), j_(rows.first), page_index_(rows.first / rows.block_size), in_page_(rows.first % rows.block_size) {
+    if (j_ < rows_.prefix_len)
+      page_ = rows_.plane + static_cast<std::size_t>(rows_.pages[page_index_]) * rows_.block_stride;
+  }
   const float* next() {
     const float* row;
     if (j_ < rows_.prefix_len) {
@@ -51,7 +62,7 @@ class PagedRowCursor {
 
  private:
   const PagedRows& rows_;
-  int j_ = 0, page_index_ = 0, in_page_ = 0;
+  int j_, page_index_, in_page_;  // j_: the entry next() returns
   const float* page_ = nullptr;
 };
 
