@@ -1,7 +1,5 @@
 #include "cli/run_command.h"
 
-#include <omp.h>
-
 #include <iostream>
 
 #include "experiments/interrupt.h"
@@ -18,19 +16,12 @@ class EngineBackend : public GenerationBackend {
   void validate(const GenerateOptions& options, const OptionNames& names) override {
     validate_generate_options(models_, options, names);
   }
-  // threads = 0 runs with the process's default (OMP_NUM_THREADS, else every core), set
-  // explicitly so that a run after one with run.threads = N does not inherit N.
-  nlohmann::json generate(const GenerateOptions& options) override {
-    GenerateOptions o = options;
-    o.threads = threads(options);
-    return specula::generate(models_, o);
-  }
+  nlohmann::json generate(const GenerateOptions& options) override { return specula::generate(models_, options); }
   std::string device_name() override { return accelerator_name(); }
-  int threads(const GenerateOptions& options) override { return options.threads > 0 ? options.threads : default_threads_; }
+  int threads(const GenerateOptions& options) override { return request_threads(options); }
 
  private:
   ModelStore models_;
-  const int default_threads_ = omp_get_max_threads();  // before any run sets a count
 };
 
 }  // namespace

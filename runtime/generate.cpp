@@ -67,12 +67,17 @@ const Backend& draft_model(ModelStore& models, const DraftOptions& draft) {
   return models.get(draft.model_dir, draft.weights);
 }
 
+int request_threads(const GenerateOptions& options) {
+  static const int process_default = omp_get_max_threads();  // first call: before generate() sets a count
+  return options.threads > 0 ? options.threads : process_default;
+}
+
 std::string accelerator_name() { return cuda_device_count() > 0 ? "cuda" : "none"; }
 
 nlohmann::json generate(ModelStore& models, const GenerateOptions& options, const TokenSink& sink) {
   validate_generate_options(models, options, cli_option_names());
   const Backend& target = models.get(options.model_dir);
-  if (options.threads > 0) omp_set_num_threads(options.threads);
+  omp_set_num_threads(request_threads(options));  // every request: none inherits an earlier one's count
 
   DecodeRun run;
   if (options.sampling.strategy == Strategy::kBeam) {

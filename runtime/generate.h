@@ -22,6 +22,10 @@ nlohmann::json generate(ModelStore& models, const GenerateOptions& options, cons
 // ids or tokenizer differ from the target's.
 void validate_generate_options(ModelStore& models, const GenerateOptions& options, const OptionNames& names);
 
+// The CPU threads a request runs on: options.threads, or for 0 the process's default
+// (OMP_NUM_THREADS, else every core) as it was before any request set a count.
+int request_threads(const GenerateOptions& options);
+
 // The accelerator this process could run requests on, for machine records: "cuda" or "none".
 std::string accelerator_name();
 
