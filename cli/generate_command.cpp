@@ -1,5 +1,7 @@
 #include "cli/generate_command.h"
 
+#include "cli/batch_generate.h"
+
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -44,11 +46,17 @@ std::string stats_line(const nlohmann::json& stats) {
 }  // namespace
 
 GenerateCommand::GenerateCommand(CLI::App& app) {
-  cmd_ = app.add_subcommand("generate", "Generate a continuation of one prompt");
+  cmd_ = app.add_subcommand("generate", "Generate a continuation of one prompt, or of every prompt of a file in batches");
   cmd_->add_option("--model", options_.model_dir, "Target model folder (Hugging Face layout)")->required();
   auto* prompt = cmd_->add_option("--prompt", prompt_, "Prompt text (tokenized with BOS)");
   auto* ids = cmd_->add_option("--prompt-ids", prompt_ids_, "Prompt token ids, comma-separated, used as given");
   prompt->excludes(ids);
+  auto* file = cmd_->add_option("--prompts-file", prompts_file_,
+                                "JSON lines {\"id\", \"prompt\" | \"prompt_ids\"}: every prompt through the batch scheduler");
+  file->excludes(prompt)->excludes(ids);
+  cmd_->add_option("--batch-size", batch_size_, "Sequences decoded side by side with --prompts-file")
+      ->default_val(1)
+      ->needs(file);
   cmd_->add_option("--max-new-tokens", options_.max_new_tokens, "Tokens to generate")->default_val(64);
   cmd_->add_option("--kv-block-size", options_.kv_block_size, "KV cache block size in token slots")->default_val(16);
   cmd_->add_flag("--json", json_, "Print one JSON object with ids, text and stats");
@@ -80,7 +88,8 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
 }
 
 int GenerateCommand::run() {
-  SPECULA_CHECK(!prompt_.empty() || !prompt_ids_.empty(), "one of --prompt or --prompt-ids is required");
+  SPECULA_CHECK(!prompt_.empty() || !prompt_ids_.empty() || !prompts_file_.empty(),
+                "one of --prompt, --prompt-ids or --prompts-file is required");
   // Option strings become enums here, once.
   DraftOptions& d = options_.draft;
   const auto strategy = parse_enum<Strategy>(sampler_);
@@ -106,6 +115,8 @@ int GenerateCommand::run() {
   if (!tree_.empty()) d.tree = parse_int_list(tree_, "--tree");
   ModelStore models;
   const Model& target = models.model(options_.model_dir);
+  if (!prompts_file_.empty())
+    return run_batch(models, options_, read_batch_prompts(prompts_file_, target.tokenizer()), batch_size_, json_);
   options_.prompt_ids = prompt_ids_.empty() ? target.tokenizer().encode(prompt_, true)
                                             : parse_int_list(prompt_ids_, "--prompt-ids");
 

@@ -20,6 +20,8 @@ class GenerateCommand {
   GenerateOptions options_;
   std::string prompt_;
   std::string prompt_ids_;
+  std::string prompts_file_;
+  int batch_size_ = 1;
   std::string draft_method_;
   std::string sampler_ = "greedy";
   std::string draft_weights_ = "stored";

@@ -1,6 +1,7 @@
-// defines: the decoding loops behind generate() — plain (one target forward per token,
-// any token sampler), speculative (a drafter proposes, the target verifies a tree per
-// forward) and beam search — and DecodeRun, what each returns for generate() to report.
+// defines: what the decoding paths behind generate() share: beam search's loop (decode_beam;
+// plain and speculative decoding are steps of the scheduler, runtime/scheduler.h) and
+// DecodeRun, what it returns; emit_token, prefill, the draft model of a request and its
+// compatibility check, and KV pool sizing.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -29,10 +30,7 @@ struct DecodeRun {
 bool emit_token(std::vector<int>& ids, int token, const GenerateOptions& options, std::span<const int> eos_ids,
                 int sample, const TokenSink& sink);
 
-// Samples (and beams) of one request run side by side: every step is one batched forward.
-DecodeRun decode_plain(const Backend& target, const GenerateOptions& options, const TokenSink& sink);
-DecodeRun decode_speculative(ModelStore& models, const Backend& target, const GenerateOptions& options,
-                             const TokenSink& sink);
+// Beam search over one request: every step feeds its live beams in one batched forward.
 DecodeRun decode_beam(const Backend& target, const GenerateOptions& options, const TokenSink& sink);
 
 // A new sequence of `context.cache` holding `tokens` at positions 0, 1, ... (one causal

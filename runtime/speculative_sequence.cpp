@@ -15,9 +15,10 @@ double lap(Clock::time_point& mark) {
   return s;
 }
 
-// Runs the pending forwards of every drafter, round by round, those sharing a forward
-// context (one draft cache) as one batched call.
-void run_draft_forwards(std::span<SpeculativeSequence* const> seqs) {
+}  // namespace
+
+void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const int> max_depths) {
+  for (std::size_t i = 0; i < seqs.size(); ++i) seqs[i]->start_draft(max_depths[i]);
   std::vector<float> logits;
   std::vector<SequenceRows> parts;
   for (;;) {
@@ -40,8 +41,6 @@ void run_draft_forwards(std::span<SpeculativeSequence* const> seqs) {
     }
   }
 }
-
-}  // namespace
 
 SpeculativeSequence::SpeculativeSequence(const ForwardContext& target, KvCache::SeqId seq,
                                          std::unique_ptr<Drafter> drafter, const Sampler& sampler,
@@ -124,8 +123,7 @@ std::vector<const VerifyResult*> speculative_step(std::span<SpeculativeSequence*
                                                   std::span<const int> max_depths, const ForwardContext& target,
                                                   SpeculativeStats& stats) {
   auto mark = Clock::now();
-  for (std::size_t i = 0; i < seqs.size(); ++i) seqs[i]->start_draft(max_depths[i]);
-  run_draft_forwards(seqs);
+  run_drafts(seqs, max_depths);
   stats.draft_s += lap(mark);
 
   std::vector<SequenceRows> parts;

@@ -1,10 +1,11 @@
 // defines: SpeculativeSequence, one sequence decoded speculatively step by step (draft,
 // verify forward, sampling + verification, commit) in phases a batched driver can
-// interleave with other sequences'; speculative_step, that driver: the draft forwards of all
+// interleave with other sequences'; run_drafts, their batched draft phase; speculative_step,
+// a driver of whole steps: the draft forwards of all
 // sequences round by round (one call per draft cache), then one target forward with every
 // sequence's root and tree; and SpeculativeStats, the counters and times the steps accumulate.
-// decode_speculative() runs the samples of a request through it; tests drive sequences
-// directly to inspect the caches between steps.
+// The scheduler (runtime/scheduler.h) runs the phases with other sequences' rows in the same
+// target forward; tests drive sequences directly to inspect the caches between steps.
 #pragma once
 
 #include <memory>
@@ -52,6 +53,10 @@ class SpeculativeSequence {
   const std::vector<int>& committed() const { return committed_; }
   KvCache::SeqId seq() const { return seq_; }
   Drafter& drafter() { return *drafter_; }
+  // Between steps: the random stream where the next step continues it, and the drafter
+  // handed out (a preempted sequence keeps both to resume exactly where it stopped).
+  const Philox& rng() const { return rng_; }
+  std::unique_ptr<Drafter> release_drafter() { return std::move(drafter_); }
 
  private:
   ForwardContext target_;
@@ -68,6 +73,11 @@ class SpeculativeSequence {
   std::vector<float> p_;
   std::vector<int> tokens_, positions_, parents_, argmaxes_, path_;
 };
+
+// Starts a proposal of at most max_depths[i] levels for every sequence of `seqs` and runs
+// their drafters' forwards round by round, those sharing a forward context (one draft cache)
+// as one batched call; afterwards every verify_rows() is ready.
+void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const int> max_depths);
 
 // One step of every sequence in `seqs` (their trees at most max_depths[i] deep), batched:
 // draft forwards of drafters sharing a forward context run as one call per round, and all
