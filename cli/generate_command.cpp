@@ -85,6 +85,9 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_option("--ngram-min", d.ngram_min, "Shortest n-gram matched")->default_val(1);
   cmd_->add_option("--ngram-max", d.ngram_max, "Longest n-gram matched")->default_val(3);
   cmd_->add_flag("--adaptive", d.adaptive, "Adapt the chain length to acceptance");
+  cmd_->add_option("--gamma-policy", gamma_policy_,
+                   "fixed | load: chain length per step from the batch's measured costs and acceptance (0..--gamma)")
+      ->capture_default_str();
 }
 
 int GenerateCommand::run() {
@@ -98,6 +101,9 @@ int GenerateCommand::run() {
   const auto backend = parse_enum<BackendKind>(backend_);
   SPECULA_CHECK(backend, "--backend must be ", enum_choices<BackendKind>(), ", got '", backend_, "'");
   options_.backend = *backend;
+  const auto policy = parse_enum<GammaPolicy>(gamma_policy_);
+  SPECULA_CHECK(policy, "--gamma-policy must be ", enum_choices<GammaPolicy>(), ", got '", gamma_policy_, "'");
+  options_.gamma_policy = *policy;
   SPECULA_CHECK(parse_weights(draft_weights_, d.weights), "--draft-weights must be stored, f32, f16 or bf16, got '",
                 draft_weights_, "'");
   if (!draft_method_.empty()) {

@@ -26,6 +26,7 @@ class GenerateCommand {
   std::string sampler_ = "greedy";
   std::string draft_weights_ = "stored";
   std::string backend_ = "cpu";
+  std::string gamma_policy_ = "fixed";
   std::string tree_;
   bool json_ = false;
 };

@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "draft/ngram_drafter.h"
 #include "runtime/decoders.h"
+#include "runtime/draft_length.h"
 #include "sampling/sampler.h"
 
 namespace specula {
@@ -44,7 +45,12 @@ struct Scheduler::Request {
   KvCache::SeqId root_target = -1, root_draft = -1;  // the fed prompt while samples are still to fork
   std::vector<float> root_logits;          // plain: next-token logits after the prompt, [vocab]
   long counted_step = -1;                  // the last step counted in out.target_forwards
+  double chain_accepted = 0, chain_trials = 0;  // per-token acceptance evidence of its chains
   RequestOutcome out;
+
+  // The chain acceptance rate's estimate: accepted tokens over accepted tokens plus
+  // rejecting steps (the chain MLE), with one pseudo-acceptance and one pseudo-rejection.
+  double alpha() const { return (chain_accepted + 1) / (chain_trials + 2); }
 
   bool speculative() const { return options.draft.method != DraftMethod::kNone; }
   int generated(int sample) const { return static_cast<int>(out.samples[static_cast<std::size_t>(sample)].size()); }
@@ -407,18 +413,48 @@ void Scheduler::step() {
     preempt(*live_.back());
   }
 
+  // Chain lengths: the drafter's (fixed), or one length this step for the load policy's
+  // sequences, from the measured costs and acceptance (runtime/draft_length.h).
+  std::vector<double> alphas;
+  int load_max = 0, other_rows = 0;
+  double other_tokens = 0;
+  for (const Sequence* s : plan) {
+    const Request& r = *s->request;
+    if (s->spec && r.options.gamma_policy == GammaPolicy::kLoad) {
+      alphas.push_back(r.alpha());
+      load_max = std::max(load_max, r.options.draft.gamma);
+    } else if (s->spec) {
+      other_rows += step_rows(*s);
+      other_tokens += expected_chain_tokens(r.alpha(), max_tree_nodes(r.options.draft));
+    } else {
+      other_rows += s->feed;
+      other_tokens += (cache_.length(s->seq) + s->feed == s->feed_target() && s->wants_logits()) ? 1 : 0;
+    }
+  }
+  const int load_gamma = alphas.empty() ? 0 : chooser_.choose(other_rows, other_tokens, alphas, load_max);
+
   // Draft rounds of every speculative sequence (one batched call per draft cache and round).
   auto mark = Clock::now();
   std::vector<SpeculativeSequence*> specs;
   std::vector<int> depths;
   for (Sequence* s : plan) {
     if (!s->spec) continue;
-    specs.push_back(s->spec.get());
+    const Request& r = *s->request;
     // The bonus token needs room too: at most remaining - 1 drafted levels.
-    depths.push_back(s->request->options.max_new_tokens - s->request->generated(s->sample) - 1);
+    int depth = r.options.max_new_tokens - r.generated(s->sample) - 1;
+    if (r.options.gamma_policy == GammaPolicy::kLoad) depth = std::min(depth, load_gamma);
+    if (r.options.gamma_policy == GammaPolicy::kLoad && depth == 0) {
+      s->spec->start_plain();
+      continue;
+    }
+    specs.push_back(s->spec.get());
+    depths.push_back(depth);
   }
   if (!specs.empty()) run_drafts(specs, depths);
   const double draft_s = seconds(mark, Clock::now());
+  if (!specs.empty())
+    chooser_.draft_round(static_cast<int>(specs.size()),
+                         draft_s / std::max(1, *std::max_element(depths.begin(), depths.end())));
 
   // ONE target forward with every planned sequence's rows.
   std::vector<SequenceRows> parts;
@@ -441,6 +477,7 @@ void Scheduler::step() {
   const double forward_s = seconds(mark, Clock::now());
   int rows = 0;
   for (const SequenceRows& p : parts) rows += static_cast<int>(p.tokens.size());
+  chooser_.target_forward(rows, forward_s);
   ++stats_.steps;
   stats_.rows += rows;
   stats_.sequence_steps += static_cast<long>(plan.size());
@@ -468,8 +505,14 @@ void Scheduler::step() {
     r.out.target_rows += static_cast<int>(parts[i].tokens.size());
     if (s.spec) {
       r.out.spec.target_rows += static_cast<long>(parts[i].tokens.size());
+      const long drafted_before = r.out.spec.drafted;
+      const VerifyResult& result = s.spec->finish(own, r.out.spec);
+      const long drafted = r.out.spec.drafted - drafted_before;
+      const long accepted = static_cast<long>(result.accepted_nodes.size());
+      r.chain_accepted += double(accepted);
+      r.chain_trials += double(accepted + (accepted < drafted ? 1 : 0));
       bool complete = false;
-      emit(s, s.spec->finish(own, r.out.spec).tokens, complete);
+      emit(s, result.tokens, complete);
       if (complete) done.push_back(&s);
       continue;
     }

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/draft_length.h"
 #include "runtime/generate.h"
 #include "runtime/scheduler_limits.h"
 #include "runtime/speculative_sequence.h"
@@ -113,6 +114,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> live_;      // admission order: the newest is last
   std::vector<std::unique_ptr<Sequence>> preempted_; // oldest first: resumed in that order
   long next_order_ = 0;
+  DraftLengthChooser chooser_;
   SchedulerStats stats_;
   std::chrono::steady_clock::time_point start_;
 };

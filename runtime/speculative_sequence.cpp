@@ -58,7 +58,7 @@ SpeculativeSequence::~SpeculativeSequence() {
 }
 
 const SequenceRows& SpeculativeSequence::verify_rows() {
-  proposal_ = drafter_->take_proposal();
+  proposal_ = plain_ ? Proposal{TokenTree::chain({}, SiblingDraw::kTopK), {}} : drafter_->take_proposal();
   const TokenTree& tree = proposal_.tree;
   const int n = tree.size();
   // The root (last committed token) and every node in one pass; row c of the logits is
@@ -102,7 +102,8 @@ const VerifyResult& SpeculativeSequence::finish(std::span<const float> logits, S
   for (int node : result_.accepted_nodes) path_.push_back(node + 1);
   target_.cache.commit(seq_, prefix_, path_);
   committed_.insert(committed_.end(), result_.tokens.begin(), result_.tokens.end());
-  drafter_->accept(tree, result_.accepted_nodes, committed_);
+  if (!plain_) drafter_->accept(tree, result_.accepted_nodes, committed_);
+  plain_ = false;
   stats.commit_s += lap(mark);
 
   ++stats.steps;

@@ -45,6 +45,9 @@ class SpeculativeSequence {
   // The phases of a step, for speculative_step():
   // 1. the drafter's proposal (Drafter::start; its pending forwards run by the driver),
   void start_draft(int max_depth) { drafter_->start(committed_, max_depth, rng_); }
+  //    or a plain step instead: no proposal, the root row alone (the drafter sleeps through
+  //    it and catches up at its next start),
+  void start_plain() { plain_ = true; }
   // 2. the target rows to verify it: the root and every node (logits of every row),
   const SequenceRows& verify_rows();
   // 3. sampling + verification of those rows' logits (in [tree size + 1, vocab]) and commit.
@@ -66,6 +69,7 @@ class SpeculativeSequence {
   std::vector<int> committed_;
   Philox rng_;
   Proposal proposal_;
+  bool plain_ = false;  // this step has no proposal
   SequenceRows verify_rows_;
   int prefix_ = 0;  // target cache length before the verify rows
   VerifyResult result_;

@@ -5,6 +5,7 @@
 // keeps the target's distribution.
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -78,7 +79,7 @@ GenerateOptions request(const std::string& target, const std::string& draft, int
   o.threads = 1;
   o.seed = 7 + static_cast<uint64_t>(kind);
   DraftOptions& d = o.draft;
-  const bool sampled = kind % 2 == 1;
+  const bool sampled = kind % 2 == 1 && kind < 12;
   if (sampled) o.sampling = SamplingOptions::sample(1.0f, kind % 4 == 1 ? 0 : 20, 1.0f, 0.0f);
   switch (kind % 8) {
     case 0: case 1: break;  // plain
@@ -89,6 +90,13 @@ GenerateOptions request(const std::string& target, const std::string& draft, int
   }
   if (kind == 9) d.method = DraftMethod::kModel, d.model_dir = draft, d.adaptive = true, d.gamma = 2;  // adaptive chain
   if (kind == 11) o.num_samples = 3;  // plain sampling, three samples side by side
+  if (kind >= 12) {  // greedy chains whose length follows the load
+    d = {};
+    d.method = kind == 12 ? DraftMethod::kModel : DraftMethod::kNgram;
+    d.model_dir = kind == 12 ? draft : "";
+    d.gamma = kind == 12 ? 4 : 3;
+    o.gamma_policy = GammaPolicy::kLoad;
+  }
   return o;
 }
 
@@ -116,10 +124,10 @@ TEST_CASE("every request of a mixed batch gets the tokens it gets alone, at any 
   const NewlineEosModels& m = eos_models();
   const auto prompts = reference_prompts();
   std::vector<GenerateOptions> requests;
-  const int kinds = 12;
+  const int kinds = 14;  // 12, 13: greedy under the load policy (sampled ones depend on the load by design)
   for (int kind = 0; kind < kinds; ++kind) {
     const auto& p = prompts[static_cast<std::size_t>(kind) % prompts.size()];
-    const int length = 4 + 5 * kind;  // 4 .. 59 prompt tokens
+    const int length = 4 + 5 * kind;  // 4 .. 69 prompt tokens
     requests.push_back(request(m.target, m.draft, kind, std::vector<int>(p.begin(), p.begin() + length),
                                test::kSanitized ? 6 : 6 + 2 * (kind % 5)));
   }
@@ -131,6 +139,12 @@ TEST_CASE("every request of a mixed batch gets the tokens it gets alone, at any 
       early_eos |= static_cast<int>(sample.size()) < requests[i].max_new_tokens;
   }
   CHECK(early_eos);  // the batch mixes lengths: some samples end at EOS
+  for (std::size_t i : {std::size_t{12}, std::size_t{13}}) {  // greedy under the load policy: plain greedy's tokens
+    GenerateOptions plain = requests[i];
+    plain.draft = {};
+    plain.gamma_policy = GammaPolicy::kFixed;
+    CHECK(alone(plain, i) == want[i]);
+  }
 
   std::mt19937 shuffle(3);
   for (int batch : {1, 4, 16}) {
@@ -169,7 +183,7 @@ TEST_CASE("random arrivals in small pools: preemption, limits kept, own tokens, 
     for (int i = 0; i < count; ++i) {
       const auto& p = prompts[static_cast<std::size_t>(uniform(0, static_cast<int>(prompts.size()) - 1))];
       const int length = uniform(2, 40);
-      GenerateOptions o = request(m.target, m.draft, uniform(0, 11), std::vector<int>(p.begin(), p.begin() + length),
+      GenerateOptions o = request(m.target, m.draft, uniform(0, 13), std::vector<int>(p.begin(), p.begin() + length),
                                   uniform(1, 12));
       o.kv_block_size = 4;
       requests.push_back(o);
@@ -179,7 +193,10 @@ TEST_CASE("random arrivals in small pools: preemption, limits kept, own tokens, 
     limits.prefill_tokens = uniform(3, 24);
     limits.max_rows = uniform(8, 32);
     int alone_max = 0;
-    for (const GenerateOptions& o : requests) alone_max = std::max(alone_max, request_kv_blocks(o, 1));
+    for (const GenerateOptions& o : requests) {
+      alone_max = std::max(alone_max, request_kv_blocks(o, 1));
+      limits.max_rows = std::max(limits.max_rows, 1 + max_tree_nodes(o.draft));  // else refused at submission
+    }
     limits.kv_blocks = alone_max + uniform(0, 6);  // little more than the largest request alone
     INFO("iteration " << iteration << ": " << count << " requests, " << limits.max_sequences << " sequences, "
                       << limits.max_rows << " rows, " << limits.prefill_tokens << " prefill tokens, "
@@ -230,19 +247,34 @@ TEST_CASE("a request that cannot fit even alone is refused at submission", "[run
 
 // Speculative sampling inside a batch: the studied request's samples run 16 sequences at a
 // time next to other requests' sequences (plain sampling, n-grams), so its rows share every
-// forward. Its first emitted tokens follow p = transform(target logits after the prompt).
-// Pearson chi-square at alpha = 1e-3. Power: N = 2000 samples; moving 5% of the mass
-// between the two most probable tokens (each of probability at most ~0.3 here) has
-// noncentrality >= N * 0.05^2 * (1/0.3 + 1/0.3) = 33, detected with power > 0.9 at the
-// degrees of freedom this prompt gives (critical value <= 30 for df <= 10). The test also
-// runs the chi-square against that planted bias and requires it to reject. Under the
-// sanitizers N = 200 (a smoke test; test_verify_lossless.cpp carries the high-power claims).
+// forward; it runs with a fixed chain (gamma 3) and under the load policy (0..3 per step).
+// Its first emitted tokens must follow p = transform(target logits after the prompt):
+// Pearson chi-square at alpha = 1e-3, N = 2000 samples, on the reference prompt of highest
+// next-token entropy (its two most probable tokens have p = 0.053 and 0.051; about 70 degrees
+// of freedom after pooling, critical value 112.3). Power: moving 3.5% of the mass from the
+// first token to the second has noncentrality N * 0.035^2 * (1/0.053 + 1/0.051) = 94, which
+// the test rejects with probability about 0.99; the test runs the chi-square against that
+// planted distribution too and requires the rejection. Under the sanitizers N = 200 (a smoke
+// test; test_verify_lossless.cpp carries the high-power claims).
 TEST_CASE("speculative sampling inside a batch of 16 follows the target distribution",
           "[runtime][scheduler][statistical]") {
   const std::string target_dir = test::model_dir("target-16m");
   const Backend& target = store().get(target_dir);
-  const auto prompts = reference_prompts();
-  const std::vector<int> prompt(prompts[0].begin(), prompts[0].begin() + 24);
+  // Of the reference prompts' first 24 tokens, the one whose next token is least predictable
+  // (most cells, most power).
+  std::vector<int> prompt;
+  double best_entropy = -1;
+  for (const auto& reference : reference_prompts()) {
+    const std::vector<int> candidate(reference.begin(), reference.begin() + 24);
+    std::vector<float> logits(static_cast<std::size_t>(target.config().vocab_size)), p(logits.size());
+    KvCache cache(target.model().kv_layout(16), 16);
+    const auto workspace = target.make_workspace();
+    cache.free(prefill(ForwardContext{target, cache, *workspace}, candidate, logits));
+    make_sampler(SamplingOptions::sample())->distribution(logits, p);
+    double entropy = 0;
+    for (float x : p) entropy -= x > 0 ? x * std::log(double(x)) : 0.0;
+    if (entropy > best_entropy) best_entropy = entropy, prompt = candidate;
+  }
   GenerateOptions studied;
   studied.model_dir = target_dir;
   studied.prompt_ids = prompt;
@@ -265,43 +297,49 @@ TEST_CASE("speculative sampling inside a batch of 16 follows the target distribu
   }
   make_sampler(studied.sampling)->distribution(logits, p);
 
-  SchedulerLimits limits;
-  limits.max_sequences = 16;
-  GenerateOptions background = studied;
-  background.draft = {};
-  background.num_samples = test::kSanitized ? 20 : 200;
-  background.max_new_tokens = 4;
-  GenerateOptions ngram = background;
-  ngram.draft.method = DraftMethod::kNgram;
-  limits.kv_blocks = request_kv_blocks(studied, 16) + request_kv_blocks(background, 16) + request_kv_blocks(ngram, 16);
-  Scheduler scheduler(store(), studied, limits);
-  scheduler.submit(background, 1);
-  const int r = scheduler.submit(studied, 2);
-  scheduler.submit(ngram, 3);
-  scheduler.run();
-  CHECK(scheduler.stats().max_sequences == 16);
+  for (const GammaPolicy policy : {GammaPolicy::kFixed, GammaPolicy::kLoad}) {
+    INFO("gamma policy " << name_of(policy));  // load: chain lengths 0..3 chosen per step
+    studied.gamma_policy = policy;
+    SchedulerLimits limits;
+    limits.max_sequences = 16;
+    GenerateOptions background = studied;
+    background.draft = {};
+    background.gamma_policy = GammaPolicy::kFixed;
+    background.num_samples = test::kSanitized ? 20 : 200;
+    background.max_new_tokens = 4;
+    GenerateOptions ngram = background;
+    ngram.draft.method = DraftMethod::kNgram;
+    limits.kv_blocks = request_kv_blocks(studied, 16) + request_kv_blocks(background, 16) + request_kv_blocks(ngram, 16);
+    Scheduler scheduler(store(), studied, limits);
+    scheduler.submit(background, 1);
+    const int r = scheduler.submit(studied, 2);
+    scheduler.submit(ngram, 3);
+    scheduler.run();
+    CHECK(scheduler.stats().max_sequences == 16);
 
-  const RequestOutcome& out = scheduler.outcome(r);
-  std::vector<long> counts(p.size(), 0);
-  for (const auto& sample : out.samples) ++counts[static_cast<std::size_t>(sample.at(0))];
-  const std::vector<double> probs(p.begin(), p.end());
-  const test::ChiSquare chi = test::chi_square(counts, probs);
-  INFO("chi2 " << chi.statistic << " df " << chi.df << " p-value " << chi.p_value);
-  CHECK(chi.impossible == 0);
-  CHECK(chi.p_value > 1e-3);
-  CHECK(out.spec.accepted > 0);
-  if (!test::kSanitized) {
-    // The planted bias: 5% of the mass moved from the most probable token to the second.
-    std::vector<std::size_t> top(probs.size());
-    for (std::size_t i = 0; i < top.size(); ++i) top[i] = i;
-    std::partial_sort(top.begin(), top.begin() + 2, top.end(), [&](std::size_t a, std::size_t b) { return probs[a] > probs[b]; });
-    std::vector<double> biased = probs;
-    const double shift = std::min(0.05, biased[top[0]]);
-    biased[top[0]] -= shift;
-    biased[top[1]] += shift;
-    const test::ChiSquare planted = test::chi_square(counts, biased);
-    INFO("against the planted bias: chi2 " << planted.statistic << " p-value " << planted.p_value);
-    CHECK(planted.p_value < 1e-3);
+    const RequestOutcome& out = scheduler.outcome(r);
+    std::vector<long> counts(p.size(), 0);
+    for (const auto& sample : out.samples) ++counts[static_cast<std::size_t>(sample.at(0))];
+    const std::vector<double> probs(p.begin(), p.end());
+    const test::ChiSquare chi = test::chi_square(counts, probs);
+    INFO("chi2 " << chi.statistic << " df " << chi.df << " p-value " << chi.p_value);
+    CHECK(chi.impossible == 0);
+    CHECK(chi.p_value > 1e-3);
+    CHECK(out.spec.accepted > 0);
+    if (!test::kSanitized) {
+      // The planted bias: 3.5% of the mass moved from the most probable token to the second.
+      std::vector<std::size_t> top(probs.size());
+      for (std::size_t i = 0; i < top.size(); ++i) top[i] = i;
+      std::partial_sort(top.begin(), top.begin() + 2, top.end(), [&](std::size_t a, std::size_t b) { return probs[a] > probs[b]; });
+      std::vector<double> biased = probs;
+      const double shift = std::min(0.035, biased[top[0]]);
+      biased[top[0]] -= shift;
+      biased[top[1]] += shift;
+      const test::ChiSquare planted = test::chi_square(counts, biased);
+      INFO("top probabilities " << probs[top[0]] << ", " << probs[top[1]]);
+      INFO("against the planted bias: chi2 " << planted.statistic << " p-value " << planted.p_value);
+      CHECK(planted.p_value < 1e-3);
+    }
   }
 }
 
@@ -354,6 +392,42 @@ TEST_CASE("cli: generate --prompts-file --batch-size prints each prompt's object
   const test::Outcome stray = test::run_specula("generate --model '" + model + "' --prompt hi --batch-size 4");
   CHECK(stray.status != 0);
   CHECK(stray.err.find("--batch-size requires --prompts-file") != std::string::npos);
+}
+
+}  // namespace specula
+
+namespace specula {
+
+// The load policy's choice against a brute-force optimum of the same cost model, on costs
+// it measured: target forwards cost a + b * rows, a draft round c + e * sequences.
+TEST_CASE("the load policy picks the chain length of the most tokens per second", "[runtime][scheduler]") {
+  struct Costs {
+    double a, b, c, e;
+  };
+  for (const Costs k : {Costs{6e-3, 1.5e-3, 4e-4, 1e-4}, Costs{6e-3, 1e-5, 4e-4, 1e-5}, Costs{1e-3, 2e-3, 1e-3, 1e-3}}) {
+    DraftLengthChooser chooser;
+    const std::vector<double> alphas_probe = {0.5};
+    CHECK(chooser.choose(0, 0, alphas_probe, 4) == 4);  // nothing measured: it tries both ends
+    CHECK(chooser.choose(0, 0, alphas_probe, 4) == 0);
+    for (int rows : {1, 3, 8, 20, 64, 5, 40}) chooser.target_forward(rows, k.a + k.b * rows);
+    for (int n : {1, 4, 16, 2}) chooser.draft_round(n, k.c + k.e * n);
+    for (int batch : {1, 4, 16, 32}) {
+      for (double alpha : {0.2, 0.6, 0.9}) {
+        const std::vector<double> alphas(static_cast<std::size_t>(batch), alpha);
+        int best = 0;
+        double best_rate = 0;
+        for (int g = 0; g <= 4; ++g) {
+          const double tokens = batch * expected_chain_tokens(alpha, g);
+          const double rate = tokens / (k.a + k.b * batch * (1 + g) + g * (k.c + k.e * batch));
+          if (rate > best_rate) best = g, best_rate = rate;
+        }
+        INFO("batch " << batch << " alpha " << alpha);
+        CHECK(chooser.choose(0, 0, alphas, 4) == best);
+      }
+    }
+  }
+  CHECK(expected_chain_tokens(0.5, 2) == Approx(1.75));
+  CHECK(expected_chain_tokens(1.0, 3) == 4);
 }
 
 }  // namespace specula
