@@ -22,6 +22,7 @@ class GenerateCommand {
   std::string prompt_ids_;
   std::string prompts_file_;
   int batch_size_ = 1;
+  std::string chat_, system_;
   std::string draft_method_;
   std::string sampler_ = "greedy";
   std::string draft_weights_ = "stored";

@@ -106,6 +106,11 @@ nlohmann::json request_json(const Model& target, const GenerateOptions& options,
   };
   if (out.preemptions > 0) stats["preemptions"] = out.preemptions;
   if (out.extra.is_object()) stats.update(out.extra);
+  const auto& defaults = target.config().generation_defaults;
+  if (!defaults.empty()) {  // reported so a user sees what the model suggests; never applied
+    nlohmann::json& reported = stats["generation_config"] = nlohmann::json::object();
+    for (const auto& [key, value] : defaults) reported[key] = nlohmann::json::parse(value);
+  }
   const DraftOptions& d = options.draft;
   if (d.method != DraftMethod::kNone && s.strategy != Strategy::kBeam) {
     const SpeculativeStats& st = out.spec;
