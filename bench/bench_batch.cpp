@@ -4,8 +4,8 @@
 // chains (gamma 2, fixed and under the load policy, gamma <= 4) and n-grams (gamma 3, fixed
 // and load), greedy and T = 1. Each case runs max(8, batch) requests of 24 prompt tokens and
 // 48 new tokens, all submitted at once. Ratios (speedup against plain at the same batch size)
-// are taken between cases of the same run; run it alternated and repeated:
-//   OMP_NUM_THREADS=1 build/bench/bench_batch --benchmark_repetitions=3 \
+// are taken between cases of the same run; run it alternated and repeated, e.g.
+//   OMP_NUM_THREADS=1 build/bench/bench_batch --benchmark_repetitions=3
 //     --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 #include <omp.h>
