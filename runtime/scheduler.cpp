@@ -477,7 +477,9 @@ void Scheduler::step() {
   const double forward_s = seconds(mark, Clock::now());
   int rows = 0;
   for (const SequenceRows& p : parts) rows += static_cast<int>(p.tokens.size());
-  chooser_.target_forward(rows, forward_s);
+  // The load policy's cost model is of decode steps: prefill chunks cost per row otherwise.
+  if (std::none_of(plan.begin(), plan.end(), [](const Sequence* s) { return s->feed > 1; }))
+    chooser_.target_forward(rows, forward_s);
   ++stats_.steps;
   stats_.rows += rows;
   stats_.sequence_steps += static_cast<long>(plan.size());
