@@ -49,9 +49,9 @@ const Backend& draft_model(ModelStore& models, const DraftOptions& draft);
 // that each add up to `own_tokens` (one more block each for copying a shared partial block).
 int kv_blocks_for(int shared_tokens, int own_tokens, int sequences, int block_size);
 
-// Samples of one request decode side by side in waves of at most this many sequences (the
-// results do not depend on the wave: rows are batch-invariant and each sample has its own
-// Philox stream); the KV pool is sized for one wave.
+// A lone request (generate()) decodes at most this many of its samples side by side, the
+// next forked as others finish (the results do not depend on it: rows are batch-invariant
+// and each sample has its own Philox stream); its KV pool is sized for that many.
 inline constexpr int kSampleWave = 64;
 
 }  // namespace specula
