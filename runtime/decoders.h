@@ -1,6 +1,7 @@
-// defines: what the decoding paths behind generate() share: beam search's loop (decode_beam;
-// plain and speculative decoding are steps of the scheduler, runtime/scheduler.h) and
-// DecodeRun, what it returns; emit_token, prefill, the draft model of a request and its
+// defines: what the decoding paths behind generate() share: beam search's loops (decode_beam,
+// decode_speculative_beam; plain and speculative decoding are steps of the scheduler,
+// runtime/scheduler.h) and DecodeRun, what they return; what the speculative paths share
+// (draft distribution, stats); emit_token, prefill, the draft model of a request and its
 // compatibility check, and KV pool sizing.
 #pragma once
 
@@ -8,10 +9,13 @@
 #include <span>
 #include <vector>
 
+#include "draft/model_drafter.h"
 #include "engine/backend.h"
 #include "engine/forward.h"
 #include "kv/kv_cache.h"
 #include "runtime/generate.h"
+#include "runtime/scheduler_limits.h"
+#include "runtime/speculative_sequence.h"
 
 namespace specula {
 
@@ -32,6 +36,18 @@ bool emit_token(std::vector<int>& ids, int token, const GenerateOptions& options
 
 // Beam search over one request: every step feeds its live beams in one batched forward.
 DecodeRun decode_beam(const Backend& target, const GenerateOptions& options, const TokenSink& sink);
+// Beam search with a drafter (runtime/speculative_beam.h): the output of decode_beam, bitwise.
+DecodeRun decode_speculative_beam(ModelStore& models, const Backend& target, const GenerateOptions& options,
+                                  const TokenSink& sink);
+
+// The transform drafts rank or draw by (deterministic for greedy and beam); tree_shape and
+// max_tree_nodes are in runtime/scheduler_limits.h.
+DistributionFn draft_distribution(const SamplingOptions& sampling, const DraftOptions& d);
+
+// The speculative fields of "stats" (docs/architecture.md): `emitted` is what one round
+// yields summed over rounds (tokens; beam search: beam steps), for τ.
+nlohmann::json speculative_stats_json(const DraftOptions& d, const SpeculativeStats& stats, long emitted,
+                                      long draft_forwards);
 
 // A new sequence of `context.cache` holding `tokens` at positions 0, 1, ... (one causal
 // forward; none when tokens is empty). Returns it; the next-token logits after the last

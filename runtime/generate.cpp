@@ -113,23 +113,8 @@ nlohmann::json request_json(const Model& target, const GenerateOptions& options,
   }
   const DraftOptions& d = options.draft;
   if (d.method != DraftMethod::kNone && s.strategy != Strategy::kBeam) {
-    const SpeculativeStats& st = out.spec;
-    std::vector<double> per_depth;
-    for (long count : st.accepted_at_depth) per_depth.push_back(double(count) / double(st.steps));
-    stats.update({
-        {"draft", {{"method", name_of(d.method)}, {"model", d.model_dir}, {"gamma", d.gamma}, {"tree", d.tree},
-                   {"tree_budget", d.tree_budget}, {"adaptive", d.adaptive}, {"ngram_min", d.ngram_min},
-                   {"ngram_max", d.ngram_max}, {"gamma_policy", name_of(options.gamma_policy)},
-                   {"draft_forwards", out.draft_forwards}}},
-        {"steps", st.steps},
-        {"drafted", st.drafted},
-        {"accepted", st.accepted},
-        {"acceptance_rate", st.drafted ? double(st.accepted) / double(st.drafted) : 0.0},
-        {"mean_accepted_tokens", st.steps ? double(new_tokens) / double(st.steps) : 0.0},
-        {"accepted_per_depth", per_depth},
-        {"time_breakdown", {{"draft_s", st.draft_s}, {"verify_forward_s", st.verify_forward_s},
-                            {"sample_verify_s", st.sample_verify_s}, {"commit_s", st.commit_s}}},
-    });
+    stats.update(speculative_stats_json(d, out.spec, new_tokens, out.draft_forwards));
+    stats["draft"]["gamma_policy"] = name_of(options.gamma_policy);
     if (d.method == DraftMethod::kModel) stats["draft"]["kv_blocks_in_use_at_end"] = draft_blocks_in_use;
   }
   nlohmann::json result = {{"ids", out.samples.at(0)}, {"text", target.tokenizer().decode(out.samples.at(0))},

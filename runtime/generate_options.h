@@ -47,7 +47,8 @@ OptionNames cli_option_names();
 
 // Every check of `options` that needs no model: ranges of each field and the combinations no
 // request can run with (a static and a dynamic tree at once, tree or adaptive settings for a
-// drafter without trees, beam search with a drafter, the load policy without a chain, a draft model without its folder, a
+// drafter without trees, beam search with an adaptive chain, the load policy without a chain
+// or with beam search, a draft model without its folder, a
 // backend this build cannot run). Throws SpeculaError naming the options through `names`.
 void validate_options(const GenerateOptions& options, const OptionNames& names);
 

@@ -37,8 +37,7 @@ struct Scheduler::Request {
   uint64_t key = 0;
   TokenSink sink;
   std::unique_ptr<Sampler> sampler;        // none for beam search
-  std::unique_ptr<Sampler> draft_sampler;  // model drafter
-  DistributionFn draft_distribution;
+  DistributionFn draft_distribution;       // model drafter
   DraftPool* draft = nullptr;              // model drafter
   int forked = 0;                          // samples started
   int unfinished = 0;                      // started and not complete
@@ -133,22 +132,8 @@ int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink si
     r->sampler = make_sampler(options.sampling);
     r->out.samples.resize(static_cast<std::size_t>(options.num_samples));
   }
-  if (options.draft.method == DraftMethod::kModel) {
-    // Greedy drafting ranks by the draft's own softmax; sampled drafting draws from the
-    // sampler's transform, the one applied to the target too (lossless verification needs
-    // it). Static greedy trees only need the order, which the logits already have (the
-    // softmax is monotone); dynamic trees score paths by the log-probabilities.
-    const bool greedy = r->sampler->is_greedy();
-    r->draft_sampler = make_sampler(greedy ? SamplingOptions::sample() : options.sampling);
-    const bool rank_by_logits = greedy && options.draft.tree_budget == 0;
-    const Sampler* draft_sampler = r->draft_sampler.get();
-    r->draft_distribution = [draft_sampler, rank_by_logits](std::span<const float> logits, std::span<float> probs) {
-      if (rank_by_logits) {
-        std::copy(logits.begin(), logits.end(), probs.begin());
-      } else {
-        draft_sampler->distribution(logits, probs);
-      }
-    };
+  if (!beam && options.draft.method == DraftMethod::kModel) {
+    r->draft_distribution = draft_distribution(options.sampling, options.draft);
     r->draft = &draft_pool(options.draft);
   }
   requests_.push_back(std::move(r));
@@ -315,7 +300,9 @@ void Scheduler::preempt(Sequence& s) {
 
 void Scheduler::run_beam(Request& r) {
   r.out.prefilled_s = now();
-  DecodeRun run = decode_beam(target_, r.options, r.sink);
+  DecodeRun run = r.options.draft.method == DraftMethod::kNone
+                      ? decode_beam(target_, r.options, r.sink)
+                      : decode_speculative_beam(models_, target_, r.options, r.sink);
   r.out.samples = std::move(run.samples);
   r.out.target_forwards = run.target_forwards;
   r.out.target_rows = run.target_forwards_rows;
