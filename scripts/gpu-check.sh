@@ -118,6 +118,7 @@ for name, rs in per.items():
     tps = statistics.median(r["tokens_per_s"] for r in rs)
     floor = rs[0].get("floor_tokens_per_s")
     frac = f"{tps / floor:8.1%}" if floor else ""
+    name = name.split("/min_time")[0]
     print(f"{name:<44} {tps:>10.0f} {floor or 0:>12.0f} {frac:>9} {len(rs):>5}")
 print(f"[gpu] tests: {tests_line or 'no summary line'}")
 print(f"gpu-check: {seconds} s")

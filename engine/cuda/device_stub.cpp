@@ -8,7 +8,7 @@
 namespace specula {
 
 int cuda_device_count() { return 0; }
-std::string cuda_unavailable_reason() { return "built without CUDA (nvcc not found at configure time)"; }
+std::string cuda_unavailable_reason() { return "built without CUDA (SPECULA_ENABLE_CUDA off, or nvcc not found at configure time)"; }
 std::string cuda_device_name() { return ""; }
 double cuda_copy_bandwidth(std::size_t, int) {
   throw SpeculaError("copy bandwidth: no GPU (" + cuda_unavailable_reason() + ")");
