@@ -5,7 +5,8 @@
 // operands and 1e-2 for bf16 ones, NaN never passing; batch invariance on the device (a row's
 // logits bitwise equal alone and among 1..63 rows of other sequences and trees); full-model
 // logits against the CPU backend for the three bundled models; greedy continuations against
-// the Hugging Face reference (tests/data/hf-greedy.json) wherever the top-2 gap exceeds the bound.
+// the Hugging Face reference (tests/data/hf-greedy.json) wherever the top-2 gap exceeds the bound
+// (that rule checked on the CPU with the same bf16 matrices, [engine][cuda], no GPU needed).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -444,40 +445,61 @@ TEST_CASE("cuda backend: a row's logits are bitwise equal alone and among 1-63 r
   }
 }
 
-TEST_CASE("cuda backend: greedy continuations equal the Hugging Face reference where the top-2 gap exceeds the bound",
-          "[gpu]") {
-  REQUIRE_GPU();
+namespace {
+
+// Greedy continuations of `backend` against the Hugging Face reference of model `name`, each
+// prompt compared until its top-2 logit gap falls under the bf16 bound (from there a bf16
+// rounding may legitimately pick the other token). Returns the steps compared.
+int check_greedy(const Backend& backend, const std::string& name) {
   std::ifstream in(test::source_path("tests/data/hf-greedy.json"));
   REQUIRE(in);
   const nlohmann::json refs = nlohmann::json::parse(in);
-  for (const char* name : {"target-16m", "draft-4m", "draft-1m"}) {
-    const Model& model = test::shared_backend(test::model_dir(name)).model();
-    const auto gpu = cuda_backend(model, DType::BF16);
-    const int vocab = model.config().vocab_size;
-    int compared = 0;
-    for (const auto& ref : refs.at("models").at(name)) {
-      INFO(name << " " << ref.at("id").get<std::string>());
-      const std::vector<int> prompt = ref.at("prompt_ids").get<std::vector<int>>();
-      const std::vector<int> expected = ref.at("new_ids").get<std::vector<int>>();
-      test::Engine e(*gpu, 16, 64);
-      const int seq = e.cache.create();
-      std::vector<int> positions(prompt.size());
-      std::iota(positions.begin(), positions.end(), 0);
-      std::vector<float> logits(static_cast<std::size_t>(vocab));
-      e.forward(seq, {prompt, positions, {}, false}, logits);
-      for (std::size_t step = 0; step < expected.size(); ++step) {
-        std::vector<float> sorted = logits;
-        std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-        // A near-tie under bf16 rounding: from here the continuation may legitimately differ.
-        if (sorted[0] - sorted[1] < kBf16Bound * std::max(1.0f, std::fabs(sorted[0]))) break;
-        const int token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-        INFO("step " << step);
-        REQUIRE(token == expected[step]);
-        ++compared;
-        const std::vector<int> t = {token}, p = {static_cast<int>(prompt.size() + step)};
-        e.forward(seq, {t, p, {}, true}, logits);
-      }
+  const int vocab = backend.config().vocab_size;
+  int compared = 0;
+  for (const auto& ref : refs.at("models").at(name)) {
+    INFO(name << " " << ref.at("id").get<std::string>());
+    const std::vector<int> prompt = ref.at("prompt_ids").get<std::vector<int>>();
+    const std::vector<int> expected = ref.at("new_ids").get<std::vector<int>>();
+    test::Engine e(backend, 16, 64);
+    const int seq = e.cache.create();
+    std::vector<int> positions(prompt.size());
+    std::iota(positions.begin(), positions.end(), 0);
+    std::vector<float> logits(static_cast<std::size_t>(vocab));
+    e.forward(seq, {prompt, positions, {}, false}, logits);
+    for (std::size_t step = 0; step < expected.size(); ++step) {
+      std::vector<float> sorted = logits;
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+      if (sorted[0] - sorted[1] < kBf16Bound * std::max(1.0f, std::fabs(sorted[0]))) break;
+      const int token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      INFO("step " << step);
+      REQUIRE(token == expected[step]);
+      ++compared;
+      const std::vector<int> t = {token}, p = {static_cast<int>(prompt.size() + step)};
+      e.forward(seq, {t, p, {}, true}, logits);
     }
+  }
+  return compared;
+}
+
+}  // namespace
+
+// The GPU test's rule on the CPU: with the same bf16 matrices the CPU backend's greedy tokens
+// equal the reference wherever the gap exceeds the bound (so a GPU failure is the GPU's).
+TEST_CASE("cuda backend: the greedy rule holds for bf16 matrices on the CPU", "[engine][cuda]") {
+  for (const char* name : {"target-16m", "draft-4m", "draft-1m"}) {
+    const cpu::CpuBackend bf16(test::shared_backend(test::model_dir(name)).model(), DType::BF16);
+    const int compared = check_greedy(bf16, name);
+    INFO(name << ": " << compared << " greedy steps compared");
+    CHECK(compared > 100);
+  }
+}
+
+TEST_CASE("cuda backend: greedy continuations equal the Hugging Face reference where the top-2 gap exceeds the bound",
+          "[gpu]") {
+  REQUIRE_GPU();
+  for (const char* name : {"target-16m", "draft-4m", "draft-1m"}) {
+    const auto gpu = cuda_backend(test::shared_backend(test::model_dir(name)).model(), DType::BF16);
+    const int compared = check_greedy(*gpu, name);
     INFO(name << ": " << compared << " greedy steps compared");
     CHECK(compared > 100);
   }
