@@ -486,7 +486,8 @@ int check_greedy(const Backend& backend, const std::string& name) {
 // The GPU test's rule on the CPU: with the same bf16 matrices the CPU backend's greedy tokens
 // equal the reference wherever the gap exceeds the bound (so a GPU failure is the GPU's).
 TEST_CASE("cuda backend: the greedy rule holds for bf16 matrices on the CPU", "[engine][cuda]") {
-  for (const char* name : {"target-16m", "draft-4m", "draft-1m"}) {
+  for (const char* name : {"draft-1m", "draft-4m", "target-16m"}) {
+    if (test::kSanitized && std::string(name) != "draft-1m") continue;  // ~45 s under ASan for all three
     const cpu::CpuBackend bf16(test::shared_backend(test::model_dir(name)).model(), DType::BF16);
     const int compared = check_greedy(bf16, name);
     INFO(name << ": " << compared << " greedy steps compared");
