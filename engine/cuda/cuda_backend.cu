@@ -305,7 +305,8 @@ class CudaBackend : public Backend {
   }
 
   cudaGraphExec_t capture(const StepUpload& up, CudaWorkspace& ws, const DevicePagesView& pages) const {
-    CUDA_CHECK(cudaStreamBeginCapture(ws.stream, cudaStreamCaptureModeThreadLocal));
+    // Relaxed: the attention launcher may raise its kernel's shared-memory limit while capturing.
+    CUDA_CHECK(cudaStreamBeginCapture(ws.stream, cudaStreamCaptureModeRelaxed));
     cudaGraph_t graph = nullptr;
     try {
       enqueue(up, ws, pages);
