@@ -3,7 +3,7 @@
 // random inputs over sweeps of shapes (the TinyLlama-1.1B shape among them), outputs poisoned
 // with NaN first, ||out - ref|| / ||ref|| against a float64 reference under 1e-3 for f32
 // operands and 1e-2 for bf16 ones, NaN never passing; batch invariance on the device (a row's
-// logits bitwise equal alone and among 1..63 rows of other sequences and trees); full-model
+// logits bitwise equal alone and in batches of 1-64 rows with other sequences and trees); full-model
 // logits against the CPU backend for the three bundled models; greedy continuations against
 // the Hugging Face reference (tests/data/hf-greedy.json) wherever the top-2 gap exceeds the bound
 // (that rule checked on the CPU with the same bf16 matrices, [engine][cuda], no GPU needed).
@@ -131,7 +131,7 @@ TEST_CASE("cuda kernels: RMSNorm, SiLU-gate and embedding equal the CPU's", "[gp
   }
 }
 
-TEST_CASE("cuda kernels: the matrix products equal a float64 reference; the small-row kernel is batch-invariant",
+TEST_CASE("cuda kernels: the matrix products equal a float64 reference, and the small-row kernel is batch-invariant",
           "[gpu]") {
   REQUIRE_GPU();
   std::mt19937 rng(2);
@@ -273,7 +273,7 @@ TEST_CASE("cuda kernels: paged attention over the visibility CSR equals the CPU'
       }
 }
 
-TEST_CASE("cuda kernels: q/k norm, RoPE and the KV store equal the CPU's; the copy list runs in order", "[gpu]") {
+TEST_CASE("cuda kernels: q/k norm, RoPE and the KV store equal the CPU's, and the copy list runs in order", "[gpu]") {
   REQUIRE_GPU();
   std::mt19937 rng(4);
   ModelConfig config = test::shared_backend(test::model_dir("draft-1m")).config();
@@ -396,7 +396,7 @@ TEST_CASE("cuda backend: full-model logits equal the CPU backend's for the three
     }
 }
 
-TEST_CASE("cuda backend: a row's logits are bitwise equal alone and among 1-63 rows of other sequences and trees",
+TEST_CASE("cuda backend: a row's logits are bitwise equal alone and in batches of 1-64 rows with other sequences and trees",
           "[gpu]") {
   REQUIRE_GPU();
   std::mt19937 rng(6);

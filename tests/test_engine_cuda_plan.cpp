@@ -255,7 +255,7 @@ TEST_CASE("cuda plan: graph keys are equal exactly for steps of one shape, and f
   CHECK_THROWS_WITH(cuda::pack_step(a->batch, a->plan, 0, few, 1), Catch::Contains("exceeds the workspace's 4"));
 }
 
-TEST_CASE("cuda plan: copy lists keep their order; device-resident pages hold no host data and queue copies",
+TEST_CASE("cuda plan: copy lists keep their order, and device-resident pages hold no host data and queue copies",
           "[engine][kv][cuda]") {
   const std::vector<KvCopy> copies = {{KvCopy::Kind::kBlock, 3, 5}, {KvCopy::Kind::kSlot, 17, 2}};
   CHECK(cuda::pack_copies(copies) == std::vector<std::int32_t>{0, 3, 5, 1, 17, 2});
