@@ -81,7 +81,8 @@ nlohmann::json generate(ModelStore& models, const GenerateOptions& options, cons
 
   DecodeRun run;
   if (options.sampling.strategy == Strategy::kBeam) {
-    run = decode_beam(target, options, sink);
+    run = options.draft.method == DraftMethod::kNone ? decode_beam(target, options, sink)
+                                                      : decode_speculative_beam(models, target, options, sink);
   } else if (options.draft.method == DraftMethod::kNone) {
     run = decode_plain(target, options, sink);
   } else {
