@@ -87,14 +87,14 @@ DecodeRun decode_speculative(ModelStore& models, const Backend& target, const Ge
   // The shared prefill and a wave of samples, each with its largest tree.
   const int blocks =
       kv_blocks_for(prompt_len, options.max_new_tokens + max_tree_nodes(d) + 1, std::min(num_samples, kSampleWave), bs);
-  KvCache cache(target.model().kv_layout(bs), blocks);
+  KvCache cache(target.kv_layout(bs), blocks);
   const auto workspace = target.make_workspace();
   const ForwardContext target_context{target, cache, *workspace};
   std::unique_ptr<KvCache> draft_cache;
   std::unique_ptr<Workspace> draft_workspace;
   std::unique_ptr<ForwardContext> draft_context;
   if (draft) {
-    draft_cache = std::make_unique<KvCache>(draft->model().kv_layout(bs), blocks);
+    draft_cache = std::make_unique<KvCache>(draft->kv_layout(bs), blocks);
     draft_workspace = draft->make_workspace();
     draft_context = std::make_unique<ForwardContext>(ForwardContext{*draft, *draft_cache, *draft_workspace});
   }
