@@ -3,6 +3,7 @@
 #include <map>
 
 #include "base/error.h"
+#include "engine/cuda/device.h"
 #include "sampling/sampler.h"
 
 namespace specula {
@@ -48,8 +49,8 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   SPECULA_CHECK(o.num_samples >= 1, names.at("run.num_samples"), " must be >= 1, got ", o.num_samples);
   SPECULA_CHECK(o.kv_block_size >= 1, names.at("run.kv_block_size"), " must be >= 1, got ", o.kv_block_size);
   SPECULA_CHECK(o.threads >= 0, names.at("run.threads"), " must be >= 0, got ", o.threads);
-  SPECULA_CHECK(o.backend == BackendKind::kCpu, names.at("run.backend"), " ", name_of(o.backend),
-                ": the CUDA forward pass is not implemented yet (cpu is)");
+  SPECULA_CHECK(o.backend == BackendKind::kCpu || cuda_device_count() > 0, names.at("run.backend"), " ",
+                name_of(o.backend), ": no usable GPU (", cuda_unavailable_reason(), "); use cpu");
   validate_sampling_options(o.sampling, names);
 
   const DraftOptions& d = o.draft;

@@ -28,7 +28,7 @@ struct Scheduler::DraftPool {
   std::unique_ptr<Workspace> workspace;
   ForwardContext context;
   DraftPool(const Backend& draft, int block_size, int blocks)
-      : cache(draft.model().kv_layout(block_size), blocks), workspace(draft.make_workspace()),
+      : cache(draft.kv_layout(block_size), blocks), workspace(draft.make_workspace()),
         context{draft, cache, *workspace} {}
 };
 
@@ -79,7 +79,7 @@ Scheduler::Scheduler(ModelStore& models, const GenerateOptions& shared, Schedule
       shared_(shared),
       limits_(limits),
       target_(models.get(shared.model_dir, std::nullopt, shared.backend)),
-      cache_(target_.model().kv_layout(shared.kv_block_size), std::max(limits.kv_blocks, 1)),
+      cache_(target_.kv_layout(shared.kv_block_size), std::max(limits.kv_blocks, 1)),
       workspace_(target_.make_workspace()),
       context_{target_, cache_, *workspace_},
       start_(Clock::now()) {

@@ -267,7 +267,7 @@ TEST_CASE("speculative sampling inside a batch of 16 follows the target distribu
   for (const auto& reference : reference_prompts()) {
     const std::vector<int> candidate(reference.begin(), reference.begin() + 24);
     std::vector<float> logits(static_cast<std::size_t>(target.config().vocab_size)), p(logits.size());
-    KvCache cache(target.model().kv_layout(16), 16);
+    KvCache cache(target.kv_layout(16), 16);
     const auto workspace = target.make_workspace();
     cache.free(prefill(ForwardContext{target, cache, *workspace}, candidate, logits));
     make_sampler(SamplingOptions::sample())->distribution(logits, p);
@@ -290,7 +290,7 @@ TEST_CASE("speculative sampling inside a batch of 16 follows the target distribu
   // Exact p of the first token, from a lone prefill.
   std::vector<float> logits(static_cast<std::size_t>(target.config().vocab_size)), p(logits.size());
   {
-    KvCache cache(target.model().kv_layout(16), 16);
+    KvCache cache(target.kv_layout(16), 16);
     const auto workspace = target.make_workspace();
     const int seq = prefill(ForwardContext{target, cache, *workspace}, prompt, logits);
     cache.free(seq);
