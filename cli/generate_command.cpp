@@ -1,5 +1,7 @@
 #include "cli/generate_command.h"
 
+#include "cli/batch_generate.h"
+
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -45,7 +47,7 @@ std::string stats_line(const nlohmann::json& stats) {
 }  // namespace
 
 GenerateCommand::GenerateCommand(CLI::App& app) {
-  cmd_ = app.add_subcommand("generate", "Generate a continuation of one prompt");
+  cmd_ = app.add_subcommand("generate", "Generate a continuation of one prompt, or of every prompt of a file in batches");
   cmd_->add_option("--model", options_.model_dir, "Target model folder (Hugging Face layout)")->required();
   auto* prompt = cmd_->add_option("--prompt", prompt_, "Prompt text (tokenized with BOS)");
   auto* ids = cmd_->add_option("--prompt-ids", prompt_ids_, "Prompt token ids, comma-separated, used as given");
@@ -54,6 +56,12 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   prompt->excludes(ids)->excludes(chat);
   ids->excludes(chat);
   system->needs(chat);
+  auto* file = cmd_->add_option("--prompts-file", prompts_file_,
+                                "JSON lines {\"id\", \"prompt\" | \"prompt_ids\"}: every prompt through the batch scheduler");
+  file->excludes(prompt)->excludes(ids)->excludes(chat);
+  cmd_->add_option("--batch-size", batch_size_, "Sequences decoded side by side with --prompts-file")
+      ->default_val(1)
+      ->needs(file);
   cmd_->add_option("--max-new-tokens", options_.max_new_tokens, "Tokens to generate")->default_val(64);
   cmd_->add_option("--kv-block-size", options_.kv_block_size, "KV cache block size in token slots")->default_val(16);
   cmd_->add_flag("--json", json_, "Print one JSON object with ids, text and stats");
@@ -82,11 +90,16 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_option("--ngram-min", d.ngram_min, "Shortest n-gram matched")->default_val(1);
   cmd_->add_option("--ngram-max", d.ngram_max, "Longest n-gram matched")->default_val(3);
   cmd_->add_flag("--adaptive", d.adaptive, "Adapt the chain length to acceptance");
+  cmd_->add_option("--gamma-policy", gamma_policy_,
+                   "fixed | load: chain length per step from the batch's measured costs and acceptance (0..--gamma)")
+      ->capture_default_str();
 }
 
 int GenerateCommand::run() {
-  SPECULA_CHECK(cmd_->count("--prompt") + cmd_->count("--prompt-ids") + cmd_->count("--chat") == 1,
-                "one of --prompt, --prompt-ids or --chat is required");
+  SPECULA_CHECK(cmd_->count("--prompt") + cmd_->count("--prompt-ids") + cmd_->count("--chat") +
+                        cmd_->count("--prompts-file") ==
+                    1,
+                "one of --prompt, --prompt-ids, --chat or --prompts-file is required");
   // Option strings become enums here, once.
   DraftOptions& d = options_.draft;
   const auto strategy = parse_enum<Strategy>(sampler_);
@@ -95,6 +108,9 @@ int GenerateCommand::run() {
   const auto backend = parse_enum<BackendKind>(backend_);
   SPECULA_CHECK(backend, "--backend must be ", enum_choices<BackendKind>(), ", got '", backend_, "'");
   options_.backend = *backend;
+  const auto policy = parse_enum<GammaPolicy>(gamma_policy_);
+  SPECULA_CHECK(policy, "--gamma-policy must be ", enum_choices<GammaPolicy>(), ", got '", gamma_policy_, "'");
+  options_.gamma_policy = *policy;
   SPECULA_CHECK(parse_weights(draft_weights_, d.weights), "--draft-weights must be stored, f32, f16 or bf16, got '",
                 draft_weights_, "'");
   if (!draft_method_.empty()) {
@@ -112,6 +128,8 @@ int GenerateCommand::run() {
   if (!tree_.empty()) d.tree = parse_int_list(tree_, "--tree");
   ModelStore models;
   const Model& target = models.model(options_.model_dir);
+  if (!prompts_file_.empty())
+    return run_batch(models, options_, read_batch_prompts(prompts_file_, target.tokenizer()), batch_size_, json_);
   if (cmd_->count("--chat")) {
     std::vector<ChatMessage> messages;
     if (cmd_->count("--system")) messages.push_back({"system", system_});

@@ -20,11 +20,14 @@ class GenerateCommand {
   GenerateOptions options_;
   std::string prompt_;
   std::string prompt_ids_;
+  std::string prompts_file_;
+  int batch_size_ = 1;
   std::string chat_, system_;
   std::string draft_method_;
   std::string sampler_ = "greedy";
   std::string draft_weights_ = "stored";
   std::string backend_ = "cpu";
+  std::string gamma_policy_ = "fixed";
   std::string tree_;
   bool json_ = false;
 };

@@ -51,6 +51,7 @@ class ModelDrafter : public Drafter {
   void accept(const TokenTree& tree, std::span<const int> accepted_nodes, std::span<const int> committed) override;
 
   int draft_forwards() const { return forwards_; }
+  int gamma() const { return gamma_; }  // the chain length the next proposal starts from
   KvCache::SeqId seq() const { return seq_; }
 
  private:

@@ -1,7 +1,8 @@
-// defines: the decoding loops behind generate() — plain (one target forward per token,
-// any token sampler), speculative (a drafter proposes, the target verifies a tree per
-// forward), beam search, plain and speculative — DecodeRun, what each returns for generate()
-// to report, and what the speculative loops share (tree shape, draft distribution, stats).
+// defines: what the decoding paths behind generate() share: beam search's loops (decode_beam,
+// decode_speculative_beam; plain and speculative decoding are steps of the scheduler,
+// runtime/scheduler.h) and DecodeRun, what they return; what the speculative paths share
+// (draft distribution, stats); emit_token, prefill, the draft model of a request and its
+// compatibility check, and KV pool sizing.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "engine/forward.h"
 #include "kv/kv_cache.h"
 #include "runtime/generate.h"
+#include "runtime/scheduler_limits.h"
 #include "runtime/speculative_sequence.h"
 
 namespace specula {
@@ -32,20 +34,14 @@ struct DecodeRun {
 bool emit_token(std::vector<int>& ids, int token, const GenerateOptions& options, std::span<const int> eos_ids,
                 int sample, const TokenSink& sink);
 
-// Samples (and beams) of one request run side by side: every step is one batched forward.
-DecodeRun decode_plain(const Backend& target, const GenerateOptions& options, const TokenSink& sink);
-DecodeRun decode_speculative(ModelStore& models, const Backend& target, const GenerateOptions& options,
-                             const TokenSink& sink);
+// Beam search over one request: every step feeds its live beams in one batched forward.
 DecodeRun decode_beam(const Backend& target, const GenerateOptions& options, const TokenSink& sink);
 // Beam search with a drafter (runtime/speculative_beam.h): the output of decode_beam, bitwise.
 DecodeRun decode_speculative_beam(ModelStore& models, const Backend& target, const GenerateOptions& options,
                                   const TokenSink& sink);
 
-// The draft model's tree shape for `d` (chain of gamma, static tree or dynamic budget), an
-// upper bound on the nodes of one proposal (KV pool sizing: the verify pass writes them
-// all), and the transform drafts rank or draw by (deterministic for greedy and beam).
-TreeShape tree_shape(const DraftOptions& d);
-int max_tree_nodes(const DraftOptions& d);
+// The transform drafts rank or draw by (deterministic for greedy and beam); tree_shape and
+// max_tree_nodes are in runtime/scheduler_limits.h.
 DistributionFn draft_distribution(const SamplingOptions& sampling, const DraftOptions& d);
 
 // The speculative fields of "stats" (docs/architecture.md): `emitted` is what one round
@@ -69,9 +65,9 @@ const Backend& draft_model(ModelStore& models, const DraftOptions& draft);
 // that each add up to `own_tokens` (one more block each for copying a shared partial block).
 int kv_blocks_for(int shared_tokens, int own_tokens, int sequences, int block_size);
 
-// Samples of one request decode side by side in waves of at most this many sequences (the
-// results do not depend on the wave: rows are batch-invariant and each sample has its own
-// Philox stream); the KV pool is sized for one wave.
+// A lone request (generate()) decodes at most this many of its samples side by side, the
+// next forked as others finish (the results do not depend on it: rows are batch-invariant
+// and each sample has its own Philox stream); its KV pool is sized for that many.
 inline constexpr int kSampleWave = 64;
 
 }  // namespace specula

@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "engine/cuda/device.h"
 #include "runtime/decoders.h"
+#include "runtime/scheduler.h"
 #include "sampling/sampler.h"
 
 namespace specula {
@@ -18,11 +19,6 @@ bool emit_token(std::vector<int>& ids, int token, const GenerateOptions& options
   ids.push_back(token);
   if (sink) sink(sample, token);
   return is_eos(token) || static_cast<int>(ids.size()) >= options.max_new_tokens;
-}
-
-int kv_blocks_for(int shared_tokens, int own_tokens, int sequences, int block_size) {
-  const auto blocks = [block_size](int tokens) { return (tokens + block_size - 1) / block_size; };
-  return blocks(shared_tokens) + (blocks(own_tokens) + 1) * sequences;
 }
 
 KvCache::SeqId prefill(const ForwardContext& context, std::span<const int> tokens, std::vector<float>& last_logits) {
@@ -74,24 +70,20 @@ int request_threads(const GenerateOptions& options) {
 
 std::string accelerator_name() { return cuda_device_count() > 0 ? "cuda" : "none"; }
 
-nlohmann::json generate(ModelStore& models, const GenerateOptions& options, const TokenSink& sink) {
-  validate_generate_options(models, options, cli_option_names());
-  const Backend& target = models.get(options.model_dir);
-  omp_set_num_threads(request_threads(options));  // every request: none inherits an earlier one's count
+SchedulerLimits single_request_limits(const GenerateOptions& options) {
+  SchedulerLimits limits;
+  limits.max_sequences = std::min(options.num_samples, kSampleWave);
+  limits.kv_blocks = request_kv_blocks(options, limits.max_sequences);
+  limits.max_rows = std::max(limits.max_rows, 1 + max_tree_nodes(options.draft));
+  return limits;
+}
 
-  DecodeRun run;
-  if (options.sampling.strategy == Strategy::kBeam) {
-    run = options.draft.method == DraftMethod::kNone ? decode_beam(target, options, sink)
-                                                      : decode_speculative_beam(models, target, options, sink);
-  } else if (options.draft.method == DraftMethod::kNone) {
-    run = decode_plain(target, options, sink);
-  } else {
-    run = decode_speculative(models, target, options, sink);
-  }
-
+nlohmann::json request_json(const Model& target, const GenerateOptions& options, const RequestOutcome& out,
+                            const KvStats& kv, int draft_blocks_in_use) {
   int new_tokens = 0;
-  for (const auto& ids : run.samples) new_tokens += static_cast<int>(ids.size());
+  for (const auto& ids : out.samples) new_tokens += static_cast<int>(ids.size());
   const int prompt_len = static_cast<int>(options.prompt_ids.size());
+  const double prefill_s = out.prefilled_s - out.submitted_s, decode_s = out.finished_s - out.prefilled_s;
   const SamplingOptions& s = options.sampling;
   nlohmann::json sampler = {{"strategy", name_of(s.strategy)}};
   if (s.strategy == Strategy::kSample) {
@@ -103,25 +95,43 @@ nlohmann::json generate(ModelStore& models, const GenerateOptions& options, cons
   nlohmann::json stats = {
       {"prompt_tokens", prompt_len},
       {"new_tokens", new_tokens},
-      {"time_s", run.prefill_s + run.decode_s},
-      {"prefill_tokens_per_s", run.prefill_s > 0 ? prompt_len / run.prefill_s : 0.0},
-      {"decode_tokens_per_s", run.decode_s > 0 ? new_tokens / run.decode_s : 0.0},
-      {"target_forwards", run.target_forwards},
-      {"target_rows", run.target_forwards_rows},
+      {"time_s", prefill_s + decode_s},
+      {"prefill_tokens_per_s", prefill_s > 0 ? prompt_len / prefill_s : 0.0},
+      {"decode_tokens_per_s", decode_s > 0 ? new_tokens / decode_s : 0.0},
+      {"target_forwards", out.target_forwards},
+      {"target_rows", out.target_rows},
       {"sampler", sampler},
-      {"kv", {{"block_size", options.kv_block_size}, {"blocks_peak", run.kv.blocks_peak},
-              {"blocks_in_use_at_end", run.kv.blocks_in_use}}},
+      {"kv", {{"block_size", options.kv_block_size}, {"blocks_peak", kv.blocks_peak},
+              {"blocks_in_use_at_end", kv.blocks_in_use}}},
   };
-  if (run.extra.is_object()) stats.update(run.extra);
+  if (out.preemptions > 0) stats["preemptions"] = out.preemptions;
+  if (out.extra.is_object()) stats.update(out.extra);
   const auto& defaults = target.config().generation_defaults;
   if (!defaults.empty()) {  // reported so a user sees what the model suggests; never applied
     nlohmann::json& reported = stats["generation_config"] = nlohmann::json::object();
     for (const auto& [key, value] : defaults) reported[key] = nlohmann::json::parse(value);
   }
-  nlohmann::json out = {{"ids", run.samples.at(0)}, {"text", target.model().tokenizer().decode(run.samples.at(0))},
-                        {"stats", stats}};
-  if (run.samples.size() > 1) out["samples"] = run.samples;
-  return out;
+  const DraftOptions& d = options.draft;
+  if (d.method != DraftMethod::kNone && s.strategy != Strategy::kBeam) {
+    stats.update(speculative_stats_json(d, out.spec, new_tokens, out.draft_forwards));
+    stats["draft"]["gamma_policy"] = name_of(options.gamma_policy);
+    if (d.method == DraftMethod::kModel) stats["draft"]["kv_blocks_in_use_at_end"] = draft_blocks_in_use;
+  }
+  nlohmann::json result = {{"ids", out.samples.at(0)}, {"text", target.tokenizer().decode(out.samples.at(0))},
+                           {"stats", stats}};
+  if (out.samples.size() > 1) result["samples"] = out.samples;
+  return result;
+}
+
+nlohmann::json generate(ModelStore& models, const GenerateOptions& options, const TokenSink& sink) {
+  validate_generate_options(models, options, cli_option_names());
+  omp_set_num_threads(request_threads(options));  // every request: none inherits an earlier one's count
+  // One decoding path: a lone request is the scheduler with one request.
+  Scheduler scheduler(models, options, single_request_limits(options));
+  const int request = scheduler.submit(options, 0, sink);
+  scheduler.run();
+  return request_json(models.model(options.model_dir), options, scheduler.outcome(request), scheduler.kv_stats(),
+                      scheduler.draft_blocks_in_use());
 }
 
 }  // namespace specula

@@ -32,6 +32,7 @@ OptionNames cli_option_names() {
       {"draft.tree", "--tree"},
       {"draft.budget", "--tree-budget"},
       {"draft.adaptive", "--adaptive"},
+      {"draft.gamma_policy", "--gamma-policy"},
       {"draft.ngram_min", "--ngram-min"},
       {"draft.ngram_max", "--ngram-max"},
   };
@@ -58,6 +59,14 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   for (int b : d.tree) SPECULA_CHECK(b >= 1, names.at("draft.tree"), ": every branching factor must be >= 1, got ", b);
   SPECULA_CHECK(d.ngram_min >= 1 && d.ngram_min <= d.ngram_max, names.at("draft.ngram_max"), " (", d.ngram_max,
                 ") must be >= ", names.name("draft.ngram_min"), " (", d.ngram_min, ") and that >= 1");
+  SPECULA_CHECK(o.gamma_policy == GammaPolicy::kFixed || (d.method != DraftMethod::kNone && d.tree.empty() &&
+                                                           d.tree_budget == 0 && !d.adaptive),
+                names.at("draft.gamma_policy"), " load chooses a chain's length each step: it needs a chain drafter (",
+                names.name("draft.method"), " model or ngram) and excludes ", names.name("draft.tree"), ", ",
+                names.name("draft.budget"), " and ", names.name("draft.adaptive"));
+  SPECULA_CHECK(o.gamma_policy == GammaPolicy::kFixed || o.sampling.strategy != Strategy::kBeam,
+                names.at("draft.gamma_policy"), " load cannot be combined with ", names.name("sampling.strategy"),
+                " beam (beam steps are one unit)");
   if (d.method == DraftMethod::kNone) return;
   SPECULA_CHECK(d.method != DraftMethod::kModel || !d.model_dir.empty(), names.at("draft.method"),
                 " model needs ", names.name("draft.path"));

@@ -5,15 +5,28 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "base/enum_names.h"
 #include "base/option_names.h"
 #include "draft/draft_options.h"
 #include "engine/backend.h"
 #include "sampling/sampling_options.h"
 
 namespace specula {
+
+// How a speculative request's chain length is chosen each step: fixed (draft.gamma, or the
+// drafter's own adaptive chain), or load (runtime/draft_length.h: 0..gamma, whichever the
+// measured costs of this step's batch and the measured acceptance predict fastest; 0 is a
+// plain step).
+enum class GammaPolicy { kFixed, kLoad };
+
+inline std::span<const EnumName<GammaPolicy>> enum_names(GammaPolicy) {
+  static constexpr EnumName<GammaPolicy> kNames[] = {{GammaPolicy::kFixed, "fixed"}, {GammaPolicy::kLoad, "load"}};
+  return kNames;
+}
 
 struct GenerateOptions {
   std::string model_dir;        // target model folder
@@ -26,6 +39,7 @@ struct GenerateOptions {
   BackendKind backend = BackendKind::kCpu;
   SamplingOptions sampling;
   DraftOptions draft;
+  GammaPolicy gamma_policy = GammaPolicy::kFixed;
 };
 
 // Option keys as `specula generate` spells them: "draft.gamma" -> "--gamma", ...
@@ -33,7 +47,8 @@ OptionNames cli_option_names();
 
 // Every check of `options` that needs no model: ranges of each field and the combinations no
 // request can run with (a static and a dynamic tree at once, tree or adaptive settings for a
-// drafter without trees, beam search with an adaptive chain, a draft model without its folder, a
+// drafter without trees, beam search with an adaptive chain, the load policy without a chain
+// or with beam search, a draft model without its folder, a
 // backend this build cannot run). Throws SpeculaError naming the options through `names`.
 void validate_options(const GenerateOptions& options, const OptionNames& names);
 

@@ -41,6 +41,15 @@ void run_draft_forwards(std::span<Drafter* const> drafters) {
   }
 }
 
+void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const int> max_depths) {
+  std::vector<Drafter*> drafters;
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i]->start_draft(max_depths[i]);
+    drafters.push_back(&seqs[i]->drafter());
+  }
+  run_draft_forwards(drafters);
+}
+
 SpeculativeSequence::SpeculativeSequence(const ForwardContext& target, KvCache::SeqId seq,
                                          std::unique_ptr<Drafter> drafter, const Sampler& sampler,
                                          std::vector<int> committed, Philox rng)
@@ -71,7 +80,7 @@ SequenceRows TreeVerifyRows::build(KvCache::SeqId seq, std::span<const int> comm
 }
 
 const SequenceRows& SpeculativeSequence::verify_rows() {
-  proposal_ = drafter_->take_proposal();
+  proposal_ = plain_ ? Proposal{TokenTree::chain({}, SiblingDraw::kTopK), {}} : drafter_->take_proposal();
   prefix_ = target_.cache.length(seq_);
   verify_rows_ = rows_.build(seq_, committed_, proposal_.tree);
   return verify_rows_;
@@ -102,7 +111,8 @@ const VerifyResult& SpeculativeSequence::finish(std::span<const float> logits, S
   for (int node : result_.accepted_nodes) path_.push_back(node + 1);
   target_.cache.commit(seq_, prefix_, path_);
   committed_.insert(committed_.end(), result_.tokens.begin(), result_.tokens.end());
-  drafter_->accept(tree, result_.accepted_nodes, committed_);
+  if (!plain_) drafter_->accept(tree, result_.accepted_nodes, committed_);
+  plain_ = false;
   stats.commit_s += lap(mark);
 
   ++stats.steps;
@@ -123,12 +133,7 @@ std::vector<const VerifyResult*> speculative_step(std::span<SpeculativeSequence*
                                                   std::span<const int> max_depths, const ForwardContext& target,
                                                   SpeculativeStats& stats) {
   auto mark = Clock::now();
-  std::vector<Drafter*> drafters;
-  for (std::size_t i = 0; i < seqs.size(); ++i) {
-    seqs[i]->start_draft(max_depths[i]);
-    drafters.push_back(&seqs[i]->drafter());
-  }
-  run_draft_forwards(drafters);
+  run_drafts(seqs, max_depths);
   stats.draft_s += lap(mark);
 
   std::vector<SequenceRows> parts;

@@ -1,10 +1,11 @@
 // defines: SpeculativeSequence, one sequence decoded speculatively step by step (draft,
 // verify forward, sampling + verification, commit) in phases a batched driver can
-// interleave with other sequences'; speculative_step, that driver: the draft forwards of all
+// interleave with other sequences'; run_drafts, their batched draft phase; speculative_step,
+// a driver of whole steps: the draft forwards of all
 // sequences round by round (one call per draft cache), then one target forward with every
 // sequence's root and tree; and SpeculativeStats, the counters and times the steps accumulate.
-// decode_speculative() runs the samples of a request through it; tests drive sequences
-// directly to inspect the caches between steps.
+// The scheduler (runtime/scheduler.h) runs the phases with other sequences' rows in the same
+// target forward; tests drive sequences directly to inspect the caches between steps.
 #pragma once
 
 #include <memory>
@@ -57,6 +58,9 @@ class SpeculativeSequence {
   // The phases of a step, for speculative_step():
   // 1. the drafter's proposal (Drafter::start; its pending forwards run by the driver),
   void start_draft(int max_depth) { drafter_->start(committed_, max_depth, rng_); }
+  //    or a plain step instead: no proposal, the root row alone (the drafter sleeps through
+  //    it and catches up at its next start),
+  void start_plain() { plain_ = true; }
   // 2. the target rows to verify it: the root and every node (logits of every row),
   const SequenceRows& verify_rows();
   // 3. sampling + verification of those rows' logits (in [tree size + 1, vocab]) and commit.
@@ -65,6 +69,10 @@ class SpeculativeSequence {
   const std::vector<int>& committed() const { return committed_; }
   KvCache::SeqId seq() const { return seq_; }
   Drafter& drafter() { return *drafter_; }
+  // Between steps: the random stream where the next step continues it, and the drafter
+  // handed out (a preempted sequence keeps both to resume exactly where it stopped).
+  const Philox& rng() const { return rng_; }
+  std::unique_ptr<Drafter> release_drafter() { return std::move(drafter_); }
 
  private:
   ForwardContext target_;
@@ -74,6 +82,7 @@ class SpeculativeSequence {
   std::vector<int> committed_;
   Philox rng_;
   Proposal proposal_;
+  bool plain_ = false;  // this step has no proposal
   SequenceRows verify_rows_;
   int prefix_ = 0;  // target cache length before the verify rows
   VerifyResult result_;
@@ -82,6 +91,11 @@ class SpeculativeSequence {
   TreeVerifyRows rows_;
   std::vector<int> argmaxes_, path_;
 };
+
+// Starts a proposal of at most max_depths[i] levels for every sequence of `seqs` and runs
+// their drafters' forwards round by round, those sharing a forward context (one draft cache)
+// as one batched call; afterwards every verify_rows() is ready.
+void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const int> max_depths);
 
 // One step of every sequence in `seqs` (their trees at most max_depths[i] deep), batched:
 // draft forwards of drafters sharing a forward context run as one call per round, and all

@@ -1,0 +1,99 @@
+// Batch-size table of the scheduler (runtime/scheduler.h) on target-16m: throughput (new
+// tokens per second over the whole batch, prefill included) and latency per token (mean gap
+// between a request's tokens) at 1, 8, 16 and 32 live sequences, for plain decoding, draft-1m
+// chains (gamma 2, fixed and under the load policy, gamma <= 4) and n-grams (gamma 3, fixed
+// and load), greedy and T = 1. Each case runs max(8, batch) requests of 24 prompt tokens and
+// 48 new tokens, all submitted at once. Ratios (speedup against plain at the same batch size)
+// are taken between cases of the same run; run it alternated and repeated, e.g.
+//   OMP_NUM_THREADS=1 build/bench/bench_batch --benchmark_repetitions=3
+//     --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <string>
+
+#include "bench/bench_support.h"
+#include "runtime/batch_report.h"
+#include "runtime/scheduler.h"
+
+namespace specula {
+namespace {
+
+struct Method {
+  const char* name;
+  DraftMethod method;
+  int gamma;
+  GammaPolicy policy;
+};
+constexpr Method kMethods[] = {
+    {"plain", DraftMethod::kNone, 0, GammaPolicy::kFixed},
+    {"draft-1m g2", DraftMethod::kModel, 2, GammaPolicy::kFixed},
+    {"draft-1m load g<=4", DraftMethod::kModel, 4, GammaPolicy::kLoad},
+    {"ngram g3", DraftMethod::kNgram, 3, GammaPolicy::kFixed},
+    {"ngram load g<=3", DraftMethod::kNgram, 3, GammaPolicy::kLoad},
+};
+
+ModelStore& store() {
+  static ModelStore models;
+  return models;
+}
+
+// args: method index, batch size, sampled (0 greedy, 1 T = 1)
+void BM_BatchGenerate(benchmark::State& state) {
+  const Method& m = kMethods[state.range(0)];
+  const int batch = static_cast<int>(state.range(1));
+  const bool sampled = state.range(2) != 0;
+  state.SetLabel(std::string(m.name) + (sampled ? " T=1" : " greedy"));
+  omp_set_num_threads(1);
+  const std::vector<int> text = real_prompt(4096);
+  const int requests = std::max(8, batch);
+  std::vector<GenerateOptions> options;
+  for (int i = 0; i < requests; ++i) {
+    GenerateOptions o;
+    o.model_dir = std::string(SPECULA_SOURCE_DIR) + "/models/target-16m";
+    o.prompt_ids.assign(text.begin() + 97 * i, text.begin() + 97 * i + 24);
+    o.max_new_tokens = 48;
+    o.threads = 1;
+    o.seed = 5;
+    if (sampled) o.sampling = SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f);
+    o.draft.method = m.method;
+    if (m.method == DraftMethod::kModel) o.draft.model_dir = std::string(SPECULA_SOURCE_DIR) + "/models/draft-1m";
+    if (m.gamma > 0) o.draft.gamma = m.gamma;
+    o.gamma_policy = m.policy;
+    options.push_back(o);
+  }
+  SchedulerLimits limits;
+  limits.max_sequences = batch;
+  for (const GenerateOptions& o : options) limits.kv_blocks += request_kv_blocks(o, 1);
+  double tokens = 0, seconds = 0, gap = 0, rows = 0, occupancy = 0;
+  for (auto _ : state) {
+    Scheduler scheduler(store(), options.front(), limits);
+    std::vector<int> index;
+    for (std::size_t i = 0; i < options.size(); ++i) index.push_back(scheduler.submit(options[i], i));
+    scheduler.run();
+    const nlohmann::json summary = batch_summary(scheduler, index, scheduler.now());
+    tokens += summary["new_tokens"].get<double>();
+    seconds += summary["time_s"].get<double>();
+    gap += summary["inter_token_s"]["mean"].get<double>();
+    rows += summary["rows_per_forward"].get<double>();
+    occupancy += summary["mean_occupancy"].get<double>();
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["tok_per_s"] = tokens / seconds;
+  state.counters["ms_per_token"] = 1e3 * gap / n;
+  state.counters["rows_per_fwd"] = rows / n;
+  state.counters["occupancy"] = occupancy / n;
+}
+
+void Cases(benchmark::internal::Benchmark* b) {
+  for (int sampled : {0, 1})
+    for (int batch : {1, 8, 16, 32})
+      for (int m = 0; m < static_cast<int>(std::size(kMethods)); ++m) b->Args({m, batch, sampled});
+}
+
+BENCHMARK(BM_BatchGenerate)->Apply(Cases)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+
+}  // namespace
+}  // namespace specula
+
+BENCHMARK_MAIN();

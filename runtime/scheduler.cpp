@@ -1,0 +1,533 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "base/error.h"
+#include "draft/ngram_drafter.h"
+#include "runtime/decoders.h"
+#include "runtime/draft_length.h"
+#include "sampling/sampler.h"
+
+namespace specula {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point from, Clock::time_point to) { return std::chrono::duration<double>(to - from).count(); }
+
+// The Philox stream of sample `sample` of the request named `key` (key 0, sample s: stream s,
+// the stream a lone request has always used).
+uint64_t sample_stream(uint64_t key, int sample) { return (key << 32) | static_cast<uint32_t>(sample); }
+
+}  // namespace
+
+// One draft model's cache, shared by every drafter of that model (so their forwards batch).
+struct Scheduler::DraftPool {
+  KvCache cache;
+  std::unique_ptr<Workspace> workspace;
+  ForwardContext context;
+  DraftPool(const Backend& draft, int block_size, int blocks)
+      : cache(draft.kv_layout(block_size), blocks), workspace(draft.make_workspace()),
+        context{draft, cache, *workspace} {}
+};
+
+struct Scheduler::Request {
+  GenerateOptions options;
+  uint64_t key = 0;
+  TokenSink sink;
+  std::unique_ptr<Sampler> sampler;        // none for beam search
+  DistributionFn draft_distribution;       // model drafter
+  DraftPool* draft = nullptr;              // model drafter
+  int forked = 0;                          // samples started
+  int unfinished = 0;                      // started and not complete
+  KvCache::SeqId root_target = -1, root_draft = -1;  // the fed prompt while samples are still to fork
+  std::vector<float> root_logits;          // plain: next-token logits after the prompt, [vocab]
+  long counted_step = -1;                  // the last step counted in out.target_forwards
+  double chain_accepted = 0, chain_trials = 0;  // per-token acceptance evidence of its chains
+  RequestOutcome out;
+
+  // The chain acceptance rate's estimate: accepted tokens over accepted tokens plus
+  // rejecting steps (the chain MLE), with one pseudo-acceptance and one pseudo-rejection.
+  double alpha() const { return (chain_accepted + 1) / (chain_trials + 2); }
+
+  bool speculative() const { return options.draft.method != DraftMethod::kNone; }
+  int generated(int sample) const { return static_cast<int>(out.samples[static_cast<std::size_t>(sample)].size()); }
+};
+
+// A request's prompt (sample -1, forked into the samples once fed) or one sample.
+struct Scheduler::Sequence {
+  Request* request = nullptr;
+  int sample = -1;
+  long order = 0;                 // admission order of the sample (the newest is preempted first)
+  std::vector<int> tokens;        // committed tokens while no SpeculativeSequence holds them
+  KvCache::SeqId seq = -1;        // target sequence, -1 while preempted
+  Philox rng{0};                  // while no SpeculativeSequence holds it
+  int gamma = 0;                  // adaptive chain length to resume with (0: the configured one)
+  std::unique_ptr<SpeculativeSequence> spec;  // a speculative sample whose target holds all but the root
+  int feed = 0;                   // rows fed this step (prefill chunk or decode row)
+  std::vector<int> positions;     // [feed] of this step's fed rows
+
+  // Tokens the target must hold before the next action: all (plain: the logits of the last
+  // give the next token) or all but the root (speculative: the root leads the verify rows).
+  int feed_target() const { return static_cast<int>(tokens.size()) - (request->speculative() ? 1 : 0); }
+  bool wants_logits() const { return !request->speculative(); }
+};
+
+Scheduler::Scheduler(ModelStore& models, const GenerateOptions& shared, SchedulerLimits limits)
+    : models_(models),
+      shared_(shared),
+      limits_(limits),
+      target_(models.get(shared.model_dir, std::nullopt, shared.backend)),
+      cache_(target_.kv_layout(shared.kv_block_size), std::max(limits.kv_blocks, 1)),
+      workspace_(target_.make_workspace()),
+      context_{target_, cache_, *workspace_},
+      start_(Clock::now()) {
+  validate_limits(limits_);
+}
+
+Scheduler::~Scheduler() = default;
+
+double Scheduler::now() const { return seconds(start_, Clock::now()); }
+
+KvStats Scheduler::kv_stats() const { return cache_.stats(); }
+
+int Scheduler::draft_blocks_in_use() const {
+  int blocks = 0;
+  for (const auto& [key, pool] : draft_pools_) blocks += pool->cache.stats().blocks_in_use;
+  return blocks;
+}
+
+const RequestOutcome& Scheduler::outcome(int request) const { return requests_.at(static_cast<std::size_t>(request))->out; }
+
+bool Scheduler::idle() const { return waiting_.empty() && parked_.empty() && live_.empty() && preempted_.empty(); }
+
+Scheduler::DraftPool& Scheduler::draft_pool(const DraftOptions& d) {
+  auto& pool = draft_pools_[{d.model_dir, d.weights}];
+  // A drafter's sequence holds at most its target's tokens and one tree: the target pool
+  // plus a block and a copy per live sequence never runs out before the target's.
+  if (!pool)
+    pool = std::make_unique<DraftPool>(draft_model(models_, d), shared_.kv_block_size,
+                                       limits_.kv_blocks + 2 * limits_.max_sequences + 2);
+  return *pool;
+}
+
+int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink sink) {
+  const OptionNames names = cli_option_names();
+  validate_generate_options(models_, options, names);
+  SPECULA_CHECK(options.model_dir == shared_.model_dir && options.backend == shared_.backend &&
+                    options.kv_block_size == shared_.kv_block_size,
+                "scheduler: every request of a batch runs on one target (", shared_.model_dir, ", ",
+                name_of(shared_.backend), ", KV blocks of ", shared_.kv_block_size, "), got ", options.model_dir, ", ",
+                name_of(options.backend), ", ", options.kv_block_size);
+  const bool beam = options.sampling.strategy == Strategy::kBeam;
+  if (!beam) check_request_fits(options, limits_);
+
+  auto r = std::make_unique<Request>();
+  r->options = options;
+  r->key = key;
+  r->sink = std::move(sink);
+  r->out.submitted_s = now();
+  if (!beam) {
+    r->sampler = make_sampler(options.sampling);
+    r->out.samples.resize(static_cast<std::size_t>(options.num_samples));
+  }
+  if (!beam && options.draft.method == DraftMethod::kModel) {
+    r->draft_distribution = draft_distribution(options.sampling, options.draft);
+    r->draft = &draft_pool(options.draft);
+  }
+  requests_.push_back(std::move(r));
+  waiting_.push_back(requests_.back().get());
+  return static_cast<int>(requests_.size()) - 1;
+}
+
+int Scheduler::step_rows(const Sequence& s) const {
+  if (s.spec) return 1 + max_tree_nodes(s.request->options.draft);
+  const int remaining = s.feed_target() - cache_.length(s.seq);
+  return remaining <= 1 ? remaining : std::min(remaining, limits_.prefill_tokens);
+}
+
+int Scheduler::headroom() const {
+  int need = 0;
+  for (const auto& s : live_) need += append_blocks(cache_.length(s->seq), step_rows(*s), shared_.kv_block_size);
+  return cache_.stats().blocks_free() - need;
+}
+
+void Scheduler::start_root(Request& r) {
+  auto root = std::make_unique<Sequence>();
+  root->request = &r;
+  root->order = next_order_++;
+  root->tokens = r.options.prompt_ids;
+  root->seq = cache_.create();
+  Sequence& s = *root;
+  live_.push_back(std::move(root));
+  if (s.feed_target() == 0) root_fed(s, {});  // a one-token prompt of a speculative request
+}
+
+void Scheduler::root_fed(Sequence& root, std::span<const float> logits) {
+  Request& r = *root.request;
+  if (r.out.prefilled_s == 0) r.out.prefilled_s = now();
+  r.root_target = root.seq;
+  if (r.speculative()) {
+    // The draft model's copy of the prompt, forked by every sample's drafter.
+    if (r.draft && root.feed_target() > 0) {
+      std::vector<float> unused;
+      r.root_draft = prefill(r.draft->context, std::span(root.tokens).first(static_cast<std::size_t>(root.feed_target())), unused);
+    }
+  } else {
+    r.root_logits.assign(logits.begin(), logits.end());
+  }
+  const auto it = std::find_if(live_.begin(), live_.end(), [&](const auto& p) { return p.get() == &root; });
+  live_.erase(it);
+  parked_.push_back(&r);
+  fork_samples(r);
+}
+
+void Scheduler::fork_samples(Request& r) {
+  const int prompt = static_cast<int>(r.options.prompt_ids.size());
+  const int first_rows = 1 + max_tree_nodes(r.options.draft);
+  while (r.forked < r.options.num_samples && static_cast<int>(live_.size()) < limits_.max_sequences &&
+         headroom() >= append_blocks(prompt, first_rows, shared_.kv_block_size)) {
+    auto sample = std::make_unique<Sequence>();
+    Sequence& s = *sample;
+    s.request = &r;
+    s.sample = r.forked++;
+    s.order = next_order_++;
+    s.tokens = r.options.prompt_ids;
+    s.seq = cache_.fork(r.root_target);
+    s.rng = Philox(r.options.seed, sample_stream(r.key, s.sample));
+    ++r.unfinished;
+    live_.push_back(std::move(sample));
+    if (r.speculative()) {
+      make_speculative(s, r.root_draft >= 0 ? r.draft->cache.fork(r.root_draft)
+                                            : r.draft ? r.draft->cache.create() : -1);
+      continue;
+    }
+    std::vector<float> probs(r.root_logits.size());
+    r.sampler->distribution(r.root_logits, probs);
+    const int token = r.sampler->draw(probs, s.rng);
+    s.tokens.push_back(token);
+    bool done = false;
+    emit(s, std::span(&token, 1), done);
+    if (done) finish(s);
+  }
+  if (r.forked < r.options.num_samples) return;
+  cache_.free(r.root_target);
+  r.root_target = -1;
+  if (r.root_draft >= 0) r.draft->cache.free(r.root_draft);
+  r.root_draft = -1;
+  r.root_logits.clear();
+  parked_.erase(std::find(parked_.begin(), parked_.end(), &r));
+}
+
+std::unique_ptr<Drafter> Scheduler::make_drafter(Request& r, KvCache::SeqId draft_seq, int gamma) {
+  const DraftOptions& d = r.options.draft;
+  if (d.method == DraftMethod::kNgram) return std::make_unique<NgramDrafter>(NgramConfig{d.ngram_min, d.ngram_max, d.gamma});
+  TreeShape shape = tree_shape(d);
+  if (shape.adaptive && gamma > 0) shape.branching.assign(static_cast<std::size_t>(gamma), 1);
+  return std::make_unique<ModelDrafter>(r.draft->context, draft_seq, r.draft_distribution, !r.sampler->is_greedy(),
+                                        std::move(shape));
+}
+
+void Scheduler::make_speculative(Sequence& s, KvCache::SeqId draft_seq) {
+  Request& r = *s.request;
+  s.spec = std::make_unique<SpeculativeSequence>(context_, s.seq, make_drafter(r, draft_seq, s.gamma), *r.sampler,
+                                                 std::move(s.tokens), s.rng);
+  s.tokens.clear();
+}
+
+void Scheduler::emit(Sequence& s, std::span<const int> tokens, bool& done) {
+  Request& r = *s.request;
+  std::vector<int>& ids = r.out.samples[static_cast<std::size_t>(s.sample)];
+  for (int token : tokens) {
+    const std::size_t before = ids.size();
+    done = emit_token(ids, token, r.options, target_.config().eos_token_ids, s.sample, r.sink);
+    if (ids.size() > before) {
+      if (r.out.first_token_s == 0) r.out.first_token_s = now();
+      if (s.sample == 0) r.out.token_s.push_back(now());
+    }
+    if (done) return;
+  }
+}
+
+void Scheduler::finish(Sequence& s) {
+  Request& r = *s.request;
+  if (s.spec) {
+    if (auto* md = dynamic_cast<ModelDrafter*>(&s.spec->drafter())) r.out.draft_forwards += md->draft_forwards();
+    s.spec.reset();  // frees its target and draft sequences
+  } else if (s.seq >= 0) {
+    cache_.free(s.seq);
+  }
+  const auto it = std::find_if(live_.begin(), live_.end(), [&](const auto& p) { return p.get() == &s; });
+  live_.erase(it);
+  if (--r.unfinished == 0 && r.forked == r.options.num_samples) {
+    r.out.finished_s = now();
+    r.out.done = true;
+  }
+}
+
+void Scheduler::preempt(Sequence& s) {
+  Request& r = *s.request;
+  ++stats_.preemptions;
+  ++r.out.preemptions;
+  const auto it = std::find_if(live_.begin(), live_.end(), [&](const auto& p) { return p.get() == &s; });
+  std::unique_ptr<Sequence> owned = std::move(*it);
+  live_.erase(it);
+  if (s.sample < 0) {  // a prompt still being fed: it starts over
+    cache_.free(s.seq);
+    waiting_.push_front(&r);
+    return;
+  }
+  if (s.spec) {
+    // Keep what the step loop needs to resume exactly: the committed tokens, the random
+    // stream and an adaptive chain's length; the caches are recomputed.
+    s.tokens = s.spec->committed();
+    s.rng = s.spec->rng();
+    std::unique_ptr<Drafter> drafter = s.spec->release_drafter();
+    if (auto* md = dynamic_cast<ModelDrafter*>(drafter.get())) {
+      s.gamma = md->gamma();
+      r.out.draft_forwards += md->draft_forwards();
+    }
+    s.spec.reset();  // frees the target sequence
+  } else {
+    cache_.free(s.seq);
+  }
+  s.seq = -1;
+  const auto at = std::upper_bound(preempted_.begin(), preempted_.end(), s.order,
+                                   [](long order, const auto& p) { return order < p->order; });
+  preempted_.insert(at, std::move(owned));
+}
+
+void Scheduler::run_beam(Request& r) {
+  r.out.prefilled_s = now();
+  DecodeRun run = r.options.draft.method == DraftMethod::kNone
+                      ? decode_beam(target_, r.options, r.sink)
+                      : decode_speculative_beam(models_, target_, r.options, r.sink);
+  r.out.samples = std::move(run.samples);
+  r.out.target_forwards = run.target_forwards;
+  r.out.target_rows = run.target_forwards_rows;
+  r.out.extra = std::move(run.extra);
+  r.out.first_token_s = r.out.finished_s = now();
+  r.out.done = true;
+}
+
+void Scheduler::admit() {
+  const int bs = shared_.kv_block_size;
+  const auto room = [&] { return static_cast<int>(live_.size()) < limits_.max_sequences; };
+  // Preempted sequences first (oldest first), then samples of fed prompts, then new requests.
+  while (!preempted_.empty() && room()) {
+    Sequence& s = *preempted_.front();
+    if (append_blocks(0, s.feed_target() + 1, bs) > headroom()) break;
+    s.seq = cache_.create();
+    const auto at = std::upper_bound(live_.begin(), live_.end(), s.order,
+                                     [](long order, const auto& p) { return order < p->order; });
+    live_.insert(at, std::move(preempted_.front()));
+    preempted_.erase(preempted_.begin());
+    // A speculative sample of a one-token prompt has nothing to recompute but its drafter.
+    if (s.request->speculative() && s.feed_target() == 0) make_speculative(s, s.request->draft ? s.request->draft->cache.create() : -1);
+  }
+  for (Request* r : std::vector<Request*>(parked_)) fork_samples(*r);
+  while (!waiting_.empty() && room()) {
+    Request& r = *waiting_.front();
+    if (r.options.sampling.strategy == Strategy::kBeam) {
+      if (!live_.empty() || !parked_.empty() || !preempted_.empty()) break;  // beam runs as one unit, alone
+      waiting_.pop_front();
+      run_beam(r);
+      continue;
+    }
+    if (append_blocks(0, static_cast<int>(r.options.prompt_ids.size()) + 1, bs) > headroom()) break;
+    waiting_.pop_front();
+    start_root(r);
+  }
+}
+
+void Scheduler::unpark_newest() {
+  Request& r = *parked_.back();
+  parked_.pop_back();
+  cache_.free(r.root_target);
+  if (r.root_draft >= 0) r.draft->cache.free(r.root_draft);
+  r.root_target = r.root_draft = -1;
+  r.root_logits.clear();
+  waiting_.push_front(&r);
+}
+
+void Scheduler::step() {
+  admit();
+  // Prompts fed but unable to fork while nothing else runs hold the blocks others need: the
+  // newest gives its prompt back (it is fed again later).
+  while (live_.empty() && !parked_.empty() && (!waiting_.empty() || !preempted_.empty() || parked_.size() > 1)) {
+    unpark_newest();
+    admit();
+  }
+  if (live_.empty()) {
+    SPECULA_CHECK(idle(), "scheduler: nothing fits the KV pool (", limits_.kv_blocks, " blocks)");
+    return;
+  }
+
+  // Plan: oldest first within the row and prefill budgets; a sequence that does not fit waits.
+  const int bs = shared_.kv_block_size;
+  std::vector<Sequence*> plan;
+  for (;;) {
+    plan.clear();
+    int rows_left = limits_.max_rows, prefill_left = limits_.prefill_tokens;
+    for (const auto& p : live_) {
+      Sequence& s = *p;
+      s.feed = 0;
+      if (s.spec) {
+        const int rows = step_rows(s);
+        if (rows > rows_left) continue;
+        rows_left -= rows;
+      } else {
+        const int remaining = s.feed_target() - cache_.length(s.seq);
+        const int n = std::min(remaining == 1 ? 1 : std::min(remaining, prefill_left), rows_left);
+        if (n <= 0) continue;
+        if (remaining > 1) prefill_left -= n;
+        rows_left -= n;
+        s.feed = n;
+      }
+      plan.push_back(&s);
+    }
+    int need = 0;
+    for (const Sequence* s : plan) need += append_blocks(cache_.length(s->seq), s->spec ? step_rows(*s) : s->feed, bs);
+    if (need <= cache_.stats().blocks_free()) break;
+    if (live_.size() == 1 && !parked_.empty()) {
+      unpark_newest();
+      continue;
+    }
+    if (live_.size() == 1)
+      throw ResourceExhausted(detail::concat("scheduler: one sequence alone needs ", need, " KV blocks, ",
+                                             cache_.stats().blocks_free(), " free"));
+    preempt(*live_.back());
+  }
+
+  // Chain lengths: the drafter's (fixed), or one length this step for the load policy's
+  // sequences, from the measured costs and acceptance (runtime/draft_length.h).
+  std::vector<double> alphas;
+  int load_max = 0, other_rows = 0;
+  double other_tokens = 0;
+  for (const Sequence* s : plan) {
+    const Request& r = *s->request;
+    if (s->spec && r.options.gamma_policy == GammaPolicy::kLoad) {
+      alphas.push_back(r.alpha());
+      load_max = std::max(load_max, r.options.draft.gamma);
+    } else if (s->spec) {
+      other_rows += step_rows(*s);
+      other_tokens += expected_chain_tokens(r.alpha(), max_tree_nodes(r.options.draft));
+    } else {
+      other_rows += s->feed;
+      other_tokens += (cache_.length(s->seq) + s->feed == s->feed_target() && s->wants_logits()) ? 1 : 0;
+    }
+  }
+  const int load_gamma = alphas.empty() ? 0 : chooser_.choose(other_rows, other_tokens, alphas, load_max);
+
+  // Draft rounds of every speculative sequence (one batched call per draft cache and round).
+  auto mark = Clock::now();
+  std::vector<SpeculativeSequence*> specs;
+  std::vector<int> depths;
+  for (Sequence* s : plan) {
+    if (!s->spec) continue;
+    const Request& r = *s->request;
+    // The bonus token needs room too: at most remaining - 1 drafted levels.
+    int depth = r.options.max_new_tokens - r.generated(s->sample) - 1;
+    if (r.options.gamma_policy == GammaPolicy::kLoad) depth = std::min(depth, load_gamma);
+    if (r.options.gamma_policy == GammaPolicy::kLoad && depth == 0) {
+      s->spec->start_plain();
+      continue;
+    }
+    specs.push_back(s->spec.get());
+    depths.push_back(depth);
+  }
+  if (!specs.empty()) run_drafts(specs, depths);
+  const double draft_s = seconds(mark, Clock::now());
+  if (!specs.empty())
+    chooser_.draft_round(static_cast<int>(specs.size()),
+                         draft_s / std::max(1, *std::max_element(depths.begin(), depths.end())));
+
+  // ONE target forward with every planned sequence's rows.
+  std::vector<SequenceRows> parts;
+  for (Sequence* s : plan) {
+    if (s->spec) {
+      parts.push_back(s->spec->verify_rows());
+      continue;
+    }
+    const int cached = cache_.length(s->seq);
+    s->positions.resize(static_cast<std::size_t>(s->feed));
+    std::iota(s->positions.begin(), s->positions.end(), cached);
+    const bool last = cached + s->feed == s->feed_target();
+    parts.push_back({s->seq, std::span(s->tokens).subspan(static_cast<std::size_t>(cached), static_cast<std::size_t>(s->feed)),
+                     s->positions, {}, last && s->wants_logits() ? RowLogits::kLast : RowLogits::kNone});
+  }
+  const std::size_t vocab = static_cast<std::size_t>(target_.config().vocab_size);
+  std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * vocab);
+  mark = Clock::now();
+  context_.run(parts, logits);
+  const double forward_s = seconds(mark, Clock::now());
+  int rows = 0;
+  for (const SequenceRows& p : parts) rows += static_cast<int>(p.tokens.size());
+  // The load policy's cost model is of decode steps: prefill chunks cost per row otherwise.
+  if (std::none_of(plan.begin(), plan.end(), [](const Sequence* s) { return s->feed > 1; }))
+    chooser_.target_forward(rows, forward_s);
+  ++stats_.steps;
+  stats_.rows += rows;
+  stats_.sequence_steps += static_cast<long>(plan.size());
+  stats_.max_rows = std::max(stats_.max_rows, rows);
+  stats_.max_sequences = std::max(stats_.max_sequences, static_cast<int>(plan.size()));
+
+  // Each sequence on its own: sample or verify, commit, emit.
+  std::vector<Sequence*> done, fed_roots;
+  std::size_t row = 0;
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    Sequence& s = *plan[i];
+    Request& r = *s.request;
+    const std::size_t n = static_cast<std::size_t>(logit_rows(std::span(&parts[i], 1)));
+    const auto own = std::span<const float>(logits).subspan(row * vocab, n * vocab);
+    row += n;
+    if (r.counted_step != stats_.steps) {
+      r.counted_step = stats_.steps;
+      ++r.out.target_forwards;
+      if (s.spec) {
+        r.out.spec.draft_s += draft_s;
+        r.out.spec.verify_forward_s += forward_s;
+        ++r.out.spec.target_forwards;
+      }
+    }
+    r.out.target_rows += static_cast<int>(parts[i].tokens.size());
+    if (s.spec) {
+      r.out.spec.target_rows += static_cast<long>(parts[i].tokens.size());
+      const long drafted_before = r.out.spec.drafted;
+      const VerifyResult& result = s.spec->finish(own, r.out.spec);
+      const long drafted = r.out.spec.drafted - drafted_before;
+      const long accepted = static_cast<long>(result.accepted_nodes.size());
+      r.chain_accepted += double(accepted);
+      r.chain_trials += double(accepted + (accepted < drafted ? 1 : 0));
+      bool complete = false;
+      emit(s, result.tokens, complete);
+      if (complete) done.push_back(&s);
+      continue;
+    }
+    if (cache_.length(s.seq) < s.feed_target()) continue;  // a prefill chunk with more to come
+    if (s.sample < 0) {
+      fed_roots.push_back(&s);
+    } else if (r.speculative()) {
+      make_speculative(s, r.draft ? r.draft->cache.create() : -1);  // recomputed: the drafter catches up
+    } else {
+      std::vector<float> probs(vocab);
+      r.sampler->distribution(own, probs);
+      const int token = r.sampler->draw(probs, s.rng);
+      s.tokens.push_back(token);
+      bool complete = false;
+      emit(s, std::span(&token, 1), complete);
+      if (complete) done.push_back(&s);
+    }
+  }
+  for (Sequence* s : done) finish(*s);
+  for (Sequence* root : fed_roots) {
+    const std::size_t i = static_cast<std::size_t>(std::find(plan.begin(), plan.end(), root) - plan.begin());
+    std::size_t first = 0;
+    for (std::size_t j = 0; j < i; ++j) first += static_cast<std::size_t>(logit_rows(std::span(&parts[j], 1)));
+    const std::size_t n = static_cast<std::size_t>(logit_rows(std::span(&parts[i], 1)));
+    root_fed(*root, std::span<const float>(logits).subspan(first * vocab, n * vocab));
+  }
+}
+
+}  // namespace specula

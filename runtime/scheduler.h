@@ -1,0 +1,131 @@
+// defines: Scheduler, continuous (iteration-level) batching of generation requests over one
+// target model: requests queue, and every step() is ONE target forward holding the rows of
+// every live sequence (a prefill chunk, a plain decode row, or a speculative root and its
+// tree), after which each sequence samples, verifies and commits on its own; finished
+// sequences free their blocks at once and waiting requests join. RequestOutcome is what a
+// request returns (tokens, times on the scheduler's clock, counters), SchedulerStats what the
+// steps did. generate() is the scheduler with one request.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/draft_length.h"
+#include "runtime/generate.h"
+#include "runtime/scheduler_limits.h"
+#include "runtime/speculative_sequence.h"
+
+namespace specula {
+
+struct RequestOutcome {
+  std::vector<std::vector<int>> samples;  // new tokens of each sample (beam: the n-best)
+  // Times in seconds on the scheduler's clock (Scheduler::now()).
+  double submitted_s = 0;
+  double prefilled_s = 0;    // its prompt is in the cache (first tokens can be drawn)
+  double first_token_s = 0;  // its first token was emitted
+  double finished_s = 0;     // every sample complete, every block freed
+  std::vector<double> token_s;  // when each of sample 0's tokens was emitted
+  int target_forwards = 0;      // target forwards that held rows of this request
+  int target_rows = 0;          // its rows in them
+  int preemptions = 0;          // times one of its sequences was preempted (and later recomputed)
+  SpeculativeStats spec;        // speculative requests: drafts, acceptance; times are step wall times
+  long draft_forwards = 0;
+  nlohmann::json extra;         // beam search: its hypotheses' scores
+  bool done = false;
+};
+
+struct SchedulerStats {
+  long steps = 0;           // target forwards (one per step)
+  long rows = 0;            // rows over all of them
+  long sequence_steps = 0;  // sequences with rows, summed over steps (mean occupancy = / steps)
+  int max_rows = 0;         // the most rows and live sequences one step held
+  int max_sequences = 0;
+  long preemptions = 0;
+};
+
+class Scheduler {
+ public:
+  // Requests run on the target of `shared` (model_dir, backend, kv_block_size, threads: every
+  // submitted request must agree on them). Throws SpeculaError for an invalid limit.
+  Scheduler(ModelStore& models, const GenerateOptions& shared, SchedulerLimits limits);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Validates `options` (validate_generate_options, then check_request_fits) and queues it.
+  // `key` names the request in its samples' Philox streams (seed, key, sample), so its tokens
+  // never depend on what else runs. Returns the request's index.
+  int submit(const GenerateOptions& options, uint64_t key = 0, TokenSink sink = {});
+
+  bool idle() const;  // nothing queued, live or preempted
+  // One step: admit what fits, plan the rows (preempting the newest sequences when the pool
+  // cannot hold them), run the draft rounds and the target forward, then sample, verify and
+  // commit each sequence. A beam request runs as one unit on its own when it is admitted.
+  void step();
+  void run() {
+    while (!idle()) step();
+  }
+
+  const RequestOutcome& outcome(int request) const;
+  const SchedulerStats& stats() const { return stats_; }
+  KvStats kv_stats() const;  // of the target pool
+  int draft_blocks_in_use() const;  // over every draft pool
+  int live_sequences() const { return static_cast<int>(live_.size()); }
+  double now() const;        // seconds since construction
+
+ private:
+  struct Request;
+  struct Sequence;
+  struct DraftPool;
+
+  void admit();
+  void fork_samples(Request& r);
+  void start_root(Request& r);
+  void root_fed(Sequence& root, std::span<const float> logits);
+  void emit(Sequence& s, std::span<const int> tokens, bool& done);
+  void preempt(Sequence& s);
+  void finish(Sequence& s);
+  void make_speculative(Sequence& s, KvCache::SeqId draft_seq);
+  void unpark_newest();
+  std::unique_ptr<Drafter> make_drafter(Request& r, KvCache::SeqId draft_seq, int gamma);
+  DraftPool& draft_pool(const DraftOptions& d);
+  int headroom() const;  // free blocks less the live sequences' next-step needs
+  int step_rows(const Sequence& s) const;
+  void run_beam(Request& r);
+
+  ModelStore& models_;
+  GenerateOptions shared_;
+  SchedulerLimits limits_;
+  const Backend& target_;
+  KvCache cache_;
+  std::unique_ptr<Workspace> workspace_;
+  ForwardContext context_;
+  std::map<std::pair<std::string, std::optional<DType>>, std::unique_ptr<DraftPool>> draft_pools_;
+  std::vector<std::unique_ptr<Request>> requests_;
+  std::deque<Request*> waiting_;                     // submitted, not started, in arrival order
+  std::vector<Request*> parked_;                     // prompt fed, samples still to fork
+  std::vector<std::unique_ptr<Sequence>> live_;      // admission order: the newest is last
+  std::vector<std::unique_ptr<Sequence>> preempted_; // oldest first: resumed in that order
+  long next_order_ = 0;
+  DraftLengthChooser chooser_;
+  SchedulerStats stats_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// The limits generate() runs a lone request under: its samples side by side, kSampleWave at
+// most, in a pool sized for them.
+SchedulerLimits single_request_limits(const GenerateOptions& options);
+
+// The object `specula generate --json` prints for one request: {"ids", "text", "samples"?,
+// "stats"} (stats of `kv`, the target pool, and draft_blocks_in_use, the draft pools).
+nlohmann::json request_json(const Model& target, const GenerateOptions& options, const RequestOutcome& outcome,
+                            const KvStats& kv, int draft_blocks_in_use);
+
+}  // namespace specula

@@ -1,0 +1,48 @@
+// What the speculative paths (the scheduler's speculative sequences, speculative beam search)
+// share: the draft distribution and the speculative fields of "stats".
+#include <algorithm>
+#include <memory>
+
+#include "runtime/decoders.h"
+#include "sampling/sampler.h"
+
+namespace specula {
+
+DistributionFn draft_distribution(const SamplingOptions& sampling, const DraftOptions& d) {
+  // Deterministic drafting (greedy, beam) ranks by the draft's own softmax; sampled drafting
+  // draws from the sampler's transform, the one applied to the target too (lossless
+  // verification needs it). Static deterministic trees only need the order, which the logits
+  // already have (the softmax is monotone): they skip its exps per drafted token. Dynamic
+  // trees score paths by the log-probabilities, so they keep the softmax.
+  const bool deterministic = sampling.strategy != Strategy::kSample;
+  std::shared_ptr<const Sampler> sampler = make_sampler(deterministic ? SamplingOptions::sample() : sampling);
+  const bool rank_by_logits = deterministic && d.tree_budget == 0;
+  return [sampler, rank_by_logits](std::span<const float> logits, std::span<float> probs) {
+    if (rank_by_logits) {
+      std::copy(logits.begin(), logits.end(), probs.begin());
+    } else {
+      sampler->distribution(logits, probs);
+    }
+  };
+}
+
+nlohmann::json speculative_stats_json(const DraftOptions& d, const SpeculativeStats& stats, long emitted,
+                                      long draft_forwards) {
+  std::vector<double> per_depth;
+  for (long count : stats.accepted_at_depth) per_depth.push_back(double(count) / double(stats.steps));
+  return {
+      {"draft", {{"method", name_of(d.method)}, {"model", d.model_dir}, {"gamma", d.gamma}, {"tree", d.tree},
+                 {"tree_budget", d.tree_budget}, {"adaptive", d.adaptive}, {"ngram_min", d.ngram_min},
+                 {"ngram_max", d.ngram_max}, {"draft_forwards", draft_forwards}}},
+      {"steps", stats.steps},
+      {"drafted", stats.drafted},
+      {"accepted", stats.accepted},
+      {"acceptance_rate", stats.drafted ? double(stats.accepted) / double(stats.drafted) : 0.0},
+      {"mean_accepted_tokens", stats.steps ? double(emitted) / double(stats.steps) : 0.0},
+      {"accepted_per_depth", per_depth},
+      {"time_breakdown", {{"draft_s", stats.draft_s}, {"verify_forward_s", stats.verify_forward_s},
+                          {"sample_verify_s", stats.sample_verify_s}, {"commit_s", stats.commit_s}}},
+  };
+}
+
+}  // namespace specula

@@ -1,0 +1,433 @@
+// The scheduler (runtime/scheduler.h): a request's tokens do not depend on the batch it ran
+// in (mixed batches at 1, 4 and 16 sequences, shuffled arrivals; random arrivals under pools
+// small enough to preempt, with the limits and the block count checked), a request that
+// cannot fit alone is refused at submission, and speculative sampling inside a batch of 16
+// keeps the target's distribution.
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "base/error.h"
+#include "runtime/decoders.h"
+#include "runtime/scheduler.h"
+#include "sampling/sampler.h"
+#include "tests/test_support.h"
+#include "tests/test_verify_support.h"
+
+namespace specula {
+namespace {
+
+namespace fs = std::filesystem;
+
+ModelStore& store() {
+  static ModelStore models;
+  return models;
+}
+
+std::vector<std::vector<int>> reference_prompts() {
+  std::ifstream in(test::source_path("tests/data/hf-greedy.json"));
+  const auto j = nlohmann::json::parse(in);
+  std::vector<std::vector<int>> prompts;
+  for (const auto& entry : j["models"]["target-16m"]) prompts.push_back(entry["prompt_ids"].get<std::vector<int>>());
+  return prompts;
+}
+
+// Copies of target-16m and draft-1m (weights linked) whose EOS is the newline token, so that
+// samples end early, at different lengths.
+struct NewlineEosModels {
+  test::TempDir dir;
+  std::string target, draft;
+  NewlineEosModels() {
+    const int newline = store().model(test::model_dir("target-16m")).tokenizer().encode("\n", false).back();
+    auto copy = [&](const std::string& name) {
+      const fs::path from = test::model_dir(name), to = dir.path / name;
+      fs::create_directories(to);
+      for (const auto& entry : fs::directory_iterator(from)) {
+        const std::string file = entry.path().filename().string();
+        if (file == "config.json" || file == "generation_config.json") {
+          auto j = nlohmann::json::parse(test::slurp(entry.path()));
+          j["eos_token_id"] = newline;
+          std::ofstream(to / file) << j.dump();
+        } else {
+          fs::create_symlink(fs::absolute(entry.path()), to / file);
+        }
+      }
+      return to.string();
+    };
+    target = copy("target-16m");
+    draft = copy("draft-1m");
+  }
+};
+
+const NewlineEosModels& eos_models() {
+  static const NewlineEosModels models;
+  return models;
+}
+
+// One request of the mixed batch: every drafter and sampler kind, several lengths.
+GenerateOptions request(const std::string& target, const std::string& draft, int kind, std::vector<int> prompt,
+                        int max_new_tokens) {
+  GenerateOptions o;
+  o.model_dir = target;
+  o.prompt_ids = std::move(prompt);
+  o.max_new_tokens = max_new_tokens;
+  o.threads = 1;
+  o.seed = 7 + static_cast<uint64_t>(kind);
+  DraftOptions& d = o.draft;
+  const bool sampled = kind % 2 == 1 && kind < 12;
+  if (sampled) o.sampling = SamplingOptions::sample(1.0f, kind % 4 == 1 ? 0 : 20, 1.0f, 0.0f);
+  switch (kind % 8) {
+    case 0: case 1: break;  // plain
+    case 2: case 3: d.method = DraftMethod::kModel; d.model_dir = draft; d.gamma = 3; break;  // chain
+    case 4: case 5: d.method = DraftMethod::kModel; d.model_dir = draft; d.tree = {2, 2}; break;  // static tree
+    case 6: d.method = DraftMethod::kModel; d.model_dir = draft; d.tree_budget = 6; break;  // dynamic tree
+    case 7: d.method = DraftMethod::kNgram; d.gamma = 3; break;
+  }
+  if (kind == 9) d.method = DraftMethod::kModel, d.model_dir = draft, d.adaptive = true, d.gamma = 2;  // adaptive chain
+  if (kind == 11) o.num_samples = 3;  // plain sampling, three samples side by side
+  if (kind >= 12) {  // greedy chains whose length follows the load
+    d = {};
+    d.method = kind == 12 ? DraftMethod::kModel : DraftMethod::kNgram;
+    d.model_dir = kind == 12 ? draft : "";
+    d.gamma = kind == 12 ? 4 : 3;
+    o.gamma_policy = GammaPolicy::kLoad;
+  }
+  return o;
+}
+
+// The samples of `options` run alone (key `key`: the request's name in its Philox streams).
+std::vector<std::vector<int>> alone(const GenerateOptions& options, uint64_t key) {
+  Scheduler scheduler(store(), options, single_request_limits(options));
+  const int r = scheduler.submit(options, key);
+  scheduler.run();
+  REQUIRE(scheduler.kv_stats().blocks_in_use == 0);
+  return scheduler.outcome(r).samples;
+}
+
+SchedulerLimits roomy(int max_sequences, const std::vector<GenerateOptions>& requests) {
+  SchedulerLimits limits;
+  limits.max_sequences = max_sequences;
+  limits.kv_blocks = 0;
+  for (const GenerateOptions& o : requests) limits.kv_blocks += request_kv_blocks(o, o.num_samples);
+  return limits;
+}
+
+}  // namespace
+
+TEST_CASE("every request of a mixed batch gets the tokens it gets alone, at any batch size and arrival order",
+          "[runtime][scheduler]") {
+  const NewlineEosModels& m = eos_models();
+  const auto prompts = reference_prompts();
+  std::vector<GenerateOptions> requests;
+  const int kinds = 14;  // 12, 13: greedy under the load policy (sampled ones depend on the load by design)
+  for (int kind = 0; kind < kinds; ++kind) {
+    const auto& p = prompts[static_cast<std::size_t>(kind) % prompts.size()];
+    const int length = 4 + 5 * kind;  // 4 .. 69 prompt tokens
+    requests.push_back(request(m.target, m.draft, kind, std::vector<int>(p.begin(), p.begin() + length),
+                               test::kSanitized ? 6 : 6 + 2 * (kind % 5)));
+  }
+  std::vector<std::vector<std::vector<int>>> want;
+  bool early_eos = false;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    want.push_back(alone(requests[i], i));
+    for (const auto& sample : want.back())
+      early_eos |= static_cast<int>(sample.size()) < requests[i].max_new_tokens;
+  }
+  CHECK(early_eos);  // the batch mixes lengths: some samples end at EOS
+  for (std::size_t i : {std::size_t{12}, std::size_t{13}}) {  // greedy under the load policy: plain greedy's tokens
+    GenerateOptions plain = requests[i];
+    plain.draft = {};
+    plain.gamma_policy = GammaPolicy::kFixed;
+    CHECK(alone(plain, i) == want[i]);
+  }
+
+  std::mt19937 shuffle(3);
+  for (int batch : {1, 4, 16}) {
+    std::vector<std::size_t> order(requests.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    for (int arrival = 0; arrival < 2; ++arrival) {
+      if (arrival > 0) std::shuffle(order.begin(), order.end(), shuffle);
+      INFO("batch " << batch << ", arrival order " << arrival);
+      Scheduler scheduler(store(), requests[0], roomy(batch, requests));
+      std::vector<int> index(requests.size());
+      for (std::size_t i : order) index[i] = scheduler.submit(requests[i], i);
+      scheduler.run();
+      for (std::size_t i = 0; i < requests.size(); ++i) {
+        INFO("request " << i);
+        CHECK(scheduler.outcome(index[i]).samples == want[i]);
+      }
+      CHECK(scheduler.stats().max_sequences <= batch);
+      if (batch > 1) CHECK(scheduler.stats().max_sequences > 1);  // requests did share forwards
+      CHECK(scheduler.kv_stats().blocks_in_use == 0);
+      CHECK(scheduler.draft_blocks_in_use() == 0);
+    }
+  }
+}
+
+TEST_CASE("random arrivals in small pools: preemption, limits kept, own tokens, no block leaked",
+          "[runtime][scheduler]") {
+  const NewlineEosModels& m = eos_models();
+  const auto prompts = reference_prompts();
+  std::mt19937 rng(11);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  long preemptions = 0;
+  const int iterations = test::kSanitized ? 2 : 5;
+  for (int iteration = 0; iteration < iterations; ++iteration) {
+    std::vector<GenerateOptions> requests;
+    const int count = uniform(4, 9);
+    for (int i = 0; i < count; ++i) {
+      const auto& p = prompts[static_cast<std::size_t>(uniform(0, static_cast<int>(prompts.size()) - 1))];
+      const int length = uniform(2, 40);
+      GenerateOptions o = request(m.target, m.draft, uniform(0, 13), std::vector<int>(p.begin(), p.begin() + length),
+                                  uniform(1, 12));
+      o.kv_block_size = 4;
+      requests.push_back(o);
+    }
+    SchedulerLimits limits;
+    limits.max_sequences = uniform(2, 8);
+    limits.prefill_tokens = uniform(3, 24);
+    limits.max_rows = uniform(8, 32);
+    int alone_max = 0;
+    for (const GenerateOptions& o : requests) {
+      alone_max = std::max(alone_max, request_kv_blocks(o, 1));
+      limits.max_rows = std::max(limits.max_rows, 1 + max_tree_nodes(o.draft));  // else refused at submission
+    }
+    limits.kv_blocks = alone_max + uniform(0, 6);  // little more than the largest request alone
+    INFO("iteration " << iteration << ": " << count << " requests, " << limits.max_sequences << " sequences, "
+                      << limits.max_rows << " rows, " << limits.prefill_tokens << " prefill tokens, "
+                      << limits.kv_blocks << " blocks");
+    Scheduler scheduler(store(), requests[0], limits);
+    std::vector<int> index(requests.size(), -1);
+    std::size_t next = 0;
+    while (next < requests.size() || !scheduler.idle()) {
+      // Random arrivals: zero to two requests join before each step.
+      for (int joining = uniform(0, 2); joining > 0 && next < requests.size(); --joining, ++next)
+        index[next] = scheduler.submit(requests[next], next);
+      if (!scheduler.idle()) scheduler.step();
+      CHECK(scheduler.live_sequences() <= limits.max_sequences);
+      CHECK(scheduler.kv_stats().blocks_in_use <= limits.kv_blocks);
+    }
+    CHECK(scheduler.stats().max_rows <= limits.max_rows);
+    CHECK(scheduler.stats().max_sequences <= limits.max_sequences);
+    CHECK(scheduler.kv_stats().blocks_in_use == 0);
+    CHECK(scheduler.draft_blocks_in_use() == 0);
+    preemptions += scheduler.stats().preemptions;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      INFO("request " << i);
+      REQUIRE(scheduler.outcome(index[i]).done);
+      CHECK(scheduler.outcome(index[i]).samples == alone(requests[i], i));
+    }
+  }
+  CHECK(preemptions > 0);  // the pools were small enough to force it
+}
+
+TEST_CASE("a request that cannot fit even alone is refused at submission", "[runtime][scheduler]") {
+  GenerateOptions o;
+  o.model_dir = test::model_dir("target-16m");
+  o.prompt_ids = std::vector<int>(40, 5);
+  o.max_new_tokens = 40;
+  o.kv_block_size = 4;
+  SchedulerLimits limits;
+  limits.kv_blocks = 10;
+  Scheduler scheduler(store(), o, limits);
+  CHECK_THROWS_WITH(scheduler.submit(o), Catch::Contains("needs 33 KV blocks") && Catch::Contains("10 blocks"));
+  o.draft.method = DraftMethod::kNgram;
+  o.draft.gamma = 8;
+  limits.kv_blocks = 100;
+  limits.max_rows = 8;
+  Scheduler narrow(store(), o, limits);
+  CHECK_THROWS_WITH(narrow.submit(o), Catch::Contains("needs 9 rows") && Catch::Contains("max_rows (8)"));
+  CHECK(narrow.idle());
+}
+
+// Speculative sampling inside a batch: the studied request's samples run 16 sequences at a
+// time next to other requests' sequences (plain sampling, n-grams), so its rows share every
+// forward; it runs with a fixed chain (gamma 3) and under the load policy (0..3 per step).
+// Its first emitted tokens must follow p = transform(target logits after the prompt):
+// Pearson chi-square at alpha = 1e-3, N = 2000 samples, on the reference prompt of highest
+// next-token entropy (its two most probable tokens have p = 0.053 and 0.051; about 70 degrees
+// of freedom after pooling, critical value 112.3). Power: moving 3.5% of the mass from the
+// first token to the second has noncentrality N * 0.035^2 * (1/0.053 + 1/0.051) = 94, which
+// the test rejects with probability about 0.99; the test runs the chi-square against that
+// planted distribution too and requires the rejection. Under the sanitizers N = 200 (a smoke
+// test; test_verify_lossless.cpp carries the high-power claims).
+TEST_CASE("speculative sampling inside a batch of 16 follows the target distribution",
+          "[runtime][scheduler][statistical]") {
+  const std::string target_dir = test::model_dir("target-16m");
+  const Backend& target = store().get(target_dir);
+  // Of the reference prompts' first 24 tokens, the one whose next token is least predictable
+  // (most cells, most power).
+  std::vector<int> prompt;
+  double best_entropy = -1;
+  for (const auto& reference : reference_prompts()) {
+    const std::vector<int> candidate(reference.begin(), reference.begin() + 24);
+    std::vector<float> logits(static_cast<std::size_t>(target.config().vocab_size)), p(logits.size());
+    KvCache cache(target.kv_layout(16), 16);
+    const auto workspace = target.make_workspace();
+    cache.free(prefill(ForwardContext{target, cache, *workspace}, candidate, logits));
+    make_sampler(SamplingOptions::sample())->distribution(logits, p);
+    double entropy = 0;
+    for (float x : p) entropy -= x > 0 ? x * std::log(double(x)) : 0.0;
+    if (entropy > best_entropy) best_entropy = entropy, prompt = candidate;
+  }
+  GenerateOptions studied;
+  studied.model_dir = target_dir;
+  studied.prompt_ids = prompt;
+  studied.max_new_tokens = 2;
+  studied.threads = 1;
+  studied.seed = 99;
+  studied.sampling = SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f);
+  studied.draft.method = DraftMethod::kModel;
+  studied.draft.model_dir = test::model_dir("draft-1m");
+  studied.draft.gamma = 3;
+  studied.num_samples = test::kSanitized ? 200 : 2000;
+
+  // Exact p of the first token, from a lone prefill.
+  std::vector<float> logits(static_cast<std::size_t>(target.config().vocab_size)), p(logits.size());
+  {
+    KvCache cache(target.kv_layout(16), 16);
+    const auto workspace = target.make_workspace();
+    const int seq = prefill(ForwardContext{target, cache, *workspace}, prompt, logits);
+    cache.free(seq);
+  }
+  make_sampler(studied.sampling)->distribution(logits, p);
+
+  for (const GammaPolicy policy : {GammaPolicy::kFixed, GammaPolicy::kLoad}) {
+    INFO("gamma policy " << name_of(policy));  // load: chain lengths 0..3 chosen per step
+    studied.gamma_policy = policy;
+    SchedulerLimits limits;
+    limits.max_sequences = 16;
+    GenerateOptions background = studied;
+    background.draft = {};
+    background.gamma_policy = GammaPolicy::kFixed;
+    background.num_samples = test::kSanitized ? 20 : 200;
+    background.max_new_tokens = 4;
+    GenerateOptions ngram = background;
+    ngram.draft.method = DraftMethod::kNgram;
+    limits.kv_blocks = request_kv_blocks(studied, 16) + request_kv_blocks(background, 16) + request_kv_blocks(ngram, 16);
+    Scheduler scheduler(store(), studied, limits);
+    scheduler.submit(background, 1);
+    const int r = scheduler.submit(studied, 2);
+    scheduler.submit(ngram, 3);
+    scheduler.run();
+    CHECK(scheduler.stats().max_sequences == 16);
+
+    const RequestOutcome& out = scheduler.outcome(r);
+    std::vector<long> counts(p.size(), 0);
+    for (const auto& sample : out.samples) ++counts[static_cast<std::size_t>(sample.at(0))];
+    const std::vector<double> probs(p.begin(), p.end());
+    const test::ChiSquare chi = test::chi_square(counts, probs);
+    INFO("chi2 " << chi.statistic << " df " << chi.df << " p-value " << chi.p_value);
+    CHECK(chi.impossible == 0);
+    CHECK(chi.p_value > 1e-3);
+    CHECK(out.spec.accepted > 0);
+    if (!test::kSanitized) {
+      // The planted bias: 3.5% of the mass moved from the most probable token to the second.
+      std::vector<std::size_t> top(probs.size());
+      for (std::size_t i = 0; i < top.size(); ++i) top[i] = i;
+      std::partial_sort(top.begin(), top.begin() + 2, top.end(), [&](std::size_t a, std::size_t b) { return probs[a] > probs[b]; });
+      std::vector<double> biased = probs;
+      const double shift = std::min(0.035, biased[top[0]]);
+      biased[top[0]] -= shift;
+      biased[top[1]] += shift;
+      const test::ChiSquare planted = test::chi_square(counts, biased);
+      INFO("top probabilities " << probs[top[0]] << ", " << probs[top[1]]);
+      INFO("against the planted bias: chi2 " << planted.statistic << " p-value " << planted.p_value);
+      CHECK(planted.p_value < 1e-3);
+    }
+  }
+}
+
+}  // namespace specula
+
+namespace specula {
+
+// `specula generate --prompts-file`: one JSON line per prompt in the file's order (each the
+// tokens its prompt gets alone, with its id and latency), then one summary without "ids";
+// a malformed line is refused naming the file and line.
+TEST_CASE("cli: generate --prompts-file --batch-size prints each prompt's object in order, then a summary",
+          "[runtime][scheduler][cli]") {
+  const std::string model = test::model_dir("target-16m"), draft = test::model_dir("draft-1m");
+  test::TempDir dir;
+  const std::string file = dir.file("prompts.jsonl");
+  std::ofstream(file) << R"({"id": "b", "prompt": "def main():"})" "\n"
+                      << R"({"id": "a", "prompt_ids": [1, 265, 4027]})" "\n\n"
+                      << R"({"id": "c", "prompt": "static int"})" "\n";
+  for (const std::string& drafting : std::vector<std::string>{"", " --draft '" + draft + "' --gamma 2"}) {
+    INFO(drafting);
+    const test::Outcome o = test::run_specula("generate --model '" + model + "' --prompts-file '" + file +
+                                              "' --batch-size 2 --max-new-tokens 6 --threads 1 --json" + drafting);
+    REQUIRE(o.status == 0);
+    std::vector<nlohmann::json> lines;
+    std::istringstream out(o.out);
+    for (std::string line; std::getline(out, line);) lines.push_back(nlohmann::json::parse(line));
+    REQUIRE(lines.size() == 4);
+    const std::vector<std::string> ids = {"b", "a", "c"};
+    const std::vector<std::string> alone = {"--prompt 'def main():'", "--prompt-ids 1,265,4027", "--prompt 'static int'"};
+    for (std::size_t i = 0; i < 3; ++i) {
+      CHECK(lines[i].at("id") == ids[i]);
+      CHECK(lines[i].at("latency").at("latency_s").get<double>() > 0);
+      const test::Outcome one =
+          test::run_specula("generate --model '" + model + "' " + alone[i] + " --max-new-tokens 6 --threads 1 --json" + drafting);
+      REQUIRE(one.status == 0);
+      CHECK(lines[i].at("ids") == nlohmann::json::parse(one.out).at("ids"));
+    }
+    const nlohmann::json& summary = lines[3];
+    CHECK_FALSE(summary.contains("ids"));
+    CHECK(summary.at("requests") == 3);
+    CHECK(summary.at("new_tokens") == 18);
+    CHECK(summary.at("throughput_tokens_per_s").get<double>() > 0);
+    CHECK(summary.at("latency_s").at("p99").get<double>() >= summary.at("latency_s").at("p50").get<double>());
+    CHECK(summary.at("mean_occupancy").get<double>() > 1.0);  // two sequences shared forwards
+  }
+  std::ofstream(file, std::ios::app) << "[1, 2]\n";
+  const test::Outcome bad = test::run_specula("generate --model '" + model + "' --prompts-file '" + file + "' --json");
+  CHECK(bad.status == 1);
+  CHECK(bad.err == "specula: error: --prompts-file " + file + ":5: not a JSON object\n");
+  const test::Outcome stray = test::run_specula("generate --model '" + model + "' --prompt hi --batch-size 4");
+  CHECK(stray.status != 0);
+  CHECK(stray.err.find("--batch-size requires --prompts-file") != std::string::npos);
+}
+
+}  // namespace specula
+
+namespace specula {
+
+// The load policy's choice against a brute-force optimum of the same cost model, on costs
+// it measured: target forwards cost a + b * rows, a draft round c + e * sequences.
+TEST_CASE("the load policy picks the chain length of the most tokens per second", "[runtime][scheduler]") {
+  struct Costs {
+    double a, b, c, e;
+  };
+  for (const Costs k : {Costs{6e-3, 1.5e-3, 4e-4, 1e-4}, Costs{6e-3, 1e-5, 4e-4, 1e-5}, Costs{1e-3, 2e-3, 1e-3, 1e-3}}) {
+    DraftLengthChooser chooser;
+    const std::vector<double> alphas_probe = {0.5};
+    CHECK(chooser.choose(0, 0, alphas_probe, 4) == 4);  // nothing measured: it tries both ends
+    CHECK(chooser.choose(0, 0, alphas_probe, 4) == 0);
+    for (int rows : {1, 3, 8, 20, 64, 5, 40}) chooser.target_forward(rows, k.a + k.b * rows);
+    for (int n : {1, 4, 16, 2}) chooser.draft_round(n, k.c + k.e * n);
+    for (int batch : {1, 4, 16, 32}) {
+      for (double alpha : {0.2, 0.6, 0.9}) {
+        const std::vector<double> alphas(static_cast<std::size_t>(batch), alpha);
+        int best = 0;
+        double best_rate = 0;
+        for (int g = 0; g <= 4; ++g) {
+          const double tokens = batch * expected_chain_tokens(alpha, g);
+          const double rate = tokens / (k.a + k.b * batch * (1 + g) + g * (k.c + k.e * batch));
+          if (rate > best_rate) best = g, best_rate = rate;
+        }
+        INFO("batch " << batch << " alpha " << alpha);
+        CHECK(chooser.choose(0, 0, alphas, 4) == best);
+      }
+    }
+  }
+  CHECK(expected_chain_tokens(0.5, 2) == Approx(1.75));
+  CHECK(expected_chain_tokens(1.0, 3) == 4);
+}
+
+}  // namespace specula
