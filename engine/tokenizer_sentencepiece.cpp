@@ -3,6 +3,7 @@
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string_view>
 
 #include "base/error.h"
@@ -20,6 +21,8 @@ void drop_incomplete_tail(std::string& text) {
 class SentencePieceTokenizer final : public TokenizerBackend {
  public:
   explicit SentencePieceTokenizer(const std::string& model_path) {
+    SPECULA_CHECK(std::filesystem::is_regular_file(model_path), model_path,
+                  ": not a file (a SentencePiece tokenizer.model is expected)");
     auto status = sp_.Load(model_path);
     SPECULA_CHECK(status.ok(), model_path, ": cannot load SentencePiece model: ", status.ToString());
     // The serialized model holds the pieces, their scores and types, and the normaliser spec.

@@ -45,8 +45,7 @@ DecodeRun decode_beam(const Backend& target, const GenerateOptions& options, con
   const int prompt_len = static_cast<int>(options.prompt_ids.size());
   const int width = options.sampling.beam_width;
   // Live beams, their forks during a step, and the root.
-  KvCache cache(target.model().kv_layout(options.kv_block_size),
-                kv_blocks_for(0, prompt_len + options.max_new_tokens, 4 * width + 2, options.kv_block_size));
+  KvCache cache(target.model().kv_layout(options.kv_block_size), static_cast<int>(request_kv_blocks(options)));
   const auto workspace = target.make_workspace();
   const ForwardContext context{target, cache, *workspace};
   DecodeRun run;

@@ -27,16 +27,6 @@ TreeShape tree_shape(const DraftOptions& d) {
   return shape;
 }
 
-// Upper bound on the nodes of one proposal (KV pool sizing: the verify pass writes them all).
-int max_tree_nodes(const DraftOptions& d) {
-  if (d.method == DraftMethod::kNgram) return d.gamma;
-  if (d.tree_budget > 0) return d.tree_budget;
-  if (d.tree.empty()) return d.adaptive ? ModelDrafter::kMaxAdaptiveGamma : d.gamma;
-  int nodes = 0, level = 1;
-  for (int b : d.tree) nodes += (level *= b);
-  return nodes;
-}
-
 }  // namespace
 
 DecodeRun decode_speculative(ModelStore& models, const Backend& target, const GenerateOptions& options,
@@ -50,9 +40,7 @@ DecodeRun decode_speculative(ModelStore& models, const Backend& target, const Ge
 
   const Backend* draft = d.method == DraftMethod::kModel ? &draft_model(models, d) : nullptr;
   const int bs = options.kv_block_size;
-  // The shared prefill and a wave of samples, each with its largest tree.
-  const int blocks =
-      kv_blocks_for(prompt_len, options.max_new_tokens + max_tree_nodes(d) + 1, std::min(num_samples, kSampleWave), bs);
+  const int blocks = static_cast<int>(request_kv_blocks(options));
   KvCache cache(target.model().kv_layout(bs), blocks);
   const auto workspace = target.make_workspace();
   const ForwardContext target_context{target, cache, *workspace};
@@ -65,19 +53,12 @@ DecodeRun decode_speculative(ModelStore& models, const Backend& target, const Ge
     draft_context = std::make_unique<ForwardContext>(ForwardContext{*draft, *draft_cache, *draft_workspace});
   }
 
-  // Greedy drafting ranks by the draft's own softmax; sampled drafting draws from the
-  // sampler's transform, the one applied to the target too (lossless verification needs it).
-  // Static greedy trees only need the order, which the logits already have (the softmax is
-  // monotone): they skip its 4096 exps per drafted token. Dynamic trees score paths by the
-  // log-probabilities, so they keep the softmax.
+  // Greedy drafting ranks by the draft's own softmax (the top-k draw keeps tokens of q > 0,
+  // which raw logits <= 0 are not); sampled drafting draws from the sampler's transform, the
+  // one applied to the target too (lossless verification needs it).
   const auto draft_sampler = make_sampler(greedy ? SamplingOptions::sample() : options.sampling);
-  const bool rank_by_logits = greedy && d.tree_budget == 0;
   const DistributionFn draft_distribution = [&](std::span<const float> logits, std::span<float> probs) {
-    if (rank_by_logits) {
-      std::copy(logits.begin(), logits.end(), probs.begin());
-    } else {
-      draft_sampler->distribution(logits, probs);
-    }
+    draft_sampler->distribution(logits, probs);
   };
 
   DecodeRun run;

@@ -49,7 +49,11 @@ const Backend& draft_model(ModelStore& models, const DraftOptions& draft);
 
 // KV blocks enough for a shared prefix of `shared_tokens` slots and `sequences` forks of it
 // that each add up to `own_tokens` (one more block each for copying a shared partial block).
-int kv_blocks_for(int shared_tokens, int own_tokens, int sequences, int block_size);
+long long kv_blocks_for(long long shared_tokens, long long own_tokens, long long sequences, int block_size);
+
+// The KV pool (blocks) of a request's target cache, and its draft model's: the pool each
+// decoding loop allocates. validate_generate_options checks that it fits in memory (and int).
+long long request_kv_blocks(const GenerateOptions& options);
 
 // Samples of one request decode side by side in waves of at most this many sequences (the
 // results do not depend on the wave: rows are batch-invariant and each sample has its own
