@@ -65,7 +65,8 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_option("--length-penalty", s.length_penalty, "Beam score = log-prob / length^alpha")->default_val(1.0f);
   cmd_->add_option("--seed", options_.seed, "Seed of the per-sample random streams")
       ->default_val(0)
-      ->check(CLI::NonNegativeNumber);  // unsigned: CLI11 alone would wrap -1 to 2^64 - 1
+      ->check(CLI::Validator(  // unsigned: CLI11 alone would wrap -1 to 2^64 - 1
+          [](std::string& v) { return v.starts_with('-') ? "must be >= 0, got " + v : std::string(); }, "SEED"));
   cmd_->add_option("--num-samples", options_.num_samples, "Independent continuations (beam: n-best)")->default_val(1);
 
   DraftOptions& d = options_.draft;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -56,7 +57,8 @@ std::pair<json, std::string> safetensors_parts() {
   return {json::parse(bytes.substr(8, n)), bytes.substr(8 + n)};
 }
 
-std::string safetensors_file(const std::string& header, const std::string& data) {
+std::string safetensors_file(std::string header, const std::string& data) {
+  header.append((8 - header.size() % 8) % 8, ' ');  // the data 8-byte aligned, as writers pad it
   const uint64_t n = header.size();
   return std::string(reinterpret_cast<const char*>(&n), 8) + header + data;
 }
@@ -240,6 +242,17 @@ std::vector<Case> catalogue() {
               {"model.safetensors", "model.norm.weight", "too large"});
   header_case("safetensors tensor missing", [](json& h) { h.erase("model.norm.weight"); },
               {"missing tensor", "model.norm.weight"});
+  c.push_back({"NaN weights under greedy decoding", [](const fs::path& d) {
+                 auto [header, data] = safetensors_parts();
+                 const auto& norm = header["model.norm.weight"];
+                 const uint64_t begin = norm["data_offsets"][0].get<uint64_t>(), end = norm["data_offsets"][1].get<uint64_t>();
+                 const float nan = std::nanf("");
+                 for (uint64_t at = begin; at + 4 <= end; at += 4) std::memcpy(&data[at], &nan, 4);
+                 const fs::path m = model_copy(d / "m", {"model.safetensors"});
+                 write(m / "model.safetensors", safetensors_file(header.dump(), data));
+                 return generate(m);
+               },
+               {"logit", "nan"}});
   header_case("safetensors header not an object", [](json& h) { h = json::array({1}); },
               {"model.safetensors", "JSON object"});
 
@@ -322,7 +335,8 @@ std::vector<Case> catalogue() {
   flag_case("draft weights without a draft", "--draft-weights f16", {"--draft-weights", "--draft"});
   flag_case("tree without a drafter", "--tree 2,2", {"--tree", "needs a drafter"});
   flag_case("backend cuda", "--backend cuda", {"--backend", "cuda"});
-  flag_case("prompt id outside the vocabulary", "--prompt-ids 1,99999", {"--prompt", "99999"});
+  c.push_back({"prompt id outside the vocabulary", [](const fs::path&) { return generate(kModel, "--prompt-ids 1,99999"); },
+               {"--prompt", "99999"}});
   c.push_back({"make-checkpoint beyond memory and disk", [](const fs::path& d) {
                  return "make-checkpoint --shape draft-1m --hidden 1048576 --vocab 1048576 --out '" + (d / "ck").string() + "'";
                },

@@ -335,6 +335,30 @@ TEST_CASE("a results file with a corrupt complete line is refused, naming the li
   CHECK_FALSE(lean.lines.at(0).contains("text"));
 }
 
+TEST_CASE("reports note an incomplete run and results of mixed versions", "[experiments]") {
+  TinyExperiment e;
+  FakeBackend backend;
+  REQUIRE(e.run(backend) == 0);
+  const std::string md = (e.out / "summary.md").string();
+  CHECK_THAT(test::slurp(md), !Contains("incomplete:") && !Contains("mixed versions"));
+  std::vector<nlohmann::json> lines = e.lines();
+  const auto write_lines = [&](std::size_t count) {
+    std::ofstream out(e.out / "results.jsonl", std::ios::trunc);
+    for (std::size_t i = 0; i < count; ++i) out << lines[i].dump() << "\n";
+  };
+  write_lines(10);
+  std::ostringstream out, log;
+  REQUIRE(report_experiment(e.out.string(), out, log) == 0);
+  CHECK_THAT(out.str(), Contains("incomplete: 10 of 72 jobs"));
+  CHECK_THAT(test::slurp(md), Contains("incomplete: 10 of 72 jobs"));
+  lines[3]["machine"]["version"] = "v0-older";
+  write_lines(lines.size());
+  out.str("");
+  REQUIRE(report_experiment(e.out.string(), out, log) == 0);
+  CHECK_THAT(out.str(), !Contains("incomplete:") && Contains("mixed versions: ") && Contains("v0-older"));
+  CHECK_THAT(test::slurp(md), Contains("mixed versions: ") && Contains("v0-older"));
+}
+
 TEST_CASE("png output draws the plots with matplotlib, or warns and keeps the tables", "[experiments]") {
   TinyExperiment e;
   std::string text = tiny_config("sampling = [{ strategy = \"greedy\" }, { strategy = \"sample\" }]\n");
