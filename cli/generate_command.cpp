@@ -6,6 +6,7 @@
 
 #include "base/enum_names.h"
 #include "base/error.h"
+#include "engine/chat_template.h"
 #include "runtime/generate.h"
 
 namespace specula::cli {
@@ -48,7 +49,11 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_option("--model", options_.model_dir, "Target model folder (Hugging Face layout)")->required();
   auto* prompt = cmd_->add_option("--prompt", prompt_, "Prompt text (tokenized with BOS)");
   auto* ids = cmd_->add_option("--prompt-ids", prompt_ids_, "Prompt token ids, comma-separated, used as given");
-  prompt->excludes(ids);
+  auto* chat = cmd_->add_option("--chat", chat_, "A user message, rendered with the model's chat_template");
+  auto* system = cmd_->add_option("--system", system_, "A system message before the --chat message");
+  prompt->excludes(ids)->excludes(chat);
+  ids->excludes(chat);
+  system->needs(chat);
   cmd_->add_option("--max-new-tokens", options_.max_new_tokens, "Tokens to generate")->default_val(64);
   cmd_->add_option("--kv-block-size", options_.kv_block_size, "KV cache block size in token slots")->default_val(16);
   cmd_->add_flag("--json", json_, "Print one JSON object with ids, text and stats");
@@ -83,7 +88,8 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
 }
 
 int GenerateCommand::run() {
-  SPECULA_CHECK(!prompt_.empty() || !prompt_ids_.empty(), "one of --prompt or --prompt-ids is required");
+  SPECULA_CHECK(cmd_->count("--prompt") + cmd_->count("--prompt-ids") + cmd_->count("--chat") == 1,
+                "one of --prompt, --prompt-ids or --chat is required");
   // Option strings become enums here, once.
   DraftOptions& d = options_.draft;
   const auto strategy = parse_enum<Strategy>(sampler_);
@@ -113,8 +119,15 @@ int GenerateCommand::run() {
   validate_options(options_, names);
   ModelStore models;
   const Model& target = models.model(options_.model_dir);
-  options_.prompt_ids = prompt_ids_.empty() ? target.tokenizer().encode(prompt_, true)
-                                            : parse_int_list(prompt_ids_, "--prompt-ids");
+  if (cmd_->count("--chat")) {
+    std::vector<ChatMessage> messages;
+    if (cmd_->count("--system")) messages.push_back({"system", system_});
+    messages.push_back({"user", chat_});
+    options_.prompt_ids = encode_chat(target.tokenizer(), load_chat_template(options_.model_dir), messages);
+  } else {
+    options_.prompt_ids = prompt_ids_.empty() ? target.tokenizer().encode(prompt_, true)
+                                              : parse_int_list(prompt_ids_, "--prompt-ids");
+  }
 
   // Text mode streams each sample's text; with several samples each starts with a
   // "--- sample k ---" line (beam search streams its best and prints the others after).
@@ -146,7 +159,14 @@ int GenerateCommand::run() {
     std::cout << target.tokenizer().decode(samples[s].get<std::vector<int>>());
   }
   std::cout << std::endl;
-  std::cerr << stats_line(result.at("stats")) << std::endl;
+  const nlohmann::json& stats = result.at("stats");
+  std::cerr << stats_line(stats) << std::endl;
+  // Hugging Face's generate() would sample by default here; say so once, since it is not applied.
+  const nlohmann::json suggested = stats.value("generation_config", nlohmann::json::object());
+  if (suggested.value("do_sample", false) == true && options_.sampling.strategy != Strategy::kSample) {
+    std::cerr << "note: " << options_.model_dir << "/generation_config.json suggests sampling " << suggested.dump()
+              << "; not applied (--sampler sample and its flags set it)" << std::endl;
+  }
   return 0;
 }
 

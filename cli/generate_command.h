@@ -20,6 +20,7 @@ class GenerateCommand {
   GenerateOptions options_;
   std::string prompt_;
   std::string prompt_ids_;
+  std::string chat_, system_;
   std::string draft_method_;
   std::string sampler_ = "greedy";
   std::string draft_weights_ = "stored";

@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "engine/chat_template.h"
 #include "experiments/interrupt.h"
 #include "runtime/generate.h"
 
@@ -10,8 +11,10 @@ namespace {
 
 class EngineBackend : public GenerationBackend {
  public:
-  std::vector<int> tokenize(const std::string& model_dir, const std::string& text) override {
-    return models_.model(model_dir).tokenizer().encode(text, true);
+  std::vector<int> tokenize(const std::string& model_dir, const Prompt& prompt) override {
+    const Tokenizer& tokenizer = models_.model(model_dir).tokenizer();
+    if (prompt.messages.empty()) return tokenizer.encode(prompt.text, true);
+    return encode_chat(tokenizer, load_chat_template(model_dir), prompt.messages);
   }
   void validate(const GenerateOptions& options, const OptionNames& names) override {
     validate_generate_options(models_, options, names);

@@ -31,9 +31,7 @@ int TokenizeCommand::run() {
     std::vector<ChatMessage> messages;
     if (cmd_->count("--system")) messages.push_back({"system", system_});
     messages.push_back({"user", chat_});
-    // The rendered prompt holds its special tokens as text; encode adds none (as
-    // apply_chat_template tokenizes).
-    ids = tok.encode(render_chat(load_chat_template(model_dir_), messages, true), false);
+    ids = encode_chat(tok, load_chat_template(model_dir_), messages);
   }
   if (json_) {
     nlohmann::json pieces = nlohmann::json::array();

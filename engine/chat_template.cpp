@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "engine/tokenizer.h"
 
 namespace specula {
 namespace {
@@ -282,6 +283,11 @@ std::string render_chat(const ChatTemplate& tmpl, const std::vector<ChatMessage>
     case ChatFamily::kMistral: return render_mistral(tmpl, messages);
   }
   return "";
+}
+
+std::vector<int> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& tmpl,
+                             const std::vector<ChatMessage>& messages) {
+  return tokenizer.encode(render_chat(tmpl, messages, true), false);
 }
 
 }  // namespace specula

@@ -1,7 +1,7 @@
 // defines: ChatMessage, ChatTemplate (a model's chat_template, recognised as one of the
 // families this code renders), ChatOptions, load_chat_template (from a model folder's
-// tokenizer_config.json) and render_chat, the prompt text as @huggingface/jinja renders the
-// real template. No Jinja engine: one renderer per family, chosen by the template's
+// tokenizer_config.json), render_chat, the prompt text as @huggingface/jinja renders the
+// real template, and encode_chat, its ids as a generation prompt. No Jinja engine: one renderer per family, chosen by the template's
 // distinctive text; an unrecognised template is an error.
 #pragma once
 
@@ -10,6 +10,8 @@
 #include <vector>
 
 namespace specula {
+
+class Tokenizer;
 
 struct ChatMessage {
   std::string role;  // "system", "user" or "assistant"
@@ -56,5 +58,11 @@ ChatTemplate load_chat_template(const std::string& dir);
 // on, such as non-alternating turns in [INST] templates) are errors.
 std::string render_chat(const ChatTemplate& tmpl, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt, const ChatOptions& options = {});
+
+// The ids of `messages` as a generation prompt (the assistant header last), as Hugging Face's
+// apply_chat_template(messages, add_generation_prompt=True, tokenize=True) gives them: the
+// rendered text encoded without adding special tokens (the text holds them).
+std::vector<int> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& tmpl,
+                             const std::vector<ChatMessage>& messages);
 
 }  // namespace specula

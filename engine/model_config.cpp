@@ -263,6 +263,14 @@ void apply_generation_config(ModelConfig& config, const std::string& json_text, 
   config.eos_token_ids = read_eos_ids(j, origin, config.eos_token_ids);
   config.eos_token_id = config.eos_token_ids.front();
   check_special_ids(config, origin);
+  // Token ids are applied above or unused by generation; everything else is reported.
+  static const std::array<std::string_view, 6> kNotReported = {
+      "eos_token_id", "bos_token_id", "pad_token_id", "decoder_start_token_id", "transformers_version", "_from_model_config"};
+  config.generation_defaults.clear();
+  for (const auto& [key, value] : j.items()) {  // nlohmann's object: keys in order
+    if (std::find(kNotReported.begin(), kNotReported.end(), key) == kNotReported.end())
+      config.generation_defaults.emplace_back(key, value.dump());
+  }
 }
 
 ModelConfig load_model_config(const std::string& path) {

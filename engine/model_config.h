@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace specula {
@@ -50,6 +51,9 @@ struct ModelConfig {
   int bos_token_id = 1;
   int eos_token_id = 2;                 // the first of eos_token_ids
   std::vector<int> eos_token_ids = {2};  // any of them ends a sequence (config.json: an integer or a list)
+  // generation_config.json's other settings (sampling defaults such as do_sample, temperature,
+  // top_p), never applied: (key, value as JSON text), in key order, for requests to report.
+  std::vector<std::pair<std::string, std::string>> generation_defaults;
 
   int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads; }
   int q_dim() const { return num_attention_heads * head_dim(); }
@@ -62,8 +66,9 @@ ModelConfig load_model_config(const std::string& path);
 ModelConfig parse_model_config(const std::string& json_text, const std::string& origin);
 
 // generation_config.json's `eos_token_id` (an integer or a list), when it has one, replaces the
-// config's EOS ids, as Hugging Face's generate() uses it. Its sampling defaults (temperature,
-// top_p, ...) are not applied: a request's options are what the caller gives.
+// config's EOS ids, as Hugging Face's generate() uses it. Its other keys (sampling defaults:
+// temperature, top_p, ...) are recorded in generation_defaults, not applied: a request's
+// options are what the caller gives.
 void apply_generation_config(ModelConfig& config, const std::string& json_text, const std::string& origin);
 
 }  // namespace specula

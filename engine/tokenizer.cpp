@@ -1,6 +1,8 @@
 #include "engine/tokenizer.h"
 
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "engine/tokenizer_backend.h"
@@ -40,9 +42,28 @@ Tokenizer::Tokenizer(std::unique_ptr<TokenizerBackend> backend, const std::strin
 Tokenizer::Tokenizer(const std::string& model_path, int vocab_size)
     : Tokenizer(load_sentencepiece_tokenizer(model_path), model_path, vocab_size) {}
 
+namespace {
+
+// tokenizer_config.json's "legacy" (true when the file or the key is absent, as in transformers).
+bool sentencepiece_legacy(const std::filesystem::path& config_path) {
+  std::ifstream in(config_path);
+  if (!in) return true;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  SPECULA_CHECK(j.is_object(), config_path.string(), ": not a JSON object");
+  if (!j.contains("legacy") || j["legacy"].is_null()) return true;
+  SPECULA_CHECK(j["legacy"].is_boolean(), config_path.string(), ": key 'legacy' must be true or false, got ", j["legacy"].dump());
+  return j["legacy"].get<bool>();
+}
+
+}  // namespace
+
 Tokenizer Tokenizer::load(const std::string& dir, int vocab_size) {
   const std::filesystem::path d(dir);
-  if (std::filesystem::exists(d / "tokenizer.model")) return Tokenizer((d / "tokenizer.model").string(), vocab_size);
+  if (std::filesystem::exists(d / "tokenizer.model")) {
+    const std::string model = (d / "tokenizer.model").string();
+    return Tokenizer(load_sentencepiece_tokenizer(model, sentencepiece_legacy(d / "tokenizer_config.json")), model,
+                     vocab_size);
+  }
   const std::string json = (d / "tokenizer.json").string();
   SPECULA_CHECK(std::filesystem::exists(json), dir, ": no tokenizer.model or tokenizer.json");
   return Tokenizer(load_json_tokenizer(json, (d / "tokenizer_config.json").string()), json, vocab_size);

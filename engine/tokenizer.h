@@ -20,7 +20,8 @@ class Tokenizer {
   // A SentencePiece tokenizer.model. vocab_size: the model's vocabulary, at least the piece
   // count (0 = the piece count).
   explicit Tokenizer(const std::string& model_path, int vocab_size = 0);
-  // The tokenizer of a model folder: tokenizer.model when there is one, else tokenizer.json
+  // The tokenizer of a model folder: tokenizer.model when there is one (with
+  // tokenizer_config.json's `legacy`), else tokenizer.json
   // (with tokenizer_config.json when present). A folder with neither, or a tokenizer.json
   // this code does not implement, is an error naming the file and the key.
   static Tokenizer load(const std::string& dir, int vocab_size = 0);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/config.h"
 #include "runtime/generate_options.h"
 
 namespace specula {
@@ -23,8 +24,10 @@ namespace specula {
 class GenerationBackend {
  public:
   virtual ~GenerationBackend() = default;
-  // Token ids of `text` under the tokenizer of the model in `model_dir`, BOS first.
-  virtual std::vector<int> tokenize(const std::string& model_dir, const std::string& text) = 0;
+  // Token ids of `prompt` for the model in `model_dir`: its text under the model's tokenizer,
+  // BOS first, or its messages rendered with the model's chat_template (engine/chat_template.h
+  // encode_chat).
+  virtual std::vector<int> tokenize(const std::string& model_dir, const Prompt& prompt) = 0;
   // Throws SpeculaError when `options` cannot run (an unsupported combination, a prompt
   // too long), naming the options through `names`; called for every run with its longest
   // prompt before anything runs.

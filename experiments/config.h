@@ -16,14 +16,18 @@
 #include <utility>
 #include <vector>
 
+#include "engine/chat_template.h"
 #include "runtime/generate_options.h"
 
 namespace specula {
 
+// A prompt of an experiment: a text (encoded with BOS) or a chat (messages, rendered with
+// the target's chat_template as a generation prompt); exactly one of them is non-empty.
 struct Prompt {
   std::string id;
   std::string domain;
   std::string text;
+  std::vector<ChatMessage> messages;
 };
 
 // The settings that define one run of the sweep (everything but prompt and seed).

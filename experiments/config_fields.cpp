@@ -218,31 +218,52 @@ ConfigField string_list_field(std::string key, Ref ref, std::vector<std::string>
   return {key, false, parse, write};
 }
 
-const std::vector<std::string> kPromptKeys = {"id", "domain", "prompt"};
+const std::vector<std::string> kPromptKeys = {"id", "domain", "prompt", "messages"};
+const std::vector<std::string> kMessageKeys = {"role", "content"};
 
-// run.prompts: strings, or tables {id, domain, prompt}.
+// run.prompts[].messages: a non-empty array of tables {role, content}.
+std::vector<ChatMessage> messages_of(const toml::node& n, const std::string& key) {
+  std::vector<ChatMessage> messages;
+  for (const toml::node& e : array_of(n, key)) {
+    if (!e.is_table()) wrong_type(e, key + " element", "a table {role, content}");
+    ChatMessage m;
+    for (auto&& [k, v] : *e.as_table()) {
+      const std::string name(k.str());
+      if (name == "role") m.role = string_of(v, key + ".role");
+      else if (name == "content") m.content = string_of(v, key + ".content");
+      else config_error(k.source(), key + ": unknown key '" + name + "'" + did_you_mean(name, kMessageKeys, kMessageKeys));
+    }
+    if (m.role.empty() || !e.as_table()->contains("content")) config_error(e.source(), key + ": a message needs 'role' and 'content'");
+    messages.push_back(std::move(m));
+  }
+  if (messages.empty()) config_error(n.source(), key + " must not be empty");
+  return messages;
+}
+
+// run.prompts: strings, or tables {id, domain, prompt} or {id, domain, messages} (a chat).
 ConfigField inline_prompts_field() {
   const std::string key = "run.prompts";
   auto parse = [key](const toml::node& n, const fs::path&) -> Assignment {
     std::vector<Prompt> prompts;
     for (const toml::node& e : array_of(n, key)) {
-      Prompt p{"prompt-" + std::to_string(prompts.size()), "inline", ""};
+      Prompt p{"prompt-" + std::to_string(prompts.size()), "inline", "", {}};
       if (e.is_string()) {
         p.text = e.as_string()->get();
       } else if (e.is_table()) {
-        bool has_text = false;
+        bool has_text = false, has_messages = false;
         for (auto&& [k, v] : *e.as_table()) {
           const std::string name(k.str());
           if (name == "id") p.id = string_of(v, key + ".id");
           else if (name == "domain") p.domain = string_of(v, key + ".domain");
           else if (name == "prompt") p.text = string_of(v, key + ".prompt"), has_text = true;
+          else if (name == "messages") p.messages = messages_of(v, key + ".messages"), has_messages = true;
           else config_error(k.source(), key + ": unknown key '" + name + "'" + did_you_mean(name, kPromptKeys, kPromptKeys));
         }
-        if (!has_text) config_error(e.source(), key + ": a prompt table needs 'prompt'");
+        if (has_text == has_messages) config_error(e.source(), key + ": a prompt table needs exactly one of 'prompt' and 'messages'");
       } else {
-        wrong_type(e, key + " element", "a string or a table {id, domain, prompt}");
+        wrong_type(e, key + " element", "a string or a table {id, domain, prompt} or {id, domain, messages}");
       }
-      if (p.text.empty()) config_error(e.source(), key + ": prompt '" + p.id + "' is empty");
+      if (p.text.empty() && p.messages.empty()) config_error(e.source(), key + ": prompt '" + p.id + "' is empty");
       prompts.push_back(std::move(p));
     }
     if (prompts.empty()) config_error(n.source(), key + " must not be empty");
@@ -251,7 +272,17 @@ ConfigField inline_prompts_field() {
   auto write = [key](const Settings& s, toml::table& root) {
     if (s.run.inline_prompts.empty()) return;
     toml::array a;
-    for (const Prompt& p : s.run.inline_prompts) a.push_back(toml::table{{"id", p.id}, {"domain", p.domain}, {"prompt", p.text}});
+    for (const Prompt& p : s.run.inline_prompts) {
+      toml::table t{{"id", p.id}, {"domain", p.domain}};
+      if (p.messages.empty()) {
+        t.insert("prompt", p.text);
+      } else {
+        toml::array messages;
+        for (const ChatMessage& m : p.messages) messages.push_back(toml::table{{"role", m.role}, {"content", m.content}});
+        t.insert("messages", std::move(messages));
+      }
+      a.push_back(std::move(t));
+    }
     parent_table(root, key).insert_or_assign("prompts", std::move(a));
   };
   return {key, false, parse, write};

@@ -185,8 +185,10 @@ Plan make_plan(const ExperimentConfig& config) {
                 config.base.run.repetitions, " run.repetitions = ", jobs, " jobs, more than ", kMaxJobs);
   plan.jobs.reserve(static_cast<std::size_t>(jobs));
   for (std::size_t p = 0; p < config.prompts.size(); ++p) {
-    // The prompt's text is in its key: an edited prompt is a new job, not the old outputs.
-    const std::string prompt_key = config.prompts[p].id + "#" + fnv1a_hex(config.prompts[p].text).substr(0, 8);
+    // The prompt's text (or chat messages) is in its key: an edited prompt is a new job, not the old outputs.
+    nlohmann::json content = {config.prompts[p].text};
+    for (const ChatMessage& m : config.prompts[p].messages) content.push_back({m.role, m.content});
+    const std::string prompt_key = config.prompts[p].id + "#" + fnv1a_hex(content.dump()).substr(0, 8);
     for (uint64_t seed : config.base.run.seeds) {
       for (int rep = 0; rep < config.base.run.repetitions; ++rep) {
         for (int i = 0; i < runs; ++i) {

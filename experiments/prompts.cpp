@@ -17,6 +17,20 @@ std::string origin_of(const Origins& origins, const std::string& key, const std:
   return it == origins.end() ? config_file : it->second;
 }
 
+// messages: a non-empty array of {"role": string, "content": string}.
+std::vector<ChatMessage> read_messages(const nlohmann::json& j, const std::string& where) {
+  SPECULA_CHECK(j.is_array() && !j.empty(), where, ": field 'messages' must be a non-empty array of {role, content}, got ",
+                j.dump());
+  std::vector<ChatMessage> messages;
+  for (const nlohmann::json& m : j) {
+    SPECULA_CHECK(m.is_object() && m.size() == 2 && m.contains("role") && m["role"].is_string() && m.contains("content") &&
+                      m["content"].is_string() && !m["role"].get<std::string>().empty(),
+                  where, ": each of 'messages' must be {\"role\": string, \"content\": string}, got ", m.dump());
+    messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return messages;
+}
+
 std::vector<Prompt> read_prompts_file(const std::string& path) {
   std::ifstream in(path);
   SPECULA_CHECK(in, "run.prompts_file: cannot open '", path, "'");
@@ -28,12 +42,20 @@ std::vector<Prompt> read_prompts_file(const std::string& path) {
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     SPECULA_CHECK(j.is_object(), where, ": not a JSON object");
     Prompt p;
-    const std::pair<const char*, std::string*> fields[] = {{"id", &p.id}, {"domain", &p.domain}, {"prompt", &p.text}};
+    const std::pair<const char*, std::string*> fields[] = {{"id", &p.id}, {"domain", &p.domain}};
     for (auto [field, target] : fields) {
       SPECULA_CHECK(j.contains(field) && j[field].is_string(), where, ": missing string field '", field, "'");
       *target = j[field].get<std::string>();
     }
-    SPECULA_CHECK(!p.text.empty(), where, ": prompt '", p.id, "' is empty");
+    SPECULA_CHECK(j.contains("prompt") != j.contains("messages"), where, ": prompt '", p.id,
+                  "' needs exactly one of 'prompt' (a string) and 'messages' (a chat)");
+    if (j.contains("prompt")) {
+      SPECULA_CHECK(j["prompt"].is_string(), where, ": field 'prompt' must be a string, got ", j["prompt"].dump());
+      p.text = j["prompt"].get<std::string>();
+      SPECULA_CHECK(!p.text.empty(), where, ": prompt '", p.id, "' is empty");
+    } else {
+      p.messages = read_messages(j["messages"], where);
+    }
     prompts.push_back(std::move(p));
   }
   SPECULA_CHECK(!prompts.empty(), "run.prompts_file: '", path, "' holds no prompts");

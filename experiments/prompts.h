@@ -1,5 +1,5 @@
 // defines: select_prompts(), the prompts of an experiment — run.prompts_file (JSON lines
-// with fields id, domain, prompt; others ignored) or run.prompts inline — filtered by
+// with fields id, domain and prompt, or messages for a chat; others ignored) or run.prompts inline — filtered by
 // run.domains and cut to the first run.prompts_per_domain of each domain.
 #pragma once
 

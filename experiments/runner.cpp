@@ -232,7 +232,13 @@ int run_experiment(const std::string& config_path, GenerationBackend& backend, c
   for (const PlannedRun& r : plan.runs) {
     std::vector<std::vector<int>>& ids = prompt_ids[r.config.target];
     if (ids.empty()) {
-      for (const Prompt& p : config.prompts) ids.push_back(backend.tokenize(r.config.target, p.text));
+      for (const Prompt& p : config.prompts) {
+        try {
+          ids.push_back(backend.tokenize(r.config.target, p));
+        } catch (const SpeculaError& e) {
+          throw SpeculaError(config.file + ": prompt '" + p.id + "': " + e.what());
+        }
+      }
     }
     const auto longest = std::max_element(ids.begin(), ids.end(), [](const auto& a, const auto& b) { return a.size() < b.size(); });
     OptionNames names;  // the keys, in the run's config; "prompt" is its longest prompt

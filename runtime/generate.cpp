@@ -153,6 +153,11 @@ nlohmann::json generate(ModelStore& models, const GenerateOptions& options, cons
               {"blocks_in_use_at_end", run.kv.blocks_in_use}}},
   };
   if (run.extra.is_object()) stats.update(run.extra);
+  const auto& defaults = target.config().generation_defaults;
+  if (!defaults.empty()) {  // reported so a user sees what the model suggests; never applied
+    nlohmann::json& reported = stats["generation_config"] = nlohmann::json::object();
+    for (const auto& [key, value] : defaults) reported[key] = nlohmann::json::parse(value);
+  }
   nlohmann::json out = {{"ids", run.samples.at(0)}, {"text", target.model().tokenizer().decode(run.samples.at(0))},
                         {"stats", stats}};
   if (run.samples.size() > 1) out["samples"] = run.samples;

@@ -261,3 +261,96 @@ TEST_CASE("cli: tokenize prints Hugging Face's ids and pieces of a text or a cha
 }
 
 }  // namespace specula
+
+namespace specula {
+namespace {
+
+// draft-1m with Llama 2's chat template (the real meta-llama/Llama-2-7b-chat-hf string, from
+// the tokenizer reference) and a generation_config.json that suggests sampling.
+struct ChatModel {
+  test::TempDir dir;
+  ChatModel() {
+    std::ifstream in(SPECULA_TOKENIZER_REFERENCE);
+    REQUIRE(in);
+    const nlohmann::json reference = nlohmann::json::parse(in);
+    std::string llama2_template;
+    for (const nlohmann::json& c : reference.at("chats"))
+      if (c.at("name") == "llama2") llama2_template = c.at("template");
+    REQUIRE(!llama2_template.empty());
+    for (const char* file : {"config.json", "model.safetensors", "tokenizer.model"})
+      fs::create_symlink(fs::path(kModel) / file, dir.path / file);
+    nlohmann::json config = nlohmann::json::parse(slurp(fs::path(kModel) / "tokenizer_config.json"));
+    config["chat_template"] = llama2_template;
+    std::ofstream(dir.file("tokenizer_config.json")) << config.dump();
+    std::ofstream(dir.file("generation_config.json"))
+        << R"({"bos_token_id": 1, "eos_token_id": 2, "do_sample": true, "temperature": 0.6, "top_p": 0.9})";
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cli: generate --chat renders the model's chat_template; generation_config's sampling is reported, not applied",
+          "[engine][cli][chat]") {
+  ChatModel model;
+  const std::string m = "--model '" + model.dir.path.string() + "'";
+  const Outcome tokenized = run_specula("tokenize " + m + " --chat 'Name a colour.' --system 'Be brief.' --json");
+  REQUIRE(tokenized.status == 0);
+  const std::vector<int> ids = nlohmann::json::parse(tokenized.out).at("ids");
+  REQUIRE(ids.size() > 10);
+  CHECK(ids.front() == 1);  // the template writes <s> once, as text the tokenizer maps to BOS
+
+  const Outcome chat = run_specula("generate " + m + " --chat 'Name a colour.' --system 'Be brief.' --max-new-tokens 6 --json");
+  INFO("stderr: " << chat.err);
+  REQUIRE(chat.status == 0);
+  const auto j = nlohmann::json::parse(chat.out);
+  CHECK(j.at("stats").at("prompt_tokens") == ids.size());
+  // The same continuation as the rendered ids given directly; greedy, whatever the file suggests.
+  std::string id_list;
+  for (int id : ids) {
+    if (!id_list.empty()) id_list += ',';
+    id_list += std::to_string(id);
+  }
+  const Outcome direct = run_specula("generate " + m + " --prompt-ids " + id_list + " --max-new-tokens 6 --json");
+  REQUIRE(direct.status == 0);
+  CHECK(nlohmann::json::parse(direct.out).at("ids") == j.at("ids"));
+  CHECK(j.at("stats").at("sampler").at("strategy") == "greedy");
+  CHECK(j.at("stats").at("generation_config") == nlohmann::json::parse(R"({"do_sample": true, "temperature": 0.6, "top_p": 0.9})"));
+
+  // Text mode: the stats line, then one note that the suggested sampling was not applied.
+  const Outcome text = run_specula("generate " + m + " --chat Hi --max-new-tokens 3");
+  REQUIRE(text.status == 0);
+  CHECK_THAT(text.err, Catch::Contains(" tokens · prefill "));
+  CHECK_THAT(text.err, Catch::Contains("\nnote: " + model.dir.path.string() +
+                                       "/generation_config.json suggests sampling {\"do_sample\":true,"));
+  CHECK(std::count(text.err.begin(), text.err.end(), '\n') == 2);
+  const Outcome sampled = run_specula("generate " + m + " --chat Hi --max-new-tokens 3 --sampler sample");
+  CHECK(one_line(sampled.err));
+
+  // An experiment with a chat prompt tokenizes it the same way.
+  const std::string config = model.dir.file("chat.toml");
+  std::ofstream(config) << "[target]\npath = \"" << model.dir.path.string()
+                        << "\"\n[run]\nmax_new_tokens = 2\nrepetitions = 1\nprompts = [{ id = \"c\", domain = \"d\", messages = ["
+                           "{ role = \"system\", content = \"Be brief.\" }, { role = \"user\", content = \"Name a colour.\" }] }]\n"
+                           "[output]\ndirectory = \"out\"\nformats = [\"csv\"]\n";
+  const Outcome ran = run_specula("run --quiet '" + config + "'");
+  INFO("run stderr: " << ran.err);
+  REQUIRE(ran.status == 0);
+  const auto line = nlohmann::json::parse(slurp(model.dir.path / "out" / "results.jsonl").substr(0, std::string::npos));
+  CHECK(line.at("stats").at("prompt_tokens") == ids.size());
+
+  const ErrorCase cases[] = {
+      {"chat and prompt", "generate " + m + " --chat a --prompt b", "excludes"},
+      {"chat and prompt ids", "generate " + m + " --chat a --prompt-ids 1,2", "excludes"},
+      {"system without chat", "generate " + m + " --prompt a --system s", "requires"},
+      {"chat without a template", "generate --model '" + kModel + "' --chat hi", "tokenizer_config.json"},
+      {"no prompt", "generate " + m, "one of --prompt, --prompt-ids or --chat is required"},
+  };
+  for (const ErrorCase& c : cases) check_error(c);
+  // A conversation the template refuses names the prompt of the experiment.
+  std::ofstream(config) << "[target]\npath = \"" << model.dir.path.string()
+                        << "\"\n[run]\nprompts = [{ id = \"bad\", messages = [{ role = \"assistant\", content = \"x\" }] }]\n"
+                           "[output]\ndirectory = \"out2\"\n";
+  check_error({"refused conversation", "run --quiet '" + config + "'", "prompt 'bad': "});
+}
+
+}  // namespace specula

@@ -248,11 +248,16 @@ TEST_CASE("config: eos_token_id is an integer or a list; generation_config.json'
                     Contains("key 'eos_token_id' must be a token id or a non-empty list of them, got []"));
   CHECK_THROWS_WITH(parse(with(good, "eos_token_id", {2, "x"})), Contains("key 'eos_token_id' must be a token id"));
   CHECK_THROWS_WITH(parse(with(good, "eos_token_id", {2, 5000})), Contains("key 'eos_token_id' = 5000 is outside"));
-  apply_generation_config(c, R"({"eos_token_id": [9, 10], "temperature": 0.6})", "gen.json");
+  apply_generation_config(c, R"({"eos_token_id": [9, 10], "temperature": 0.6, "transformers_version": "4.45"})",
+                          "gen.json");
   CHECK(c.eos_token_ids == std::vector<int>{9, 10});
   CHECK(c.eos_token_id == 9);
-  apply_generation_config(c, R"({"do_sample": true})", "gen.json");  // no EOS ids: the config's stay
+  // Sampling defaults are recorded to be reported, not applied; token ids and versions are not.
+  using Defaults = std::vector<std::pair<std::string, std::string>>;
+  CHECK(c.generation_defaults == Defaults{{"temperature", "0.6"}});
+  apply_generation_config(c, R"({"do_sample": true, "top_p": 0.9, "pad_token_id": 0})", "gen.json");  // no EOS ids: the config's stay
   CHECK(c.eos_token_ids == std::vector<int>{9, 10});
+  CHECK(c.generation_defaults == Defaults{{"do_sample", "true"}, {"top_p", "0.9"}});
   CHECK_THROWS_WITH(apply_generation_config(c, R"({"eos_token_id": 4096})", "gen.json"),
                     Contains("gen.json: key 'eos_token_id' = 4096 is outside"));
   CHECK_THROWS_WITH(apply_generation_config(c, "{", "gen.json"), Contains("gen.json: invalid JSON"));

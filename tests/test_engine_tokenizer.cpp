@@ -94,3 +94,39 @@ TEST_CASE("tokenizer: every id decodes; special ids match the models' config", "
 }
 
 }  // namespace specula
+
+namespace specula {
+
+TEST_CASE("tokenizer: special tokens written as text encode as their ids, chunks as transformers' legacy flag says",
+          "[engine][tokenizer][chat]") {
+  const Tokenizer& legacy = shared_tokenizer();  // tokenizer_config.json: "legacy": true
+  const auto cat = [](std::vector<int> a, const std::vector<int>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  // legacy: each chunk between special tokens is encoded as a text of its own.
+  CHECK(legacy.encode("<s>[INST] Hi [/INST]", false) == cat({1}, legacy.encode("[INST] Hi [/INST]", false)));
+  CHECK(legacy.encode("<s>x", true) == cat({1, 1}, legacy.encode("x", false)));
+  CHECK(legacy.encode("a</s><s>b", false) == cat(cat(legacy.encode("a", false), {2, 1}), legacy.encode("b", false)));
+  CHECK(legacy.encode("<unk>", false) == std::vector<int>{0});
+  const std::vector<int> partial = legacy.encode("<s", false);  // not a special token
+  CHECK(std::count(partial.begin(), partial.end(), 1) == 0);
+
+  // legacy = false: the chunk after a special token gets no "▁" prefix; the first chunk does.
+  test::TempDir dir;
+  std::filesystem::create_symlink(test::model_dir("target-16m") + "/tokenizer.model", dir.path / "tokenizer.model");
+  std::ofstream(dir.file("tokenizer_config.json")) << R"({"legacy": false})";
+  const Tokenizer modern = Tokenizer::load(dir.path.string());
+  CHECK(modern.fingerprint() != Tokenizer::load(test::model_dir("target-16m")).fingerprint());
+  CHECK(modern.encode("Hi there", false) == legacy.encode("Hi there", false));
+  const std::vector<int> after = modern.encode("<s>Hi", false);
+  REQUIRE(after.size() >= 2);
+  CHECK(after[0] == 1);
+  CHECK(modern.piece(after[1]).rfind("\xe2\x96\x81", 0) != 0);  // no leading "▁"
+  CHECK(modern.decode(after) == "Hi");
+  CHECK(legacy.piece(legacy.encode("<s>Hi", false)[1]).rfind("\xe2\x96\x81", 0) == 0);
+  std::ofstream(dir.file("tokenizer_config.json")) << R"({"legacy": "no"})";
+  CHECK_THROWS_WITH(Tokenizer::load(dir.path.string()), Catch::Contains("tokenizer_config.json: key 'legacy' must be true or false, got \"no\""));
+}
+
+}  // namespace specula

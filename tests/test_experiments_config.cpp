@@ -204,6 +204,61 @@ TEST_CASE("bad prompts files name the file and line", "[experiments]") {
   CHECK_THROWS_WITH(load_config(file), Contains(":1: not a JSON object"));
 }
 
+TEST_CASE("chat prompts: messages in a prompts file or inline, exactly one of prompt and messages", "[experiments]") {
+  ScratchDir dir;
+  const std::string head = "[target]\npath = \"" + model_dir("target-16m") + "\"\n[run]\n";
+  dir.write("p.jsonl",
+            "{\"id\": \"t\", \"domain\": \"x\", \"prompt\": \"hi\"}\n"
+            "{\"id\": \"c\", \"domain\": \"x\", \"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+            "{\"role\": \"user\", \"content\": \"\"}]}\n");
+  const ExperimentConfig c = load_config(dir.write("ok.toml", head + "prompts_file = \"p.jsonl\"\n"));
+  REQUIRE(c.prompts.size() == 2);
+  CHECK(c.prompts[0].text == "hi");
+  CHECK(c.prompts[0].messages.empty());
+  CHECK(c.prompts[1].text.empty());
+  REQUIRE(c.prompts[1].messages.size() == 2);
+  CHECK(c.prompts[1].messages[0].role == "system");
+  CHECK(c.prompts[1].messages[0].content == "Be brief.");
+  CHECK(c.prompts[1].messages[1].role == "user");
+  CHECK(c.prompts[1].messages[1].content.empty());  // an empty turn is a valid chat
+
+  const std::string file = dir.write("c.toml", head + "prompts_file = \"p.jsonl\"\n");
+  const std::string where = (dir.path() / "p.jsonl").string() + ":1: ";
+  const std::pair<std::string, std::string> bad_lines[] = {
+      {R"({"id": "a", "domain": "x"})", "needs exactly one of 'prompt' (a string) and 'messages' (a chat)"},
+      {R"({"id": "a", "domain": "x", "prompt": "p", "messages": []})", "needs exactly one of 'prompt'"},
+      {R"({"id": "a", "domain": "x", "messages": []})", "field 'messages' must be a non-empty array of {role, content}, got []"},
+      {R"({"id": "a", "domain": "x", "messages": [{"role": "user"}]})", "each of 'messages' must be {\"role\": string"},
+      {R"({"id": "a", "domain": "x", "messages": [{"role": "user", "content": 3}]})", "got {\"content\":3,\"role\":\"user\"}"},
+      {R"({"id": "a", "domain": "x", "prompt": 3})", "field 'prompt' must be a string, got 3"},
+  };
+  for (const auto& [line, message] : bad_lines) {
+    INFO(line);
+    dir.write("p.jsonl", line + "\n");
+    CHECK_THROWS_WITH(load_config(file), Contains(where) && Contains(message));
+  }
+
+  // Inline: a table with messages; the resolved config writes them back and loads the same.
+  const std::string inline_chat =
+      head + "prompts = [{ id = \"q\", domain = \"d\", messages = [{ role = \"user\", content = \"Hi\" }] }]\n";
+  const ExperimentConfig i = load_config(dir.write("inline.toml", inline_chat));
+  REQUIRE(i.prompts.size() == 1);
+  REQUIRE(i.prompts[0].messages.size() == 1);
+  CHECK(i.prompts[0].messages[0].content == "Hi");
+  CHECK_THAT(i.resolved_toml, Contains("messages"));
+  const ExperimentConfig again = load_config(dir.write("resolved.toml", i.resolved_toml));
+  REQUIRE(again.prompts.size() == 1);
+  CHECK(again.prompts[0].messages[0].role == "user");
+  CHECK(again.prompts[0].messages[0].content == "Hi");
+  require_error(head + "prompts = [{ id = \"q\", prompt = \"p\", messages = [{ role = \"user\", content = \"Hi\" }] }]\n",
+                {"@:4:", "a prompt table needs exactly one of 'prompt' and 'messages'"});
+  require_error(head + "prompts = [{ id = \"q\", messages = [{ role = \"user\", text = \"Hi\" }] }]\n",
+                {"@:4:", "run.prompts.messages: unknown key 'text'"});
+  require_error(head + "prompts = [{ id = \"q\", messages = [] }]\n", {"@:4:", "run.prompts.messages must not be empty"});
+  require_error(head + "prompts = [{ id = \"q\", messages = [{ role = \"user\" }] }]\n",
+                {"@:4:", "a message needs 'role' and 'content'"});
+}
+
 TEST_CASE("relative paths resolve against the config file's folder", "[experiments]") {
   ScratchDir dir;
   dir.write("data/p.jsonl", "{\"id\": \"a\", \"domain\": \"x\", \"prompt\": \"hi\"}\n");

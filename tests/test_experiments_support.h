@@ -70,9 +70,14 @@ class FakeBackend : public GenerationBackend {
   int interrupt_on_call = 0;         // > 0: raise SIGINT during this generate call
   int reject_gamma = 0;              // > 0: validate() rejects draft.gamma == this
 
-  std::vector<int> tokenize(const std::string&, const std::string& text) override {
+  // BOS, then the bytes of the text (of a chat: each message's role and content).
+  std::vector<int> tokenize(const std::string&, const Prompt& prompt) override {
     std::vector<int> ids = {1};
-    for (char c : text) ids.push_back(static_cast<unsigned char>(c));
+    const auto add = [&ids](const std::string& text) {
+      for (char c : text) ids.push_back(static_cast<unsigned char>(c));
+    };
+    add(prompt.text);
+    for (const ChatMessage& m : prompt.messages) add(m.role + m.content);
     return ids;
   }
   void validate(const GenerateOptions& o, const OptionNames&) override {
