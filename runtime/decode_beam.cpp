@@ -1,9 +1,13 @@
-// Beam search over the target: the search driver (sampling/beam_search.h) runs on a
+// Beam search over the target: the plain driver (sampling/beam_search.h) runs on a
 // BeamLanguageModel whose sequences are forks of one paged cache, so beams share their
-// prefix blocks; each step feeds every live beam in one batched forward.
+// prefix blocks; each step feeds every live beam in one batched forward. With a drafter,
+// SpeculativeBeam (runtime/speculative_beam.h) replays the same step rule over verified draft
+// trees, several beam steps per target forward, with the same output.
+#include <algorithm>
 #include <chrono>
 
 #include "runtime/decoders.h"
+#include "runtime/speculative_beam.h"
 #include "sampling/beam_search.h"
 
 namespace specula {
@@ -37,6 +41,19 @@ class CachedBeamModel : public BeamLanguageModel {
   int forwards_ = 0, rows_ = 0;
 };
 
+// The n-best as the run's samples (the best streamed to `sink`); returns their scores for
+// stats.beam.hypotheses.
+nlohmann::json take_hypotheses(const BeamResult& result, DecodeRun& run, const TokenSink& sink) {
+  nlohmann::json scores = nlohmann::json::array();
+  for (const BeamHypothesis& h : result.hypotheses) {
+    run.samples.push_back(h.tokens);
+    scores.push_back({{"score", h.score}, {"sum_logprob", h.sum_logprob}});
+  }
+  if (sink)
+    for (int token : run.samples.at(0)) sink(0, token);
+  return scores;
+}
+
 }  // namespace
 
 DecodeRun decode_beam(const Backend& target, const GenerateOptions& options, const TokenSink& sink) {
@@ -58,20 +75,71 @@ DecodeRun decode_beam(const Backend& target, const GenerateOptions& options, con
   CachedBeamModel model(context);
   const int n_best = std::min(options.num_samples, width);
   const BeamResult result = beam_search(model, root, logits, options.sampling, options.max_new_tokens,
-                                        c.eos_token_id, n_best);
+                                        c.eos_token_ids, n_best);
   cache.free(root);
   run.decode_s = std::chrono::duration<double>(Clock::now() - decode_start).count();
   run.target_forwards = 1 + model.forwards();
   run.target_forwards_rows = prompt_len + model.rows();
   run.kv = cache.stats();
-  nlohmann::json scores = nlohmann::json::array();
-  for (const BeamHypothesis& h : result.hypotheses) {
-    run.samples.push_back(h.tokens);
-    scores.push_back({{"score", h.score}, {"sum_logprob", h.sum_logprob}});
+  run.extra = {{"beam", {{"hypotheses", take_hypotheses(result, run, sink)}}}};
+  return run;
+}
+
+DecodeRun decode_speculative_beam(ModelStore& models, const Backend& target, const GenerateOptions& options,
+                                  const TokenSink& sink) {
+  using Clock = std::chrono::steady_clock;
+  const DraftOptions& d = options.draft;
+  const int prompt_len = static_cast<int>(options.prompt_ids.size());
+  const int width = options.sampling.beam_width;
+  const int bs = options.kv_block_size;
+  // Live beams and their forks during a step (2W), each with its largest tree, and the root.
+  const int blocks = static_cast<int>(request_kv_blocks(options));
+  KvCache cache(target.model().kv_layout(bs), blocks);
+  const auto workspace = target.make_workspace();
+  const ForwardContext context{target, cache, *workspace};
+  const Backend* draft = d.method == DraftMethod::kModel ? &draft_model(models, d) : nullptr;
+  std::unique_ptr<KvCache> draft_cache;
+  std::unique_ptr<Workspace> draft_workspace;
+  std::unique_ptr<ForwardContext> draft_context;
+  if (draft) {
+    draft_cache = std::make_unique<KvCache>(draft->model().kv_layout(bs), blocks);
+    draft_workspace = draft->make_workspace();
+    draft_context = std::make_unique<ForwardContext>(ForwardContext{*draft, *draft_cache, *draft_workspace});
   }
-  if (sink)
-    for (int token : run.samples.at(0)) sink(0, token);
-  run.extra = {{"beam", {{"hypotheses", scores}}}};
+
+  DecodeRun run;
+  const auto start = Clock::now();
+  const auto body = std::span(options.prompt_ids).first(static_cast<std::size_t>(prompt_len - 1));  // the root is fed by step 1
+  std::vector<float> unused;
+  const KvCache::SeqId root_seq = prefill(context, body, unused);
+  const KvCache::SeqId draft_root_seq = draft ? prefill(*draft_context, body, unused) : -1;
+  if (!body.empty()) {
+    ++run.target_forwards;
+    run.target_forwards_rows += static_cast<int>(body.size());
+  }
+  const auto decode_start = Clock::now();
+  run.prefill_s = std::chrono::duration<double>(decode_start - start).count();
+
+  const std::unique_ptr<BeamDrafters> drafters = make_beam_drafters(d, draft_context.get(), draft_root_seq);
+  SpeculativeStats stats;
+  BeamResult result;
+  long beam_steps = 0;
+  {
+    SpeculativeBeam beam(context, root_seq, *drafters, options.sampling, options.max_new_tokens,
+                         target.config().eos_token_ids, options.prompt_ids);
+    while (!beam.done()) beam_steps += speculative_beam_step(beam, context, stats);
+    result = std::move(beam).result(std::min(options.num_samples, width));
+  }
+  if (draft) draft_cache->free(draft_root_seq);
+  run.decode_s = std::chrono::duration<double>(Clock::now() - decode_start).count();
+  run.target_forwards += static_cast<int>(stats.target_forwards);
+  run.target_forwards_rows += static_cast<int>(stats.target_rows);
+  run.kv = cache.stats();
+  const nlohmann::json scores = take_hypotheses(result, run, sink);
+  // τ counts beam steps per target forward: every live beam advances one token per step.
+  run.extra = speculative_stats_json(d, stats, beam_steps, drafters->draft_forwards());
+  run.extra["beam"] = {{"hypotheses", scores}, {"steps", beam_steps}};
+  if (draft_cache) run.extra["draft"]["kv_blocks_in_use_at_end"] = draft_cache->stats().blocks_in_use;
   return run;
 }
 

@@ -12,7 +12,6 @@
 #include "runtime/speculative_sequence.h"
 
 namespace specula {
-namespace {
 
 TreeShape tree_shape(const DraftOptions& d) {
   TreeShape shape;
@@ -27,7 +26,33 @@ TreeShape tree_shape(const DraftOptions& d) {
   return shape;
 }
 
-}  // namespace
+DistributionFn draft_distribution(const SamplingOptions& sampling, const DraftOptions&) {
+  // Deterministic drafting (greedy, beam) ranks by the draft's own softmax (the top-k draw
+  // keeps tokens of q > 0, which raw logits <= 0 are not); sampled drafting draws from the
+  // sampler's transform, the one applied to the target too (lossless verification needs it).
+  const bool deterministic = sampling.strategy != Strategy::kSample;
+  std::shared_ptr<const Sampler> sampler = make_sampler(deterministic ? SamplingOptions::sample() : sampling);
+  return [sampler](std::span<const float> logits, std::span<float> probs) { sampler->distribution(logits, probs); };
+}
+
+nlohmann::json speculative_stats_json(const DraftOptions& d, const SpeculativeStats& stats, long emitted,
+                                      long draft_forwards) {
+  std::vector<double> per_depth;
+  for (long count : stats.accepted_at_depth) per_depth.push_back(double(count) / double(stats.steps));
+  return {
+      {"draft", {{"method", name_of(d.method)}, {"model", d.model_dir}, {"gamma", d.gamma}, {"tree", d.tree},
+                 {"tree_budget", d.tree_budget}, {"adaptive", d.adaptive}, {"ngram_min", d.ngram_min},
+                 {"ngram_max", d.ngram_max}, {"draft_forwards", draft_forwards}}},
+      {"steps", stats.steps},
+      {"drafted", stats.drafted},
+      {"accepted", stats.accepted},
+      {"acceptance_rate", stats.drafted ? double(stats.accepted) / double(stats.drafted) : 0.0},
+      {"mean_accepted_tokens", stats.steps ? double(emitted) / double(stats.steps) : 0.0},
+      {"accepted_per_depth", per_depth},
+      {"time_breakdown", {{"draft_s", stats.draft_s}, {"verify_forward_s", stats.verify_forward_s},
+                          {"sample_verify_s", stats.sample_verify_s}, {"commit_s", stats.commit_s}}},
+  };
+}
 
 DecodeRun decode_speculative(ModelStore& models, const Backend& target, const GenerateOptions& options,
                              const TokenSink& sink) {
@@ -53,13 +78,7 @@ DecodeRun decode_speculative(ModelStore& models, const Backend& target, const Ge
     draft_context = std::make_unique<ForwardContext>(ForwardContext{*draft, *draft_cache, *draft_workspace});
   }
 
-  // Greedy drafting ranks by the draft's own softmax (the top-k draw keeps tokens of q > 0,
-  // which raw logits <= 0 are not); sampled drafting draws from the sampler's transform, the
-  // one applied to the target too (lossless verification needs it).
-  const auto draft_sampler = make_sampler(greedy ? SamplingOptions::sample() : options.sampling);
-  const DistributionFn draft_distribution = [&](std::span<const float> logits, std::span<float> probs) {
-    draft_sampler->distribution(logits, probs);
-  };
+  const DistributionFn distribution = draft_distribution(options.sampling, d);
 
   DecodeRun run;
   const auto start = Clock::now();
@@ -92,7 +111,7 @@ DecodeRun decode_speculative(ModelStore& models, const Backend& target, const Ge
       std::unique_ptr<Drafter> drafter;
       ModelDrafter* model_drafter = nullptr;
       if (draft) {
-        auto md = std::make_unique<ModelDrafter>(*draft_context, draft_cache->fork(draft_root_seq), draft_distribution,
+        auto md = std::make_unique<ModelDrafter>(*draft_context, draft_cache->fork(draft_root_seq), distribution,
                                                  !greedy, tree_shape(d));
         model_drafter = md.get();
         drafter = std::move(md);
@@ -140,23 +159,9 @@ DecodeRun decode_speculative(ModelStore& models, const Backend& target, const Ge
   run.decode_s = std::chrono::duration<double>(Clock::now() - decode_start).count();
   run.kv = cache.stats();
 
-  std::vector<double> per_depth;
-  for (long count : stats.accepted_at_depth) per_depth.push_back(double(count) / double(stats.steps));
   long emitted = 0;
   for (const auto& ids : run.samples) emitted += static_cast<long>(ids.size());
-  run.extra = {
-      {"draft", {{"method", name_of(d.method)}, {"model", d.model_dir}, {"gamma", d.gamma}, {"tree", d.tree},
-                 {"tree_budget", d.tree_budget}, {"adaptive", d.adaptive}, {"ngram_min", d.ngram_min},
-                 {"ngram_max", d.ngram_max}, {"draft_forwards", draft_forwards}}},
-      {"steps", stats.steps},
-      {"drafted", stats.drafted},
-      {"accepted", stats.accepted},
-      {"acceptance_rate", stats.drafted ? double(stats.accepted) / double(stats.drafted) : 0.0},
-      {"mean_accepted_tokens", stats.steps ? double(emitted) / double(stats.steps) : 0.0},
-      {"accepted_per_depth", per_depth},
-      {"time_breakdown", {{"draft_s", stats.draft_s}, {"verify_forward_s", stats.verify_forward_s},
-                          {"sample_verify_s", stats.sample_verify_s}, {"commit_s", stats.commit_s}}},
-  };
+  run.extra = speculative_stats_json(d, stats, emitted, draft_forwards);
   if (draft_cache) run.extra["draft"]["kv_blocks_in_use_at_end"] = draft_cache->stats().blocks_in_use;
   return run;
 }

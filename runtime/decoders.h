@@ -1,16 +1,19 @@
 // defines: the decoding loops behind generate() — plain (one target forward per token,
 // any token sampler), speculative (a drafter proposes, the target verifies a tree per
-// forward) and beam search — and DecodeRun, what each returns for generate() to report.
+// forward), beam search, plain and speculative — DecodeRun, what each returns for generate()
+// to report, and what the speculative loops share (tree shape, draft distribution, stats).
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <span>
 #include <vector>
 
+#include "draft/model_drafter.h"
 #include "engine/backend.h"
 #include "engine/forward.h"
 #include "kv/kv_cache.h"
 #include "runtime/generate.h"
+#include "runtime/speculative_sequence.h"
 
 namespace specula {
 
@@ -34,6 +37,20 @@ DecodeRun decode_plain(const Backend& target, const GenerateOptions& options, co
 DecodeRun decode_speculative(ModelStore& models, const Backend& target, const GenerateOptions& options,
                              const TokenSink& sink);
 DecodeRun decode_beam(const Backend& target, const GenerateOptions& options, const TokenSink& sink);
+// Beam search with a drafter (runtime/speculative_beam.h): the output of decode_beam, bitwise.
+DecodeRun decode_speculative_beam(ModelStore& models, const Backend& target, const GenerateOptions& options,
+                                  const TokenSink& sink);
+
+// The draft model's tree shape for `d` (chain of gamma, static tree or dynamic budget; the
+// upper bound on a proposal's nodes is draft_tree_nodes, runtime/generate_options.h), and the
+// transform drafts rank or draw by (deterministic for greedy and beam).
+TreeShape tree_shape(const DraftOptions& d);
+DistributionFn draft_distribution(const SamplingOptions& sampling, const DraftOptions& d);
+
+// The speculative fields of "stats" (docs/architecture.md): `emitted` is what one round
+// yields summed over rounds (tokens; beam search: beam steps), for τ.
+nlohmann::json speculative_stats_json(const DraftOptions& d, const SpeculativeStats& stats, long emitted,
+                                      long draft_forwards);
 
 // A new sequence of `context.cache` holding `tokens` at positions 0, 1, ... (one causal
 // forward; none when tokens is empty). Returns it; the next-token logits after the last

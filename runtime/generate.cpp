@@ -31,12 +31,18 @@ long long kv_blocks_for(long long shared_tokens, long long own_tokens, long long
 long long request_kv_blocks(const GenerateOptions& o) {
   const long long prompt_len = static_cast<long long>(o.prompt_ids.size());
   const int bs = o.kv_block_size;
-  if (o.sampling.strategy == Strategy::kBeam)  // live beams, their forks during a step, and the root
-    return kv_blocks_for(0, prompt_len + o.max_new_tokens, 4LL * o.sampling.beam_width + 2, bs);
+  const long long tree = o.draft.method == DraftMethod::kNone ? 0 : draft_tree_nodes(o.draft);
+  if (o.sampling.strategy == Strategy::kBeam) {
+    // Live beams, their forks during a step, and the root; with a drafter the 2W beams and
+    // forks each with its largest tree.
+    if (o.draft.method == DraftMethod::kNone)
+      return kv_blocks_for(0, prompt_len + o.max_new_tokens, 4LL * o.sampling.beam_width + 2, bs);
+    return kv_blocks_for(prompt_len, o.max_new_tokens + tree + 1, 2LL * o.sampling.beam_width + 1, bs);
+  }
   const long long wave = std::min(o.num_samples, kSampleWave);
   if (o.draft.method == DraftMethod::kNone) return kv_blocks_for(prompt_len, o.max_new_tokens, wave, bs);
   // The shared prefill (all but the root) and a wave of samples, each with its largest tree.
-  return kv_blocks_for(prompt_len, o.max_new_tokens + static_cast<long long>(draft_tree_nodes(o.draft)) + 1, wave, bs);
+  return kv_blocks_for(prompt_len, o.max_new_tokens + tree + 1, wave, bs);
 }
 
 namespace {
@@ -122,7 +128,8 @@ nlohmann::json generate(ModelStore& models, const GenerateOptions& options, cons
 
   DecodeRun run;
   if (options.sampling.strategy == Strategy::kBeam) {
-    run = decode_beam(target, options, sink);
+    run = options.draft.method == DraftMethod::kNone ? decode_beam(target, options, sink)
+                                                      : decode_speculative_beam(models, target, options, sink);
   } else if (options.draft.method == DraftMethod::kNone) {
     run = decode_plain(target, options, sink);
   } else {

@@ -130,8 +130,9 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   SPECULA_CHECK(d.method != DraftMethod::kNgram || (d.tree.empty() && d.tree_budget == 0 && !d.adaptive),
                 names.at("draft.method"), " ngram proposes chains: ", names.name("draft.tree"), ", ",
                 names.name("draft.budget"), " and ", names.name("draft.adaptive"), " need a draft model");
-  SPECULA_CHECK(o.sampling.strategy != Strategy::kBeam, names.at("sampling.strategy"),
-                " beam cannot be combined with a drafter (", names.name("draft.method"), " ", name_of(d.method), ")");
+  SPECULA_CHECK(o.sampling.strategy != Strategy::kBeam || !d.adaptive, names.at("draft.adaptive"),
+                " cannot be combined with ", names.name("sampling.strategy"),
+                " beam (every beam's drafter starts afresh after each step)");
 }
 
 }  // namespace specula

@@ -49,7 +49,7 @@ OptionNames cli_option_names();
 
 // Every check of `options` that needs no model: ranges of each field and the combinations no
 // request can run with (a static and a dynamic tree at once, tree or adaptive settings for a
-// drafter without trees, beam search with a drafter, a draft model without its folder, a
+// drafter without trees, beam search with an adaptive chain, a draft model without its folder, a
 // backend this build cannot run), sizes above the bounds above, and options given
 // (names.given) where they do not apply. Throws SpeculaError naming the options through `names`.
 void validate_options(const GenerateOptions& options, const OptionNames& names);

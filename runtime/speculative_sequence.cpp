@@ -15,33 +15,31 @@ double lap(Clock::time_point& mark) {
   return s;
 }
 
-// Runs the pending forwards of every drafter, round by round, those sharing a forward
-// context (one draft cache) as one batched call.
-void run_draft_forwards(std::span<SpeculativeSequence* const> seqs) {
+}  // namespace
+
+void run_draft_forwards(std::span<Drafter* const> drafters) {
   std::vector<float> logits;
   std::vector<SequenceRows> parts;
   for (;;) {
     std::map<const ForwardContext*, std::vector<Drafter*>> groups;  // one batched call per draft cache
-    for (SpeculativeSequence* s : seqs)
-      if (s->drafter().pending_forward()) groups[s->drafter().forward_context()].push_back(&s->drafter());
+    for (Drafter* d : drafters)
+      if (d->pending_forward()) groups[d->forward_context()].push_back(d);
     if (groups.empty()) return;
-    for (auto& [context, drafters] : groups) {
+    for (auto& [context, group] : groups) {
       parts.clear();
-      for (Drafter* d : drafters) parts.push_back(*d->pending_forward());
+      for (Drafter* d : group) parts.push_back(*d->pending_forward());
       const std::size_t vocab = static_cast<std::size_t>(context->backend.config().vocab_size);
       logits.resize(static_cast<std::size_t>(logit_rows(parts)) * vocab);
       context->run(parts, logits);
       std::size_t row = 0;
-      for (std::size_t i = 0; i < drafters.size(); ++i) {
+      for (std::size_t i = 0; i < group.size(); ++i) {
         const std::size_t rows = static_cast<std::size_t>(logit_rows(std::span(&parts[i], 1)));
-        drafters[i]->forward_done(std::span(logits).subspan(row * vocab, rows * vocab));
+        group[i]->forward_done(std::span(logits).subspan(row * vocab, rows * vocab));
         row += rows;
       }
     }
   }
 }
-
-}  // namespace
 
 SpeculativeSequence::SpeculativeSequence(const ForwardContext& target, KvCache::SeqId seq,
                                          std::unique_ptr<Drafter> drafter, const Sampler& sampler,
@@ -58,23 +56,24 @@ SpeculativeSequence::~SpeculativeSequence() {
   target_.cache.free(seq_);
 }
 
+SequenceRows TreeVerifyRows::build(KvCache::SeqId seq, std::span<const int> committed, const TokenTree& tree) {
+  const int n = tree.size();
+  const int root_position = static_cast<int>(committed.size()) - 1;
+  tokens.assign(1, committed.back());
+  positions.assign(1, root_position);
+  parents.assign(1, -1);
+  for (int i = 0; i < n; ++i) {
+    tokens.push_back(tree.tokens[static_cast<std::size_t>(i)]);
+    positions.push_back(root_position + tree.depth[static_cast<std::size_t>(i)]);
+    parents.push_back(tree.parent[static_cast<std::size_t>(i)] + 1);
+  }
+  return SequenceRows{seq, tokens, positions, parents, RowLogits::kAll};
+}
+
 const SequenceRows& SpeculativeSequence::verify_rows() {
   proposal_ = drafter_->take_proposal();
-  const TokenTree& tree = proposal_.tree;
-  const int n = tree.size();
-  // The root (last committed token) and every node in one pass; row c of the logits is
-  // context c (0 = after the root, 1 + i = after node i).
   prefix_ = target_.cache.length(seq_);
-  const int root_position = static_cast<int>(committed_.size()) - 1;
-  tokens_.assign(1, committed_.back());
-  positions_.assign(1, root_position);
-  parents_.assign(1, -1);
-  for (int i = 0; i < n; ++i) {
-    tokens_.push_back(tree.tokens[static_cast<std::size_t>(i)]);
-    positions_.push_back(root_position + tree.depth[static_cast<std::size_t>(i)]);
-    parents_.push_back(tree.parent[static_cast<std::size_t>(i)] + 1);
-  }
-  verify_rows_ = SequenceRows{seq_, tokens_, positions_, parents_, RowLogits::kAll};
+  verify_rows_ = rows_.build(seq_, committed_, proposal_.tree);
   return verify_rows_;
 }
 
@@ -124,8 +123,12 @@ std::vector<const VerifyResult*> speculative_step(std::span<SpeculativeSequence*
                                                   std::span<const int> max_depths, const ForwardContext& target,
                                                   SpeculativeStats& stats) {
   auto mark = Clock::now();
-  for (std::size_t i = 0; i < seqs.size(); ++i) seqs[i]->start_draft(max_depths[i]);
-  run_draft_forwards(seqs);
+  std::vector<Drafter*> drafters;
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i]->start_draft(max_depths[i]);
+    drafters.push_back(&seqs[i]->drafter());
+  }
+  run_draft_forwards(drafters);
   stats.draft_s += lap(mark);
 
   std::vector<SequenceRows> parts;

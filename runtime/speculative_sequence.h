@@ -27,6 +27,19 @@ struct SpeculativeStats {
   double draft_s = 0, verify_forward_s = 0, sample_verify_s = 0, commit_s = 0;
 };
 
+// The target rows that verify a tree after `committed` (whose last token, the root, is not
+// in `seq`'s cache): [root] + nodes, parents [-1] + (parent + 1), positions root position +
+// depth, logits of every row; row c of those logits is context c of the tree. The rows
+// point into this object's buffers.
+struct TreeVerifyRows {
+  std::vector<int> tokens, positions, parents;
+  SequenceRows build(KvCache::SeqId seq, std::span<const int> committed, const TokenTree& tree);
+};
+
+// Runs the pending forwards of every drafter, round by round, those sharing a forward
+// context (one draft cache) as one batched call.
+void run_draft_forwards(std::span<Drafter* const> drafters);
+
 class SpeculativeSequence {
  public:
   // `seq` (owned, freed on destruction) of target.cache holds every committed token but the
@@ -66,7 +79,8 @@ class SpeculativeSequence {
   VerifyResult result_;
   // Scratch reused across steps.
   std::vector<float> p_;
-  std::vector<int> tokens_, positions_, parents_, argmaxes_, path_;
+  TreeVerifyRows rows_;
+  std::vector<int> argmaxes_, path_;
 };
 
 // One step of every sequence in `seqs` (their trees at most max_depths[i] deep), batched:

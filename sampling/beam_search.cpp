@@ -11,23 +11,11 @@
 namespace specula {
 namespace {
 
-struct Beam {
-  int seq;
-  std::vector<int> tokens;  // generated so far
-  double sum_logprob;
-};
-
-struct Candidate {
-  double sum_logprob;  // the beam's sum plus the token's log-prob
-  int beam;
-  int token;
-};
-
 // Candidate order: larger sum first, ties to the lower (beam, token), i.e. the lower index
 // in HF's flattened [beam * vocab + token] layout.
-bool before(const Candidate& a, const Candidate& b) {
+bool before(const BeamChoice& a, const BeamChoice& b) {
   if (a.sum_logprob != b.sum_logprob) return a.sum_logprob > b.sum_logprob;
-  return a.beam != b.beam ? a.beam < b.beam : a.token < b.token;
+  return a.parent != b.parent ? a.parent < b.parent : a.token < b.token;
 }
 
 std::vector<int> extended(const std::vector<int>& tokens, int token) {
@@ -36,67 +24,7 @@ std::vector<int> extended(const std::vector<int>& tokens, int token) {
   return out;
 }
 
-// The best `count` candidates over all beams: each beam's best `count` tokens by
-// log_softmax (double), then merged.  logits: in [beams.size(), vocab]
-std::vector<Candidate> top_candidates(const std::vector<Beam>& beams, std::span<const float> logits, int vocab,
-                                      int count) {
-  const int per_beam = std::min(count, vocab);
-  std::vector<Candidate> candidates;
-  std::vector<Candidate> row_candidates(vocab);
-  for (int b = 0; b < int(beams.size()); ++b) {
-    const std::span<const float> row = logits.subspan(size_t(b) * vocab, vocab);
-    constexpr double kInf = std::numeric_limits<double>::infinity();
-    double max = -kInf;
-    for (int t = 0; t < vocab; ++t) {
-      SPECULA_CHECK(row[t] < kInf, "beam search: logit ", t, " is ", row[t]);  // NaN or +inf
-      max = std::max(max, double(row[t]));
-    }
-    SPECULA_CHECK(max > -kInf, "beam search: every logit is -inf");
-    double sum = 0.0;
-    for (int t = 0; t < vocab; ++t) sum += std::exp(double(row[t]) - max);
-    const double log_normaliser = max + std::log(sum);
-    for (int t = 0; t < vocab; ++t) row_candidates[t] = {beams[b].sum_logprob + (row[t] - log_normaliser), b, t};
-    std::partial_sort(row_candidates.begin(), row_candidates.begin() + per_beam, row_candidates.end(), before);
-    candidates.insert(candidates.end(), row_candidates.begin(), row_candidates.begin() + per_beam);
-  }
-  std::sort(candidates.begin(), candidates.end(), before);
-  candidates.resize(std::min<size_t>(candidates.size(), count));
-  return candidates;
-}
-
-// HF's BeamHypotheses: the best `capacity` finished hypotheses, in insertion order.
-class FinishedSet {
- public:
-  FinishedSet(int capacity, double length_penalty) : capacity_(capacity), length_penalty_(length_penalty) {}
-
-  bool full() const { return int(items_.size()) >= capacity_; }
-  double worst() const {
-    return std::min_element(items_.begin(), items_.end(), by_score)->score;
-  }
-
-  void add(std::vector<int> tokens, double sum_logprob) {
-    const double score = sum_logprob / std::pow(double(tokens.size()), length_penalty_);
-    if (full() && !(score > worst())) return;
-    items_.push_back({std::move(tokens), sum_logprob, score});
-    // The first minimum is the earliest added, the one HF removes.
-    if (int(items_.size()) > capacity_) items_.erase(std::min_element(items_.begin(), items_.end(), by_score));
-  }
-
-  // Score descending; equal scores: the later added first.
-  std::vector<BeamHypothesis> best(int n) && {
-    std::reverse(items_.begin(), items_.end());
-    std::stable_sort(items_.begin(), items_.end(), [](const auto& a, const auto& b) { return a.score > b.score; });
-    items_.resize(std::min<size_t>(items_.size(), n));
-    return std::move(items_);
-  }
-
- private:
-  static bool by_score(const BeamHypothesis& a, const BeamHypothesis& b) { return a.score < b.score; }
-
-  int capacity_;
-  double length_penalty_;
-  std::vector<BeamHypothesis> items_;
-};
+bool by_score(const BeamHypothesis& a, const BeamHypothesis& b) { return a.score < b.score; }
 
 // The sequences this search forked; whatever is still held is released on destruction.
 class Forks {
@@ -122,68 +50,153 @@ class Forks {
   std::vector<int> held_;
 };
 
-// Gives every chosen candidate a sequence — the first child of a forked parent takes the
-// parent's sequence, the others fork it (all forks before any feed) — releases the parents
-// left without a child, then feeds the new tokens.  logits: out [chosen.size(), vocab]
-std::vector<Beam> advance(BeamLanguageModel& model, Forks& forks, int root_seq, const std::vector<Beam>& beams,
-                          const std::vector<Candidate>& chosen, std::vector<float>& logits) {
-  std::vector<Beam> next;
-  std::vector<char> taken(beams.size(), 0);
-  for (const Candidate& c : chosen) {
-    const Beam& parent = beams[c.beam];
-    const bool reuse = parent.seq != root_seq && !taken[c.beam];
-    taken[c.beam] = 1;
-    next.push_back({reuse ? parent.seq : forks.fork(parent.seq), extended(parent.tokens, c.token), c.sum_logprob});
-  }
-  for (size_t b = 0; b < beams.size(); ++b) {
-    if (beams[b].seq != root_seq && !taken[b]) forks.release(beams[b].seq);
-  }
-  std::vector<int> seqs, tokens;
-  for (const Beam& beam : next) {
-    seqs.push_back(beam.seq);
-    tokens.push_back(beam.tokens.back());
-  }
-  logits.resize(next.size() * size_t(model.vocab_size()));
-  model.step(seqs, tokens, logits);
-  return next;
-}
-
 }  // namespace
 
-BeamResult beam_search(BeamLanguageModel& model, int root_seq, std::span<const float> root_logits,
-                       const SamplingOptions& options, int max_new_tokens, int eos_id, int n_best) {
+BeamSearch::BeamSearch(const SamplingOptions& options, int max_new_tokens, std::span<const int> eos_ids, int vocab)
+    : width_(options.beam_width),
+      length_penalty_(options.length_penalty),
+      max_new_tokens_(max_new_tokens),
+      eos_ids_(eos_ids.begin(), eos_ids.end()),
+      vocab_(vocab) {
   validate_sampling_options(options);
-  const int width = options.beam_width;
+  beams_.push_back({{}, 0.0});  // the prompt
   SPECULA_CHECK(max_new_tokens >= 1, "--max-new-tokens must be >= 1 for beam search, got ", max_new_tokens);
-  SPECULA_CHECK(n_best >= 1 && n_best <= width, "beam search returns 1 to --beam-width = ", width,
+  assert(std::all_of(eos_ids_.begin(), eos_ids_.end(), [vocab](int eos) { return eos >= 0 && eos < vocab; }));
+}
+
+bool BeamSearch::is_eos(int token) const {
+  return std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
+}
+
+double BeamSearch::worst_finished() const {
+  return std::min_element(finished_.begin(), finished_.end(), by_score)->score;
+}
+
+// HF's BeamHypotheses.add: a newcomer must beat the worst strictly once W are finished; on
+// overflow the worst goes (the first minimum: the earliest added, the one HF removes).
+void BeamSearch::finish(std::vector<int> tokens, double sum_logprob) {
+  const double score = sum_logprob / std::pow(double(tokens.size()), length_penalty_);
+  const bool full = static_cast<int>(finished_.size()) >= width_;
+  if (full && !(score > worst_finished())) return;
+  finished_.push_back({std::move(tokens), sum_logprob, score});
+  if (static_cast<int>(finished_.size()) > width_)
+    finished_.erase(std::min_element(finished_.begin(), finished_.end(), by_score));
+}
+
+const std::vector<BeamChoice>& BeamSearch::step(std::span<const std::span<const float>> rows) {
+  assert(!done_ && rows.size() == beams_.size());
+  ++steps_;
+  // The best 2W candidates: each beam's best 2W tokens by log_softmax (double), then merged.
+  const int count = 2 * width_;
+  const int per_beam = std::min(count, vocab_);
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  candidates_.clear();
+  row_candidates_.resize(static_cast<std::size_t>(vocab_));
+  for (int b = 0; b < num_beams(); ++b) {
+    const std::span<const float> row = rows[static_cast<std::size_t>(b)];
+    assert(static_cast<int>(row.size()) == vocab_);
+    double max = -kInf;
+    for (int t = 0; t < vocab_; ++t) {
+      SPECULA_CHECK(row[t] < kInf, "beam search: logit ", t, " is ", row[t]);  // NaN or +inf
+      max = std::max(max, double(row[t]));
+    }
+    SPECULA_CHECK(max > -kInf, "beam search: every logit is -inf");
+    double sum = 0.0;
+    for (int t = 0; t < vocab_; ++t) sum += std::exp(double(row[t]) - max);
+    const double log_normaliser = max + std::log(sum);
+    const double base = beams_[static_cast<std::size_t>(b)].sum_logprob;
+    for (int t = 0; t < vocab_; ++t) row_candidates_[static_cast<std::size_t>(t)] = {b, t, base + (row[t] - log_normaliser)};
+    std::partial_sort(row_candidates_.begin(), row_candidates_.begin() + per_beam, row_candidates_.end(), before);
+    candidates_.insert(candidates_.end(), row_candidates_.begin(), row_candidates_.begin() + per_beam);
+  }
+  std::sort(candidates_.begin(), candidates_.end(), before);
+  candidates_.resize(std::min<std::size_t>(candidates_.size(), static_cast<std::size_t>(count)));
+
+  // In rank order: a non-EOS candidate becomes a next beam (until W), an EOS one of rank < W
+  // a finished hypothesis.
+  chosen_.clear();
+  for (std::size_t rank = 0; rank < candidates_.size() && static_cast<int>(chosen_.size()) < width_; ++rank) {
+    const BeamChoice& c = candidates_[rank];
+    if (!is_eos(c.token)) {
+      chosen_.push_back(c);
+    } else if (static_cast<int>(rank) < width_) {
+      finish(extended(beams_[static_cast<std::size_t>(c.parent)].tokens, c.token), c.sum_logprob);
+    }
+  }
+  const double best_possible = candidates_.front().sum_logprob / std::pow(double(steps_), length_penalty_);
+  const bool full = static_cast<int>(finished_.size()) >= width_;
+  if ((full && worst_finished() >= best_possible) || chosen_.empty()) {
+    done_ = true;
+  } else if (steps_ == max_new_tokens_) {
+    // At the limit the live beams join the finished set as they are (no EOS).
+    for (const BeamChoice& c : chosen_)
+      finish(extended(beams_[static_cast<std::size_t>(c.parent)].tokens, c.token), c.sum_logprob);
+    done_ = true;
+  }
+  if (done_) {
+    chosen_.clear();
+    beams_.clear();
+    return chosen_;
+  }
+  std::vector<Beam> next;
+  next.reserve(chosen_.size());
+  for (const BeamChoice& c : chosen_)
+    next.push_back({extended(beams_[static_cast<std::size_t>(c.parent)].tokens, c.token), c.sum_logprob});
+  beams_ = std::move(next);
+  return chosen_;
+}
+
+// Score descending; equal scores: the later added first (HF pops from a stable ascending sort).
+BeamResult BeamSearch::result(int n_best) && {
+  SPECULA_CHECK(n_best >= 1 && n_best <= width_, "beam search returns 1 to --beam-width = ", width_,
                 " hypotheses, asked for ", n_best);
+  std::vector<BeamHypothesis> items = std::move(finished_);
+  std::reverse(items.begin(), items.end());
+  std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.score > b.score; });
+  items.resize(std::min<std::size_t>(items.size(), static_cast<std::size_t>(n_best)));
+  return {std::move(items)};
+}
+
+BeamResult beam_search(BeamLanguageModel& model, int root_seq, std::span<const float> root_logits,
+                       const SamplingOptions& options, int max_new_tokens, std::span<const int> eos_ids,
+                       int n_best) {
   const int vocab = model.vocab_size();
-  assert(int(root_logits.size()) == vocab && eos_id >= -1 && eos_id < vocab);
+  BeamSearch search(options, max_new_tokens, eos_ids, vocab);
+  SPECULA_CHECK(n_best >= 1 && n_best <= search.width(), "beam search returns 1 to --beam-width = ", search.width(),
+                " hypotheses, asked for ", n_best);
+  assert(static_cast<int>(root_logits.size()) == vocab);
 
   Forks forks(model);
-  FinishedSet finished(width, options.length_penalty);
-  std::vector<Beam> beams{{root_seq, {}, 0.0}};
-  std::vector<float> logits(root_logits.begin(), root_logits.end());  // [beams.size(), vocab]
-  for (int step = 1; step <= max_new_tokens; ++step) {
-    const std::vector<Candidate> candidates = top_candidates(beams, logits, vocab, 2 * width);
-    std::vector<Candidate> chosen;  // the next beams, at most W
-    for (size_t rank = 0; rank < candidates.size() && int(chosen.size()) < width; ++rank) {
-      const Candidate& c = candidates[rank];
-      if (c.token != eos_id) {
-        chosen.push_back(c);
-      } else if (int(rank) < width) {
-        finished.add(extended(beams[c.beam].tokens, c.token), c.sum_logprob);
-      }
+  std::vector<int> seqs{root_seq};  // of the live beams
+  std::vector<float> logits(root_logits.begin(), root_logits.end());  // [seqs.size(), vocab]
+  std::vector<std::span<const float>> rows;
+  std::vector<int> next_seqs, tokens;
+  for (;;) {
+    rows.clear();
+    for (std::size_t b = 0; b < seqs.size(); ++b)
+      rows.push_back(std::span<const float>(logits).subspan(b * static_cast<std::size_t>(vocab), static_cast<std::size_t>(vocab)));
+    const std::vector<BeamChoice>& chosen = search.step(rows);
+    if (search.done()) break;
+    // Every chosen candidate gets a sequence — the first child of a forked parent takes the
+    // parent's sequence, the others fork it (all forks before any feed) — the parents left
+    // without a child are released, then the new tokens are fed.
+    next_seqs.clear();
+    tokens.clear();
+    std::vector<char> taken(seqs.size(), 0);
+    for (const BeamChoice& c : chosen) {
+      const int parent = seqs[static_cast<std::size_t>(c.parent)];
+      const bool reuse = parent != root_seq && !taken[static_cast<std::size_t>(c.parent)];
+      taken[static_cast<std::size_t>(c.parent)] = 1;
+      next_seqs.push_back(reuse ? parent : forks.fork(parent));
+      tokens.push_back(c.token);
     }
-    const double best_possible = candidates.front().sum_logprob / std::pow(double(step), options.length_penalty);
-    if ((finished.full() && finished.worst() >= best_possible) || chosen.empty()) break;
-    if (step == max_new_tokens) {
-      for (const Candidate& c : chosen) finished.add(extended(beams[c.beam].tokens, c.token), c.sum_logprob);
-      break;
-    }
-    beams = advance(model, forks, root_seq, beams, chosen, logits);
+    for (std::size_t b = 0; b < seqs.size(); ++b)
+      if (seqs[b] != root_seq && !taken[b]) forks.release(seqs[b]);
+    seqs.swap(next_seqs);
+    logits.resize(seqs.size() * static_cast<std::size_t>(vocab));
+    model.step(seqs, tokens, logits);
   }
-  return {std::move(finished).best(n_best)};
+  return std::move(search).result(n_best);
 }
 
 }  // namespace specula

@@ -187,8 +187,8 @@ TEST_CASE("cli: bad input exits non-zero with one clear line on stderr", "[engin
       {"n-gram tree", gen + "--prompt hi --draft-method ngram --tree 2,2", "--draft-method ngram proposes chains"},
       {"draft model with n-grams", gen + "--prompt hi --draft '" + kModel + "' --draft-method ngram",
        "is a draft model, but --draft-method is ngram"},
-      {"beam with a drafter", gen + "--prompt hi --sampler beam --draft-method ngram",
-       "--sampler beam cannot be combined with a drafter"},
+      {"beam with an adaptive chain", gen + "--prompt hi --sampler beam --draft '" + kModel + "' --adaptive",
+       "--adaptive cannot be combined with --sampler beam"},
       {"ngram sizes", gen + "--prompt hi --draft-method ngram --ngram-min 3 --ngram-max 2", "--ngram-max (2) must be >="},
   };
   for (const ErrorCase& c : cases) check_error(c);

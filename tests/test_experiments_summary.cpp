@@ -316,7 +316,8 @@ std::vector<nlohmann::json> planted_lines() {
   const RunInfo b = run("base", 0, "", 0), p = run("chain", 1, "base", 2);
   std::vector<nlohmann::json> lines;
   for (int i = 0; i < 6; ++i) {
-    const std::string prompt = i < 5 ? "p" + std::to_string(i) : "q";
+    std::string prompt = i < 5 ? "p" : "q";
+    if (i < 5) prompt += std::to_string(i);  // ("p" + std::string trips GCC 12's false -Wrestrict, bug 105329)
     const std::string domain = i < 5 ? "x" : "z";
     lines.push_back(line(b, prompt, i, domain, 0, plain(100)));
     lines.push_back(line(p, prompt, i, domain, 0, spec(i < 5 ? 130 : 1220, 20, 10, 10, {6, 4}, 2.0, 1.0)));

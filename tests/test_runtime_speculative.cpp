@@ -15,24 +15,16 @@
 #include "runtime/generate.h"
 #include "runtime/speculative_sequence.h"
 #include "tests/test_engine_support.h"
+#include "tests/test_runtime_support.h"
 #include "tests/test_support.h"
 #include "tests/test_verify_support.h"
 
 namespace specula {
 namespace {
 
-ModelStore& store() {
-  static ModelStore models;
-  return models;
-}
-
-std::vector<std::vector<int>> reference_prompts() {
-  std::ifstream in(test::source_path("tests/data/hf-greedy.json"));
-  const auto j = nlohmann::json::parse(in);
-  std::vector<std::vector<int>> prompts;
-  for (const auto& entry : j["models"]["target-16m"]) prompts.push_back(entry["prompt_ids"].get<std::vector<int>>());
-  return prompts;
-}
+using test::reference_prompts;
+using test::same_cache_rows;
+using test::store;
 
 GenerateOptions base_options(const std::vector<int>& prompt, int max_new_tokens) {
   GenerateOptions o;
@@ -40,26 +32,6 @@ GenerateOptions base_options(const std::vector<int>& prompt, int max_new_tokens)
   o.prompt_ids = prompt;
   o.max_new_tokens = max_new_tokens;
   return o;
-}
-
-// Bitwise equality of every K/V row of two sequences' first `length` slots.
-bool same_cache_rows(KvCache& a, int seq_a, KvCache& b, int seq_b, int length) {
-  const KvLayout& layout = a.layout();
-  for (int layer = 0; layer < layout.num_layers; ++layer) {
-    for (int slot = 0; slot < length; ++slot) {
-      if (std::memcmp(a.key(seq_a, layer, slot), b.key(seq_b, layer, slot), layout.kv_dim() * sizeof(float)) ||
-          std::memcmp(a.value(seq_a, layer, slot), b.value(seq_b, layer, slot), layout.kv_dim() * sizeof(float)))
-        return false;
-    }
-  }
-  return true;
-}
-
-// A plain causal prefill of `tokens` into a fresh sequence of `cache` (runtime's prefill).
-int prefill(const Backend& model, KvCache& cache, std::span<const int> tokens) {
-  std::vector<float> unused;
-  const auto workspace = model.make_workspace();
-  return specula::prefill(ForwardContext{model, cache, *workspace}, tokens, unused);
 }
 
 }  // namespace
@@ -131,8 +103,8 @@ TEST_CASE("after any accept/reject pattern both caches equal a plain run's cache
   KvCache draft_cache(draft.model().kv_layout(block_size), 4096 / block_size + 64);
   const auto workspace = target.make_workspace(), draft_workspace = draft.make_workspace();
   const auto body = std::span(prompt).first(prompt.size() - 1);
-  const int seq = prefill(target, cache, body);
-  const int draft_seq = prefill(draft, draft_cache, body);
+  const int seq = test::plain_prefill(target, cache, body);
+  const int draft_seq = test::plain_prefill(draft, draft_cache, body);
   TreeShape shape;
   shape.branching = branching;
   // As decode_speculative drafts: greedy ranks by the draft's softmax (the greedy sampler's
@@ -155,13 +127,13 @@ TEST_CASE("after any accept/reject pattern both caches equal a plain run's cache
     // Target: every committed token but the root is cached, exactly as a plain prefill.
     REQUIRE(cache.length(seq) == static_cast<int>(committed.size()) - 1);
     KvCache plain(target.model().kv_layout(block_size), 4096 / block_size + 8);
-    const int plain_seq = prefill(target, plain, std::span(committed).first(committed.size() - 1));
+    const int plain_seq = test::plain_prefill(target, plain, std::span(committed).first(committed.size() - 1));
     CHECK(same_cache_rows(cache, seq, plain, plain_seq, cache.length(seq)));
     // Draft: it caches a prefix of the committed tokens (the rest it catches up on).
     const int draft_len = draft_cache.length(model_drafter.seq());
     REQUIRE(draft_len < static_cast<int>(committed.size()));
     KvCache plain_draft(draft.model().kv_layout(block_size), 4096 / block_size + 8);
-    const int plain_draft_seq = prefill(draft, plain_draft, std::span(committed).first(draft_len));
+    const int plain_draft_seq = test::plain_prefill(draft, plain_draft, std::span(committed).first(draft_len));
     CHECK(same_cache_rows(draft_cache, model_drafter.seq(), plain_draft, plain_draft_seq, draft_len));
   }
   CHECK(rejections > 0);  // the pattern included rejections, not only full acceptances

@@ -103,11 +103,11 @@ double sum_logprob(const ToyModel& model, History history, const std::vector<int
 }
 
 // Every complete sequence: ended by EOS (EOS included) or max_new_tokens long without it.
-void enumerate(const ToyModel& model, const History& prompt, std::vector<int>& tokens, int max_new, int eos,
-               std::vector<BeamHypothesis>& out, double length_penalty) {
+void enumerate(const ToyModel& model, const History& prompt, std::vector<int>& tokens, int max_new,
+               const std::vector<int>& eos, std::vector<BeamHypothesis>& out, double length_penalty) {
   for (int t = 0; t < model.vocab_size(); ++t) {
     tokens.push_back(t);
-    if (t == eos || int(tokens.size()) == max_new) {
+    if (std::count(eos.begin(), eos.end(), t) || int(tokens.size()) == max_new) {
       const double sum = sum_logprob(model, prompt, tokens);
       out.push_back({tokens, sum, sum / std::pow(double(tokens.size()), length_penalty)});
     } else {
@@ -145,7 +145,7 @@ TEST_CASE("beam width 1 equals greedy decoding", "[sampling]") {
     }
 
     for (float length_penalty : {1.0f, 0.0f, 2.0f}) {
-      const BeamResult result = beam_search(model, root, root_logits, beam(1, length_penalty), max_new, eos, 1);
+      const BeamResult result = beam_search(model, root, root_logits, beam(1, length_penalty), max_new, std::vector<int>{eos}, 1);
       INFO("seed " << seed << " length penalty " << length_penalty);
       REQUIRE(result.hypotheses.size() == 1);
       CHECK(result.hypotheses[0].tokens == greedy);
@@ -168,13 +168,13 @@ TEST_CASE("a beam as wide as the search space equals brute force", "[sampling]")
 
       std::vector<BeamHypothesis> all;
       std::vector<int> tokens;
-      enumerate(model, prompt, tokens, max_new, eos, all, length_penalty);
+      enumerate(model, prompt, tokens, max_new, {eos}, all, length_penalty);
       REQUIRE(all.size() == 121);
       std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.score > b.score; });
 
       for (int n_best : {1, 10, 121}) {
         const BeamResult result =
-            beam_search(model, root, root_logits, beam(width, length_penalty), max_new, eos, n_best);
+            beam_search(model, root, root_logits, beam(width, length_penalty), max_new, std::vector<int>{eos}, n_best);
         INFO("seed " << seed << " length penalty " << length_penalty << " n-best " << n_best);
         REQUIRE(int(result.hypotheses.size()) == n_best);
         for (int i = 0; i < n_best; ++i) {
@@ -189,6 +189,33 @@ TEST_CASE("a beam as wide as the search space equals brute force", "[sampling]")
   }
 }
 
+TEST_CASE("a hypothesis ends at any of the EOS ids (brute force with two)", "[sampling]") {
+  // Tokens 0-2 + EOS ids 3 and 4, 3 new tokens: 2 + 3 * 2 + 9 * 5 = 53 complete sequences;
+  // W = 53 keeps them all (at most 9 * 5 = 45 < W candidates per step, so no EOS is dropped).
+  const int vocab = 5, max_new = 3, width = 53;
+  const std::vector<int> eos = {3, 4};
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    ToyModel model(vocab, random_logits(300 + seed));
+    const History prompt = {1};
+    std::vector<float> root_logits;
+    const int root = model.add_root(prompt, root_logits);
+    std::vector<BeamHypothesis> all;
+    std::vector<int> tokens;
+    enumerate(model, prompt, tokens, max_new, eos, all, 1.0);
+    REQUIRE(all.size() == 53);
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.score > b.score; });
+    const BeamResult result = beam_search(model, root, root_logits, beam(width, 1.0f), max_new, eos, width);
+    REQUIRE(result.hypotheses.size() == all.size());
+    for (std::size_t i = 0; i < all.size(); ++i) CHECK(result.hypotheses[i].tokens == all[i].tokens);
+    // Both ids ended hypotheses before the limit (a search stopping at the first alone would
+    // extend the hypotheses ending in 4).
+    for (int id : eos)
+      CHECK(std::any_of(result.hypotheses.begin(), result.hypotheses.end(),
+                        [&](const auto& h) { return h.tokens.size() < 3 && h.tokens.back() == id; }));
+    CHECK(model.live().size() == 1);
+  }
+}
+
 TEST_CASE("beam scores match a direct computation and n-best is sorted", "[sampling]") {
   const int vocab = 50, eos = 0, max_new = 10;
   for (uint64_t seed = 0; seed < 10; ++seed) {
@@ -197,7 +224,7 @@ TEST_CASE("beam scores match a direct computation and n-best is sorted", "[sampl
     std::vector<float> root_logits;
     const int root = model.add_root(prompt, root_logits);
     const float length_penalty = seed % 2 ? 1.0f : 0.6f;
-    const BeamResult result = beam_search(model, root, root_logits, beam(5, length_penalty), max_new, eos, 5);
+    const BeamResult result = beam_search(model, root, root_logits, beam(5, length_penalty), max_new, std::vector<int>{eos}, 5);
     REQUIRE(result.hypotheses.size() == 5);
     for (size_t i = 0; i < result.hypotheses.size(); ++i) {
       const BeamHypothesis& h = result.hypotheses[i];
@@ -252,7 +279,7 @@ TEST_CASE("a hand-traced W = 2 run: EOS in the length, replacement, early stoppi
     ToyModel model(3, traced_logits());
     std::vector<float> root_logits;
     const int root = model.add_root({9}, root_logits);
-    const BeamResult r = beam_search(model, root, root_logits, beam(2, 1.0f), 10, 0, 2);
+    const BeamResult r = beam_search(model, root, root_logits, beam(2, 1.0f), 10, std::vector<int>{0}, 2);
     REQUIRE(r.hypotheses.size() == 2);
     CHECK(r.hypotheses[0].tokens == std::vector<int>{1, 0});
     CHECK(r.hypotheses[0].score == Approx(a_eos / 2));
@@ -267,7 +294,7 @@ TEST_CASE("a hand-traced W = 2 run: EOS in the length, replacement, early stoppi
     ToyModel model(3, traced_logits());
     std::vector<float> root_logits;
     const int root = model.add_root({9}, root_logits);
-    const BeamResult r = beam_search(model, root, root_logits, beam(2, 1.0f), 1, 0, 2);
+    const BeamResult r = beam_search(model, root, root_logits, beam(2, 1.0f), 1, std::vector<int>{0}, 2);
     REQUIRE(r.hypotheses.size() == 2);
     CHECK(r.hypotheses[0].tokens == std::vector<int>{0});
     CHECK(r.hypotheses[1].tokens == std::vector<int>{1});
@@ -280,7 +307,7 @@ TEST_CASE("a hand-traced W = 2 run: EOS in the length, replacement, early stoppi
     ToyModel model(3, traced_logits());
     std::vector<float> root_logits;
     const int root = model.add_root({9}, root_logits);
-    const BeamResult r = beam_search(model, root, root_logits, beam(2, 0.0f), 10, 0, 2);
+    const BeamResult r = beam_search(model, root, root_logits, beam(2, 0.0f), 10, std::vector<int>{0}, 2);
     REQUIRE(r.hypotheses.size() == 2);
     CHECK(r.hypotheses[0].tokens == std::vector<int>{0});
     CHECK(r.hypotheses[1].tokens == std::vector<int>{1, 0});
@@ -302,7 +329,7 @@ TEST_CASE("an EOS ranked at or below the beam width is dropped (HF)", "[sampling
                     }));
   std::vector<float> root_logits;
   const int root = model.add_root({9}, root_logits);
-  const BeamResult r = beam_search(model, root, root_logits, beam(2, 0.0f), 3, 0, 2);
+  const BeamResult r = beam_search(model, root, root_logits, beam(2, 0.0f), 3, std::vector<int>{0}, 2);
   REQUIRE(r.hypotheses.size() == 2);
   CHECK(r.hypotheses[0].tokens == std::vector<int>{1, 0});
   CHECK(r.hypotheses[0].score == Approx(std::log(0.5) + std::log(0.35)));
@@ -318,7 +345,7 @@ TEST_CASE("beam search releases every fork, also when the model throws", "[sampl
     std::vector<float> root_logits;
     const int root = model.add_root({1}, root_logits);
     model.fail_at_step(fail_at);
-    CHECK_THROWS_AS(beam_search(model, root, root_logits, beam(3, 1.0f), 10, 7, 1), std::runtime_error);
+    CHECK_THROWS_AS(beam_search(model, root, root_logits, beam(3, 1.0f), 10, std::vector<int>{7}, 1), std::runtime_error);
     CHECK(model.live().size() == 1);
     CHECK(model.live().count(root) == 1);
   }
@@ -328,14 +355,14 @@ TEST_CASE("beam search rejects bad arguments naming the flag", "[sampling]") {
   ToyModel model(4, random_logits(1));
   std::vector<float> root_logits;
   const int root = model.add_root({1}, root_logits);
-  CHECK_THROWS_WITH(beam_search(model, root, root_logits, beam(0, 1.0f), 4, 3, 1),
+  CHECK_THROWS_WITH(beam_search(model, root, root_logits, beam(0, 1.0f), 4, std::vector<int>{3}, 1),
                     "sampling.beam_width must be >= 1, got 0");
-  CHECK_THROWS_WITH(beam_search(model, root, root_logits, beam(2, 1.0f), 0, 3, 1),
+  CHECK_THROWS_WITH(beam_search(model, root, root_logits, beam(2, 1.0f), 0, std::vector<int>{3}, 1),
                     "--max-new-tokens must be >= 1 for beam search, got 0");
-  CHECK_THROWS_WITH(beam_search(model, root, root_logits, beam(2, 1.0f), 4, 3, 3),
+  CHECK_THROWS_WITH(beam_search(model, root, root_logits, beam(2, 1.0f), 4, std::vector<int>{3}, 3),
                     "beam search returns 1 to --beam-width = 2 hypotheses, asked for 3");
   std::vector<float> bad = root_logits;
   bad[2] = std::nanf("");
-  CHECK_THROWS_WITH(beam_search(model, root, bad, beam(2, 1.0f), 4, 3, 1), "beam search: logit 2 is nan");
+  CHECK_THROWS_WITH(beam_search(model, root, bad, beam(2, 1.0f), 4, std::vector<int>{3}, 1), "beam search: logit 2 is nan");
   CHECK(model.live().size() == 1);
 }

@@ -1,0 +1,53 @@
+// defines: helpers of the runtime tests: the process's ModelStore, the shared reference
+// prompts, bitwise equality of two sequences' cached K/V rows, and a plain causal prefill
+// into a fresh sequence (the cache a plain run builds, for the cache-equality tests).
+#pragma once
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "runtime/decoders.h"
+#include "runtime/model_store.h"
+#include "tests/test_support.h"
+
+namespace specula::test {
+
+inline ModelStore& store() {
+  static ModelStore models;
+  return models;
+}
+
+// The prompts of tests/data/hf-greedy.json (target-16m's entries).
+inline std::vector<std::vector<int>> reference_prompts() {
+  std::ifstream in(source_path("tests/data/hf-greedy.json"));
+  const auto j = nlohmann::json::parse(in);
+  std::vector<std::vector<int>> prompts;
+  for (const auto& entry : j["models"]["target-16m"]) prompts.push_back(entry["prompt_ids"].get<std::vector<int>>());
+  return prompts;
+}
+
+// Bitwise equality of every K/V row of two sequences' first `length` slots.
+inline bool same_cache_rows(KvCache& a, int seq_a, KvCache& b, int seq_b, int length) {
+  const KvLayout& layout = a.layout();
+  for (int layer = 0; layer < layout.num_layers; ++layer) {
+    for (int slot = 0; slot < length; ++slot) {
+      if (std::memcmp(a.key(seq_a, layer, slot), b.key(seq_b, layer, slot), layout.kv_dim() * sizeof(float)) ||
+          std::memcmp(a.value(seq_a, layer, slot), b.value(seq_b, layer, slot), layout.kv_dim() * sizeof(float)))
+        return false;
+    }
+  }
+  return true;
+}
+
+// A plain causal prefill of `tokens` into a fresh sequence of `cache` (runtime's prefill).
+inline int plain_prefill(const Backend& model, KvCache& cache, std::span<const int> tokens) {
+  std::vector<float> unused;
+  const auto workspace = model.make_workspace();
+  return prefill(ForwardContext{model, cache, *workspace}, tokens, unused);
+}
+
+}  // namespace specula::test
