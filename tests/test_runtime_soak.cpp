@@ -2,7 +2,9 @@
 // sampled, speculative with a draft model as chain, static and dynamic tree, n-grams, beam
 // search), each of which must free every KV block of its caches, while the process's
 // resident memory stays flat after a warm-up. Hidden ([.soak]): run it on its own, best in
-// the ASan build with leak detection (`specula_tests "[soak]"`); it prints its figures.
+// the ASan build with leak detection (`specula_tests "[soak]"`); it prints its figures. Under
+// ASan give it a small quarantine (ASAN_OPTIONS=detect_leaks=1:quarantine_size_mb=8): freed
+// memory waits there (256 MiB by default) before reuse, which grows the resident set by itself.
 #include <unistd.h>
 
 #include <algorithm>
