@@ -42,6 +42,9 @@ class Backend {
   // Bytes of weights one decode step reads (every matrix once, in the dtype it is read in).
   virtual std::size_t weight_bytes() const = 0;
   virtual std::unique_ptr<Workspace> make_workspace() const = 0;
+  // The layout of the KV caches this backend's forwards take: the model's host F32 pages on
+  // the CPU; device pages (KvLayout::device_pages) in the backend's KV dtype on a GPU.
+  virtual KvLayout kv_layout(int block_size) const { return model().kv_layout(block_size); }
 
   // Runs `batch`: writes row r's keys and values at plan.row_slots[r] of `pages` (the plan
   // of this batch from KvCache::prepare, pending copies already run), attends through the

@@ -23,6 +23,8 @@ void KvCache::append_slots(SeqId seq, int n) { prepare(std::span(&seq, 1), std::
 float* KvCache::row(SeqId seq, int layer, int slot, int kv) {
   SPECULA_CHECK(slot >= 0 && slot < length(seq) && layer >= 0 && layer < layout().num_layers, "kv cache: slot ", slot,
                 " of layer ", layer, " is outside sequence ", seq);
+  SPECULA_CHECK(!layout().device_pages, "kv cache: the pages live in device memory; the host cannot read slot ", slot,
+                " of sequence ", seq);
   run_pending();
   const int bs = layout().block_size;
   return storage_.row(layer, kv, block_table(seq)[static_cast<std::size_t>(slot / bs)] * bs + slot % bs);

@@ -16,7 +16,7 @@ DecodeRun decode_plain(const Backend& target, const GenerateOptions& options, co
   const int prompt_len = static_cast<int>(options.prompt_ids.size());
   const int num_samples = options.num_samples;
   const auto sampler = make_sampler(options.sampling);
-  KvCache cache(target.model().kv_layout(options.kv_block_size), static_cast<int>(request_kv_blocks(options)));
+  KvCache cache(target.kv_layout(options.kv_block_size), static_cast<int>(request_kv_blocks(options)));
   const auto workspace = target.make_workspace();
   const ForwardContext context{target, cache, *workspace};
   DecodeRun run;

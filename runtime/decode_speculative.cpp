@@ -66,14 +66,14 @@ DecodeRun decode_speculative(ModelStore& models, const Backend& target, const Ge
   const Backend* draft = d.method == DraftMethod::kModel ? &draft_model(models, d) : nullptr;
   const int bs = options.kv_block_size;
   const int blocks = static_cast<int>(request_kv_blocks(options));
-  KvCache cache(target.model().kv_layout(bs), blocks);
+  KvCache cache(target.kv_layout(bs), blocks);
   const auto workspace = target.make_workspace();
   const ForwardContext target_context{target, cache, *workspace};
   std::unique_ptr<KvCache> draft_cache;
   std::unique_ptr<Workspace> draft_workspace;
   std::unique_ptr<ForwardContext> draft_context;
   if (draft) {
-    draft_cache = std::make_unique<KvCache>(draft->model().kv_layout(bs), blocks);
+    draft_cache = std::make_unique<KvCache>(draft->kv_layout(bs), blocks);
     draft_workspace = draft->make_workspace();
     draft_context = std::make_unique<ForwardContext>(ForwardContext{*draft, *draft_cache, *draft_workspace});
   }

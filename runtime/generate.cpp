@@ -98,7 +98,8 @@ void validate_generate_options(ModelStore& models, const GenerateOptions& o, con
   const long long blocks = request_kv_blocks(o);
   long long bytes = kv_pool_bytes(target, o.kv_block_size, blocks);
   if (draft) bytes = std::min(bytes, LLONG_MAX / 2) + std::min(kv_pool_bytes(*draft, o.kv_block_size, blocks), LLONG_MAX / 2);
-  const long long available = available_memory_bytes();
+  // Host memory bounds the CPU's pools (a device backend plans its own memory up front).
+  const long long available = o.backend == BackendKind::kCpu ? available_memory_bytes() : LLONG_MAX;
   const auto gib = [](long long b) { return static_cast<double>(b) / (1LL << 30); };
   std::string sizes = names.name("run.max_new_tokens") + " " + std::to_string(o.max_new_tokens) + ", " +
                       (o.sampling.strategy == Strategy::kBeam

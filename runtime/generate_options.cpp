@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "draft/model_drafter.h"
+#include "engine/cuda/device.h"
 #include "sampling/sampler.h"
 
 namespace specula {
@@ -79,8 +80,8 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   in_range("run.num_samples", o.num_samples, 1, kMaxNumSamples);
   in_range("run.kv_block_size", o.kv_block_size, 1, kMaxKvBlockSize);
   in_range("run.threads", o.threads, 0, kMaxThreads);
-  SPECULA_CHECK(o.backend == BackendKind::kCpu, names.at("run.backend"), " ", name_of(o.backend),
-                ": the CUDA forward pass is not implemented yet (cpu is)");
+  SPECULA_CHECK(o.backend == BackendKind::kCpu || cuda_device_count() > 0, names.at("run.backend"), " ",
+                name_of(o.backend), ": no usable GPU (", cuda_unavailable_reason(), "); use cpu");
   validate_sampling_options(o.sampling, names);
   const SamplingOptions& s = o.sampling;
   SPECULA_CHECK(s.temperature == 0.0f || s.temperature >= kMinTemperature, names.at("sampling.temperature"),

@@ -24,7 +24,7 @@ struct Rows {
 class Engine {
  public:
   Engine(const Backend& backend, int block_size, int num_blocks)
-      : cache(backend.model().kv_layout(block_size), num_blocks), backend_(backend), workspace_(backend.make_workspace()) {}
+      : cache(backend.kv_layout(block_size), num_blocks), backend_(backend), workspace_(backend.make_workspace()) {}
 
   const ModelConfig& config() const { return backend_.config(); }
   ForwardContext context() { return {backend_, cache, *workspace_}; }

@@ -58,8 +58,9 @@ void CpuBackend::forward(const RaggedBatch& batch, const KvPlan& plan, PageStora
                 " new slots for ", n, " rows");
   SPECULA_CHECK(logits.size() == static_cast<std::size_t>(num_logits) * vocab, "forward: logits buffer holds ",
                 logits.size(), " floats, need ", static_cast<std::size_t>(num_logits) * vocab);
-  SPECULA_CHECK(pages.layout().kv_dim() == kv_dim && pages.layout().num_layers == c.num_hidden_layers,
-                "forward: the KV pages do not have this model's layout");
+  SPECULA_CHECK(pages.layout().kv_dim() == kv_dim && pages.layout().num_layers == c.num_hidden_layers &&
+                    !pages.layout().device_pages,
+                "forward: the KV pages do not have this model's host layout (Backend::kv_layout)");
 
   const std::size_t rows = static_cast<std::size_t>(n);
   s.x.resize(rows * hidden);

@@ -1,0 +1,384 @@
+// CudaBackend: the engine seam on GPU 0. Construction plans memory (cuda_plan.h), uploads the
+// weight arena once; each forward runs the pending KV copies (one kernel), uploads the step
+// (one copy), replays or captures the decode graph of its shape, and copies back only the
+// logit rows.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "engine/cpu/matmul.h"
+#include "engine/cpu/ops.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/cuda_check.cuh"
+#include "engine/cuda/device.h"
+#include "engine/cuda/kernels.cuh"
+
+namespace specula::cuda {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// A device allocation freed with its owner.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t n) : bytes(n) {
+    if (n > 0) CUDA_CHECK(cudaMalloc(&ptr, n));
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr(std::exchange(o.ptr, nullptr)), bytes(std::exchange(o.bytes, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(ptr, o.ptr);
+    std::swap(bytes, o.bytes);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (ptr) cudaFree(ptr);  // no throw from a destructor; a failed free leaks
+  }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
+};
+
+// Pinned host memory for the step upload.
+struct PinnedBuffer {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  void reserve(std::size_t n) {
+    if (n <= bytes) return;
+    if (ptr) CUDA_CHECK(cudaFreeHost(ptr));
+    ptr = nullptr;
+    bytes = 0;
+    CUDA_CHECK(cudaMallocHost(&ptr, n));
+    bytes = n;
+  }
+  ~PinnedBuffer() {
+    if (ptr) cudaFreeHost(ptr);
+  }
+};
+
+// The KV pool budget shared by every cache of one backend.
+struct PoolAccount {
+  std::mutex mutex;
+  std::size_t capacity = 0, used = 0;
+};
+
+std::atomic<std::uint64_t> next_pages_id{1};
+
+// The device pages of one PageStorage (kv/page_storage.h DevicePages), charged to the pool.
+class DeviceKvPages : public DevicePages {
+ public:
+  DeviceKvPages(const KvLayout& layout, int num_blocks, std::shared_ptr<PoolAccount> account)
+      : account_(std::move(account)), id_(next_pages_id++) {
+    const std::size_t bytes = kv_pages_bytes(layout, num_blocks);
+    {
+      std::lock_guard lock(account_->mutex);
+      if (account_->used + bytes > account_->capacity)
+        throw ResourceExhausted(detail::concat("backend 'cuda': a KV cache of ", num_blocks, " blocks needs ",
+                                               bytes / kMiB, " MiB; the KV pool has ",
+                                               (account_->capacity - account_->used) / kMiB, " MiB left of ",
+                                               account_->capacity / kMiB, " MiB (kv_pool_bytes)"));
+      account_->used += bytes;
+      charged_ = bytes;
+    }
+    try {
+      buffer_ = DeviceBuffer(bytes);
+      CUDA_CHECK(cudaMemset(buffer_.ptr, 0, bytes));
+    } catch (...) {
+      release();
+      throw;
+    }
+    view_.layer0 = buffer_.ptr;
+    view_.layer_stride = static_cast<std::size_t>(num_blocks) * 2 * layout.block_size * layout.kv_dim();
+    view_.block_size = layout.block_size;
+    view_.kv_dim = layout.kv_dim();
+    view_.num_layers = layout.num_layers;
+    view_.dtype = layout.dtype;
+  }
+  ~DeviceKvPages() override { release(); }
+  const DevicePagesView& view() const { return view_; }
+  std::uint64_t id() const { return id_; }
+
+ private:
+  void release() {
+    std::lock_guard lock(account_->mutex);
+    account_->used -= std::exchange(charged_, 0);
+  }
+
+  std::shared_ptr<PoolAccount> account_;
+  std::uint64_t id_;
+  std::size_t charged_ = 0;  // bytes of the pool this cache holds
+  DeviceBuffer buffer_;
+  DevicePagesView view_;
+};
+
+// One stream's scratch: activations, the step upload, the graphs captured on it.
+struct CudaWorkspace : Workspace {
+  cudaStream_t stream = nullptr;
+  DeviceBuffer x, h, qkv, attn, gu, act, last, logits, upload, copies, x_bf16, tmp, cublas;
+  PinnedBuffer host_upload;
+  GemmScratch gemm;
+  std::unordered_map<GraphKey, cudaGraphExec_t, GraphKeyHash> graphs;
+
+  void drop_graphs() {
+    for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
+    graphs.clear();
+  }
+  ~CudaWorkspace() override {
+    drop_graphs();
+    if (stream) cudaStreamDestroy(stream);
+  }
+};
+
+class CudaBackend : public Backend {
+ public:
+  CudaBackend(const Model& model, std::optional<DType> matrices_as, const CudaOptions& options)
+      : Backend(model), options_(options), account_(std::make_shared<PoolAccount>()) {
+    const ModelConfig& c = model.config();
+    check_cuda_support(c, matrices_as, options);
+    CUDA_CHECK(cudaSetDevice(0));
+    plan_ = plan_weights(model);
+    std::size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    memory_ = plan_memory(plan_, c, options, free_bytes, total_bytes);
+    account_->capacity = memory_.kv_pool;
+    CUDA_CHECK(cudaDeviceGetAttribute(&max_smem_, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    CUBLAS_CHECK(cublasLtCreate(&cublas_));
+    upload_weights();
+  }
+  ~CudaBackend() override {
+    if (cublas_) cublasLtDestroy(cublas_);
+  }
+
+  BackendKind kind() const override { return BackendKind::kCuda; }
+  std::size_t weight_bytes() const override { return plan_.matrix_bytes; }
+  KvLayout kv_layout(int block_size) const override {
+    KvLayout layout = model().kv_layout(block_size);
+    layout.dtype = options_.kv_dtype;
+    layout.device_pages = true;
+    return layout;
+  }
+
+  std::unique_ptr<Workspace> make_workspace() const override {
+    const ModelConfig& c = config();
+    auto ws = std::make_unique<CudaWorkspace>();
+    const std::size_t rows = static_cast<std::size_t>(options_.max_rows);
+    const std::size_t logit_rows = static_cast<std::size_t>(options_.max_logit_rows);
+    const std::size_t hidden = c.hidden_size, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.intermediate_size;
+    const std::size_t widest = std::max({hidden, q_dim, ffn}), widest_out = std::max({q_dim + 2 * kv_dim, 2 * ffn, hidden});
+    CUDA_CHECK(cudaStreamCreateWithFlags(&ws->stream, cudaStreamNonBlocking));
+    ws->x = DeviceBuffer(rows * hidden * 4);
+    ws->h = DeviceBuffer(rows * hidden * 4);
+    ws->qkv = DeviceBuffer(rows * (q_dim + 2 * kv_dim) * 4);
+    ws->attn = DeviceBuffer(rows * q_dim * 4);
+    ws->gu = DeviceBuffer(rows * 2 * ffn * 4);
+    ws->act = DeviceBuffer(rows * ffn * 4);
+    ws->x_bf16 = DeviceBuffer(rows * widest * 2);
+    ws->tmp = DeviceBuffer(rows * widest_out * 4);
+    ws->last = DeviceBuffer(logit_rows * hidden * 4);
+    ws->logits = DeviceBuffer(logit_rows * static_cast<std::size_t>(c.vocab_size) * 4);
+    ws->upload = DeviceBuffer(kPlannedUploadBytes);
+    ws->host_upload.reserve(kPlannedUploadBytes);
+    ws->cublas = DeviceBuffer(kCublasWorkspace);
+    ws->gemm = GemmScratch{cublas_, ws->cublas.ptr, ws->x_bf16.as<__nv_bfloat16>(), ws->tmp.as<float>()};
+    return ws;
+  }
+
+  void forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
+               std::span<float> logits) const override {
+    auto* wsp = dynamic_cast<CudaWorkspace*>(&workspace);
+    SPECULA_CHECK(wsp != nullptr, "forward: the workspace was not made by the CUDA backend");
+    CudaWorkspace& ws = *wsp;
+    const ModelConfig& c = config();
+    const int n = batch.num_rows();
+    const int num_logits = batch.num_logits();
+    SPECULA_CHECK(n > 0 && static_cast<int>(plan.row_slots.size()) == n, "forward: the plan has ", plan.row_slots.size(),
+                  " new slots for ", n, " rows");
+    SPECULA_CHECK(logits.size() == static_cast<std::size_t>(num_logits) * c.vocab_size, "forward: logits buffer holds ",
+                  logits.size(), " floats, need ", static_cast<std::size_t>(num_logits) * c.vocab_size);
+    const KvLayout& layout = pages.layout();
+    SPECULA_CHECK(layout.device_pages && layout.dtype == options_.kv_dtype && layout.kv_dim() == c.kv_dim() &&
+                      layout.num_layers == c.num_hidden_layers,
+                  "forward: the KV cache was not made with the CUDA backend's kv_layout() (device pages in ",
+                  dtype_name(options_.kv_dtype), ")");
+    if (!pages.device_state()) pages.device_state() = std::make_unique<DeviceKvPages>(layout, pages.num_blocks(), account_);
+    const auto& device_pages = static_cast<const DeviceKvPages&>(*pages.device_state());
+
+    // The pending copies of commit and copy-on-write, one kernel, before the step.
+    const std::vector<KvCopy> copies = pages.take_device_copies();
+    if (!copies.empty()) {
+      const std::vector<std::int32_t> packed = pack_copies(copies);
+      if (ws.copies.bytes < packed.size() * 4) ws.copies = DeviceBuffer(align_up(packed.size() * 4, 1 << 16));
+      CUDA_CHECK(cudaMemcpyAsync(ws.copies.ptr, packed.data(), packed.size() * 4, cudaMemcpyHostToDevice, ws.stream));
+      launch_kv_copies(ws.copies.as<std::int32_t>(), static_cast<int>(copies.size()), device_pages.view(), ws.stream);
+    }
+
+    const StepUpload up = pack_step(batch, plan, c.sliding_window, options_, device_pages.id());
+    const std::size_t smem = attention_smem_bytes(up.key.keys_cap, c.head_dim());
+    SPECULA_CHECK(smem <= static_cast<std::size_t>(max_smem_), "backend 'cuda': a row sees ", up.max_keys,
+                  " keys; the attention kernel's shared memory (", max_smem_, " bytes) holds ",
+                  (max_smem_ - c.head_dim() * 4) / 8, " at most");
+    const std::size_t upload_bytes = up.data.size() * sizeof(std::int32_t);
+    if (upload_bytes > ws.upload.bytes) {  // graphs hold the old address
+      CUDA_CHECK(cudaStreamSynchronize(ws.stream));
+      ws.drop_graphs();
+      ws.upload = DeviceBuffer(align_up(upload_bytes, 1 << 20));
+    }
+    ws.host_upload.reserve(upload_bytes);
+    std::memcpy(ws.host_upload.ptr, up.data.data(), upload_bytes);
+    CUDA_CHECK(cudaMemcpyAsync(ws.upload.ptr, ws.host_upload.ptr, upload_bytes, cudaMemcpyHostToDevice, ws.stream));
+
+    if (graph_eligible(up.key, options_)) {
+      auto it = ws.graphs.find(up.key);
+      if (it == ws.graphs.end()) it = ws.graphs.emplace(up.key, capture(up, ws, device_pages.view())).first;
+      CUDA_CHECK(cudaGraphLaunch(it->second, ws.stream));
+    } else {
+      enqueue(up, ws, device_pages.view());
+    }
+    if (num_logits > 0)
+      CUDA_CHECK(cudaMemcpyAsync(logits.data(), ws.logits.ptr, logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                 ws.stream));
+    CUDA_CHECK(cudaStreamSynchronize(ws.stream));  // the pinned upload and the logits are free again
+  }
+
+ private:
+  struct LayerPointers {
+    const __nv_bfloat16 *qkv, *o, *gate_up, *down;
+    const float *qkv_bias, *o_bias, *gate_up_bias, *down_bias, *attn_norm, *mlp_norm, *q_norm, *k_norm;
+  };
+
+  template <class T>
+  const T* tensor(int index) const {
+    return index < 0 ? nullptr : reinterpret_cast<const T*>(arena_.as<unsigned char>() + plan_.tensors[index].offset);
+  }
+
+  // Converts every tensor to its device dtype on the host and copies the arena up once.
+  void upload_weights() {
+    const ModelConfig& c = config();
+    std::vector<unsigned char> host(plan_.arena_bytes, 0);
+    std::vector<float> row;
+    for (std::size_t t = 0; t < plan_.tensors.size(); ++t) {
+      const WeightTensor& w = plan_.tensors[t];
+      unsigned char* dst = host.data() + w.offset;
+      if (static_cast<int>(t) == plan_.inv_freq) {
+        const cpu::RopeTable rope(c.head_dim(), c.rope_theta, c.rope_scaling);
+        std::memcpy(dst, rope.inv_freq().data(), rope.inv_freq().size() * sizeof(float));
+        continue;
+      }
+      const std::size_t elem = dtype_size(w.dtype);
+      for (std::size_t s = 0; s < w.sources.size(); ++s) {
+        const TensorView* src = w.sources[s];
+        const std::int64_t src_rows = w.source_rows[s];
+        const std::int64_t cols = w.rows == 1 ? src_rows : w.cols;  // a fused bias: sources side by side
+        const std::int64_t src_row_count = w.rows == 1 ? 1 : src_rows;
+        if (src && src->dtype == w.dtype) {
+          std::memcpy(dst, src->data, static_cast<std::size_t>(src_row_count * cols) * elem);
+        } else if (src) {
+          const TensorView flat{src->name, src->dtype, {src_row_count, cols}, src->data, src->origin};
+          row.resize(static_cast<std::size_t>(cols));
+          for (std::int64_t r = 0; r < src_row_count; ++r) {
+            cpu::weight_row(flat, r, row.data());
+            for (std::int64_t i = 0; i < cols; ++i)
+              store_value(row[static_cast<std::size_t>(i)], w.dtype, dst + static_cast<std::size_t>(r * cols + i) * elem);
+          }
+        }  // a missing part of a fused bias stays zero
+        dst += static_cast<std::size_t>(src_row_count * cols) * elem;
+      }
+    }
+    arena_ = DeviceBuffer(plan_.arena_bytes);
+    CUDA_CHECK(cudaMemcpy(arena_.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+    for (const LayerTensors& l : plan_.layers)
+      layers_.push_back(LayerPointers{tensor<__nv_bfloat16>(l.qkv), tensor<__nv_bfloat16>(l.o),
+                                      tensor<__nv_bfloat16>(l.gate_up), tensor<__nv_bfloat16>(l.down),
+                                      tensor<float>(l.qkv_bias), tensor<float>(l.o_bias), tensor<float>(l.gate_up_bias),
+                                      tensor<float>(l.down_bias), tensor<float>(l.attn_norm), tensor<float>(l.mlp_norm),
+                                      tensor<float>(l.q_norm), tensor<float>(l.k_norm)});
+  }
+
+  cudaGraphExec_t capture(const StepUpload& up, CudaWorkspace& ws, const DevicePagesView& pages) const {
+    // Relaxed: the attention launcher may raise its kernel's shared-memory limit while capturing.
+    CUDA_CHECK(cudaStreamBeginCapture(ws.stream, cudaStreamCaptureModeRelaxed));
+    cudaGraph_t graph = nullptr;
+    try {
+      enqueue(up, ws, pages);
+    } catch (...) {
+      cudaStreamEndCapture(ws.stream, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    CUDA_CHECK(cudaStreamEndCapture(ws.stream, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(err);
+    return exec;
+  }
+
+  // The forward pass of cpu_backend.cpp, kernel for kernel, on ws.stream.
+  void enqueue(const StepUpload& up, CudaWorkspace& ws, const DevicePagesView& pages) const {
+    const ModelConfig& c = config();
+    const int n = up.key.num_rows, num_logits = up.key.num_logits;
+    const int hidden = c.hidden_size, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.intermediate_size;
+    const int head_dim = c.head_dim(), qkv_width = q_dim + 2 * kv_dim;
+    const float eps = c.rms_norm_eps;
+    const std::int32_t* upload = ws.upload.as<std::int32_t>();
+    const auto* rows = reinterpret_cast<const RowDesc*>(upload + up.layout.rows);
+    const int* pages_list = upload + up.layout.pages;
+    const int* mask = upload + up.layout.mask;
+    const int* logit_rows = upload + up.layout.logit_rows;
+    float *x = ws.x.as<float>(), *h = ws.h.as<float>(), *qkv = ws.qkv.as<float>(), *attn = ws.attn.as<float>();
+    float *gu = ws.gu.as<float>(), *act = ws.act.as<float>();
+    const cudaStream_t s = ws.stream;
+
+    const WeightTensor& embed = plan_.tensors[plan_.embed];
+    launch_embed(tensor<unsigned char>(plan_.embed), embed.dtype, rows, x, n, hidden, s);
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      const LayerPointers& w = layers_[static_cast<std::size_t>(l)];
+      launch_rms_norm(x, nullptr, w.attn_norm, eps, h, n, hidden, s);
+      launch_linear(h, w.qkv, w.qkv_bias, qkv, n, hidden, qkv_width, false, ws.gemm, s);
+      launch_qk_rope_store(qkv, rows, tensor<float>(plan_.inv_freq), w.q_norm, w.k_norm, eps, n, c.num_attention_heads,
+                           c.num_key_value_heads, head_dim, pages, l, s);
+      launch_attention(qkv, qkv_width, rows, pages_list, mask, n, c.num_attention_heads, c.num_key_value_heads, head_dim,
+                       up.key.keys_cap, pages, l, attn, s);
+      launch_linear(attn, w.o, w.o_bias, x, n, q_dim, hidden, true, ws.gemm, s);
+      launch_rms_norm(x, nullptr, w.mlp_norm, eps, h, n, hidden, s);
+      launch_linear(h, w.gate_up, w.gate_up_bias, gu, n, hidden, 2 * ffn, false, ws.gemm, s);
+      launch_silu_mul(gu, act, n, ffn, s);
+      launch_linear(act, w.down, w.down_bias, x, n, ffn, hidden, true, ws.gemm, s);
+    }
+    if (num_logits == 0) return;
+    float* last = ws.last.as<float>();
+    launch_rms_norm(x, logit_rows, tensor<float>(plan_.final_norm), eps, last, num_logits, hidden, s);
+    launch_linear(last, tensor<__nv_bfloat16>(plan_.lm_head), nullptr, ws.logits.as<float>(), num_logits, hidden,
+                  c.vocab_size, false, ws.gemm, s);
+  }
+
+  CudaOptions options_;
+  std::shared_ptr<PoolAccount> account_;
+  WeightPlan plan_;
+  MemoryPlan memory_;
+  int max_smem_ = 0;
+  cublasLtHandle_t cublas_ = nullptr;
+  DeviceBuffer arena_;
+  std::vector<LayerPointers> layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const Model& model, std::optional<DType> matrices_as,
+                                           const CudaOptions& options) {
+  if (cuda_device_count() == 0)
+    throw SpeculaError("backend 'cuda': no usable GPU (" + cuda_unavailable_reason() + "); use --backend cpu");
+  return std::make_unique<CudaBackend>(model, matrices_as, options);
+}
+
+}  // namespace specula::cuda

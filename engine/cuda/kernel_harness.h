@@ -1,0 +1,47 @@
+// defines: the CUDA-free test harness of the CUDA kernels: each function uploads host inputs,
+// fills the device outputs with NaN first (so an unwritten element fails), runs one launcher on
+// a stream of its own and returns what the kernel wrote, so that tests compare every kernel
+// with the CPU function it must equal. Pages travel as a host PageStorage (F32), converted to
+// `page_dtype` on the device and back. Without CUDA (device_stub.cpp) every function throws.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/dtype.h"
+#include "engine/batch.h"
+#include "engine/safetensors.h"
+#include "kv/kv_plan.h"
+#include "kv/page_storage.h"
+
+namespace specula::cuda::harness {
+
+// launch_embed over `tokens` of `table` (any stored dtype).  out [tokens, hidden]
+std::vector<float> embed(const TensorView& table, std::span<const int> tokens);
+// launch_rms_norm.  x: [n, dim]; out [n, dim]
+std::vector<float> rms_norm(std::span<const float> x, std::span<const float> weight, float eps, int n, int dim);
+// launch_silu_mul.  gate_up: [n, 2 ffn] (gate | up); out [n, ffn]
+std::vector<float> silu_mul(std::span<const float> gate_up, int n, int ffn);
+
+enum class MatmulPath { kSmall, kLinear };  // the batch-invariant kernel alone, or launch_linear's choice
+// y = x W^T + bias (or y_in + that when accumulate).  x: [n, in]; w: [out, in] bf16 bits;
+// bias: [out] or empty; y_in: [n, out] (read when accumulate); out [n, out]
+std::vector<float> matmul(std::span<const float> x, std::span<const std::uint16_t> w, std::span<const float> bias,
+                          std::span<const float> y_in, int n, int in, int out, bool accumulate, MatmulPath path);
+
+// launch_qk_rope_store for `batch`'s rows in `layer`: q/k norms (empty: none), RoPE, k and v
+// into `pages` (updated), q rotated in place.  qkv: [n, q_dim + 2 kv_dim]; returns the qkv rows.
+std::vector<float> qk_rope_store(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, DType page_dtype,
+                                 int layer, std::span<const float> qkv, std::span<const float> inv_freq,
+                                 std::span<const float> q_norm, std::span<const float> k_norm, float eps, int num_heads);
+
+// launch_attention for `batch` in `layer` (sliding `window`, 0: none).
+//   q: [n, num_heads * head_dim]; out [n, num_heads * head_dim]
+std::vector<float> attention(const RaggedBatch& batch, const KvPlan& plan, const PageStorage& pages, DType page_dtype,
+                             int layer, int num_heads, int window, std::span<const float> q);
+
+// launch_kv_copies on `pages` (updated from the device afterwards).
+void kv_copies(std::span<const KvCopy> copies, PageStorage& pages, DType page_dtype);
+
+}  // namespace specula::cuda::harness

@@ -1,0 +1,80 @@
+// defines: the launchers of the CUDA backend's kernels (ops.cu, attention.cu, matmul.cu),
+// each taking its stream, and the device views they share. Every launcher checks its launch
+// (CUDA_CHECK_LAUNCH). Shapes are row-major; "rows" are the batch's rows in order.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "base/dtype.h"
+#include "engine/cuda/cuda_plan.h"
+
+namespace specula::cuda {
+
+// One layer's KV pages on the device: [num_blocks, 2 (K, V), block_size, kv_dim] of `dtype`
+// (F32 or BF16), the layout of kv/page_storage.h.
+struct DevicePagesView {
+  void* layer0 = nullptr;          // layer 0's block 0; layer l starts layer_stride elements on
+  std::size_t layer_stride = 0;    // elements from one layer to the next
+  int block_size = 0;
+  int kv_dim = 0;
+  int num_layers = 0;
+  DType dtype = DType::F32;
+  std::size_t block_stride() const { return 2 * static_cast<std::size_t>(block_size) * static_cast<std::size_t>(kv_dim); }
+};
+
+// x[r] = embedding row rows[r].token as f32 (cpu: weight_row of model.embed_tokens()).
+//   table: in [vocab, hidden] of `dtype`; x: out [n, hidden]
+void launch_embed(const void* table, DType dtype, const RowDesc* rows, float* x, int n, int hidden, cudaStream_t stream);
+
+// y[i] = rms_norm(x[gather ? gather[i] : i]) * weight (cpu::rms_norm).
+//   x: in [*, dim]; weight: in [dim]; y: out [n, dim] (may alias x when gather is null)
+void launch_rms_norm(const float* x, const int* gather, const float* weight, float eps, float* y, int n, int dim,
+                     cudaStream_t stream);
+
+// Per row: Qwen3's per-head RMSNorm of q and k (when q_norm is not null), RoPE on q and k at
+// the row's position (cpu::RopeTable::apply), q written back in place, k and v stored at the
+// row's slot of `pages` in `layer` (cpu_backend.cpp's copy into PageStorage::row).
+//   qkv: in/out [n, q_dim + 2 kv_dim]; inv_freq: in [head_dim / 2]; q_norm, k_norm: in [head_dim] or null
+void launch_qk_rope_store(float* qkv, const RowDesc* rows, const float* inv_freq, const float* q_norm,
+                          const float* k_norm, float eps, int n, int num_heads, int num_kv_heads, int head_dim,
+                          const DevicePagesView& pages, int layer, cudaStream_t stream);
+
+// Paged attention of every row and query head over the keys the row sees (cpu::attend_batch:
+// scores scaled by 1/sqrt(head_dim), softmax, weighted sum of values, keys in position order).
+//   q: in [n, num_heads * head_dim] (RoPE applied, in qkv with row stride q_stride);
+//   pages_list, mask: the step upload's page lists and visibility slots; out: out [n, num_heads * head_dim]
+void launch_attention(const float* q, int q_stride, const RowDesc* rows, const int* pages_list, const int* mask, int n,
+                      int num_heads, int num_kv_heads, int head_dim, int keys_cap, const DevicePagesView& pages,
+                      int layer, float* out, cudaStream_t stream);
+
+// act[r, i] = silu(gu[r, i]) * gu[r, ffn + i] (cpu::silu_mul over gate | up).
+//   gu: in [n, 2 ffn]; act: out [n, ffn]
+void launch_silu_mul(const float* gu, float* act, int n, int ffn, cudaStream_t stream);
+
+// The copy list (pack_copies: {kind, src, dst}) in order, every layer, keys and values
+// (PageStorage::execute). One kernel: a block per layer walks the list.
+void launch_kv_copies(const std::int32_t* copies, int num_copies, const DevicePagesView& pages, cudaStream_t stream);
+
+// y = x W^T + bias, or y += (x W^T + bias) when `accumulate` (cpu::matmul, add_bias,
+// add_inplace). n <= kSmallRows: the batch-invariant kernel (each output element reduced over
+// k in one fixed order whatever n); more rows: cuBLASLt (x rounded to bf16, f32 accumulate),
+// then the same epilogue.
+//   x: in [n, in] f32; w: in [out, in] bf16; bias: in [out] or null; y: in/out [n, out]
+struct GemmScratch {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;          // kCublasWorkspace bytes
+  __nv_bfloat16* x_bf16 = nullptr;    // [max_rows, widest in]
+  float* tmp = nullptr;               // [max_rows, widest out] before the epilogue
+};
+void launch_linear(const float* x, const __nv_bfloat16* w, const float* bias, float* y, int n, int in, int out,
+                   bool accumulate, const GemmScratch& scratch, cudaStream_t stream);
+// The batch-invariant kernel alone (tests compare it with cuBLASLt and the CPU).
+void launch_matmul_small(const float* x, const __nv_bfloat16* w, const float* bias, float* y, int n, int in, int out,
+                         bool accumulate, cudaStream_t stream);
+
+}  // namespace specula::cuda

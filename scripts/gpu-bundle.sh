@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Packs what scripts/gpu-check.sh runs on a bare GPU machine into one archive:
+#   bin/specula_tests, bin/specula, bin/bench_cuda (stripped), lib/ (every shared library ldd
+#   resolves for them outside glibc and the CUDA toolkit's large libraries, which the GPU
+#   machine has: cublasLt alone is ~540 MB), source_dir (the source path the test and bench
+#   binaries have compiled in: gpu-check.sh links it to the checkout it runs in).
+# usage: scripts/gpu-bundle.sh BUILD_DIR [ARCHIVE]   (ARCHIVE defaults to gpu-bundle.tar.xz)
+# Build first, for Hopper:  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release
+#   -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build build-gpu --target specula_tests specula bench_cuda
+set -euo pipefail
+build=${1:?usage: scripts/gpu-bundle.sh BUILD_DIR [ARCHIVE]}
+archive=${2:-gpu-bundle.tar.xz}
+bins=("$build/tests/specula_tests" "$build/cli/specula" "$build/bench/bench_cuda")
+for b in "${bins[@]}"; do
+  [ -x "$b" ] || { echo "gpu-bundle: error: $b is missing; build specula_tests, specula and bench_cuda in $build" >&2; exit 1; }
+done
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib"
+for b in "${bins[@]}"; do
+  cp "$b" "$stage/bin/"
+  strip --strip-unneeded "$stage/bin/$(basename "$b")"
+done
+# glibc's own libraries must match the machine's loader; the CUDA driver comes with the machine.
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libcuda\.so|libcublas|libcublasLt)'
+for b in "${bins[@]}"; do
+  ldd "$b" | awk '/=> \//{print $1" "$3}'
+done | sort -u | while read -r name path; do
+  if [[ "$name" =~ $skip ]]; then continue; fi
+  cp -L "$path" "$stage/lib/$name"
+done
+grep '^CMAKE_HOME_DIRECTORY:' "$build/CMakeCache.txt" | cut -d= -f2 > "$stage/source_dir"
+tar -cJf "$archive" -C "$stage" bin lib source_dir
+echo "gpu-bundle: $archive ($(du -h "$archive" | cut -f1)): $(ls "$stage/lib" | tr '\n' ' ')"
+echo "gpu-bundle: source dir compiled in: $(cat "$stage/source_dir")"
