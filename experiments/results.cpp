@@ -22,7 +22,8 @@ void check_line_shape(const nlohmann::json& j, const std::string& where) {
       {"gamma", &nlohmann::json::is_number_integer}, {"nodes", &nlohmann::json::is_number_integer},
       {"variant", &nlohmann::json::is_string},    {"strategy", &nlohmann::json::is_string},
       {"label", &nlohmann::json::is_string},      {"coords", &nlohmann::json::is_object},
-      {"prompt_id", &nlohmann::json::is_string},  {"domain", &nlohmann::json::is_string},
+      {"prompt_id", &nlohmann::json::is_string},  {"prompt_index", &nlohmann::json::is_number_integer},
+      {"domain", &nlohmann::json::is_string},
       {"seed", &nlohmann::json::is_number_unsigned}, {"repetition", &nlohmann::json::is_number_integer},
       {"settings", &nlohmann::json::is_object},   {"machine", &nlohmann::json::is_object},
       {"stats", &nlohmann::json::is_object},
@@ -56,6 +57,15 @@ void check_line_shape(const nlohmann::json& j, const std::string& where) {
     const auto& machine = j.at("machine");
     if (const auto it = machine.find(number); it != machine.end())
       SPECULA_CHECK(it->is_number(), where, ": results line machine.", number, " = ", it->dump(), " must be a number");
+  }
+  const auto& settings = j.at("settings");  // what the summary tables show of the run
+  if (const auto it = settings.find("target"); it != settings.end())
+    SPECULA_CHECK(it->is_string(), where, ": results line settings.target = ", it->dump(), " must be a string");
+  if (const auto it = settings.find("sampling"); it != settings.end()) {
+    SPECULA_CHECK(it->is_object(), where, ": results line settings.sampling = ", it->dump(), " must be an object");
+    for (const auto& [name, value] : it->items())
+      SPECULA_CHECK(name == "strategy" ? value.is_string() : value.is_number(), where, ": results line settings.sampling.",
+                    name, " = ", value.dump(), name == "strategy" ? " must be a string" : " must be a number");
   }
   if (const auto it = j.at("machine").find("version"); it != j.at("machine").end())
     SPECULA_CHECK(it->is_string(), where, ": results line machine.version = ", it->dump(), " must be a string");
