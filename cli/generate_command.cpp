@@ -76,7 +76,10 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_option("--min-p", s.min_p, "Drop tokens below min-p x the top probability (0 = off)")->default_val(0.0f);
   cmd_->add_option("--beam-width", s.beam_width, "Beam width")->default_val(4);
   cmd_->add_option("--length-penalty", s.length_penalty, "Beam score = log-prob / length^alpha")->default_val(1.0f);
-  cmd_->add_option("--seed", options_.seed, "Seed of the per-sample random streams")->default_val(0);
+  cmd_->add_option("--seed", options_.seed, "Seed of the per-sample random streams")
+      ->default_val(0)
+      ->check(CLI::Validator(  // unsigned: CLI11 alone would wrap -1 to 2^64 - 1
+          [](std::string& v) { return v.starts_with('-') ? "must be >= 0, got " + v : std::string(); }, "SEED"));
   cmd_->add_option("--num-samples", options_.num_samples, "Independent continuations (beam: n-best)")->default_val(1);
 
   DraftOptions& d = options_.draft;
@@ -123,9 +126,13 @@ int GenerateCommand::run() {
   } else {
     d.method = d.model_dir.empty() ? DraftMethod::kNone : DraftMethod::kModel;
   }
-  SPECULA_CHECK(d.method != DraftMethod::kNone || (tree_.empty() && d.tree_budget == 0 && !d.adaptive),
-                "--tree, --tree-budget and --adaptive need a drafter (--draft DIR or --draft-method ngram)");
   if (!tree_.empty()) d.tree = parse_int_list(tree_, "--tree");
+  OptionNames names = cli_option_names();  // and which flags were given: one that does not apply is an error
+  names.given = [this, flag = names.name](std::string_view key) {
+    const CLI::Option* option = cmd_->get_option_no_throw(flag(key));
+    return option != nullptr && option->count() > 0;
+  };
+  validate_options(options_, names);
   ModelStore models;
   const Model& target = models.model(options_.model_dir);
   if (!prompts_file_.empty())

@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     std::fprintf(stderr, "specula: error: %s (see --help)\n", e.what());
-    return e.get_exit_code();
+    return 1;  // every error exits 1 (CLI11's own codes are not part of the interface)
   }
   try {
     if (generate.selected()) return generate.run();

@@ -1,5 +1,6 @@
 #include "engine/checkpoint_writer.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <filesystem>
@@ -7,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/memory.h"
 #include "engine/tokenizer.h"
 #include "base/rng.h"
 
@@ -188,23 +190,31 @@ ModelConfig preset_shape(const std::string& name) {
   throw SpeculaError(detail::concat("unknown shape preset '", name, "' (known: ", known, ")"));
 }
 
-void write_random_checkpoint(const std::string& dir, const RandomCheckpoint& o) {
-  const std::string config_text = checkpoint_config_json(o.shape, o.dtype);
-  parse_model_config(config_text, "the requested shape");  // names the offending key
-  const Tokenizer tokenizer(o.tokenizer_model, o.shape.vocab_size);  // the pieces must fit
+namespace {
 
-  fs::create_directories(dir);
-  for (const char* file : {"config.json", "model.safetensors", "tokenizer.model"})
-    SPECULA_CHECK(!fs::exists(fs::path(dir) / file), dir, " already holds ", file,
-                  "; choose an empty folder (nothing is overwritten)");
+// Bytes of every tensor and of the largest (one is in memory at a time), or a SpeculaError
+// naming the shape when they overflow.
+std::pair<uint64_t, uint64_t> checkpoint_bytes(const std::vector<TensorSpec>& tensors, const ModelConfig& shape) {
+  uint64_t total = 0, largest = 0;
+  for (const TensorSpec& t : tensors) {
+    uint64_t bytes = dtype_size(t.dtype);
+    for (int64_t d : t.shape)
+      SPECULA_CHECK(!__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes), "the requested shape: tensor '",
+                    t.name, "' is too large (hidden_size ", shape.hidden_size, ", vocab_size ", shape.vocab_size, ")");
+    SPECULA_CHECK(!__builtin_add_overflow(total, bytes, &total), "the requested shape is too large");
+    largest = std::max(largest, bytes);
+  }
+  return {total, largest};
+}
+
+void write_checkpoint_files(const std::string& dir, const RandomCheckpoint& o, const std::string& config_text,
+                            const std::vector<TensorSpec>& tensors) {
   fs::copy_file(o.tokenizer_model, fs::path(dir) / "tokenizer.model");
   {
     std::ofstream out(fs::path(dir) / "config.json");
     out << config_text << '\n';
     SPECULA_CHECK(out.good(), dir, "/config.json: write failed");
   }
-  const std::vector<TensorSpec> tensors = checkpoint_tensors(o.shape, o.dtype);
-  SPECULA_CHECK(o.weight_std > 0, "the weights' standard deviation must be positive, got ", o.weight_std);
   const float half_width = o.weight_std * std::sqrt(3.0f);  // uniform with standard deviation weight_std
   write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors,
                     [&](std::size_t index, std::span<unsigned char> bytes) {
@@ -221,6 +231,44 @@ void write_random_checkpoint(const std::string& dir, const RandomCheckpoint& o) 
                         store_value(norm ? 1.0f : half_width * u, t.dtype, &bytes[i * es]);
                       }
                     });
+}
+
+}  // namespace
+
+void write_random_checkpoint(const std::string& dir, const RandomCheckpoint& o) {
+  const std::string config_text = checkpoint_config_json(o.shape, o.dtype);
+  parse_model_config(config_text, "the requested shape");  // names the offending key
+  const Tokenizer tokenizer(o.tokenizer_model, o.shape.vocab_size);  // the pieces must fit
+  SPECULA_CHECK(o.weight_std > 0, "the weights' standard deviation must be positive, got ", o.weight_std);
+  const std::vector<TensorSpec> tensors = checkpoint_tensors(o.shape, o.dtype);
+  const auto [total, largest] = checkpoint_bytes(tensors, o.shape);
+  const auto gib = [](uint64_t b) { return static_cast<double>(b) / (1ULL << 30); };
+  const long long memory = available_memory_bytes();
+  const std::string shape = detail::concat("the requested shape (hidden_size ", o.shape.hidden_size, ", intermediate_size ",
+                                           o.shape.intermediate_size, ", num_hidden_layers ", o.shape.num_hidden_layers,
+                                           ", vocab_size ", o.shape.vocab_size, ", ", dtype_name(o.dtype), ")");
+  SPECULA_CHECK(largest <= static_cast<uint64_t>(memory), shape, ": its largest tensor needs ", gib(largest),
+                " GiB of memory to write, more than the ", gib(memory), " GiB available");
+
+  const bool created = !fs::exists(dir);
+  fs::create_directories(dir);
+  for (const char* file : {"config.json", "model.safetensors", "tokenizer.model"})
+    SPECULA_CHECK(!fs::exists(fs::path(dir) / file), dir, " already holds ", file,
+                  "; choose an empty folder (nothing is overwritten)");
+  try {
+    const uint64_t free_bytes = fs::space(dir).available;
+    SPECULA_CHECK(total <= free_bytes, shape, " needs ", gib(total), " GiB, more than the ", gib(free_bytes), " GiB free in ",
+                  dir);
+    write_checkpoint_files(dir, o, config_text, tensors);
+  } catch (...) {  // no partial checkpoint stays behind to block the next try
+    std::error_code ignored;
+    if (created) {
+      fs::remove_all(dir, ignored);
+    } else {
+      for (const char* file : {"config.json", "model.safetensors", "tokenizer.model"}) fs::remove(fs::path(dir) / file, ignored);
+    }
+    throw;
+  }
 }
 
 }  // namespace specula

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <string_view>
@@ -33,6 +34,9 @@ T read_key(const json& j, const char* key, const std::string& origin, bool requi
                     origin, ": key '", key, "' = ", it->dump(), " is out of range");
     } else {
       SPECULA_CHECK(it->is_number(), origin, ": key '", key, "' must be a number, got ", it->dump());
+      // 1e300 is a finite double but no float: checked before the conversion.
+      SPECULA_CHECK(std::fabs(it->get<double>()) <= std::numeric_limits<T>::max(), origin, ": key '", key, "' = ",
+                    it->dump(), " is out of range of a float");
     }
     return it->get<T>();
   } catch (const json::exception& e) {
@@ -44,7 +48,7 @@ json parse_object(const std::string& json_text, const std::string& origin) {
   json j;
   try {
     j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number beyond a double
     throw SpeculaError(detail::concat(origin, ": invalid JSON: ", e.what()));
   }
   SPECULA_CHECK(j.is_object(), origin, ": expected a JSON object");

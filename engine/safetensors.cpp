@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "base/error.h"
@@ -68,9 +69,16 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     SPECULA_CHECK(header_len <= map_size_ - 8, path, ": header length ", header_len,
                   " runs past the end of the file (", map_size_, " bytes)");
     nlohmann::json header;
+    std::set<std::string> names;  // tensor names seen (JSON objects keep the last of duplicate keys)
+    const auto unique_names = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& key) {
+      if (event == nlohmann::json::parse_event_t::key && depth == 1)
+        SPECULA_CHECK(names.insert(key.get<std::string>()).second, path, ": tensor '", key.get<std::string>(),
+                      "' appears twice in the header");
+      return true;
+    };
     try {
-      header = nlohmann::json::parse(bytes + 8, bytes + 8 + header_len);
-    } catch (const nlohmann::json::parse_error& e) {
+      header = nlohmann::json::parse(bytes + 8, bytes + 8 + header_len, unique_names);
+    } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number beyond a double
       throw SpeculaError(detail::concat(path, ": header is not valid JSON: ", e.what()));
     }
     SPECULA_CHECK(header.is_object(), path, ": header must be a JSON object");
@@ -141,7 +149,7 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
       throw SpeculaError(detail::concat(index.string(), ": invalid JSON: ", e.what()));
     }
     SPECULA_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),

@@ -5,6 +5,7 @@
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string_view>
 #include <utility>
 
@@ -23,6 +24,8 @@ void drop_incomplete_tail(std::string& text) {
 class SentencePieceTokenizer final : public TokenizerBackend {
  public:
   SentencePieceTokenizer(const std::string& model_path, bool legacy) : legacy_(legacy) {
+    SPECULA_CHECK(std::filesystem::is_regular_file(model_path), model_path,
+                  ": not a file (a SentencePiece tokenizer.model is expected)");
     auto status = sp_.Load(model_path);
     SPECULA_CHECK(status.ok(), model_path, ": cannot load SentencePiece model: ", status.ToString());
     for (int id = 0; id < sp_.GetPieceSize(); ++id) {

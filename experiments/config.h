@@ -52,6 +52,7 @@ struct RunConfig {
   std::vector<uint64_t> seeds = {0};
   int repetitions = 3;                  // timing repeats of each (point, prompt, seed); the median counts
 };
+inline constexpr int kMaxRepetitions = 1000;  // run.repetitions
 
 struct OutputConfig {
   std::string directory = "results";             // absolute after loading

@@ -1,6 +1,7 @@
 #include "experiments/config_fields.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -52,11 +53,14 @@ std::function<void(const Settings&, toml::table&)> writer(std::string key, Ref r
   };
 }
 
-int64_t integer_at_least(const toml::node& n, const std::string& key, int64_t min) {
+int64_t integer_at_least(const toml::node& n, const std::string& key, int64_t min, int64_t max = INT_MAX) {
   if (!n.is_integer()) wrong_type(n, key, "an integer");
   const int64_t v = n.as_integer()->get();
-  if (v < min || v > INT_MAX) {
-    config_error(n.source(), key + " must be an integer >= " + std::to_string(min) + ", got " + std::to_string(v));
+  if (v < min || v > max) {
+    config_error(n.source(), key + " must be an integer " +
+                                 (max == INT_MAX ? ">= " + std::to_string(min)
+                                                 : "in [" + std::to_string(min) + ", " + std::to_string(max) + "]") +
+                                 ", got " + std::to_string(v));
   }
   return v;
 }
@@ -72,9 +76,9 @@ const toml::array& array_of(const toml::node& n, const std::string& key) {
 }
 
 template <typename Ref>
-ConfigField int_field(std::string key, Ref ref, int64_t min, bool sweepable = true) {
-  auto parse = [key, ref, min](const toml::node& n, const fs::path&) -> Assignment {
-    const int v = static_cast<int>(integer_at_least(n, key, min));
+ConfigField int_field(std::string key, Ref ref, int64_t min, bool sweepable = true, int64_t max = INT_MAX) {
+  auto parse = [key, ref, min, max](const toml::node& n, const fs::path&) -> Assignment {
+    const int v = static_cast<int>(integer_at_least(n, key, min, max));
     return [ref, v](Settings& s) { ref(s) = v; };
   };
   return {key, sweepable, parse, writer<int64_t>(key, ref)};
@@ -85,7 +89,9 @@ ConfigField float_field(std::string key, Ref ref, Valid valid, std::string range
   auto parse = [key, ref, valid, range](const toml::node& n, const fs::path&) -> Assignment {
     if (!n.is_number()) wrong_type(n, key, "a number");
     const double v = n.is_integer() ? static_cast<double>(n.as_integer()->get()) : n.as_floating_point()->get();
-    if (!std::isfinite(v) || !valid(v)) config_error(n.source(), key + " must be " + range + ", got " + render_value(n));
+    // Checked as the float it becomes: 1e-300 passes (0, 1] as a double and is 0 as a float.
+    if (!(std::fabs(v) <= FLT_MAX) || !valid(static_cast<double>(static_cast<float>(v))))
+      config_error(n.source(), key + " must be " + range + ", got " + render_value(n));
     return [ref, v](Settings& s) { ref(s) = static_cast<float>(v); };
   };
   auto write = [key, ref](const Settings& s, toml::table& root) {
@@ -314,7 +320,7 @@ std::vector<ConfigField> make_fields() {
       int_field("run.prompts_per_domain", [](auto& s) -> auto& { return s.run.prompts_per_domain; }, 0, false),
       int_field("run.max_new_tokens", [](auto& s) -> auto& { return s.point.max_new_tokens; }, 1),
       int_list_field<uint64_t>("run.seeds", [](auto& s) -> auto& { return s.run.seeds; }, 0, false, false),
-      int_field("run.repetitions", [](auto& s) -> auto& { return s.run.repetitions; }, 1, false),
+      int_field("run.repetitions", [](auto& s) -> auto& { return s.run.repetitions; }, 1, false, kMaxRepetitions),
       enum_field("run.backend", [](auto& s) -> auto& { return s.point.backend; }),
       int_field("run.threads", [](auto& s) -> auto& { return s.point.threads; }, 0),
       int_field("run.kv_block_size", [](auto& s) -> auto& { return s.point.kv_block_size; }, 1),

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <map>
 
+#include "base/error.h"
+
 namespace specula {
 namespace {
 
@@ -59,12 +61,8 @@ RunInfo describe(const PointConfig& p, const nlohmann::json& coords) {
     info.shape = "none";
   } else if (!d.tree.empty()) {
     info.shape = "tree";
-    int width = 1;
-    for (int branching : d.tree) {
-      info.tree += (info.tree.empty() ? "" : "-") + std::to_string(branching);
-      width *= branching;
-      info.nodes += width;
-    }
+    for (int branching : d.tree) info.tree += (info.tree.empty() ? "" : "-") + std::to_string(branching);
+    info.nodes = static_tree_nodes(d.tree);  // saturating: validation refuses big trees
     info.gamma = static_cast<int>(d.tree.size());
     info.variant = "tree " + info.tree;
   } else if (d.tree_budget > 0) {
@@ -180,12 +178,22 @@ Plan make_plan(const ExperimentConfig& config) {
   // Every run of a (prompt, seed) once per repetition, in run order on even repetitions and
   // reversed on odd ones: plain and speculative jobs alternate which goes first.
   const int runs = static_cast<int>(plan.runs.size());
+  const double jobs = double(runs) * double(config.prompts.size()) * double(config.base.run.seeds.size()) *
+                      double(config.base.run.repetitions);
+  SPECULA_CHECK(jobs <= double(kMaxJobs), config.file, ": ", runs, " runs (baselines included) x ",
+                config.prompts.size(), " prompts x ", config.base.run.seeds.size(), " run.seeds x ",
+                config.base.run.repetitions, " run.repetitions = ", jobs, " jobs, more than ", kMaxJobs);
+  plan.jobs.reserve(static_cast<std::size_t>(jobs));
   for (std::size_t p = 0; p < config.prompts.size(); ++p) {
+    // The prompt's text (or chat messages) is in its key: an edited prompt is a new job, not the old outputs.
+    nlohmann::json content = {config.prompts[p].text};
+    for (const ChatMessage& m : config.prompts[p].messages) content.push_back({m.role, m.content});
+    const std::string prompt_key = config.prompts[p].id + "#" + fnv1a_hex(content.dump()).substr(0, 8);
     for (uint64_t seed : config.base.run.seeds) {
       for (int rep = 0; rep < config.base.run.repetitions; ++rep) {
         for (int i = 0; i < runs; ++i) {
           const PlannedRun& r = plan.runs[rep % 2 == 0 ? i : runs - 1 - i];
-          const std::string key = r.info.id + "/" + config.prompts[p].id + "/seed=" + std::to_string(seed) +
+          const std::string key = r.info.id + "/" + prompt_key + "/seed=" + std::to_string(seed) +
                                   "/rep=" + std::to_string(rep);
           plan.jobs.push_back({r.info.index, static_cast<int>(p), seed, rep, key});
         }

@@ -45,8 +45,12 @@ struct Job {
   int prompt;       // index into ExperimentConfig::prompts
   uint64_t seed;
   int repetition;
-  std::string key;  // "<run id>/<prompt id>/seed=<seed>/rep=<repetition>"
+  std::string key;  // "<run id>/<prompt id>#<hash of its text>/seed=<seed>/rep=<repetition>"; the run id
+                    // hashes the generation settings
 };
+
+// The most jobs one plan holds (runs x prompts x seeds x repetitions); make_plan refuses more.
+inline constexpr long long kMaxJobs = 1LL << 21;
 
 struct Plan {
   std::vector<PlannedRun> runs;  // a baseline comes before the first point that needs it

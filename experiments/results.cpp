@@ -1,34 +1,98 @@
 #include "experiments/results.h"
 
+#include <algorithm>
 #include <filesystem>
-#include <sstream>
+#include <utility>
 
 #include "base/error.h"
+#include "runtime/generate_options.h"
 
 namespace specula {
 
-ResultsRead read_results(const std::string& path) {
+namespace {
+
+// The fields resuming, run_info_from and the summaries read, each of its JSON type.
+void check_line_shape(const nlohmann::json& j, const std::string& where) {
+  using Check = bool (nlohmann::json::*)() const noexcept;
+  const std::pair<const char*, Check> fields[] = {
+      {"key", &nlohmann::json::is_string},        {"run", &nlohmann::json::is_string},
+      {"run_index", &nlohmann::json::is_number_integer}, {"role", &nlohmann::json::is_string},
+      {"baseline", &nlohmann::json::is_string},   {"drafter", &nlohmann::json::is_string},
+      {"shape", &nlohmann::json::is_string},      {"tree", &nlohmann::json::is_string},
+      {"gamma", &nlohmann::json::is_number_integer}, {"nodes", &nlohmann::json::is_number_integer},
+      {"variant", &nlohmann::json::is_string},    {"strategy", &nlohmann::json::is_string},
+      {"label", &nlohmann::json::is_string},      {"coords", &nlohmann::json::is_object},
+      {"prompt_id", &nlohmann::json::is_string},  {"prompt_index", &nlohmann::json::is_number_integer},
+      {"domain", &nlohmann::json::is_string},
+      {"seed", &nlohmann::json::is_number_unsigned}, {"repetition", &nlohmann::json::is_number_integer},
+      {"settings", &nlohmann::json::is_object},   {"machine", &nlohmann::json::is_object},
+      {"stats", &nlohmann::json::is_object},
+  };
+  for (const auto& [field, is_type] : fields) {
+    const auto it = j.find(field);
+    SPECULA_CHECK(it != j.end(), where, ": results line without '", field, "' (a corrupt results file)");
+    SPECULA_CHECK(((*it).*is_type)(), where, ": results line field '", field, "' = ", it->dump(),
+                  " has the wrong type (a corrupt results file)");
+  }
+  const long long gamma = j.at("gamma").get<long long>();  // the summaries loop over the depths
+  SPECULA_CHECK(gamma >= 0 && gamma <= kMaxGamma, where, ": results line field 'gamma' = ", gamma, " is outside [0, ",
+                kMaxGamma, "]");
+  for (const auto& [name, value] : j.at("coords").items())
+    SPECULA_CHECK(value.is_string(), where, ": results line coords['", name, "'] = ", value.dump(), " must be a string");
+  const auto& stats = j.at("stats");
+  if (const auto it = stats.find("accepted_per_depth"); it != stats.end()) {
+    SPECULA_CHECK(it->is_array() && std::all_of(it->begin(), it->end(), [](const nlohmann::json& v) { return v.is_number(); }),
+                  where, ": results line stats.accepted_per_depth = ", it->dump(), " must be a list of numbers");
+  }
+  for (const char* object : {"time_breakdown", "sampler", "kv", "draft"}) {
+    if (const auto it = stats.find(object); it != stats.end())
+      SPECULA_CHECK(it->is_object(), where, ": results line stats.", object, " = ", it->dump(), " must be an object");
+  }
+  if (const auto it = stats.find("time_breakdown"); it != stats.end()) {
+    for (const auto& [name, value] : it->items())
+      SPECULA_CHECK(value.is_number(), where, ": results line stats.time_breakdown.", name, " = ", value.dump(),
+                    " must be a number");
+  }
+  for (const char* number : {"cpu_s", "wall_s", "threads"}) {
+    const auto& machine = j.at("machine");
+    if (const auto it = machine.find(number); it != machine.end())
+      SPECULA_CHECK(it->is_number(), where, ": results line machine.", number, " = ", it->dump(), " must be a number");
+  }
+  const auto& settings = j.at("settings");  // what the summary tables show of the run
+  if (const auto it = settings.find("target"); it != settings.end())
+    SPECULA_CHECK(it->is_string(), where, ": results line settings.target = ", it->dump(), " must be a string");
+  if (const auto it = settings.find("sampling"); it != settings.end()) {
+    SPECULA_CHECK(it->is_object(), where, ": results line settings.sampling = ", it->dump(), " must be an object");
+    for (const auto& [name, value] : it->items())
+      SPECULA_CHECK(name == "strategy" ? value.is_string() : value.is_number(), where, ": results line settings.sampling.",
+                    name, " = ", value.dump(), name == "strategy" ? " must be a string" : " must be a number");
+  }
+  if (const auto it = j.at("machine").find("version"); it != j.at("machine").end())
+    SPECULA_CHECK(it->is_string(), where, ": results line machine.version = ", it->dump(), " must be a string");
+}
+
+}  // namespace
+
+ResultsRead read_results(const std::string& path, ResultsRead::Fields fields) {
   ResultsRead read;
   std::ifstream in(path, std::ios::binary);
   if (!in) return read;
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
-  std::size_t start = 0;
-  for (int number = 1; start < text.size(); ++number) {
-    const std::size_t end = text.find('\n', start);
-    if (end == std::string::npos) {
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (in.eof()) {  // no newline after it: cut by a crash
       read.cut_line = true;
       break;
     }
-    const std::string_view line(text.data() + start, end - start);
-    if (line.find_first_not_of(" \t\r") != std::string_view::npos) {
+    if (line.find_first_not_of(" \t\r") != std::string::npos) {
+      const std::string where = path + ":" + std::to_string(number);
       nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      SPECULA_CHECK(j.is_object(), path, ":", number, ": not a JSON object (a corrupt results file)");
+      SPECULA_CHECK(j.is_object(), where, ": not a JSON object (a corrupt results file)");
+      check_line_shape(j, where);
+      if (fields == ResultsRead::kSummaryFields)
+        for (const char* output : {"ids", "text", "samples"}) j.erase(output);
       read.lines.push_back(std::move(j));
     }
-    start = end + 1;
-    read.complete_bytes = start;
+    read.complete_bytes += line.size() + 1;
   }
   return read;
 }

@@ -12,14 +12,18 @@
 namespace specula {
 
 struct ResultsRead {
+  // What read_results keeps of each line: all of it, or without the generated outputs
+  // ("ids", "text", "samples": most of a line), which resuming and the summaries never read.
+  enum Fields { kAllFields, kSummaryFields };
   std::vector<nlohmann::json> lines;  // the complete lines, in file order
   std::uintmax_t complete_bytes = 0;  // length of the file up to the last complete line
   bool cut_line = false;              // a last line without its newline (cut by a crash)
 };
 
-// Reads `path` (an absent file has no lines); a complete line that is not a JSON object
-// throws SpeculaError naming path:line.
-ResultsRead read_results(const std::string& path);
+// Reads `path` (an absent file has no lines) line by line; a complete line that is not a
+// JSON object of a results line's shape (key, the run's description, prompt_id, seed,
+// repetition, settings, machine, stats) throws SpeculaError naming path:line and the field.
+ResultsRead read_results(const std::string& path, ResultsRead::Fields fields = ResultsRead::kAllFields);
 
 class ResultsWriter {
  public:

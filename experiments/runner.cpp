@@ -1,5 +1,9 @@
 #include "experiments/runner.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -9,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -54,6 +59,49 @@ nlohmann::json read_json(const fs::path& path) {
   return in ? nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
 }
 
+// An advisory lock (flock) on the output directory, held while a run or a report writes
+// there: a second run into the same directory is refused instead of interleaving lines.
+class DirectoryLock {
+ public:
+  explicit DirectoryLock(const fs::path& dir) {
+    const std::string path = (dir / ".specula.lock").string();
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    SPECULA_CHECK(fd_ >= 0, path, ": cannot open the lock file of the output directory");
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd_);
+      throw SpeculaError(detail::concat(dir.string(), ": another specula run or report is writing there (", path,
+                                        " is locked); wait for it or choose another output directory (--out)"));
+    }
+  }
+  ~DirectoryLock() { ::close(fd_); }  // closing releases the lock
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// Notes on results that do not make one complete, single-version experiment, for the
+// summary's header and the terminal: "incomplete: N of M jobs" (M as the last session
+// planned it) and "mixed versions: a, b" (each line's machine.version).
+std::string result_notes(const std::vector<nlohmann::json>& lines, const nlohmann::json& record) {
+  std::string notes;
+  long long planned = 0;
+  if (record.is_object() && record.contains("sessions") && record["sessions"].is_array() && !record["sessions"].empty() &&
+      record["sessions"].back().is_object())
+    planned = record["sessions"].back().value("planned_jobs", 0LL);
+  if (planned > 0 && static_cast<long long>(lines.size()) < planned)
+    notes += "incomplete: " + std::to_string(lines.size()) + " of " + std::to_string(planned) + " jobs\n";
+  std::set<std::string> versions;
+  for (const nlohmann::json& line : lines) versions.insert(line.at("machine").value("version", "unknown"));
+  if (versions.size() > 1) {
+    std::string list;
+    for (const std::string& v : versions) list += (list.empty() ? "" : ", ") + v;
+    notes += "mixed versions: " + list + " (results.jsonl holds lines of several specula versions)\n";
+  }
+  return notes;
+}
+
 // What every results line of this session records about the machine and the build (the
 // line adds its threads and the load average when it started).
 nlohmann::json session_machine(GenerationBackend& backend) {
@@ -64,14 +112,16 @@ nlohmann::json session_machine(GenerationBackend& backend) {
 }
 
 // experiment.json, with this session appended to those of earlier runs into `dir`.
-void record_session(const fs::path& dir, const ExperimentConfig& config, const nlohmann::json& machine) {
+void record_session(const fs::path& dir, const ExperimentConfig& config, const nlohmann::json& machine,
+                    std::size_t planned_jobs) {
   nlohmann::json record = read_json(dir / kExperiment);
   if (!record.is_object()) record = nlohmann::json::object();
   record["title"] = config.base.title;
   record["config"] = fs::absolute(config.file).string();
   nlohmann::json m = machine;
   m["threads"] = config.base.point.threads;
-  record["sessions"].push_back({{"started", now_utc()}, {"version", machine["version"]}, {"machine", m}});
+  record["sessions"].push_back(
+      {{"started", now_utc()}, {"version", machine["version"]}, {"machine", m}, {"planned_jobs", planned_jobs}});
   write_file(dir / kExperiment, record.dump(2) + "\n");
 }
 
@@ -106,9 +156,22 @@ void plot(const fs::path& dir, std::ostream& log) {
   if (status != 0) log << "warning: experiments/plot_results.py failed (exit " << status << "): plots incomplete\n";
 }
 
-void write_reports(const fs::path& dir, const std::vector<nlohmann::json>& lines, const std::vector<std::string>& formats,
-                   std::ostream& out, std::ostream& log) {
-  const std::vector<RunSummary> summaries = summarize(lines);
+// The reports of `dir` from its results.jsonl, read again line by line with only the fields
+// the summaries use (a run does not keep its lines in memory).
+void write_reports(const fs::path& dir, const std::vector<std::string>& formats, std::ostream& out, std::ostream& log) {
+  const std::string path = (dir / kResults).string();
+  const ResultsRead read = read_results(path, ResultsRead::kSummaryFields);
+  SPECULA_CHECK(!read.lines.empty(), path, ": no results to report");
+  if (read.cut_line) log << path << ": ignoring a last line cut short by a crash\n";
+  const std::vector<nlohmann::json>& lines = read.lines;
+  const nlohmann::json record = read_json(dir / kExperiment);
+  const std::string notes = result_notes(lines, record);
+  std::vector<RunSummary> summaries;
+  try {
+    summaries = summarize(lines);
+  } catch (const nlohmann::json::exception& e) {  // a field of the wrong type that read_results does not check
+    throw SpeculaError(detail::concat(path, ": a results line has a field of the wrong shape: ", e.what()));
+  }
   auto wanted = [&](const char* f) { return std::find(formats.begin(), formats.end(), f) != formats.end(); };
   if (wanted("csv")) {
     std::ofstream csv(dir / "summary.csv");
@@ -116,13 +179,14 @@ void write_reports(const fs::path& dir, const std::vector<nlohmann::json>& lines
     SPECULA_CHECK(csv, "cannot write '", (dir / "summary.csv").string(), "'");
   }
   if (wanted("md")) {
-    const nlohmann::json record = read_json(dir / kExperiment);
     std::ofstream md(dir / "summary.md");
-    write_summary_markdown(summaries, record.is_object() ? record.value("title", "") : "", provenance(record), md);
+    std::string header = provenance(record);
+    if (!notes.empty()) header += "\n**" + notes.substr(0, notes.size() - 1) + "**\n";
+    write_summary_markdown(summaries, record.is_object() ? record.value("title", "") : "", header, md);
     SPECULA_CHECK(md, "cannot write '", (dir / "summary.md").string(), "'");
   }
   if (wanted("png")) plot(dir, log);  // from summary.csv, which load_config requires with png
-  out << terminal_tables(summaries) << "\nResults in " << dir.string() << "\n";
+  out << notes << terminal_tables(summaries) << "\nResults in " << dir.string() << "\n";
   log << sanity_warnings(summaries);
 }
 
@@ -186,7 +250,12 @@ int run_experiment(const std::string& config_path, GenerationBackend& backend, c
     }
   }
 
-  const ResultsRead existing = read_results((dir / kResults).string());
+  std::optional<DirectoryLock> lock;  // held until the reports are written
+  if (!options.dry_run) {
+    fs::create_directories(dir);
+    lock.emplace(dir);
+  }
+  ResultsRead existing = read_results((dir / kResults).string(), ResultsRead::kSummaryFields);
   std::set<std::string> planned, done;
   for (const Job& j : plan.jobs) planned.insert(j.key);
   for (const nlohmann::json& line : existing.lines) {
@@ -195,22 +264,21 @@ int run_experiment(const std::string& config_path, GenerationBackend& backend, c
                   "'); choose another output directory (--out)");
     SPECULA_CHECK(done.insert(key).second, (dir / kResults).string(), " holds key '", key, "' twice");
   }
+  existing.lines = {};  // only their keys are needed from here on
   if (options.dry_run) {
     print_plan(config, plan, dir, done.size(), out);
     return 0;
   }
 
-  fs::create_directories(dir);
   if (!fs::exists(dir / "config.toml") || !fs::equivalent(config.file, dir / "config.toml")) {
     fs::copy_file(config.file, dir / "config.toml", fs::copy_options::overwrite_existing);
   }
   write_file(dir / "config.resolved.toml", config.resolved_toml);
   const nlohmann::json machine = session_machine(backend);
-  record_session(dir, config, machine);
+  record_session(dir, config, machine, plan.jobs.size());
   if (existing.cut_line) log << "results.jsonl: dropped a last line cut short by a crash; it is redone\n";
 
   ResultsWriter writer((dir / kResults).string(), existing.complete_bytes);
-  std::vector<nlohmann::json> lines = existing.lines;
   const std::size_t todo = plan.jobs.size() - done.size();
   std::size_t finished = 0;
   std::set<int> warm;  // runs with a warm-up generation in this session
@@ -242,11 +310,10 @@ int run_experiment(const std::string& config_path, GenerationBackend& backend, c
                  {"seed", job.seed}, {"repetition", job.repetition}, {"settings", run.settings}, {"machine", where}});
     line.update(result);
     writer.append(line);
-    lines.push_back(std::move(line));
     ++finished;
     if (!options.quiet) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      const double tps = lines.back()["stats"].value("decode_tokens_per_s", 0.0);
+      const double tps = line["stats"].value("decode_tokens_per_s", 0.0);
       char rate[32];
       std::snprintf(rate, sizeof rate, "%.1f", tps);
       log << "[" << finished << "/" << todo << "] " << run.info.label << " | " << prompt.id << " seed " << job.seed
@@ -254,16 +321,15 @@ int run_experiment(const std::string& config_path, GenerationBackend& backend, c
           << duration(elapsed / finished * (todo - finished)) << "\n";
     }
   }
-  write_reports(dir, lines, config.base.output.formats, out, log);
+  write_reports(dir, config.base.output.formats, out, log);
   return 0;
 }
 
 int report_experiment(const std::string& dir, std::ostream& out, std::ostream& log) {
   const fs::path path = fs::path(dir) / kResults;
-  const ResultsRead read = read_results(path.string());
-  SPECULA_CHECK(!read.lines.empty(), path.string(), ": no results to report");
-  if (read.cut_line) log << path.string() << ": ignoring a last line cut short by a crash\n";
-  write_reports(dir, read.lines, {"csv", "md", "png"}, out, log);
+  SPECULA_CHECK(fs::is_regular_file(path), path.string(), ": no results to report");
+  const DirectoryLock lock(dir);
+  write_reports(dir, {"csv", "md", "png"}, out, log);
   return 0;
 }
 

@@ -146,7 +146,7 @@ double chain_acceptance_mle(double accepted, double rejecting_rounds) {
 
 double expected_tokens_per_round(double alpha, int gamma) {
   double sum = 0, power = 1;
-  for (int i = 0; i <= gamma; ++i, power *= alpha) sum += power;
+  for (long long i = 0; i <= gamma; ++i, power *= alpha) sum += power;  // gamma = INT_MAX: no overflow
   return sum;
 }
 

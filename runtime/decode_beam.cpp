@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "runtime/decoders.h"
+#include "runtime/scheduler_limits.h"
 #include "runtime/speculative_beam.h"
 #include "sampling/beam_search.h"
 
@@ -62,8 +63,7 @@ DecodeRun decode_beam(const Backend& target, const GenerateOptions& options, con
   const int prompt_len = static_cast<int>(options.prompt_ids.size());
   const int width = options.sampling.beam_width;
   // Live beams, their forks during a step, and the root.
-  KvCache cache(target.kv_layout(options.kv_block_size),
-                kv_blocks_for(0, prompt_len + options.max_new_tokens, 4 * width + 2, options.kv_block_size));
+  KvCache cache(target.kv_layout(options.kv_block_size), request_kv_blocks(options, 1));
   const auto workspace = target.make_workspace();
   const ForwardContext context{target, cache, *workspace};
   DecodeRun run;
@@ -94,7 +94,7 @@ DecodeRun decode_speculative_beam(ModelStore& models, const Backend& target, con
   const int width = options.sampling.beam_width;
   const int bs = options.kv_block_size;
   // Live beams and their forks during a step (2W), each with its largest tree, and the root.
-  const int blocks = kv_blocks_for(prompt_len, options.max_new_tokens + max_tree_nodes(d) + 1, 2 * width + 1, bs);
+  const int blocks = request_kv_blocks(options, 1);
   KvCache cache(target.kv_layout(bs), blocks);
   const auto workspace = target.make_workspace();
   const ForwardContext context{target, cache, *workspace};

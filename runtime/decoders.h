@@ -40,8 +40,8 @@ DecodeRun decode_beam(const Backend& target, const GenerateOptions& options, con
 DecodeRun decode_speculative_beam(ModelStore& models, const Backend& target, const GenerateOptions& options,
                                   const TokenSink& sink);
 
-// The transform drafts rank or draw by (deterministic for greedy and beam); tree_shape and
-// max_tree_nodes are in runtime/scheduler_limits.h.
+// The transform drafts rank or draw by (deterministic for greedy and beam); tree_shape,
+// max_tree_nodes and the KV pool sizes are in runtime/scheduler_limits.h.
 DistributionFn draft_distribution(const SamplingOptions& sampling, const DraftOptions& d);
 
 // The speculative fields of "stats" (docs/architecture.md): `emitted` is what one round
@@ -60,10 +60,6 @@ void check_draft_compatible(const Model& target, const Model& draft, const Optio
 
 // The draft model of a request (method = model), its matrices read in DraftOptions::weights.
 const Backend& draft_model(ModelStore& models, const DraftOptions& draft);
-
-// KV blocks enough for a shared prefix of `shared_tokens` slots and `sequences` forks of it
-// that each add up to `own_tokens` (one more block each for copying a shared partial block).
-int kv_blocks_for(int shared_tokens, int own_tokens, int sequences, int block_size);
 
 // A lone request (generate()) decodes at most this many of its samples side by side, the
 // next forked as others finish (the results do not depend on it: rows are batch-invariant

@@ -3,11 +3,15 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <climits>
+#include <string>
 
 #include "base/error.h"
+#include "base/memory.h"
 #include "engine/cuda/device.h"
 #include "runtime/decoders.h"
 #include "runtime/scheduler.h"
+#include "runtime/scheduler_limits.h"
 #include "sampling/sampler.h"
 
 namespace specula {
@@ -20,6 +24,17 @@ bool emit_token(std::vector<int>& ids, int token, const GenerateOptions& options
   if (sink) sink(sample, token);
   return is_eos(token) || static_cast<int>(ids.size()) >= options.max_new_tokens;
 }
+
+namespace {
+
+// Bytes of a KV pool of `blocks` blocks of `model` (every layer's K and V pages).
+long long kv_pool_bytes(const Model& model, int block_size, long long blocks) {
+  const KvLayout l = model.kv_layout(block_size);
+  const long long per_block = 2LL * l.num_layers * l.block_size * l.kv_dim() * static_cast<long long>(dtype_size(l.dtype));
+  return blocks > LLONG_MAX / per_block ? LLONG_MAX : blocks * per_block;
+}
+
+}  // namespace
 
 KvCache::SeqId prefill(const ForwardContext& context, std::span<const int> tokens, std::vector<float>& last_logits) {
   last_logits.assign(static_cast<std::size_t>(context.backend.config().vocab_size), 0.0f);
@@ -56,7 +71,24 @@ void validate_generate_options(ModelStore& models, const GenerateOptions& o, con
   for (int id : o.prompt_ids)
     SPECULA_CHECK(id >= 0 && id < c.vocab_size, names.at("prompt"), ": id ", id, " is outside the vocabulary [0, ",
                   c.vocab_size, ")");
-  if (o.draft.method == DraftMethod::kModel) check_draft_compatible(target, draft_model(models, o.draft).model(), names);
+  const Model* draft = o.draft.method == DraftMethod::kModel ? &draft_model(models, o.draft).model() : nullptr;
+  if (draft) check_draft_compatible(target, *draft, names);
+
+  // The KV pools (target, and the draft's of the same size) must fit in the memory there is.
+  const long long blocks = request_kv_blocks(o, std::min(o.num_samples, kSampleWave));
+  long long bytes = kv_pool_bytes(target, o.kv_block_size, blocks);
+  if (draft) bytes = std::min(bytes, LLONG_MAX / 2) + std::min(kv_pool_bytes(*draft, o.kv_block_size, blocks), LLONG_MAX / 2);
+  // Host memory bounds the CPU's pools (a device backend plans its own memory up front).
+  const long long available = o.backend == BackendKind::kCpu ? available_memory_bytes() : LLONG_MAX;
+  const auto gib = [](long long b) { return static_cast<double>(b) / (1LL << 30); };
+  std::string sizes = names.name("run.max_new_tokens") + " " + std::to_string(o.max_new_tokens) + ", " +
+                      (o.sampling.strategy == Strategy::kBeam
+                           ? names.name("sampling.beam_width") + " " + std::to_string(o.sampling.beam_width)
+                           : names.name("run.num_samples") + " " + std::to_string(o.num_samples));
+  if (o.draft.method != DraftMethod::kNone) sizes += ", " + std::to_string(draft_tree_nodes(o.draft)) + " drafted nodes";
+  SPECULA_CHECK(blocks <= INT_MAX && bytes <= available, names.at("run.max_new_tokens"), ": the request (", sizes,
+                ", ", names.name("run.kv_block_size"), " ", o.kv_block_size, ") needs a KV pool of ", gib(bytes),
+                " GiB, more than the ", gib(available), " GiB of memory available");
 }
 
 const Backend& draft_model(ModelStore& models, const DraftOptions& draft) {

@@ -1,8 +1,12 @@
 #include "runtime/generate_options.h"
 
+#include <algorithm>
+#include <climits>
+#include <initializer_list>
 #include <map>
 
 #include "base/error.h"
+#include "draft/model_drafter.h"
 #include "engine/cuda/device.h"
 #include "sampling/sampler.h"
 
@@ -44,19 +48,62 @@ OptionNames cli_option_names() {
   return names;
 }
 
+int draft_tree_nodes(const DraftOptions& d) {
+  if (d.method == DraftMethod::kNgram) return d.gamma;
+  if (d.tree_budget > 0) return d.tree_budget;
+  // An adaptive chain starts at gamma and grows up to kMaxAdaptiveGamma.
+  if (d.tree.empty()) return d.adaptive ? std::max(d.gamma, ModelDrafter::kMaxAdaptiveGamma) : d.gamma;
+  return static_tree_nodes(d.tree);
+}
+
+int static_tree_nodes(std::span<const int> branching) {
+  long long nodes = 0, level = 1;
+  for (int b : branching) {
+    level = std::min<long long>(level * std::max(b, 0), INT_MAX);  // both factors <= INT_MAX: no overflow
+    nodes = std::min<long long>(nodes + level, INT_MAX);
+  }
+  return static_cast<int>(nodes);
+}
+
+namespace {
+
+// An option given (names.given) where it does not apply: refused, naming it and why.
+void refuse_given(const OptionNames& names, std::initializer_list<const char*> keys, bool applies,
+                  const std::string& why) {
+  if (applies) return;
+  for (const char* key : keys)
+    SPECULA_CHECK(!names.given(key), names.at(key), " does not apply: ", why);
+}
+
+}  // namespace
+
 void validate_options(const GenerateOptions& o, const OptionNames& names) {
-  SPECULA_CHECK(o.max_new_tokens >= 1, names.at("run.max_new_tokens"), " must be >= 1, got ", o.max_new_tokens);
-  SPECULA_CHECK(o.num_samples >= 1, names.at("run.num_samples"), " must be >= 1, got ", o.num_samples);
-  SPECULA_CHECK(o.kv_block_size >= 1, names.at("run.kv_block_size"), " must be >= 1, got ", o.kv_block_size);
-  SPECULA_CHECK(o.threads >= 0, names.at("run.threads"), " must be >= 0, got ", o.threads);
+  const auto in_range = [&](const char* key, long long value, long long min, long long max) {
+    SPECULA_CHECK(value >= min && value <= max, names.at(key), " must be in [", min, ", ", max, "], got ", value);
+  };
+  in_range("run.max_new_tokens", o.max_new_tokens, 1, INT_MAX);
+  in_range("run.num_samples", o.num_samples, 1, kMaxNumSamples);
+  in_range("run.kv_block_size", o.kv_block_size, 1, kMaxKvBlockSize);
+  in_range("run.threads", o.threads, 0, kMaxThreads);
   SPECULA_CHECK(o.backend == BackendKind::kCpu || cuda_device_count() > 0, names.at("run.backend"), " ",
                 name_of(o.backend), ": no usable GPU (", cuda_unavailable_reason(), "); use cpu");
   validate_sampling_options(o.sampling, names);
+  const SamplingOptions& s = o.sampling;
+  SPECULA_CHECK(s.temperature == 0.0f || s.temperature >= kMinTemperature, names.at("sampling.temperature"),
+                " must be 0 (greedy) or >= ", kMinTemperature, ", got ", s.temperature);
+  in_range("sampling.beam_width", s.beam_width, 1, kMaxBeamWidth);
 
   const DraftOptions& d = o.draft;
-  SPECULA_CHECK(d.gamma >= 1, names.at("draft.gamma"), " must be >= 1, got ", d.gamma);
-  SPECULA_CHECK(d.tree_budget >= 0, names.at("draft.budget"), " must be >= 0, got ", d.tree_budget);
+  in_range("draft.gamma", d.gamma, 1, kMaxGamma);
+  in_range("draft.budget", d.tree_budget, 0, kMaxTreeNodes);
   for (int b : d.tree) SPECULA_CHECK(b >= 1, names.at("draft.tree"), ": every branching factor must be >= 1, got ", b);
+  SPECULA_CHECK(d.tree.size() <= static_cast<std::size_t>(kMaxGamma), names.at("draft.tree"), " has ", d.tree.size(),
+                " levels, more than ", kMaxGamma);
+  if (!d.tree.empty() && d.tree_budget == 0) {
+    const int nodes = static_tree_nodes(d.tree);
+    SPECULA_CHECK(nodes <= kMaxTreeNodes, names.at("draft.tree"), " has ", nodes, " nodes, more than ", kMaxTreeNodes);
+  }
+  in_range("draft.ngram_max", d.ngram_max, 1, kMaxNgram);
   SPECULA_CHECK(d.ngram_min >= 1 && d.ngram_min <= d.ngram_max, names.at("draft.ngram_max"), " (", d.ngram_max,
                 ") must be >= ", names.name("draft.ngram_min"), " (", d.ngram_min, ") and that >= 1");
   SPECULA_CHECK(o.gamma_policy == GammaPolicy::kFixed || (d.method != DraftMethod::kNone && d.tree.empty() &&
@@ -67,7 +114,27 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   SPECULA_CHECK(o.gamma_policy == GammaPolicy::kFixed || o.sampling.strategy != Strategy::kBeam,
                 names.at("draft.gamma_policy"), " load cannot be combined with ", names.name("sampling.strategy"),
                 " beam (beam steps are one unit)");
-  if (d.method == DraftMethod::kNone) return;
+
+  // Options given where they do not apply (the CLI knows which flags were given).
+  refuse_given(names, {"sampling.temperature", "sampling.top_k", "sampling.top_p", "sampling.min_p", "run.seeds"},
+               s.strategy == Strategy::kSample, "it needs " + names.name("sampling.strategy") + " sample");
+  refuse_given(names, {"sampling.beam_width", "sampling.length_penalty"}, s.strategy == Strategy::kBeam,
+               "it needs " + names.name("sampling.strategy") + " beam");
+  refuse_given(names, {"draft.gamma"}, d.method != DraftMethod::kNone && d.tree.empty() && d.tree_budget == 0,
+               "it sets the length of a drafted chain (" + names.name("draft.path") + " DIR or " +
+                   names.name("draft.method") + " ngram, without " + names.name("draft.tree") + " or " +
+                   names.name("draft.budget") + ")");
+  refuse_given(names, {"draft.ngram_min", "draft.ngram_max"}, d.method == DraftMethod::kNgram,
+               "it needs " + names.name("draft.method") + " ngram");
+  refuse_given(names, {"draft.weights"}, d.method == DraftMethod::kModel,
+               "it needs a draft model (" + names.name("draft.path") + ")");
+  if (d.method == DraftMethod::kNone) {
+    SPECULA_CHECK(d.tree.empty() && d.tree_budget == 0 && !d.adaptive, names.at(!d.tree.empty() ? "draft.tree"
+                                                                               : d.tree_budget ? "draft.budget"
+                                                                                               : "draft.adaptive"),
+                  " needs a drafter (", names.name("draft.path"), " DIR or ", names.name("draft.method"), " ngram)");
+    return;
+  }
   SPECULA_CHECK(d.method != DraftMethod::kModel || !d.model_dir.empty(), names.at("draft.method"),
                 " model needs ", names.name("draft.path"));
   SPECULA_CHECK(d.tree.empty() || d.tree_budget == 0, names.where("draft.budget"), names.name("draft.tree"),

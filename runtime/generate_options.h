@@ -42,14 +42,33 @@ struct GenerateOptions {
   GammaPolicy gamma_policy = GammaPolicy::kFixed;
 };
 
+// Upper bounds of a request's sizes (validate_options names the option that exceeds one);
+// the KV pool a request needs is checked against the memory available in
+// validate_generate_options.
+inline constexpr int kMaxThreads = 1024;      // run.threads: OpenMP teams beyond this only thrash
+inline constexpr int kMaxGamma = 256;         // draft.gamma, and the depth of a draft.tree
+inline constexpr int kMaxTreeNodes = 4096;    // nodes of one draft.tree, and draft.budget
+inline constexpr int kMaxBeamWidth = 1024;    // sampling.beam_width
+inline constexpr int kMaxNumSamples = 1 << 20;  // run.num_samples
+inline constexpr int kMaxKvBlockSize = 4096;  // run.kv_block_size (token slots per block)
+inline constexpr int kMaxNgram = 256;         // draft.ngram_max
+inline constexpr float kMinTemperature = 1e-6f;  // sampling.temperature when not 0 (logits / T stay finite)
+
+// Nodes of the largest tree one proposal of `draft` can hold (the chain's gamma, a static
+// tree's nodes, the dynamic budget, the adaptive limit); saturates at INT_MAX.
+int draft_tree_nodes(const DraftOptions& draft);
+// Nodes of a static tree of these branching factors (level by level), saturating at INT_MAX.
+int static_tree_nodes(std::span<const int> branching);
+
 // Option keys as `specula generate` spells them: "draft.gamma" -> "--gamma", ...
 OptionNames cli_option_names();
 
 // Every check of `options` that needs no model: ranges of each field and the combinations no
 // request can run with (a static and a dynamic tree at once, tree or adaptive settings for a
 // drafter without trees, beam search with an adaptive chain, the load policy without a chain
-// or with beam search, a draft model without its folder, a
-// backend this build cannot run). Throws SpeculaError naming the options through `names`.
+// or with beam search, a draft model without its folder, a backend this build cannot run),
+// sizes above the bounds above, and options given (names.given) where they do not apply.
+// Throws SpeculaError naming the options through `names`.
 void validate_options(const GenerateOptions& options, const OptionNames& names);
 
 }  // namespace specula

@@ -1,6 +1,7 @@
 #include "runtime/scheduler_limits.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "base/error.h"
 #include "runtime/decoders.h"
@@ -27,15 +28,7 @@ TreeShape tree_shape(const DraftOptions& d) {
   return shape;
 }
 
-int max_tree_nodes(const DraftOptions& d) {
-  if (d.method == DraftMethod::kNone) return 0;
-  if (d.method == DraftMethod::kNgram) return d.gamma;
-  if (d.tree_budget > 0) return d.tree_budget;
-  if (d.tree.empty()) return d.adaptive ? ModelDrafter::kMaxAdaptiveGamma : d.gamma;
-  int nodes = 0, level = 1;
-  for (int b : d.tree) nodes += (level *= b);
-  return nodes;
-}
+int max_tree_nodes(const DraftOptions& d) { return d.method == DraftMethod::kNone ? 0 : draft_tree_nodes(d); }
 
 int blocks_for(int tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
 
@@ -43,16 +36,29 @@ int append_blocks(int length, int rows, int block_size) {
   return blocks_for(length + rows, block_size) - blocks_for(length, block_size) + 1;
 }
 
-int request_kv_blocks(const GenerateOptions& o, int sequences) {
-  const int prompt = static_cast<int>(o.prompt_ids.size());
-  const int own = o.max_new_tokens + max_tree_nodes(o.draft) + 1;
-  // Side by side forks of the prompt; at least what one sample recomputed alone needs.
-  return std::max(kv_blocks_for(prompt, own, sequences, o.kv_block_size),
-                  blocks_for(prompt, o.kv_block_size) + blocks_for(prompt + own, o.kv_block_size) + 2);
+long long kv_blocks_for(long long shared_tokens, long long own_tokens, long long sequences, int block_size) {
+  const auto blocks = [block_size](long long tokens) { return (tokens + block_size - 1) / block_size; };
+  return blocks(shared_tokens) + (blocks(own_tokens) + 1) * sequences;
 }
 
-int kv_blocks_for(int shared_tokens, int own_tokens, int sequences, int block_size) {
-  return blocks_for(shared_tokens, block_size) + (blocks_for(own_tokens, block_size) + 1) * sequences;
+int request_kv_blocks(const GenerateOptions& o, int sequences) {
+  const long long prompt = static_cast<long long>(o.prompt_ids.size());
+  const int bs = o.kv_block_size;
+  const long long tree = max_tree_nodes(o.draft);
+  long long blocks;
+  if (o.sampling.strategy == Strategy::kBeam) {
+    // Live beams, their forks during a step, and the root; with a drafter the 2W beams and
+    // forks each with its largest tree.
+    blocks = o.draft.method == DraftMethod::kNone
+                 ? kv_blocks_for(0, prompt + o.max_new_tokens, 4LL * o.sampling.beam_width + 2, bs)
+                 : kv_blocks_for(prompt, o.max_new_tokens + tree + 1, 2LL * o.sampling.beam_width + 1, bs);
+  } else {
+    // Side by side forks of the prompt; at least what one sample recomputed alone needs.
+    const long long own = o.max_new_tokens + tree + 1;
+    blocks = std::max(kv_blocks_for(prompt, own, sequences, bs),
+                      kv_blocks_for(0, prompt, 1, bs) + kv_blocks_for(0, prompt + own, 1, bs));
+  }
+  return static_cast<int>(std::min<long long>(blocks, INT_MAX));  // validation refuses what saturates
 }
 
 void check_request_fits(const GenerateOptions& o, const SchedulerLimits& limits) {

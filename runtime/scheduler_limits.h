@@ -34,8 +34,14 @@ int blocks_for(int tokens, int block_size);
 // (the blocks it grows by, and one copy of a shared partly filled last block).
 int append_blocks(int length, int rows, int block_size);
 
+// KV blocks enough for a shared prefix of `shared_tokens` slots and `sequences` forks of it
+// that each add up to `own_tokens` (one more block each for copying a shared partial block).
+long long kv_blocks_for(long long shared_tokens, long long own_tokens, long long sequences, int block_size);
+
 // KV blocks one request needs when it runs alone with `sequences` samples live at once: its
-// shared prompt and each sample's own tokens and largest tree.
+// shared prompt and each sample's own tokens and largest tree (beam search: its beams and
+// their forks, `sequences` unused); saturates at INT_MAX, which validate_generate_options
+// refuses (the pool must fit in memory).
 int request_kv_blocks(const GenerateOptions& o, int sequences);
 
 // Throws SpeculaError (naming the limit and the request's sizes) when `o` cannot run even

@@ -96,7 +96,7 @@ const VerifyResult& SpeculativeSequence::finish(std::span<const float> logits, S
   };
   if (sampler_.is_greedy()) {
     argmaxes_.resize(static_cast<std::size_t>(n + 1));
-    for (int c = 0; c <= n; ++c) argmaxes_[static_cast<std::size_t>(c)] = argmax(row(logits, c));
+    for (int c = 0; c <= n; ++c) argmaxes_[static_cast<std::size_t>(c)] = greedy_token(row(logits, c));
     result_ = verify_greedy(tree, argmaxes_);
   } else {
     p_.resize(logits.size());

@@ -8,22 +8,13 @@
 
 namespace specula {
 
-DistributionFn draft_distribution(const SamplingOptions& sampling, const DraftOptions& d) {
-  // Deterministic drafting (greedy, beam) ranks by the draft's own softmax; sampled drafting
-  // draws from the sampler's transform, the one applied to the target too (lossless
-  // verification needs it). Static deterministic trees only need the order, which the logits
-  // already have (the softmax is monotone): they skip its exps per drafted token. Dynamic
-  // trees score paths by the log-probabilities, so they keep the softmax.
+DistributionFn draft_distribution(const SamplingOptions& sampling, const DraftOptions&) {
+  // Deterministic drafting (greedy, beam) ranks by the draft's own softmax (the top-k draw
+  // keeps tokens of q > 0, which raw logits <= 0 are not); sampled drafting draws from the
+  // sampler's transform, the one applied to the target too (lossless verification needs it).
   const bool deterministic = sampling.strategy != Strategy::kSample;
   std::shared_ptr<const Sampler> sampler = make_sampler(deterministic ? SamplingOptions::sample() : sampling);
-  const bool rank_by_logits = deterministic && d.tree_budget == 0;
-  return [sampler, rank_by_logits](std::span<const float> logits, std::span<float> probs) {
-    if (rank_by_logits) {
-      std::copy(logits.begin(), logits.end(), probs.begin());
-    } else {
-      sampler->distribution(logits, probs);
-    }
-  };
+  return [sampler](std::span<const float> logits, std::span<float> probs) { sampler->distribution(logits, probs); };
 }
 
 nlohmann::json speculative_stats_json(const DraftOptions& d, const SpeculativeStats& stats, long emitted,

@@ -31,6 +31,16 @@ int argmax(std::span<const float> values) {
   return first == values.end() ? 0 : int(first - values.begin());  // all NaN: 0
 }
 
+int greedy_token(std::span<const float> logits) {
+  const int best = argmax(logits);
+  if (!(logits[static_cast<std::size_t>(best)] < std::numeric_limits<float>::infinity()) ||
+      std::any_of(logits.begin(), logits.end(), [](float v) { return std::isnan(v); })) {
+    const auto bad = std::find_if(logits.begin(), logits.end(), [](float v) { return !(v < std::numeric_limits<float>::infinity()); });
+    throw SpeculaError(detail::concat("sampler: logit ", bad - logits.begin(), " is ", *bad));
+  }
+  return best;
+}
+
 int inverse_cdf(std::span<const float> probs, double u) {
   // The total in a fixed order that vectorises: 8 interleaved partial sums, then the tail.
   double partial[8] = {};

@@ -40,6 +40,12 @@ class Sampler {
 //   values: in [n], n >= 1
 int argmax(std::span<const float> values);
 
+// argmax of a row of logits for greedy decoding, which refuses NaN and +inf logits as the
+// sampling transforms do (SpeculaError "sampler: logit i is nan"): a model computing NaN
+// must not emit token 0 forever.
+//   logits: in [vocab], vocab >= 1
+int greedy_token(std::span<const float> logits);
+
 // Smallest i with probs[i] > 0 and probs[0] + ... + probs[i] > u * sum(probs) (sums in
 // double, in a fixed order); the last positive index if rounding leaves none; never a
 // zero-probability index.

@@ -89,6 +89,8 @@ void StochasticSampler::distribution(std::span<const float> logits, std::span<fl
   }
   if (any_invalid) {
     const int i = int(std::find_if(x, x + vocab, invalid) - x);
+    SPECULA_CHECK(invalid(logits[i]), "temperature ", temperature_, " is too small: logit ", i, " (", logits[i],
+                  ") / temperature overflows a float");
     throw SpeculaError(detail::concat("sampler: logit ", i, " is ", logits[i]));
   }
   const float x_max = x[argmax({x, size_t(vocab)})];

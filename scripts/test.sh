@@ -17,3 +17,6 @@ scripts/setup.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPECULA_SANITIZE
   -DSPECULA_ENABLE_CUDA=OFF -DSPECULA_BUILD_BENCH=OFF
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 (cd build-asan && ctest --output-on-failure -j "$jobs")
+
+# After the suites: each fuzz target for 30 s (skips with a message without clang's libFuzzer).
+scripts/fuzz.sh 30 build-fuzz

@@ -1,6 +1,7 @@
 // The sweep grid is the product of the axes; baselines are added once per distinct
 // target-alone setting; jobs have stable, unique keys.
 #include <catch2/catch.hpp>
+#include <regex>
 #include <set>
 
 #include "base/error.h"
@@ -209,12 +210,25 @@ TEST_CASE("jobs cover runs × prompts × seeds × repetitions with stable unique
   CHECK(keys.size() == a.jobs.size());
   // Prompt-major, then seed, then repetition: every run once per repetition, the point right
   // after its baseline, in reverse order on odd repetitions.
-  CHECK(a.jobs[0].key == a.runs[0].info.id + "/a/seed=0/rep=0");
-  CHECK(a.jobs[1].key == a.runs[1].info.id + "/a/seed=0/rep=0");
-  CHECK(a.jobs[3].key == a.runs[3].info.id + "/a/seed=0/rep=0");
-  CHECK(a.jobs[4].key == a.runs[3].info.id + "/a/seed=0/rep=1");
-  CHECK(a.jobs[7].key == a.runs[0].info.id + "/a/seed=0/rep=1");
-  CHECK(a.jobs[8].key == a.runs[0].info.id + "/a/seed=1/rep=0");
+  // Keys: <run id>/<prompt id>#<hash of its text>/seed=S/rep=R.
+  const auto key_is = [](const std::string& key, const std::string& id, const std::string& rest) {
+    return std::regex_match(key, std::regex(id + "/a#[0-9a-f]{8}/" + rest));
+  };
+  CHECK(key_is(a.jobs[0].key, a.runs[0].info.id, "seed=0/rep=0"));
+  CHECK(key_is(a.jobs[1].key, a.runs[1].info.id, "seed=0/rep=0"));
+  CHECK(key_is(a.jobs[3].key, a.runs[3].info.id, "seed=0/rep=0"));
+  CHECK(key_is(a.jobs[4].key, a.runs[3].info.id, "seed=0/rep=1"));
+  CHECK(key_is(a.jobs[7].key, a.runs[0].info.id, "seed=0/rep=1"));
+  CHECK(key_is(a.jobs[8].key, a.runs[0].info.id, "seed=1/rep=0"));
+  // An edited prompt text is another job (its outputs are not reused); the other prompts keep theirs.
+  std::string edited = with_reps;
+  REQUIRE(edited.find("prompt = \"") != std::string::npos);
+  edited.insert(edited.find("prompt = \"") + 10, "edited ");
+  const Plan e = make_plan(load_text(dir, edited));
+  REQUIRE(e.jobs.size() == a.jobs.size());
+  int changed = 0;
+  for (std::size_t i = 0; i < a.jobs.size(); ++i) changed += e.jobs[i].key != a.jobs[i].key;
+  CHECK(changed == static_cast<int>(a.jobs.size()) / 3);  // the jobs of one of the 3 prompts
 
   const GenerateOptions o = generate_options(a.runs[3], {1, 5, 9}, 7);
   CHECK(o.model_dir == c.base.point.target);

@@ -309,12 +309,54 @@ TEST_CASE("nothing runs when the backend refuses a run or the directory holds an
 
 TEST_CASE("a results file with a corrupt complete line is refused, naming the line", "[experiments]") {
   ScratchDir dir;
-  const std::string path = dir.write("results.jsonl", "{\"key\": 1}\nnot json\n{\"key\": 2}\n");
+  TinyExperiment e;
+  FakeBackend backend;
+  e.run(backend);
+  const std::string good = e.lines().front().dump();  // a line as the runner writes it
+  const std::string path = dir.write("results.jsonl", good + "\nnot json\n" + good + "\n");
   CHECK_THROWS_WITH(read_results(path), Contains(path + ":2: not a JSON object"));
-  const ResultsRead cut = read_results(dir.write("cut.jsonl", "{\"key\": 1}\n{\"key\""));
+  const ResultsRead cut = read_results(dir.write("cut.jsonl", good + "\n{\"key\""));
   CHECK(cut.lines.size() == 1);
   CHECK(cut.cut_line);
-  CHECK(cut.complete_bytes == 11);
+  CHECK(cut.complete_bytes == good.size() + 1);
+  // A line of the wrong shape names the line and the field, for resuming and `specula report`.
+  nlohmann::json wrong = e.lines().front();
+  wrong.erase("run");
+  CHECK_THROWS_WITH(read_results(dir.write("shape.jsonl", good + "\n" + wrong.dump() + "\n")),
+                    Contains("shape.jsonl:2: results line without 'run'"));
+  wrong = e.lines().front();
+  wrong["stats"] = "fast";
+  CHECK_THROWS_WITH(read_results(dir.write("type.jsonl", wrong.dump() + "\n")),
+                    Contains("type.jsonl:1: results line field 'stats' = \"fast\" has the wrong type"));
+  // Only the summaries' fields: the generated outputs are dropped.
+  const ResultsRead lean = read_results(dir.write("lean.jsonl", good + "\n"), ResultsRead::kSummaryFields);
+  CHECK(lean.lines.at(0).contains("stats"));
+  CHECK_FALSE(lean.lines.at(0).contains("ids"));
+  CHECK_FALSE(lean.lines.at(0).contains("text"));
+}
+
+TEST_CASE("reports note an incomplete run and results of mixed versions", "[experiments]") {
+  TinyExperiment e;
+  FakeBackend backend;
+  REQUIRE(e.run(backend) == 0);
+  const std::string md = (e.out / "summary.md").string();
+  CHECK_THAT(test::slurp(md), !Contains("incomplete:") && !Contains("mixed versions"));
+  std::vector<nlohmann::json> lines = e.lines();
+  const auto write_lines = [&](std::size_t count) {
+    std::ofstream out(e.out / "results.jsonl", std::ios::trunc);
+    for (std::size_t i = 0; i < count; ++i) out << lines[i].dump() << "\n";
+  };
+  write_lines(10);
+  std::ostringstream out, log;
+  REQUIRE(report_experiment(e.out.string(), out, log) == 0);
+  CHECK_THAT(out.str(), Contains("incomplete: 10 of 72 jobs"));
+  CHECK_THAT(test::slurp(md), Contains("incomplete: 10 of 72 jobs"));
+  lines[3]["machine"]["version"] = "v0-older";
+  write_lines(lines.size());
+  out.str("");
+  REQUIRE(report_experiment(e.out.string(), out, log) == 0);
+  CHECK_THAT(out.str(), !Contains("incomplete:") && Contains("mixed versions: ") && Contains("v0-older"));
+  CHECK_THAT(test::slurp(md), Contains("mixed versions: ") && Contains("v0-older"));
 }
 
 TEST_CASE("png output draws the plots with matplotlib, or warns and keeps the tables", "[experiments]") {

@@ -3,6 +3,7 @@
 // plain run's caches bitwise; speculative sampling's first tokens follow the target's
 // exact distribution under every sampler transform.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -78,6 +79,10 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
       CHECK(result["ids"] == expected);
       CHECK(result["stats"]["kv"]["blocks_in_use_at_end"] == 0);
       CHECK(result["stats"]["drafted"].get<long>() >= result["stats"]["accepted"].get<long>());
+      if (!drafting.options.tree.empty()) {  // a real tree: more nodes per round than levels (a chain)
+        CHECK(result["stats"]["drafted"].get<long>() >
+              static_cast<long>(drafting.options.tree.size()) * result["stats"]["steps"].get<long>());
+      }
     }
   }
 }
@@ -102,18 +107,22 @@ TEST_CASE("after any accept/reject pattern both caches equal a plain run's cache
   const int draft_seq = test::plain_prefill(draft, draft_cache, body);
   TreeShape shape;
   shape.branching = branching;
+  // As decode_speculative drafts: greedy ranks by the draft's softmax (the greedy sampler's
+  // one-hot would make every tree a chain), sampling by the sampler's transform.
+  const auto draft_sampler = make_sampler(greedy ? SamplingOptions::sample() : sampling);
   auto drafter = std::make_unique<ModelDrafter>(
-      ForwardContext{draft, draft_cache, *draft_workspace}, draft_seq, [&](std::span<const float> l, std::span<float> p) { sampler->distribution(l, p); },
-      !greedy, shape);
+      ForwardContext{draft, draft_cache, *draft_workspace}, draft_seq,
+      [&](std::span<const float> l, std::span<float> p) { draft_sampler->distribution(l, p); }, !greedy, shape);
   ModelDrafter& model_drafter = *drafter;
   SpeculativeSequence sequence(ForwardContext{target, cache, *workspace}, seq, std::move(drafter), *sampler, prompt,
                                Philox(7));
   SpeculativeStats stats;
-  long rejections = 0;
+  long rejections = 0, widest = 0;
   for (int step = 0; step < (test::kSanitized ? 5 : 12); ++step) {
     const long drafted_before = stats.drafted;
     const VerifyResult& result = sequence.step(4, stats);
     rejections += static_cast<long>(result.accepted_nodes.size()) < stats.drafted - drafted_before;
+    widest = std::max(widest, stats.drafted - drafted_before);
     const std::vector<int>& committed = sequence.committed();
     // Target: every committed token but the root is cached, exactly as a plain prefill.
     REQUIRE(cache.length(seq) == static_cast<int>(committed.size()) - 1);
@@ -128,6 +137,8 @@ TEST_CASE("after any accept/reject pattern both caches equal a plain run's cache
     CHECK(same_cache_rows(draft_cache, model_drafter.seq(), plain_draft, plain_draft_seq, draft_len));
   }
   CHECK(rejections > 0);  // the pattern included rejections, not only full acceptances
+  // Branching 2,2,1 drafts trees (more nodes than its 3 levels), greedy or sampled.
+  if (branching.front() > 1) CHECK(widest > static_cast<long>(branching.size()));
   CHECK(stats.accepted > 0);
 }
 

@@ -61,6 +61,11 @@ TEST_CASE("greedy is the one-hot argmax, ties to the lowest id", "[sampling]") {
   CHECK(make_sampler(SamplingOptions::sample(0.0f))->is_greedy());
   CHECK(make_sampler(greedy)->is_greedy());
   CHECK_FALSE(make_sampler(SamplingOptions::sample(1.0f))->is_greedy());
+  // NaN or +inf logits are refused as sampling refuses them, not decoded as token 0.
+  CHECK_THROWS_WITH(distribution(greedy, {0.0f, std::nanf(""), 1.0f}), "sampler: logit 1 is nan");
+  CHECK_THROWS_WITH(distribution(greedy, {std::nanf(""), std::nanf("")}), "sampler: logit 0 is nan");
+  CHECK_THROWS_WITH(distribution(greedy, {0.0f, kInf}), "sampler: logit 1 is inf");
+  CHECK(greedy_token(std::vector<float>{-kInf, 2.0f, 1.0f}) == 1);
 }
 
 TEST_CASE("temperature divides the logits", "[sampling]") {
@@ -77,6 +82,9 @@ TEST_CASE("temperature divides the logits", "[sampling]") {
   CHECK_THROWS_WITH(distribution(SamplingOptions::sample(1.0f), {0.0f, std::nanf(""), 1.0f}), "sampler: logit 1 is nan");
   CHECK_THROWS_WITH(distribution(SamplingOptions::sample(1.0f), {0.0f, 1.0f, kInf}), "sampler: logit 2 is inf");
   CHECK_THROWS_WITH(distribution(SamplingOptions::sample(1.0f), {-kInf, -kInf}), "sampler: every logit is -inf");
+  // A temperature so small that a finite logit / T overflows is named as the cause.
+  CHECK_THROWS_WITH(distribution(SamplingOptions::sample(1e-38f), {0.0f, 100.0f}),
+                    Catch::Contains("temperature 1e-38 is too small: logit 1 (100)"));
 }
 
 TEST_CASE("top-k keeps the k largest, and every token tied with the k-th (HF)", "[sampling]") {
