@@ -2,23 +2,14 @@
 
 #include <algorithm>
 #include <cassert>
-#include <chrono>
 
 #include "draft/model_drafter.h"
 #include "draft/ngram_drafter.h"
 #include "runtime/decoders.h"
+#include "runtime/lap_timer.h"
 
 namespace specula {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double lap(Clock::time_point& mark) {
-  const auto now = Clock::now();
-  const double s = std::chrono::duration<double>(now - mark).count();
-  mark = now;
-  return s;
-}
 
 class ModelBeamDrafters final : public BeamDrafters {
  public:

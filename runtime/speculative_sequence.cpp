@@ -1,22 +1,10 @@
 #include "runtime/speculative_sequence.h"
 
-#include <chrono>
 #include <map>
 
+#include "runtime/lap_timer.h"
+
 namespace specula {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double lap(Clock::time_point& mark) {
-  const auto now = Clock::now();
-  const double s = std::chrono::duration<double>(now - mark).count();
-  mark = now;
-  return s;
-}
-
-}  // namespace
-
 void run_draft_forwards(std::span<Drafter* const> drafters) {
   std::vector<float> logits;
   std::vector<SequenceRows> parts;

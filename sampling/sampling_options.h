@@ -36,6 +36,14 @@ struct SamplingOptions {
     o.min_p = min_p;
     return o;
   }
+  // Beam search (Strategy::kBeam) of this width and length penalty.
+  static SamplingOptions beam(int width, float length_penalty = 1.0f) {
+    SamplingOptions o;
+    o.strategy = Strategy::kBeam;
+    o.beam_width = width;
+    o.length_penalty = length_penalty;
+    return o;
+  }
 };
 
 }  // namespace specula

@@ -29,14 +29,6 @@ std::vector<float> toy_logits(const History& history, uint64_t seed) {
   return out;
 }
 
-SamplingOptions beam(int width, float length_penalty) {
-  SamplingOptions o;
-  o.strategy = Strategy::kBeam;
-  o.beam_width = width;
-  o.length_penalty = length_penalty;
-  return o;
-}
-
 // Plain beam search: `steps` steps of `search` over toy logits (stops early when done).
 void plain_steps(BeamSearch& search, const History& prompt, uint64_t seed, int steps,
                  std::vector<std::vector<History>>* beams_after = nullptr) {
@@ -144,7 +136,7 @@ TEST_CASE("beam replay stops at the first depth whose chosen beam was not drafte
     for (int width : {1, 2, 3}) {
       for (int k : {0, 1, 3}) {  // k = 0: missing at depth 1; else at depth k + 1
         INFO("seed " << seed << " width " << width << " k " << k);
-        BeamSearch search(beam(width, 1.0f), 12, kEos, kVocab);
+        BeamSearch search(SamplingOptions::beam(width, 1.0f), 12, kEos, kVocab);
         // Pass 1 from the prompt beam, then pass 2 from several beams.
         for (int pass = 0; pass < 2 && !search.done(); ++pass) {
           const BeamSearch before = search;
@@ -166,7 +158,7 @@ TEST_CASE("beam replay never stops while the trees cover the search: one pass is
     for (float length_penalty : {0.6f, 1.0f, 1.5f}) {
       INFO("seed " << seed << " length penalty " << length_penalty);
       const int max_new = 5, width = 2;
-      BeamSearch search(beam(width, length_penalty), max_new, kEos, kVocab);
+      BeamSearch search(SamplingOptions::beam(width, length_penalty), max_new, kEos, kVocab);
       const BeamSearch before = search;
       const std::vector<HandTree> trees = hand_trees(search, prompt, seed, max_new);
       const BeamReplay r = replay(search, trees);
@@ -187,7 +179,7 @@ TEST_CASE("beam replay never stops while the trees cover the search: one pass is
 }
 
 TEST_CASE("beam replay with empty trees takes exactly one step per pass", "[runtime][beam]") {
-  BeamSearch search(beam(3, 1.0f), 6, kEos, kVocab);
+  BeamSearch search(SamplingOptions::beam(3, 1.0f), 6, kEos, kVocab);
   const History prompt = {4, 4};
   while (!search.done()) {
     const BeamSearch before = search;

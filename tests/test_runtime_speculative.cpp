@@ -41,16 +41,7 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
     const char* name;
     DraftOptions options;
   };
-  auto model_draft = [](const char* model, int gamma, std::vector<int> tree, int budget, bool adaptive) {
-    DraftOptions d;
-    d.method = DraftMethod::kModel;
-    d.model_dir = test::model_dir(model);
-    d.gamma = gamma;
-    d.tree = std::move(tree);
-    d.tree_budget = budget;
-    d.adaptive = adaptive;
-    return d;
-  };
+  using test::model_draft;
   DraftOptions ngram;
   ngram.method = DraftMethod::kNgram;
   ngram.gamma = 5;

@@ -16,15 +16,7 @@
 namespace specula {
 namespace {
 
-DraftOptions model_draft(const char* model, int gamma, std::vector<int> tree, int budget) {
-  DraftOptions d;
-  d.method = DraftMethod::kModel;
-  d.model_dir = test::model_dir(model);
-  d.gamma = gamma;
-  d.tree = std::move(tree);
-  d.tree_budget = budget;
-  return d;
-}
+using test::model_draft;
 
 DraftOptions ngram_draft(int gamma) {
   DraftOptions d;

@@ -16,6 +16,18 @@
 
 namespace specula::test {
 
+// A draft-model drafter: a chain of gamma, a static tree (`tree`) or a dynamic budget.
+inline DraftOptions model_draft(const char* model, int gamma, std::vector<int> tree, int budget, bool adaptive = false) {
+  DraftOptions d;
+  d.method = DraftMethod::kModel;
+  d.model_dir = model_dir(model);
+  d.gamma = gamma;
+  d.tree = std::move(tree);
+  d.tree_budget = budget;
+  d.adaptive = adaptive;
+  return d;
+}
+
 inline ModelStore& store() {
   static ModelStore models;
   return models;

@@ -117,14 +117,6 @@ void enumerate(const ToyModel& model, const History& prompt, std::vector<int>& t
   }
 }
 
-SamplingOptions beam(int width, float length_penalty) {
-  SamplingOptions o;
-  o.strategy = Strategy::kBeam;
-  o.beam_width = width;
-  o.length_penalty = length_penalty;
-  return o;
-}
-
 }  // namespace
 
 TEST_CASE("beam width 1 equals greedy decoding", "[sampling]") {
@@ -145,7 +137,7 @@ TEST_CASE("beam width 1 equals greedy decoding", "[sampling]") {
     }
 
     for (float length_penalty : {1.0f, 0.0f, 2.0f}) {
-      const BeamResult result = beam_search(model, root, root_logits, beam(1, length_penalty), max_new, std::vector<int>{eos}, 1);
+      const BeamResult result = beam_search(model, root, root_logits, SamplingOptions::beam(1, length_penalty), max_new, std::vector<int>{eos}, 1);
       INFO("seed " << seed << " length penalty " << length_penalty);
       REQUIRE(result.hypotheses.size() == 1);
       CHECK(result.hypotheses[0].tokens == greedy);
@@ -174,7 +166,7 @@ TEST_CASE("a beam as wide as the search space equals brute force", "[sampling]")
 
       for (int n_best : {1, 10, 121}) {
         const BeamResult result =
-            beam_search(model, root, root_logits, beam(width, length_penalty), max_new, std::vector<int>{eos}, n_best);
+            beam_search(model, root, root_logits, SamplingOptions::beam(width, length_penalty), max_new, std::vector<int>{eos}, n_best);
         INFO("seed " << seed << " length penalty " << length_penalty << " n-best " << n_best);
         REQUIRE(int(result.hypotheses.size()) == n_best);
         for (int i = 0; i < n_best; ++i) {
@@ -204,7 +196,7 @@ TEST_CASE("a hypothesis ends at any of the EOS ids (brute force with two)", "[sa
     enumerate(model, prompt, tokens, max_new, eos, all, 1.0);
     REQUIRE(all.size() == 53);
     std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.score > b.score; });
-    const BeamResult result = beam_search(model, root, root_logits, beam(width, 1.0f), max_new, eos, width);
+    const BeamResult result = beam_search(model, root, root_logits, SamplingOptions::beam(width, 1.0f), max_new, eos, width);
     REQUIRE(result.hypotheses.size() == all.size());
     for (std::size_t i = 0; i < all.size(); ++i) CHECK(result.hypotheses[i].tokens == all[i].tokens);
     // Both ids ended hypotheses before the limit (a search stopping at the first alone would
@@ -224,7 +216,7 @@ TEST_CASE("beam scores match a direct computation and n-best is sorted", "[sampl
     std::vector<float> root_logits;
     const int root = model.add_root(prompt, root_logits);
     const float length_penalty = seed % 2 ? 1.0f : 0.6f;
-    const BeamResult result = beam_search(model, root, root_logits, beam(5, length_penalty), max_new, std::vector<int>{eos}, 5);
+    const BeamResult result = beam_search(model, root, root_logits, SamplingOptions::beam(5, length_penalty), max_new, std::vector<int>{eos}, 5);
     REQUIRE(result.hypotheses.size() == 5);
     for (size_t i = 0; i < result.hypotheses.size(); ++i) {
       const BeamHypothesis& h = result.hypotheses[i];
@@ -279,7 +271,7 @@ TEST_CASE("a hand-traced W = 2 run: EOS in the length, replacement, early stoppi
     ToyModel model(3, traced_logits());
     std::vector<float> root_logits;
     const int root = model.add_root({9}, root_logits);
-    const BeamResult r = beam_search(model, root, root_logits, beam(2, 1.0f), 10, std::vector<int>{0}, 2);
+    const BeamResult r = beam_search(model, root, root_logits, SamplingOptions::beam(2, 1.0f), 10, std::vector<int>{0}, 2);
     REQUIRE(r.hypotheses.size() == 2);
     CHECK(r.hypotheses[0].tokens == std::vector<int>{1, 0});
     CHECK(r.hypotheses[0].score == Approx(a_eos / 2));
@@ -294,7 +286,7 @@ TEST_CASE("a hand-traced W = 2 run: EOS in the length, replacement, early stoppi
     ToyModel model(3, traced_logits());
     std::vector<float> root_logits;
     const int root = model.add_root({9}, root_logits);
-    const BeamResult r = beam_search(model, root, root_logits, beam(2, 1.0f), 1, std::vector<int>{0}, 2);
+    const BeamResult r = beam_search(model, root, root_logits, SamplingOptions::beam(2, 1.0f), 1, std::vector<int>{0}, 2);
     REQUIRE(r.hypotheses.size() == 2);
     CHECK(r.hypotheses[0].tokens == std::vector<int>{0});
     CHECK(r.hypotheses[1].tokens == std::vector<int>{1});
@@ -307,7 +299,7 @@ TEST_CASE("a hand-traced W = 2 run: EOS in the length, replacement, early stoppi
     ToyModel model(3, traced_logits());
     std::vector<float> root_logits;
     const int root = model.add_root({9}, root_logits);
-    const BeamResult r = beam_search(model, root, root_logits, beam(2, 0.0f), 10, std::vector<int>{0}, 2);
+    const BeamResult r = beam_search(model, root, root_logits, SamplingOptions::beam(2, 0.0f), 10, std::vector<int>{0}, 2);
     REQUIRE(r.hypotheses.size() == 2);
     CHECK(r.hypotheses[0].tokens == std::vector<int>{0});
     CHECK(r.hypotheses[1].tokens == std::vector<int>{1, 0});
@@ -329,7 +321,7 @@ TEST_CASE("an EOS ranked at or below the beam width is dropped (HF)", "[sampling
                     }));
   std::vector<float> root_logits;
   const int root = model.add_root({9}, root_logits);
-  const BeamResult r = beam_search(model, root, root_logits, beam(2, 0.0f), 3, std::vector<int>{0}, 2);
+  const BeamResult r = beam_search(model, root, root_logits, SamplingOptions::beam(2, 0.0f), 3, std::vector<int>{0}, 2);
   REQUIRE(r.hypotheses.size() == 2);
   CHECK(r.hypotheses[0].tokens == std::vector<int>{1, 0});
   CHECK(r.hypotheses[0].score == Approx(std::log(0.5) + std::log(0.35)));
@@ -345,7 +337,7 @@ TEST_CASE("beam search releases every fork, also when the model throws", "[sampl
     std::vector<float> root_logits;
     const int root = model.add_root({1}, root_logits);
     model.fail_at_step(fail_at);
-    CHECK_THROWS_AS(beam_search(model, root, root_logits, beam(3, 1.0f), 10, std::vector<int>{7}, 1), std::runtime_error);
+    CHECK_THROWS_AS(beam_search(model, root, root_logits, SamplingOptions::beam(3, 1.0f), 10, std::vector<int>{7}, 1), std::runtime_error);
     CHECK(model.live().size() == 1);
     CHECK(model.live().count(root) == 1);
   }
@@ -355,14 +347,14 @@ TEST_CASE("beam search rejects bad arguments naming the flag", "[sampling]") {
   ToyModel model(4, random_logits(1));
   std::vector<float> root_logits;
   const int root = model.add_root({1}, root_logits);
-  CHECK_THROWS_WITH(beam_search(model, root, root_logits, beam(0, 1.0f), 4, std::vector<int>{3}, 1),
+  CHECK_THROWS_WITH(beam_search(model, root, root_logits, SamplingOptions::beam(0, 1.0f), 4, std::vector<int>{3}, 1),
                     "sampling.beam_width must be >= 1, got 0");
-  CHECK_THROWS_WITH(beam_search(model, root, root_logits, beam(2, 1.0f), 0, std::vector<int>{3}, 1),
+  CHECK_THROWS_WITH(beam_search(model, root, root_logits, SamplingOptions::beam(2, 1.0f), 0, std::vector<int>{3}, 1),
                     "--max-new-tokens must be >= 1 for beam search, got 0");
-  CHECK_THROWS_WITH(beam_search(model, root, root_logits, beam(2, 1.0f), 4, std::vector<int>{3}, 3),
+  CHECK_THROWS_WITH(beam_search(model, root, root_logits, SamplingOptions::beam(2, 1.0f), 4, std::vector<int>{3}, 3),
                     "beam search returns 1 to --beam-width = 2 hypotheses, asked for 3");
   std::vector<float> bad = root_logits;
   bad[2] = std::nanf("");
-  CHECK_THROWS_WITH(beam_search(model, root, bad, beam(2, 1.0f), 4, std::vector<int>{3}, 1), "beam search: logit 2 is nan");
+  CHECK_THROWS_WITH(beam_search(model, root, bad, SamplingOptions::beam(2, 1.0f), 4, std::vector<int>{3}, 1), "beam search: logit 2 is nan");
   CHECK(model.live().size() == 1);
 }
