@@ -1,7 +1,8 @@
 // Engine throughput on this machine: decode and prefill tokens/s for the three bundled models
 // (and $SPECULA_BENCH_MODEL's, if set), a memory-bandwidth probe (memcpy of 256 MiB), and each
 // model's decode "floor" (the time to stream its weights once at the probed bandwidth), so
-// that decode time per token reads as a ratio to that floor; the verify-forward cost of n rows
+// that decode time per token reads as a ratio to that floor; decode with int8 weights against
+// the stored dtype, alternated step by step (BM_DecodeInt8); the verify-forward cost of n rows
 // against one; one batched forward of B sequences against B single-sequence forwards; the
 // matrix kernel on each instruction set, with an OpenBLAS sgemm baseline on
 // target-16m's prefill shapes.
@@ -107,6 +108,55 @@ void BM_Decode(benchmark::State& state) {
       benchmark::Counter(floor_s, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_Decode)->DenseRange(0, kLastModel)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// INT8 weights against the stored dtype: each iteration decodes one token with the model as
+// stored, then one with its matrices quantised to int8 (engine/cpu/packed_int8.h), after the
+// same 128-token prompt, so both are measured alternately in the same minutes. The reported
+// time is both steps'; stored_us and int8_us are each one's mean, x_stored = stored_us / int8_us
+// (the int8 speedup), int8_x_floor = int8_us / the int8 weights' floor.
+void BM_DecodeInt8(benchmark::State& state) {
+  const std::string dir = bench_models().at(static_cast<std::size_t>(state.range(0)));
+  state.SetLabel(std::filesystem::path(dir).filename().string());
+  BenchModel stored(dir), int8(dir, DType::I8);
+  struct Stream {
+    BenchModel& m;
+    KvCache cache;
+    int seq;
+    int token = 13;
+    double seconds = 0;
+  };
+  Stream streams[2] = {{stored, KvCache(stored.kv_layout(16), 32), 0}, {int8, KvCache(int8.kv_layout(16), 32), 0}};
+  const std::vector<int> prompt = real_prompt(128);
+  std::vector<int> positions(prompt.size());
+  std::iota(positions.begin(), positions.end(), 0);
+  std::vector<float> logits(static_cast<std::size_t>(stored.config().vocab_size));
+  for (Stream& s : streams) {
+    s.seq = s.cache.create();
+    s.m.forward(s.cache, s.seq, prompt, positions, RowLogits::kLast, logits);
+  }
+  for (auto _ : state) {
+    double both = 0;
+    for (Stream& s : streams) {
+      if (s.cache.length(s.seq) == 256) s.cache.truncate(s.seq, 128);
+      const int pos = s.cache.length(s.seq);
+      const auto t0 = std::chrono::steady_clock::now();
+      s.m.forward(s.cache, s.seq, std::span(&s.token, 1), std::span(&pos, 1), RowLogits::kLast, logits);
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      s.seconds += dt;
+      both += dt;
+      s.token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    state.SetIterationTime(both);
+  }
+  const double n = static_cast<double>(state.iterations());
+  const double stored_s = streams[0].seconds / n, int8_s = streams[1].seconds / n;
+  state.counters["stored_us"] = stored_s * 1e6;
+  state.counters["int8_us"] = int8_s * 1e6;
+  state.counters["x_stored"] = stored_s / int8_s;
+  state.counters["int8_weight_MB"] = static_cast<double>(int8.backend->weight_bytes()) / 1e6;
+  state.counters["int8_x_floor"] = int8_s / (static_cast<double>(int8.backend->weight_bytes()) / traffic_bytes_per_second());
+}
+BENCHMARK(BM_DecodeInt8)->DenseRange(0, kLastModel)->Unit(benchmark::kMicrosecond)->UseManualTime();
 
 // The cost model of speculative decoding: a verify forward of `rows` chained tokens (all
 // logits) against a one-token decode, both after a `context`-token prompt of target-16m (and

@@ -1,11 +1,13 @@
 // defines: real_prompt, the prompt ids the engine benchmarks decode after (bench_engine,
 // bench_kv): real text from the reference prompts, not noise; and BenchModel, a model folder
-// on the CPU backend with one workspace, forwarding one sequence at a time or many.
+// on the CPU backend (matrices as stored or in another format) with one workspace, forwarding
+// one sequence at a time or many.
 #pragma once
 
 #include <cstddef>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -30,9 +32,10 @@ inline std::vector<int> real_prompt(std::size_t n) {
 }
 
 struct BenchModel {
-  explicit BenchModel(const std::string& dir)
+  // `weights`: the format the matrices are read in (draft/draft_options.h); nullopt = as stored.
+  explicit BenchModel(const std::string& dir, std::optional<DType> weights = std::nullopt)
       : model(std::make_unique<Model>(dir)),
-        backend(make_backend(BackendKind::kCpu, *model, std::nullopt)),
+        backend(make_backend(BackendKind::kCpu, *model, weights)),
         workspace(backend->make_workspace()) {}
 
   const ModelConfig& config() const { return model->config(); }

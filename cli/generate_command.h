@@ -25,6 +25,7 @@ class GenerateCommand {
   std::string chat_, system_;
   std::string draft_method_;
   std::string sampler_ = "greedy";
+  std::string weights_ = "stored";
   std::string draft_weights_ = "stored";
   std::string backend_ = "cpu";
   std::string gamma_policy_ = "fixed";

@@ -6,6 +6,7 @@ namespace specula {
 
 std::string weights_name(std::optional<DType> weights) {
   if (!weights) return "stored";
+  if (*weights == DType::I8) return "int8";
   std::string name = dtype_name(*weights);
   for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return name;
@@ -14,6 +15,10 @@ std::string weights_name(std::optional<DType> weights) {
 bool parse_weights(std::string_view text, std::optional<DType>& weights) {
   if (text == "stored") {
     weights.reset();
+    return true;
+  }
+  if (text == "int8") {
+    weights = DType::I8;
     return true;
   }
   const std::optional<DType> dtype = parse_dtype(text);

@@ -51,6 +51,7 @@ std::string resolved_toml(const ExperimentConfig& c) {
 GenerateOptions request_options(const PointConfig& p) {
   GenerateOptions o;
   o.model_dir = p.target;
+  o.weights = p.target_weights;
   o.max_new_tokens = p.max_new_tokens;
   o.kv_block_size = p.kv_block_size;
   o.threads = p.threads;
@@ -68,7 +69,7 @@ void clear_draft(PointConfig& p) {
 nlohmann::json canonical_settings(const PointConfig& p) {
   const DraftOptions& d = p.draft;
   const SamplingOptions& s = p.sampling;
-  return {{"target", p.target},
+  nlohmann::json settings = {{"target", p.target},
           {"draft",
            {{"method", name_of(d.method)}, {"path", d.model_dir}, {"weights", weights_name(d.weights)}, {"gamma", d.gamma},
             {"tree", d.tree},
@@ -81,6 +82,9 @@ nlohmann::json canonical_settings(const PointConfig& p) {
           {"kv_block_size", p.kv_block_size},
           {"threads", p.threads},
           {"backend", name_of(p.backend)}};
+  // Only when set, so the ids of runs on stored weights stay what they were.
+  if (p.target_weights) settings["target_weights"] = weights_name(p.target_weights);
+  return settings;
 }
 
 ExperimentConfig load_config(const std::string& path) {

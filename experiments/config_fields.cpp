@@ -138,14 +138,14 @@ ConfigField enum_field(std::string key, Ref ref) {
   return {key, true, parse, write};
 }
 
-// draft.weights: "stored" or a dtype name (draft/draft_options.h).
+// target.weights, draft.weights: "stored", a dtype name or "int8" (draft/draft_options.h).
 template <typename Ref>
 ConfigField weights_field(std::string key, Ref ref) {
   auto parse = [key, ref](const toml::node& n, const fs::path&) -> Assignment {
     const std::string v = string_of(n, key);
     std::optional<DType> weights;
     if (!parse_weights(v, weights) || (weights && v != weights_name(weights))) {
-      const std::vector<std::string> allowed = {"stored", "f32", "f16", "bf16"};
+      const std::vector<std::string> allowed = {"stored", "f32", "f16", "bf16", "int8"};
       config_error(n.source(), key + ": unknown value '" + v + "'" + did_you_mean(v, allowed, allowed));
     }
     return [ref, weights](Settings& s) { ref(s) = weights; };
@@ -293,6 +293,7 @@ std::vector<ConfigField> make_fields() {
   return {
       string_field("title", [](auto& s) -> auto& { return s.title; }, false),
       path_field("target.path", [](auto& s) -> auto& { return s.point.target; }, PathKind::model_dir, true),
+      weights_field("target.weights", [](auto& s) -> auto& { return s.point.target_weights; }),
       string_field("draft.name", [](auto& s) -> auto& { return s.point.draft_name; }),
       enum_field("draft.method", [](auto& s) -> auto& { return s.point.draft.method; }),
       path_field("draft.path", [](auto& s) -> auto& { return s.point.draft.model_dir; }, PathKind::model_dir, true),

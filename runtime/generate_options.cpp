@@ -15,6 +15,7 @@ namespace specula {
 OptionNames cli_option_names() {
   static const std::map<std::string, std::string, std::less<>> flags = {
       {"target.path", "--model"},
+      {"target.weights", "--weights"},
       {"prompt", "--prompt"},
       {"run.max_new_tokens", "--max-new-tokens"},
       {"run.num_samples", "--num-samples"},

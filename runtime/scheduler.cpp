@@ -78,7 +78,7 @@ Scheduler::Scheduler(ModelStore& models, const GenerateOptions& shared, Schedule
     : models_(models),
       shared_(shared),
       limits_(limits),
-      target_(models.get(shared.model_dir, std::nullopt, shared.backend)),
+      target_(models.get(shared.model_dir, shared.weights, shared.backend)),
       cache_(target_.kv_layout(shared.kv_block_size), std::max(limits.kv_blocks, 1)),
       workspace_(target_.make_workspace()),
       context_{target_, cache_, *workspace_},
@@ -115,11 +115,12 @@ Scheduler::DraftPool& Scheduler::draft_pool(const DraftOptions& d) {
 int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink sink) {
   const OptionNames names = cli_option_names();
   validate_generate_options(models_, options, names);
-  SPECULA_CHECK(options.model_dir == shared_.model_dir && options.backend == shared_.backend &&
-                    options.kv_block_size == shared_.kv_block_size,
-                "scheduler: every request of a batch runs on one target (", shared_.model_dir, ", ",
-                name_of(shared_.backend), ", KV blocks of ", shared_.kv_block_size, "), got ", options.model_dir, ", ",
-                name_of(options.backend), ", ", options.kv_block_size);
+  SPECULA_CHECK(options.model_dir == shared_.model_dir && options.weights == shared_.weights &&
+                    options.backend == shared_.backend && options.kv_block_size == shared_.kv_block_size,
+                "scheduler: every request of a batch runs on one target (", shared_.model_dir, " weights ",
+                weights_name(shared_.weights), ", ", name_of(shared_.backend), ", KV blocks of ", shared_.kv_block_size,
+                "), got ", options.model_dir, " weights ", weights_name(options.weights), ", ", name_of(options.backend),
+                ", ", options.kv_block_size);
   const bool beam = options.sampling.strategy == Strategy::kBeam;
   if (!beam) check_request_fits(options, limits_);
 

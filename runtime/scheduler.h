@@ -52,7 +52,7 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
-  // Requests run on the target of `shared` (model_dir, backend, kv_block_size, threads: every
+  // Requests run on the target of `shared` (model_dir, weights, backend, kv_block_size, threads: every
   // submitted request must agree on them). Throws SpeculaError for an invalid limit.
   Scheduler(ModelStore& models, const GenerateOptions& shared, SchedulerLimits limits);
   ~Scheduler();

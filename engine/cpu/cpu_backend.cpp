@@ -17,8 +17,8 @@ std::vector<float> to_f32(const TensorView& t) {
 std::vector<float> to_f32(const TensorView* t) { return t ? to_f32(*t) : std::vector<float>{}; }
 
 // y = x W^T (+ bias when the model has one).  x: in [n, in]; y: out [n, out]
-void project(const float* x, const PackedWeights& w, const std::vector<float>& bias, float* y, int n) {
-  matmul(x, w, y, n);
+void project(const float* x, const WeightMatrix& w, const std::vector<float>& bias, float* y, int n) {
+  w.product(x, y, n);
   if (!bias.empty()) add_bias(y, bias.data(), n, static_cast<int>(bias.size()));
 }
 
@@ -30,8 +30,8 @@ CpuBackend::CpuBackend(const Model& model, std::optional<DType> matrices_as, Mat
       rope_(model.config().head_dim(), model.config().rope_theta, model.config().rope_scaling) {
   // Each matrix is packed from the mapping once; a decode step reads every one once.
   const auto pack = [&](const TensorView& w) {
-    PackedWeights packed(w, isa, matrices_as);
-    weight_bytes_ += static_cast<std::size_t>(packed.out() * packed.in()) * dtype_size(packed.dtype());
+    WeightMatrix packed(w, isa, matrices_as);
+    weight_bytes_ += packed.bytes();
     return packed;
   };
   for (const LayerWeights& l : model.layers()) {
@@ -41,7 +41,7 @@ CpuBackend::CpuBackend(const Model& model, std::optional<DType> matrices_as, Mat
                             to_f32(l.down_bias), to_f32(l.q_norm), to_f32(l.k_norm)});
   }
   final_norm_ = to_f32(model.final_norm());
-  lm_head_ = std::make_unique<PackedWeights>(pack(model.lm_head()));
+  lm_head_ = std::make_unique<WeightMatrix>(pack(model.lm_head()));
 }
 
 void CpuBackend::forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
@@ -109,7 +109,7 @@ void CpuBackend::forward(const RaggedBatch& batch, const KvPlan& plan, PageStora
   for (int i = 0; i < num_logits; ++i)
     std::copy_n(&s.x[static_cast<std::size_t>(batch.logit_rows[i]) * hidden], hidden, &s.last[i * std::size_t(hidden)]);
   rms_norm(s.last.data(), final_norm_.data(), c.rms_norm_eps, s.last.data(), num_logits, hidden);
-  matmul(s.last.data(), *lm_head_, logits.data(), num_logits);
+  lm_head_->product(s.last.data(), logits.data(), num_logits);
 }
 
 }  // namespace specula::cpu

@@ -1,5 +1,5 @@
 // defines: CpuBackend, the engine seam (engine/backend.h) on the CPU: the matrices packed at
-// load for the process's instruction set (packed_weights.h), the forward pass over a ragged
+// load for the process's instruction set or quantised to int8 (weight_matrix.h), the forward pass over a ragged
 // batch with the kernels of this folder, and CpuWorkspace, its per-stream scratch.
 #pragma once
 
@@ -10,7 +10,7 @@
 #include "engine/cpu/attention.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/ops.h"
-#include "engine/cpu/packed_weights.h"
+#include "engine/cpu/weight_matrix.h"
 
 namespace specula::cpu {
 
@@ -23,7 +23,8 @@ struct CpuWorkspace : Workspace {
 
 class CpuBackend : public Backend {
  public:
-  // Packs every matrix of `model` once (in its dtype, or converted to `matrices_as`) for
+  // Packs every matrix of `model` once (in its dtype, converted to `matrices_as`, or
+  // quantised for matrices_as = I8: the embedding lookup still reads the stored table) for
   // `isa` (the process's choice, matmul_isa(), unless a test compares instruction sets).
   CpuBackend(const Model& model, std::optional<DType> matrices_as, MatmulIsa isa = matmul_isa());
 
@@ -35,7 +36,7 @@ class CpuBackend : public Backend {
 
  private:
   struct Layer {
-    PackedWeights q, k, v, o, gate, up, down;
+    WeightMatrix q, k, v, o, gate, up, down;
     std::vector<float> attn_norm, mlp_norm;  // [hidden] f32 copies
     // f32 copies of the optional tensors (LayerWeights), empty when the model has none.
     std::vector<float> q_bias, k_bias, v_bias, o_bias, gate_bias, up_bias, down_bias, q_norm, k_norm;
@@ -43,7 +44,7 @@ class CpuBackend : public Backend {
 
   MatmulIsa isa_;
   std::vector<Layer> layers_;
-  std::unique_ptr<PackedWeights> lm_head_;
+  std::unique_ptr<WeightMatrix> lm_head_;
   std::vector<float> final_norm_;
   RopeTable rope_;
   std::size_t weight_bytes_ = 0;

@@ -186,6 +186,7 @@ void matmul_any_dtype(const float* x, const PackedWeights& w, float* y, int n) {
     case DType::F32: return matmul_typed<V, DType::F32>(x, w, y, n);
     case DType::F16: return matmul_typed<V, DType::F16>(x, w, y, n);
     case DType::BF16: return matmul_typed<V, DType::BF16>(x, w, y, n);
+    case DType::I8: break;  // never packed here (PackedWeights refuses it; matmul_int8.h)
   }
 }
 

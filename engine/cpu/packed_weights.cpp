@@ -21,6 +21,7 @@ void PackedWeights::FreeAligned::operator()(unsigned char* p) const { std::free(
 PackedWeights::PackedWeights(const TensorView& w, MatmulIsa isa, std::optional<DType> as)
     : isa_(isa), dtype_(as.value_or(w.dtype)) {
   SPECULA_CHECK(w.shape.size() == 2, w.origin, ": tensor '", w.name, "' must be 2-D for a matrix product");
+  SPECULA_CHECK(dtype_ != DType::I8, "PackedWeights holds float dtypes; int8 is PackedInt8 (packed_int8.h)");
   out_ = w.shape[0];
   in_ = w.shape[1];
   const int64_t es = static_cast<int64_t>(dtype_size(dtype_));

@@ -18,7 +18,7 @@ int pow2_at_least(int n, int floor) { return static_cast<int>(std::bit_ceil(stat
 
 void check_cuda_support(const ModelConfig& c, std::optional<DType> matrices_as, const CudaOptions& o) {
   SPECULA_CHECK(!matrices_as || *matrices_as == DType::BF16, "backend 'cuda': matrices are read in bf16 on the GPU; ",
-                dtype_name(*matrices_as), " (--draft-weights / draft.weights) is not supported there");
+                dtype_name(*matrices_as), " (--weights / --draft-weights, target.weights / draft.weights) is not supported there");
   SPECULA_CHECK(o.kv_dtype == DType::F32 || o.kv_dtype == DType::BF16, "backend 'cuda': KV pages in ",
                 dtype_name(o.kv_dtype), " are not supported (F32 or BF16)");
   SPECULA_CHECK(o.max_rows > 0 && o.max_logit_rows > 0, "backend 'cuda': max_rows and max_logit_rows must be positive, got ",

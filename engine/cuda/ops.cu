@@ -135,6 +135,7 @@ void launch_embed(const void* table, DType dtype, const RowDesc* rows, float* x,
     case DType::BF16:
       embed_kernel<<<n, kRowThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(table), rows, x, hidden);
       break;
+    case DType::I8: break;  // no checkpoint stores I8 (int8 matrices are CPU-only: check_cuda_support)
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -1,0 +1,33 @@
+// defines: WeightMatrix, one checkpoint matrix as the CPU backend holds it: packed in a float
+// dtype for the process's instruction set (packed_weights.h, matmul.h) or quantised to int8
+// with per-block scales (packed_int8.h, matmul_int8.h), and its product.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <variant>
+
+#include "engine/cpu/matmul.h"
+#include "engine/cpu/matmul_int8.h"
+
+namespace specula::cpu {
+
+class WeightMatrix {
+ public:
+  // w ([out, in]) as stored, converted to `as` (F32, F16, BF16), or quantised (as = I8, on the
+  // int8 kernel `isa` allows: int8_kernel).
+  WeightMatrix(const TensorView& w, MatmulIsa isa, std::optional<DType> as);
+
+  DType dtype() const;
+  // The bytes one product reads (int8: the values and their scales).
+  std::size_t bytes() const;
+
+  // y[n, out] = x[n, in] * W^T.  x: in [n, in] f32; y: out [n, out] f32
+  void product(const float* x, float* y, int n) const;
+
+ private:
+  std::variant<PackedWeights, PackedInt8> packed_;
+  Int8Kernel kernel_;
+};
+
+}  // namespace specula::cpu
