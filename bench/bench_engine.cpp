@@ -109,42 +109,49 @@ void BM_Decode(benchmark::State& state) {
 }
 BENCHMARK(BM_Decode)->DenseRange(0, kLastModel)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-// INT8 weights against the stored dtype: each iteration decodes one token with the model as
-// stored, then one with its matrices quantised to int8 (engine/cpu/packed_int8.h), after the
-// same 128-token prompt, so both are measured alternately in the same minutes. The reported
-// time is both steps'; stored_us and int8_us are each one's mean, x_stored = stored_us / int8_us
-// (the int8 speedup), int8_x_floor = int8_us / the int8 weights' floor.
+// INT8 weights against the stored dtype: each iteration runs one step of `rows` tokens (1: a
+// decode step; more: a verify-sized causal chunk, every row's logits) with the model as
+// stored, then the same step with its matrices quantised to int8 (engine/cpu/packed_int8.h),
+// after the same 128-token prompt, so both are measured alternately in the same minutes. The
+// reported time is both steps'; stored_us and int8_us are each one's mean, x_stored =
+// stored_us / int8_us (the int8 speedup), int8_x_floor = int8_us / the int8 weights' floor.
 void BM_DecodeInt8(benchmark::State& state) {
   const std::string dir = bench_models().at(static_cast<std::size_t>(state.range(0)));
+  const int rows = static_cast<int>(state.range(1));
   state.SetLabel(std::filesystem::path(dir).filename().string());
   BenchModel stored(dir), int8(dir, DType::I8);
   struct Stream {
     BenchModel& m;
     KvCache cache;
     int seq;
-    int token = 13;
+    std::vector<int> tokens;
     double seconds = 0;
   };
-  Stream streams[2] = {{stored, KvCache(stored.kv_layout(16), 32), 0}, {int8, KvCache(int8.kv_layout(16), 32), 0}};
+  Stream streams[2] = {{stored, KvCache(stored.kv_layout(16), 32), 0, std::vector<int>(rows, 13)},
+                       {int8, KvCache(int8.kv_layout(16), 32), 0, std::vector<int>(rows, 13)}};
   const std::vector<int> prompt = real_prompt(128);
   std::vector<int> positions(prompt.size());
   std::iota(positions.begin(), positions.end(), 0);
-  std::vector<float> logits(static_cast<std::size_t>(stored.config().vocab_size));
+  const int vocab = stored.config().vocab_size;
+  std::vector<float> logits(static_cast<std::size_t>(std::max(rows, 1)) * vocab);
   for (Stream& s : streams) {
     s.seq = s.cache.create();
-    s.m.forward(s.cache, s.seq, prompt, positions, RowLogits::kLast, logits);
+    s.m.forward(s.cache, s.seq, prompt, positions, RowLogits::kLast, std::span(logits).first(vocab));
   }
+  std::vector<int> step_positions(static_cast<std::size_t>(rows));
   for (auto _ : state) {
     double both = 0;
     for (Stream& s : streams) {
-      if (s.cache.length(s.seq) == 256) s.cache.truncate(s.seq, 128);
-      const int pos = s.cache.length(s.seq);
+      if (s.cache.length(s.seq) + rows > 256) s.cache.truncate(s.seq, 128);
+      std::iota(step_positions.begin(), step_positions.end(), s.cache.length(s.seq));
       const auto t0 = std::chrono::steady_clock::now();
-      s.m.forward(s.cache, s.seq, std::span(&s.token, 1), std::span(&pos, 1), RowLogits::kLast, logits);
+      s.m.forward(s.cache, s.seq, s.tokens, step_positions, rows == 1 ? RowLogits::kLast : RowLogits::kAll, logits);
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       s.seconds += dt;
       both += dt;
-      s.token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      for (int r = 0; r < rows; ++r)  // the next step's tokens: each row's argmax
+        s.tokens[r] = static_cast<int>(std::max_element(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab) -
+                                       (logits.begin() + r * vocab));
     }
     state.SetIterationTime(both);
   }
@@ -156,7 +163,11 @@ void BM_DecodeInt8(benchmark::State& state) {
   state.counters["int8_weight_MB"] = static_cast<double>(int8.backend->weight_bytes()) / 1e6;
   state.counters["int8_x_floor"] = int8_s / (static_cast<double>(int8.backend->weight_bytes()) / traffic_bytes_per_second());
 }
-BENCHMARK(BM_DecodeInt8)->DenseRange(0, kLastModel)->Unit(benchmark::kMicrosecond)->UseManualTime();
+BENCHMARK(BM_DecodeInt8)
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kLastModel, 1), {1, 8}})
+    ->ArgNames({"model", "rows"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
 
 // The cost model of speculative decoding: a verify forward of `rows` chained tokens (all
 // logits) against a one-token decode, both after a `context`-token prompt of target-16m (and

@@ -97,6 +97,8 @@ TEST_CASE("unknown keys are errors naming file:line and the closest valid key", 
   require_error(minimal("", "prompts_per_domian = 2\n"), {"@:5:1: unknown key 'run.prompts_per_domian'; did you mean 'run.prompts_per_domain'?"});
   require_error(minimal("[sampling]\nstrategy = \"sampel\"\n"),
                 {"@:6:", "sampling.strategy: unknown value 'sampel'; did you mean 'sample'?"});
+  require_error("[target]\npath = \"" + model_dir("target-16m") + "\"\nweights = \"int4\"\n[run]\nprompts = [\"hi\"]\n",
+                {"@:3:11: target.weights: unknown value 'int4'; did you mean 'int8'?"});
   require_error(minimal("[run.x]\n"), {"@:5:6: unknown key 'run.x'; valid: run.prompts_file, run.prompts, "});
 }
 
@@ -112,6 +114,23 @@ TEST_CASE("wrong types are errors naming key, file:line and the type given", "[e
   require_error(minimal("[output]\nformats = [\"csv\", \"pdf\"]\n"), {"@:6:", "output.formats: unknown value 'pdf'"});
   require_error(minimal("[output]\nformats = [\"md\", \"png\"]\n"),
                 {"@:6:11: output.formats: the png plots are drawn from summary.csv; add \"csv\""});
+}
+
+TEST_CASE("target.weights and draft.weights reach the request; the run id changes only when the target's is set",
+          "[experiments][int8]") {
+  ScratchDir dir;
+  const std::string head = "[target]\npath = \"" + model_dir("target-16m") + "\"\n";
+  const std::string tail = "[draft]\nmethod = \"model\"\npath = \"" + model_dir("draft-1m") +
+                           "\"\nweights = \"int8\"\n[run]\nprompts = [\"hi\"]\n";
+  const ExperimentConfig stored = load_config(dir.write("stored.toml", head + tail));
+  const ExperimentConfig int8 = load_config(dir.write("int8.toml", head + "weights = \"int8\"\n" + tail));
+  CHECK_FALSE(request_options(stored.base.point).weights.has_value());
+  CHECK(request_options(int8.base.point).weights == DType::I8);
+  CHECK(request_options(int8.base.point).draft.weights == DType::I8);
+  const nlohmann::json a = canonical_settings(stored.base.point), b = canonical_settings(int8.base.point);
+  CHECK_FALSE(a.contains("target_weights"));  // runs on stored weights keep their ids
+  CHECK(b.at("target_weights") == "int8");
+  CHECK(a.at("draft").at("weights") == "int8");
 }
 
 TEST_CASE("out-of-range values are errors naming key, file:line and the range", "[experiments]") {
