@@ -53,6 +53,7 @@ GenerateOptions request_options(const PointConfig& p) {
   o.model_dir = p.target;
   o.max_new_tokens = p.max_new_tokens;
   o.kv_block_size = p.kv_block_size;
+  o.kv_dtype = p.kv_dtype;
   o.threads = p.threads;
   o.backend = p.backend;
   o.sampling = p.sampling;
@@ -68,7 +69,7 @@ void clear_draft(PointConfig& p) {
 nlohmann::json canonical_settings(const PointConfig& p) {
   const DraftOptions& d = p.draft;
   const SamplingOptions& s = p.sampling;
-  return {{"target", p.target},
+  nlohmann::json settings = {{"target", p.target},
           {"draft",
            {{"method", name_of(d.method)}, {"path", d.model_dir}, {"weights", weights_name(d.weights)}, {"gamma", d.gamma},
             {"tree", d.tree},
@@ -81,6 +82,9 @@ nlohmann::json canonical_settings(const PointConfig& p) {
           {"kv_block_size", p.kv_block_size},
           {"threads", p.threads},
           {"backend", name_of(p.backend)}};
+  // Only when set, so that the keys of results written before run.kv_dtype existed still match.
+  if (p.kv_dtype) settings["kv_dtype"] = name_of(*p.kv_dtype);
+  return settings;
 }
 
 ExperimentConfig load_config(const std::string& path) {
