@@ -78,7 +78,11 @@ void PageStorage::write_row(int l, int kv, int slot, const float* src) {
         const float* x = src + static_cast<std::size_t>(h) * head_dim;
         float max_abs = 0.0f;
         for (int d = 0; d < head_dim; ++d) max_abs = std::max(max_abs, std::fabs(x[d]));
-        const float s = max_abs / 127.0f;
+        bool finite = true;
+        for (int d = 0; d < head_dim; ++d) finite = finite && std::isfinite(x[d]);
+        // A non-finite value makes the head NaN, as it would poison f32 attention (the integers
+        // stay 0: no NaN reaches the conversion).
+        const float s = finite ? max_abs / 127.0f : NAN;
         scale[h] = s;
         for (int d = 0; d < head_dim; ++d) {
           const float q = s > 0.0f ? std::clamp(std::nearbyint(x[d] / s), -127.0f, 127.0f) : 0.0f;

@@ -97,12 +97,12 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   in_range("run.num_samples", o.num_samples, 1, kMaxNumSamples);
   in_range("run.kv_block_size", o.kv_block_size, 1, kMaxKvBlockSize);
   in_range("run.threads", o.threads, 0, kMaxThreads);
-  SPECULA_CHECK(o.backend == BackendKind::kCpu || cuda_device_count() > 0, names.at("run.backend"), " ",
-                name_of(o.backend), ": no usable GPU (", cuda_unavailable_reason(), "); use cpu");
   // The CUDA backend made for a request keeps its pages in bf16 (CudaOptions::kv_dtype).
   SPECULA_CHECK(!o.kv_dtype || o.backend == BackendKind::kCpu || *o.kv_dtype == KvDType::kBF16,
                 names.at("run.kv_dtype"), " ", name_of(*o.kv_dtype), " is not available on ", names.name("run.backend"),
                 " ", name_of(o.backend), " (its KV pages are bf16; f32 and int8 pages are the cpu backend's)");
+  SPECULA_CHECK(o.backend == BackendKind::kCpu || cuda_device_count() > 0, names.at("run.backend"), " ",
+                name_of(o.backend), ": no usable GPU (", cuda_unavailable_reason(), "); use cpu");
   validate_sampling_options(o.sampling, names);
   const SamplingOptions& s = o.sampling;
   SPECULA_CHECK(s.temperature == 0.0f || s.temperature >= kMinTemperature, names.at("sampling.temperature"),

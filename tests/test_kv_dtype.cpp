@@ -285,10 +285,11 @@ TEST_CASE("kv pages in bf16 and int8: greedy speculative output equals plain gre
     }
 }
 
-// Logits of every position of three reference prompts (one causal prefill) with f32 pages and
-// with rounded pages, on each bundled model. Measured on this machine (max |logit difference|,
-// argmax agreement): bf16 up to ~0.05 / >= 97%, int8 up to ~0.15 / >= 95% (see the report in
-// configs/kv-dtype.toml's notes); the bounds below leave a factor of ~3 on the error.
+// Logits of every position of three reference prompts (one causal prefill, 709 positions) with
+// f32 pages and with rounded pages, on each bundled model. Measured (max |logit difference|,
+// argmax agreement): bf16 0.064 / 99.9% (target-16m), 0.045 / 100% (draft-4m), 0.125 / 100%
+// (draft-1m); int8 0.19 / 99.6%, 0.18 / 99.3%, 0.49 / 99.7%. The bounds leave a factor of ~3 on
+// the error and a few flipped near-ties on the agreement.
 TEST_CASE("kv pages in bf16 and int8: logits of the bundled models against f32 pages", "[engine][kvdtype]") {
   const auto prompts = test::reference_prompts();
   for (const char* name : {"target-16m", "draft-4m", "draft-1m"}) {
@@ -324,10 +325,9 @@ TEST_CASE("kv pages in bf16 and int8: logits of the bundled models against f32 p
       const double rate = double(agree) / compared;
       INFO(name << ", " << name_of(dtype) << ": max |logit - f32's| " << worst << " (logits up to " << logit_range
                 << "), argmax agreement " << agree << "/" << compared);
-      WARN(name << " " << name_of(dtype) << ": max-abs " << worst << ", top-1 " << rate);
       CHECK(worst > 0);
-      CHECK(worst <= (dtype == KvDType::kBF16 ? 0.15 : 0.5));
-      CHECK(rate >= (dtype == KvDType::kBF16 ? 0.95 : 0.9));
+      CHECK(worst <= (dtype == KvDType::kBF16 ? 0.4 : 1.5));
+      CHECK(rate >= (dtype == KvDType::kBF16 ? 0.98 : 0.97));
     }
   }
 }

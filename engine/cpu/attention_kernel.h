@@ -30,12 +30,11 @@ typename V::Reg load_kv(const T* p) {
   if constexpr (std::is_same_v<T, float>) {
     return V::loadx(p);
   } else if constexpr (V::kLanes == 8) {
-    const __m128i raw = std::is_same_v<T, uint16_t> ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))
-                                                     : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
     if constexpr (std::is_same_v<T, uint16_t>)  // bf16: the high half of an f32
-      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+      return _mm256_castsi256_ps(
+          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
     else
-      return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
+      return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   } else {
     if constexpr (std::is_same_v<T, uint16_t>)
       return _mm512_castsi512_ps(
