@@ -1,23 +1,30 @@
 // Engine throughput on this machine: decode and prefill tokens/s for the three bundled models
-// (and $SPECULA_BENCH_MODEL's, if set), a memory-bandwidth probe (memcpy of 256 MiB), and each
-// model's decode "floor" (the time to stream its weights once at the probed bandwidth), so
-// that decode time per token reads as a ratio to that floor; the verify-forward cost of n rows
-// against one; one batched forward of B sequences against B single-sequence forwards; the
-// matrix kernel on each instruction set, with an OpenBLAS sgemm baseline on
-// target-16m's prefill shapes.
+// (and $SPECULA_BENCH_MODEL's, if set: e.g. /tmp/tl11-bf16 from `specula make-checkpoint
+// --shape tinyllama-1.1b`); the machine's ceilings, a streaming-read probe (512 MiB, read the
+// way the kernel reads packed weights) and an FMA peak (independent chains in registers), at 1
+// and 2 threads; each model's decode "floor" (the time to stream its weights once at the read
+// rate of the threads decoding), so that decode time per token reads as a ratio to that
+// floor; the verify-forward cost of n rows against one; one batched forward of B sequences
+// against B single-sequence forwards; the matrix kernel on each instruction set with an
+// OpenBLAS sgemm baseline on target-16m's prefill shapes, and on TinyLlama-1.1B's shapes at
+// 1-64 rows against sgemm in the same iterations and against the FMA peak.
 //
 // Counters: items_per_second = tokens/s (decode, prefill) or FLOP/s (matmul);
-// bytes_per_second = bytes copied per second (bandwidth); floor_us = weight_bytes / traffic
-// bandwidth; x_floor = measured time per decode token / floor; x_one_row = verify time / one-row
-// time.
+// bytes_per_second = bytes read per second (bandwidth); GFLOPs; floor_us = weight_bytes /
+// read rate; x_floor = measured time per decode token / floor (1/x_floor is the share of the
+// floor reached); x_one_row = verify time / one-row time; pct_peak = % of the FMA peak;
+// x_openblas = sgemm time / ours.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
+#include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -30,23 +37,126 @@
 namespace specula {
 namespace {
 
-constexpr std::size_t kProbeBytes = std::size_t(256) << 20;
+constexpr std::size_t kProbeBytes = std::size_t(512) << 20;  // >> the 48 MiB L3
 
-// Memory traffic of a 256 MiB memcpy (read + write bytes per second), best of 5 copies.
-double traffic_bytes_per_second() {
-  static const double rate = [] {
-    std::vector<char> a(kProbeBytes, 1), b(kProbeBytes, 2);
-    double best = 0;
-    for (int rep = 0; rep < 5; ++rep) {
-      const auto t0 = std::chrono::steady_clock::now();
-      std::memcpy(b.data(), a.data(), kProbeBytes);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      benchmark::DoNotOptimize(b.data());
-      best = std::max(best, 2.0 * kProbeBytes / s);
+// Streams [p, p + bytes) through 64-byte AVX-512 loads as the matrix product reads packed
+// weights: one sequential stream, each line requested 8 KiB ahead (the kernel's distance).
+__attribute__((target("avx512f"))) uint64_t stream_read_avx512(const unsigned char* p, std::size_t bytes) {
+  __m512i a[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+  for (std::size_t i = 0; i + 256 <= bytes; i += 256) {
+    for (int j = 0; j < 4; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + 8192 + 64 * j), _MM_HINT_T0);
+      a[j] = _mm512_xor_si512(a[j], _mm512_load_si512(p + i + 64 * j));
     }
-    return best;
+  }
+  uint64_t lanes[8];
+  _mm512_storeu_si512(lanes, _mm512_xor_si512(_mm512_xor_si512(a[0], a[1]), _mm512_xor_si512(a[2], a[3])));
+  return std::accumulate(lanes, lanes + 8, uint64_t(0));
+}
+
+// The same with 32-byte AVX2 loads (a CPU without AVX-512).
+uint64_t stream_read_avx2(const unsigned char* p, std::size_t bytes) {
+  __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+  for (std::size_t i = 0; i + 128 <= bytes; i += 128) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + i + 8192), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + i + 8192 + 64), _MM_HINT_T0);
+    for (int j = 0; j < 4; ++j)
+      a[j] = _mm256_xor_si256(a[j], _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32 * j)));
+  }
+  const __m256i x = _mm256_xor_si256(_mm256_xor_si256(a[0], a[1]), _mm256_xor_si256(a[2], a[3]));
+  return static_cast<uint64_t>(_mm256_extract_epi64(x, 0) ^ _mm256_extract_epi64(x, 3));
+}
+
+// One pass over `buffer` by `threads` threads, each streaming its contiguous share (as the
+// matrix product splits output blocks).
+uint64_t stream_read(const unsigned char* buffer, int threads) {
+  const bool wide = cpu::matmul_isa() == cpu::MatmulIsa::avx512;
+  uint64_t sum = 0;
+  const std::size_t share = kProbeBytes / static_cast<std::size_t>(threads) / 256 * 256;
+#pragma omp parallel for num_threads(threads) reduction(^ : sum) schedule(static)
+  for (int t = 0; t < threads; ++t) {
+    const unsigned char* p = buffer + static_cast<std::size_t>(t) * share;
+    sum ^= wide ? stream_read_avx512(p, share) : stream_read_avx2(p, share);
+  }
+  return sum;
+}
+
+// kProbeBytes, 64-byte aligned, allocated and touched once for the process.
+const unsigned char* probe_buffer() {
+  static const unsigned char* buffer = [] {
+    auto* b = static_cast<unsigned char*>(std::aligned_alloc(64, kProbeBytes));
+    std::memset(b, 1, kProbeBytes);
+    return b;
   }();
-  return rate;
+  return buffer;
+}
+
+// The streaming-read rate (bytes per second) with `threads` threads, best of 5 passes: the
+// decode floor of a model is its weight bytes at this rate.
+double read_bytes_per_second(int threads) {
+  static std::map<int, double> rates;
+  if (const auto it = rates.find(threads); it != rates.end()) return it->second;
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(stream_read(probe_buffer(), threads));
+    best = std::max(best, kProbeBytes / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return rates[threads] = best;
+}
+
+// Independent FMA chains in registers (24 AVX-512 or 12 AVX2 accumulators, more than the
+// FMA units' latency x throughput), `iterations` rounds; returns a value to keep.
+__attribute__((target("avx512f"))) float fma_chains_avx512(int64_t iterations) {
+  __m512 a[24];
+  for (int i = 0; i < 24; ++i) a[i] = _mm512_set1_ps(1.0f + i * 1e-3f);
+  const __m512 m = _mm512_set1_ps(0.9999999f), c = _mm512_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iterations; ++it)
+    for (int i = 0; i < 24; ++i) a[i] = _mm512_fmadd_ps(a[i], m, c);
+  __m512 s = a[0];
+  for (int i = 1; i < 24; ++i) s = _mm512_add_ps(s, a[i]);
+  float lanes[16];
+  _mm512_storeu_ps(lanes, s);
+  return std::accumulate(lanes, lanes + 16, 0.0f);
+}
+float fma_chains_avx2(int64_t iterations) {
+  __m256 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(1.0f + i * 1e-3f);
+  const __m256 m = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iterations; ++it)
+    for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], m, c);
+  __m256 s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, a[i]);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, s);
+  return std::accumulate(lanes, lanes + 8, 0.0f);
+}
+
+// FLOPs of one round of fma_chains on this process's ISA.
+double fma_round_flops() { return cpu::matmul_isa() == cpu::MatmulIsa::avx512 ? 2.0 * 24 * 16 : 2.0 * 12 * 8; }
+
+// `threads` threads each running `iterations` rounds of FMA chains.
+float fma_chains(int threads, int64_t iterations) {
+  const bool wide = cpu::matmul_isa() == cpu::MatmulIsa::avx512;
+  float sum = 0;
+#pragma omp parallel for num_threads(threads) reduction(+ : sum) schedule(static)
+  for (int t = 0; t < threads; ++t) sum += wide ? fma_chains_avx512(iterations) : fma_chains_avx2(iterations);
+  return sum;
+}
+
+// The FMA peak (FLOP/s) with `threads` threads, best of 5 runs of ~50 ms.
+double fma_peak_flops(int threads) {
+  static std::map<int, double> peaks;
+  if (const auto it = peaks.find(threads); it != peaks.end()) return it->second;
+  constexpr int64_t kIterations = int64_t(1) << 22;
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(fma_chains(threads, kIterations));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, threads * kIterations * fma_round_flops() / s);
+  }
+  return peaks[threads] = best;
 }
 
 // The models measured: the three bundled ones, then the folder in $SPECULA_BENCH_MODEL if set
@@ -68,17 +178,27 @@ std::unique_ptr<BenchModel> load_bench_model(benchmark::State& state, int64_t in
   return std::make_unique<BenchModel>(dir);
 }
 
-void BM_MemcpyBandwidth(benchmark::State& state) {
-  std::vector<char> a(kProbeBytes, 1), b(kProbeBytes, 2);
-  for (auto _ : state) {
-    std::memcpy(b.data(), a.data(), kProbeBytes);
-    benchmark::DoNotOptimize(b.data());
-    benchmark::ClobberMemory();
-  }
+// The streaming-read rate with 1 and 2 threads (the decode floor: stream_read).
+// bytes_per_second = bytes read per second.
+void BM_ReadBandwidth(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const unsigned char* buffer = probe_buffer();
+  for (auto _ : state) benchmark::DoNotOptimize(stream_read(buffer, threads));
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kProbeBytes));
-  state.counters["traffic_GBps"] = traffic_bytes_per_second() / 1e9;
 }
-BENCHMARK(BM_MemcpyBandwidth)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The FMA peak with 1 and 2 threads: independent FMA chains in registers (fma_chains).
+// GFLOPs = FLOPs per second / 1e9.
+void BM_FmaPeak(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  constexpr int64_t kIterations = int64_t(1) << 20;
+  for (auto _ : state) benchmark::DoNotOptimize(fma_chains(threads, kIterations));
+  state.counters["GFLOPs"] = benchmark::Counter(threads * kIterations * fma_round_flops() * state.iterations() / 1e9,
+                                                benchmark::Counter::kIsRate);
+  state.SetLabel(cpu::isa_name(cpu::matmul_isa()));
+}
+BENCHMARK(BM_FmaPeak)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // One-token decode steps after a 128-token prompt; the context cycles over 128..255 tokens.
 void BM_Decode(benchmark::State& state) {
@@ -99,7 +219,7 @@ void BM_Decode(benchmark::State& state) {
     token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
   state.SetItemsProcessed(state.iterations());
-  const double floor_s = static_cast<double>(m.backend->weight_bytes()) / traffic_bytes_per_second();
+  const double floor_s = static_cast<double>(m.backend->weight_bytes()) / read_bytes_per_second(omp_get_max_threads());
   state.counters["weight_MB"] = static_cast<double>(m.backend->weight_bytes()) / 1e6;
   state.counters["floor_us"] = floor_s * 1e6;
   // Time per token / floor: the rate floor * iterations / time, inverted.
@@ -295,6 +415,79 @@ void BM_MatmulOpenBLAS(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * 2 * n * in * out);
 }
 BENCHMARK(BM_MatmulOpenBLAS)->DenseRange(0, 4)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// TinyLlama-1.1B's matrix shapes {out, in}: q/o, gate/up, down, lm_head.
+const int64_t kShapes11[][2] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
+
+// Random f32 weights of kShapes11[shape] whose values are exact in BF16 (one shape kept at a
+// time: the lm_head's is 262 MB).
+const std::vector<float>& shape_weights(int64_t shape) {
+  static int64_t held = -1;
+  static std::vector<float> w;
+  if (held != shape) {
+    w.assign(static_cast<std::size_t>(kShapes11[shape][0] * kShapes11[shape][1]), 0.0f);
+    std::mt19937 rng(static_cast<unsigned>(shape));
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (float& v : w) {
+      uint32_t bits;
+      const float f = uniform(rng);
+      std::memcpy(&bits, &f, 4);
+      bits &= 0xFFFF0000u;
+      std::memcpy(&v, &bits, 4);
+    }
+    held = shape;
+  }
+  return w;
+}
+
+// Our product at 1.1B sizes against OpenBLAS's sgemm (f32 weights) on the same shape, rows and
+// threads, the two alternated in every iteration. Reported time is ours; GFLOPs ours,
+// pct_peak = GFLOPs / the FMA peak at this thread count (BM_FmaPeak), x_openblas = sgemm's
+// time / ours (above 1: ours is faster), blas_GFLOPs its rate.
+void BM_MatmulShapes(benchmark::State& state) {
+  const int64_t out = kShapes11[state.range(0)][0], in = kShapes11[state.range(0)][1];
+  const int n = static_cast<int>(state.range(1));
+  const DType dtype = state.range(2) == 0 ? DType::BF16 : DType::F32;
+  const int threads = static_cast<int>(state.range(3));
+  const std::vector<float>& w = shape_weights(state.range(0));
+  const TensorView view{"w", DType::F32, {out, in}, w.data(), "bench"};
+  const cpu::PackedWeights packed(view, cpu::matmul_isa(), dtype);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(static_cast<std::size_t>(n * in)), y(static_cast<std::size_t>(n * out)), yb(y.size());
+  for (float& v : x) v = normal(rng);
+  const int threads_before = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+  double ours_s = 0, blas_s = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cpu::matmul(x.data(), packed, y.data(), n);
+    benchmark::DoNotOptimize(y.data());
+    const auto t1 = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, static_cast<int>(out), static_cast<int>(in), 1.0f, x.data(),
+                static_cast<int>(in), w.data(), static_cast<int>(in), 0.0f, yb.data(), static_cast<int>(out));
+    benchmark::DoNotOptimize(yb.data());
+    const auto t2 = std::chrono::steady_clock::now();
+    const double ours = std::chrono::duration<double>(t1 - t0).count();
+    ours_s += ours;
+    blas_s += std::chrono::duration<double>(t2 - t1).count();
+    state.SetIterationTime(ours);
+  }
+  omp_set_num_threads(threads_before);
+  const double flops = 2.0 * n * static_cast<double>(in * out) * static_cast<double>(state.iterations());
+  state.counters["GFLOPs"] = flops / ours_s / 1e9;
+  state.counters["pct_peak"] = 100 * flops / ours_s / fma_peak_flops(threads);
+  state.counters["x_openblas"] = blas_s / ours_s;
+  state.counters["blas_GFLOPs"] = flops / blas_s / 1e9;
+  state.SetLabel(std::to_string(n) + "x" + std::to_string(in) + " * " + std::to_string(in) + "x" + std::to_string(out) +
+                 " " + dtype_name(dtype));
+}
+BENCHMARK(BM_MatmulShapes)
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 4, 8, 16, 32, 64}, {0, 1}, {1, 2}})
+    ->ArgNames({"shape", "rows", "f32", "threads"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
 
 }  // namespace
 }  // namespace specula
