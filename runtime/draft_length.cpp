@@ -20,9 +20,10 @@ double CostFit::at(double rows) const {
   if (hi == by_rows_.begin()) hi = std::next(hi);
   const auto lo = std::prev(hi);
   double slope = (hi->second - lo->second) / double(hi->first - lo->first);
-  const bool outside = rows < by_rows_.begin()->first || rows > std::prev(by_rows_.end())->first;
-  if (outside) slope = std::max(0.0, slope);
-  return std::max(0.0, lo->second + slope * (rows - lo->first));
+  const bool above = rows > hi->first, below = rows < lo->first;
+  if (above || below) slope = std::max(0.0, slope);
+  const auto& [from_rows, from_seconds] = above ? *hi : *lo;  // the nearest observed end
+  return std::max(0.0, from_seconds + slope * (rows - from_rows));
 }
 
 double expected_chain_tokens(double alpha, int gamma) {
