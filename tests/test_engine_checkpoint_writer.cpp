@@ -1,8 +1,8 @@
 // The checkpoint writer: safetensors files it writes read back byte for byte through the
 // loader, random checkpoints of a given shape load as models and run, their bytes depend on
 // the seed alone, their weights have the stated distribution, a vocabulary padded past the
-// tokenizer's pieces works, the named shapes match the bundled models, and bad requests fail
-// before anything is written.
+// tokenizer's pieces works, the named shapes match the bundled models, bad requests fail
+// before anything is written, and a write that fails half-way leaves no partial checkpoint.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -10,6 +10,8 @@
 #include <fstream>
 #include <iterator>
 #include <numeric>
+#include <csignal>
+#include <sys/resource.h>
 #include <vector>
 
 #include "engine/checkpoint_writer.h"
@@ -46,6 +48,28 @@ ModelConfig small_shape() {
 RandomCheckpoint small_checkpoint(DType dtype, uint64_t seed) {
   return {small_shape(), dtype, seed, test::model_dir("target-16m") + "/tokenizer.model"};
 }
+
+// Caps the size of any file this process writes (RLIMIT_FSIZE) while it lives; SIGXFSZ is
+// ignored so that a write past the cap fails with EFBIG instead of killing the process.
+class FileSizeCap {
+ public:
+  explicit FileSizeCap(rlim_t bytes) : old_signal_(std::signal(SIGXFSZ, SIG_IGN)) {
+    REQUIRE(getrlimit(RLIMIT_FSIZE, &old_) == 0);
+    rlimit capped = old_;
+    capped.rlim_cur = bytes;
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &capped) == 0);
+  }
+  ~FileSizeCap() {
+    setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, old_signal_);
+  }
+  FileSizeCap(const FileSizeCap&) = delete;
+  FileSizeCap& operator=(const FileSizeCap&) = delete;
+
+ private:
+  rlimit old_{};
+  void (*old_signal_)(int);
+};
 
 }  // namespace
 
@@ -210,6 +234,28 @@ TEST_CASE("random checkpoint: bad requests fail before anything is written, and 
   CHECK_THROWS_WITH(write_random_checkpoint(fresh.string(), small_checkpoint(DType::BF16, 1)),
                     Contains("already holds config.json"));
   CHECK(file_bytes((fresh / "model.safetensors").string()) == before);
+}
+
+TEST_CASE("random checkpoint: a write that fails half-way removes what it wrote, and only that", "[engine][writer]") {
+  const RandomCheckpoint request = small_checkpoint(DType::F32, 1);
+  // The cap lets tokenizer.model and config.json through and stops model.safetensors part-way.
+  const rlim_t cap = static_cast<rlim_t>(fs::file_size(request.tokenizer_model)) + 4096;
+  REQUIRE(static_cast<rlim_t>(request.shape.vocab_size) * request.shape.hidden_size * 4 > 2 * cap);
+  TempDir root;
+  const fs::path fresh = root.path / "fresh";  // a folder the writer creates: removed whole
+  const fs::path existing = root.path / "existing";  // a folder that was there: keeps its own files
+  fs::create_directories(existing);
+  { std::ofstream(existing / "notes.txt") << "kept"; }
+  {
+    const FileSizeCap capped(cap);
+    CHECK_THROWS_WITH(write_random_checkpoint(fresh.string(), request), Contains("model.safetensors") && Contains("write failed"));
+    CHECK_THROWS_WITH(write_random_checkpoint(existing.string(), request), Contains("write failed"));
+  }
+  CHECK_FALSE(fs::exists(fresh));
+  CHECK(fs::exists(existing / "notes.txt"));
+  for (const char* file : {"config.json", "model.safetensors", "tokenizer.model"}) CHECK_FALSE(fs::exists(existing / file));
+  write_random_checkpoint(existing.string(), request);  // the next try is not blocked
+  CHECK(fs::exists(existing / "model.safetensors"));
 }
 
 }  // namespace specula
