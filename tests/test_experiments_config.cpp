@@ -325,7 +325,7 @@ void refused(const std::string& text, const std::vector<std::string>& pieces) {
 }  // namespace
 
 TEST_CASE("run.batch_size, run.request_rate and draft.gamma_policy parse, refuse bad values and join the run's settings",
-          "[experiments][batch]") {
+          "[experiments][batched]") {
   ScratchDir dir;
   const std::string draft = "[draft]\nmethod = \"ngram\"\ngamma = 3\n";
   const ExperimentConfig c =

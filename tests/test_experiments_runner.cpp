@@ -481,7 +481,7 @@ struct BatchedExperiment {
 }  // namespace
 
 TEST_CASE("a batched run writes one line per job with every request's latency, and resumes exactly",
-          "[experiments][batch]") {
+          "[experiments][batched]") {
   BatchedExperiment e;
   FakeBackend backend;
   const std::string printed = e.run(backend);
