@@ -67,6 +67,7 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_flag("--json", json_, "Print one JSON object with ids, text and stats");
   cmd_->add_option("--threads", options_.threads, "CPU threads (0 = all cores)")->default_val(0);
   cmd_->add_option("--backend", backend_, "cpu | cuda")->capture_default_str();
+  cmd_->add_option("--kv-dtype", kv_dtype_, "f32 | bf16 | int8: KV cache elements (default: cpu f32, cuda bf16)");
 
   SamplingOptions& s = options_.sampling;
   cmd_->add_option("--sampler", sampler_, "greedy | sample | beam")->capture_default_str();
@@ -111,6 +112,10 @@ int GenerateCommand::run() {
   const auto backend = parse_enum<BackendKind>(backend_);
   SPECULA_CHECK(backend, "--backend must be ", enum_choices<BackendKind>(), ", got '", backend_, "'");
   options_.backend = *backend;
+  if (cmd_->count("--kv-dtype") > 0) {
+    options_.kv_dtype = parse_enum<KvDType>(kv_dtype_);
+    SPECULA_CHECK(options_.kv_dtype, "--kv-dtype must be ", enum_choices<KvDType>(), ", got '", kv_dtype_, "'");
+  }
   const auto policy = parse_enum<GammaPolicy>(gamma_policy_);
   SPECULA_CHECK(policy, "--gamma-policy must be ", enum_choices<GammaPolicy>(), ", got '", gamma_policy_, "'");
   options_.gamma_policy = *policy;

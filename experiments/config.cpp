@@ -53,6 +53,7 @@ GenerateOptions request_options(const PointConfig& p) {
   o.model_dir = p.target;
   o.max_new_tokens = p.max_new_tokens;
   o.kv_block_size = p.kv_block_size;
+  o.kv_dtype = p.kv_dtype;
   o.threads = p.threads;
   o.backend = p.backend;
   o.sampling = p.sampling;
@@ -89,6 +90,8 @@ nlohmann::json canonical_settings(const PointConfig& p) {
     settings["batch_size"] = p.batch_size;
     settings["request_rate"] = p.request_rate;
   }
+  // Only when set, so that the keys of results written before run.kv_dtype existed still match.
+  if (p.kv_dtype) settings["kv_dtype"] = name_of(*p.kv_dtype);
   return settings;
 }
 

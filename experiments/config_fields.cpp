@@ -172,6 +172,24 @@ ConfigField weights_field(std::string key, Ref ref) {
   return {key, true, parse, write};
 }
 
+// run.kv_dtype: a KvDType name (kv/page_storage.h); unset means the backend's own.
+template <typename Ref>
+ConfigField kv_dtype_field(std::string key, Ref ref) {
+  auto parse = [key, ref](const toml::node& n, const fs::path&) -> Assignment {
+    const std::string v = string_of(n, key);
+    const std::optional<KvDType> value = parse_enum<KvDType>(v);
+    if (!value) {
+      const std::vector<std::string> allowed = enum_spellings<KvDType>();
+      config_error(n.source(), key + ": unknown value '" + v + "'" + did_you_mean(v, allowed, allowed));
+    }
+    return [ref, value](Settings& s) { ref(s) = value; };
+  };
+  auto write = [key, ref](const Settings& s, toml::table& root) {
+    if (ref(s)) parent_table(root, key).insert_or_assign(last_component(key), std::string(name_of(*ref(s))));
+  };
+  return {key, true, parse, write};
+}
+
 enum class PathKind { model_dir, file, output_dir };
 
 template <typename Ref>
@@ -343,6 +361,7 @@ std::vector<ConfigField> make_fields() {
       int_field("run.kv_block_size", [](auto& s) -> auto& { return s.point.kv_block_size; }, 1),
       int_field("run.batch_size", [](auto& s) -> auto& { return s.point.batch_size; }, 0, true, kMaxBatchSize),
       double_field("run.request_rate", [](auto& s) -> auto& { return s.point.request_rate; }, 0, kMaxRequestRate),
+      kv_dtype_field("run.kv_dtype", [](auto& s) -> auto& { return s.point.kv_dtype; }),
       path_field("output.directory", [](auto& s) -> auto& { return s.output.directory; }, PathKind::output_dir, false),
       string_list_field("output.formats", [](auto& s) -> auto& { return s.output.formats; }, {"csv", "md", "png"}),
   };

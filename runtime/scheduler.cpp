@@ -27,8 +27,8 @@ struct Scheduler::DraftPool {
   KvCache cache;
   std::unique_ptr<Workspace> workspace;
   ForwardContext context;
-  DraftPool(const Backend& draft, int block_size, int blocks)
-      : cache(draft.kv_layout(block_size), blocks), workspace(draft.make_workspace()),
+  DraftPool(const Backend& draft, const GenerateOptions& shared, int blocks)
+      : cache(request_kv_layout(draft, shared), blocks), workspace(draft.make_workspace()),
         context{draft, cache, *workspace} {}
 };
 
@@ -79,7 +79,7 @@ Scheduler::Scheduler(ModelStore& models, const GenerateOptions& shared, Schedule
       shared_(shared),
       limits_(limits),
       target_(models.get(shared.model_dir, std::nullopt, shared.backend)),
-      cache_(target_.kv_layout(shared.kv_block_size), std::max(limits.kv_blocks, 1)),
+      cache_(request_kv_layout(target_, shared), std::max(limits.kv_blocks, 1)),
       workspace_(target_.make_workspace()),
       context_{target_, cache_, *workspace_},
       start_(Clock::now()) {
@@ -107,7 +107,7 @@ Scheduler::DraftPool& Scheduler::draft_pool(const DraftOptions& d) {
   // A drafter's sequence holds at most its target's tokens and one tree: the target pool
   // plus a block and a copy per live sequence never runs out before the target's.
   if (!pool)
-    pool = std::make_unique<DraftPool>(draft_model(models_, d), shared_.kv_block_size,
+    pool = std::make_unique<DraftPool>(draft_model(models_, d), shared_,
                                        limits_.kv_blocks + 2 * limits_.max_sequences + 2);
   return *pool;
 }
@@ -116,10 +116,11 @@ int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink si
   const OptionNames names = cli_option_names();
   validate_generate_options(models_, options, names);
   SPECULA_CHECK(options.model_dir == shared_.model_dir && options.backend == shared_.backend &&
-                    options.kv_block_size == shared_.kv_block_size,
+                    options.kv_block_size == shared_.kv_block_size && options.kv_dtype == shared_.kv_dtype,
                 "scheduler: every request of a batch runs on one target (", shared_.model_dir, ", ",
-                name_of(shared_.backend), ", KV blocks of ", shared_.kv_block_size, "), got ", options.model_dir, ", ",
-                name_of(options.backend), ", ", options.kv_block_size);
+                name_of(shared_.backend), ", KV blocks of ", shared_.kv_block_size, " in ",
+                name_of(cache_.layout().dtype), "), got ", options.model_dir, ", ", name_of(options.backend), ", ",
+                options.kv_block_size, " in ", name_of(request_kv_layout(target_, options).dtype));
   const bool beam = options.sampling.strategy == Strategy::kBeam;
   if (!beam) check_request_fits(options, limits_);
 

@@ -44,7 +44,7 @@ TEST_CASE("shipped configs load, and their resolved form loads to the same runs"
                            Shipped{"configs/sampler-comparison.toml", 24, 16, 3}, Shipped{"configs/tree-shapes.toml", 10, 16, 1},
                            Shipped{"configs/beam-speculative.toml", 24, 6, 1},
                            Shipped{"configs/speedup-cpu.toml", 42, 9, 1}, Shipped{"configs/speedup-goals.toml", 3, 28, 1},
-                           Shipped{"configs/batch-sizes.toml", 32, 35, 1}}) {
+                           Shipped{"configs/batch-sizes.toml", 32, 35, 1}, Shipped{"configs/kv-dtype.toml", 6, 2, 1}}) {
     INFO(s.file);
     const ExperimentConfig c = load_config(source_path(s.file));
     CHECK(c.grid.size() == s.grid);
@@ -139,6 +139,7 @@ TEST_CASE("out-of-range values are errors naming key, file:line and the range", 
       {"", "seeds = [-1]\n", "@:5:10: run.seeds element must be an integer >= 0, got -1"},
       {"", "seeds = []\n", "@:5:9: run.seeds must not be empty"},
       {"", "backend = \"tpu\"\n", "@:5:11: run.backend: unknown value 'tpu'"},
+      {"", "kv_dtype = \"fp8\"\n", "@:5:12: run.kv_dtype: unknown value 'fp8'"},
   };
   for (const Case& c : cases) {
     INFO(c.tail << c.run_extra);
