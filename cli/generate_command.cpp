@@ -57,7 +57,7 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   ids->excludes(chat);
   system->needs(chat);
   auto* file = cmd_->add_option("--prompts-file", prompts_file_,
-                                "JSON lines {\"id\", \"prompt\" | \"prompt_ids\"}: every prompt through the batch scheduler");
+                                "JSON lines {\"id\", \"prompt\" | \"messages\" | \"prompt_ids\"}: every prompt through the batch scheduler");
   file->excludes(prompt)->excludes(ids)->excludes(chat);
   cmd_->add_option("--batch-size", batch_size_, "Sequences decoded side by side with --prompts-file")
       ->default_val(1)
@@ -141,7 +141,7 @@ int GenerateCommand::run() {
   ModelStore models;
   const Model& target = models.model(options_.model_dir);
   if (!prompts_file_.empty())
-    return run_batch(models, options_, read_batch_prompts(prompts_file_, target.tokenizer()), batch_size_, json_);
+    return run_batch(models, options_, prompts_file_, batch_size_, json_);
   if (cmd_->count("--chat")) {
     std::vector<ChatMessage> messages;
     if (cmd_->count("--system")) messages.push_back({"system", system_});

@@ -112,7 +112,7 @@ Scheduler::DraftPool& Scheduler::draft_pool(const DraftOptions& d) {
   return *pool;
 }
 
-int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink sink) {
+int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink sink, double arrived_s) {
   const OptionNames names = cli_option_names();
   validate_generate_options(models_, options, names);
   SPECULA_CHECK(options.model_dir == shared_.model_dir && options.backend == shared_.backend &&
@@ -128,7 +128,7 @@ int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink si
   r->options = options;
   r->key = key;
   r->sink = std::move(sink);
-  r->out.submitted_s = now();
+  r->out.submitted_s = arrived_s < 0 ? now() : std::min(arrived_s, now());
   if (!beam) {
     r->sampler = make_sampler(options.sampling);
     r->out.samples.resize(static_cast<std::size_t>(options.num_samples));
@@ -465,9 +465,6 @@ void Scheduler::step() {
   const double forward_s = seconds(mark, Clock::now());
   int rows = 0;
   for (const SequenceRows& p : parts) rows += static_cast<int>(p.tokens.size());
-  // The load policy's cost model is of decode steps: prefill chunks cost per row otherwise.
-  if (std::none_of(plan.begin(), plan.end(), [](const Sequence* s) { return s->feed > 1; }))
-    chooser_.target_forward(rows, forward_s);
   ++stats_.steps;
   stats_.rows += rows;
   stats_.sequence_steps += static_cast<long>(plan.size());
@@ -521,6 +518,10 @@ void Scheduler::step() {
       if (complete) done.push_back(&s);
     }
   }
+  // The load policy's cost model is of decode steps (prefill chunks cost per row otherwise):
+  // the forward and the sampling, verification and commits its rows need.
+  if (std::none_of(plan.begin(), plan.end(), [](const Sequence* s) { return s->feed > 1; }))
+    chooser_.target_forward(rows, seconds(mark, Clock::now()));
   for (Sequence* s : done) finish(*s);
   for (Sequence* root : fed_roots) {
     const std::size_t i = static_cast<std::size_t>(std::find(plan.begin(), plan.end(), root) - plan.begin());
