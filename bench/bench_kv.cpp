@@ -6,15 +6,25 @@
 //  - decode tokens/s of target-16m through the paged cache (block sizes 16 and 64) against one
 //    block holding the whole sequence (the contiguous layout the paged cache replaced),
 //    interleaved step by step, as a ratio.
+//  - attention of one decode row over 2,048 cached positions (target-16m's heads: 6 query, 2
+//    key/value, head_dim 64, one layer) with bf16 and int8 pages, interleaved with the same
+//    row over f32 pages in the same iterations, in alternating order (the f32 argument is the
+//    control: ~1.0): over_f32 is the ratio of the summed times; and
+//    decode tokens/s of target-16m at 2,048 context (1,920..2,047, cycling) per KV dtype, the
+//    same way against f32 pages.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <random>
 #include <span>
 #include <vector>
 
 #include "bench/bench_support.h"
+#include "engine/batch.h"
+#include "engine/cpu/attention.h"
+#include "engine/cpu/matmul.h"
 
 namespace specula {
 namespace {
@@ -107,6 +117,127 @@ void BM_DecodePagedVsContiguous(benchmark::State& state) {
   state.counters["paged_over_contiguous"] = paged.seconds / contiguous.seconds;
 }
 BENCHMARK(BM_DecodePagedVsContiguous)->Arg(16)->Arg(64)->Unit(benchmark::kMicrosecond)->UseManualTime();
+
+constexpr int kLongContext = 2048;
+
+// One decode row at position 2047 over a sequence whose slots hold random unit-normal rows, in
+// pages of `dtype`.
+struct AttentionAtLength {
+  KvCache cache;
+  RaggedBatch batch;
+  KvPlan plan;
+  static constexpr cpu::AttentionShape kShape{6, 2, 64};
+  std::vector<float> q, out;
+
+  explicit AttentionAtLength(KvDType dtype)
+      : cache(KvLayout{1, kShape.num_kv_heads, kShape.head_dim, 16, dtype}, kLongContext / 16 + 1) {
+    ModelConfig config;
+    config.vocab_size = 16;
+    config.max_position_embeddings = kLongContext;
+    const int seq = cache.create();
+    cache.append_slots(seq, kLongContext - 1);
+    const int token = 1, pos = kLongContext - 1;
+    const std::vector<SequenceRows> parts = {{seq, std::span(&token, 1), std::span(&pos, 1), {}, RowLogits::kLast}};
+    batch = plan_batch(parts, cache.tables(), config);
+    plan = cache.prepare(batch.seqs, batch.rows_per_seq());
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> row(static_cast<std::size_t>(kShape.num_kv_heads * kShape.head_dim));
+    for (int slot = 0; slot < cache.storage().num_blocks() * 16; ++slot)
+      for (int kv = 0; kv < 2; ++kv) {
+        for (float& v : row) v = normal(rng);
+        cache.storage().write_row(0, kv, slot, row.data());
+      }
+    q.resize(static_cast<std::size_t>(kShape.num_heads * kShape.head_dim));
+    for (float& v : q) v = normal(rng);
+    out.resize(q.size());
+  }
+  double run(cpu::AttentionScratch& scratch) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cpu::attend_batch(cpu::matmul_isa(), batch, plan, cache.storage(), 0, kShape, q.data(), out.data(), scratch);
+    benchmark::DoNotOptimize(out.data());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
+void BM_AttentionLongContext(benchmark::State& state) {
+  const KvDType dtype = static_cast<KvDType>(state.range(0));
+  state.SetLabel(std::string(name_of(dtype)) + " pages vs f32, 2048 keys, " + cpu::isa_name(cpu::matmul_isa()));
+  AttentionAtLength f32(KvDType::kF32), rounded(dtype);
+  cpu::AttentionScratch scratch;
+  double f32_s = 0, rounded_s = 0;
+  bool f32_first = true;  // the order alternates: whichever runs second finds warmer caches
+  for (auto _ : state) {
+    if (f32_first) f32_s += f32.run(scratch);
+    const double s = rounded.run(scratch);
+    if (!f32_first) f32_s += f32.run(scratch);
+    f32_first = !f32_first;
+    rounded_s += s;
+    state.SetIterationTime(s);
+  }
+  state.counters["over_f32"] = rounded_s / f32_s;
+}
+BENCHMARK(BM_AttentionLongContext)
+    ->Arg(static_cast<int>(KvDType::kF32))
+    ->Arg(static_cast<int>(KvDType::kBF16))
+    ->Arg(static_cast<int>(KvDType::kInt8))
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+
+// target-16m decoding at 1,920..2,047 context (a 1,920-token prompt, then cycling back),
+// pages of state.range(0)'s dtype, interleaved step by step with f32 pages (f32 first and
+// second in turn).
+void BM_DecodeLongContext(benchmark::State& state) {
+  BenchModel m(std::string(SPECULA_SOURCE_DIR) + "/models/target-16m");
+  const KvDType dtype = static_cast<KvDType>(state.range(0));
+  state.SetLabel(std::string(name_of(dtype)) + " pages vs f32, context 1920..2047");
+  const int start = kLongContext - 128;
+  const std::vector<int> prompt = real_prompt(static_cast<std::size_t>(start));
+  std::vector<int> positions(prompt.size());
+  std::iota(positions.begin(), positions.end(), 0);
+  std::vector<float> logits(static_cast<std::size_t>(m.config().vocab_size));
+  struct Decoder {
+    KvCache cache;
+    int seq = 0;
+    int token = 13;
+    double seconds = 0;
+  };
+  const auto layout = [&](KvDType t) {
+    KvLayout l = m.kv_layout(16);
+    l.dtype = t;
+    return l;
+  };
+  Decoder f32{KvCache(layout(KvDType::kF32), kLongContext / 16 + 2)}, rounded{KvCache(layout(dtype), kLongContext / 16 + 2)};
+  for (Decoder* d : {&f32, &rounded}) {
+    d->seq = d->cache.create();
+    m.forward(d->cache, d->seq, prompt, positions, RowLogits::kLast, logits);
+  }
+  const auto step = [&](Decoder& d) {
+    if (d.cache.length(d.seq) == kLongContext) d.cache.truncate(d.seq, start);
+    const int pos = d.cache.length(d.seq);
+    const auto t0 = std::chrono::steady_clock::now();
+    m.forward(d.cache, d.seq, std::span(&d.token, 1), std::span(&pos, 1), RowLogits::kLast, logits);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    d.token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    d.seconds += s;
+    return s;
+  };
+  bool f32_first = true;  // alternating, as above
+  for (auto _ : state) {
+    if (f32_first) step(f32);
+    state.SetIterationTime(step(rounded));
+    if (!f32_first) step(f32);
+    f32_first = !f32_first;
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["over_f32"] = rounded.seconds / f32.seconds;
+}
+BENCHMARK(BM_DecodeLongContext)
+    ->Arg(static_cast<int>(KvDType::kF32))
+    ->Arg(static_cast<int>(KvDType::kBF16))
+    ->Arg(static_cast<int>(KvDType::kInt8))
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
 
 }  // namespace
 }  // namespace specula

@@ -59,7 +59,7 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   ids->excludes(chat);
   system->needs(chat);
   auto* file = cmd_->add_option("--prompts-file", prompts_file_,
-                                "JSON lines {\"id\", \"prompt\" | \"prompt_ids\"}: every prompt through the batch scheduler");
+                                "JSON lines {\"id\", \"prompt\" | \"messages\" | \"prompt_ids\"}: every prompt through the batch scheduler");
   file->excludes(prompt)->excludes(ids)->excludes(chat);
   cmd_->add_option("--batch-size", batch_size_, "Sequences decoded side by side with --prompts-file")
       ->default_val(1)
@@ -69,6 +69,7 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_flag("--json", json_, "Print one JSON object with ids, text and stats");
   cmd_->add_option("--threads", options_.threads, "CPU threads (0 = all cores)")->default_val(0);
   cmd_->add_option("--backend", backend_, "cpu | cuda")->capture_default_str();
+  cmd_->add_option("--kv-dtype", kv_dtype_, "f32 | bf16 | int8: KV cache elements (default: cpu f32, cuda bf16)");
 
   SamplingOptions& s = options_.sampling;
   cmd_->add_option("--sampler", sampler_, "greedy | sample | beam")->capture_default_str();
@@ -114,6 +115,10 @@ int GenerateCommand::run() {
   const auto backend = parse_enum<BackendKind>(backend_);
   SPECULA_CHECK(backend, "--backend must be ", enum_choices<BackendKind>(), ", got '", backend_, "'");
   options_.backend = *backend;
+  if (cmd_->count("--kv-dtype") > 0) {
+    options_.kv_dtype = parse_enum<KvDType>(kv_dtype_);
+    SPECULA_CHECK(options_.kv_dtype, "--kv-dtype must be ", enum_choices<KvDType>(), ", got '", kv_dtype_, "'");
+  }
   const auto policy = parse_enum<GammaPolicy>(gamma_policy_);
   SPECULA_CHECK(policy, "--gamma-policy must be ", enum_choices<GammaPolicy>(), ", got '", gamma_policy_, "'");
   options_.gamma_policy = *policy;
@@ -141,7 +146,7 @@ int GenerateCommand::run() {
   ModelStore models;
   const Model& target = models.model(options_.model_dir);
   if (!prompts_file_.empty())
-    return run_batch(models, options_, read_batch_prompts(prompts_file_, target.tokenizer()), batch_size_, json_);
+    return run_batch(models, options_, prompts_file_, batch_size_, json_);
   if (cmd_->count("--chat")) {
     std::vector<ChatMessage> messages;
     if (cmd_->count("--system")) messages.push_back({"system", system_});

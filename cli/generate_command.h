@@ -28,6 +28,7 @@ class GenerateCommand {
   std::string weights_ = "stored";
   std::string draft_weights_ = "stored";
   std::string backend_ = "cpu";
+  std::string kv_dtype_;  // "" = the backend's own
   std::string gamma_policy_ = "fixed";
   std::string tree_;
   bool json_ = false;

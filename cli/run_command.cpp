@@ -2,8 +2,9 @@
 
 #include <iostream>
 
-#include "engine/chat_template.h"
+#include "cli/batch_generate.h"
 #include "experiments/interrupt.h"
+#include "runtime/batch_run.h"
 #include "runtime/generate.h"
 
 namespace specula::cli {
@@ -12,14 +13,17 @@ namespace {
 class EngineBackend : public GenerationBackend {
  public:
   std::vector<int> tokenize(const std::string& model_dir, const Prompt& prompt) override {
-    const Tokenizer& tokenizer = models_.model(model_dir).tokenizer();
-    if (prompt.messages.empty()) return tokenizer.encode(prompt.text, true);
-    return encode_chat(tokenizer, load_chat_template(model_dir), prompt.messages);
+    return prompt_token_ids(models_, model_dir, prompt);
   }
   void validate(const GenerateOptions& options, const OptionNames& names) override {
     validate_generate_options(models_, options, names);
   }
   nlohmann::json generate(const GenerateOptions& options) override { return specula::generate(models_, options); }
+  nlohmann::json generate_batch(const std::vector<GenerateOptions>& requests, int batch_size,
+                                const std::vector<double>& arrivals_s) override {
+    const BatchRun run = run_requests(models_, requests, batch_size, arrivals_s);
+    return {{"results", run.results}, {"summary", run.summary}};
+  }
   std::string device_name() override { return accelerator_name(); }
   int threads(const GenerateOptions& options) override { return request_threads(options); }
 

@@ -53,9 +53,9 @@ class Model {
   const TensorView& final_norm() const { return *final_norm_; }  // [hidden]
   const TensorView& lm_head() const { return *lm_head_; }        // [vocab, hidden]; the embedding when tied
 
-  // The cache layout this model needs (F32 pages).
+  // The cache layout this model needs (f32 pages; a caller may choose another KvDType).
   KvLayout kv_layout(int block_size) const {
-    return {config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim(), block_size, DType::F32};
+    return {config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim(), block_size, KvDType::kF32};
   }
 
  private:

@@ -25,8 +25,8 @@ class GenerationBackend {
  public:
   virtual ~GenerationBackend() = default;
   // Token ids of `prompt` for the model in `model_dir`: its text under the model's tokenizer,
-  // BOS first, or its messages rendered with the model's chat_template (engine/chat_template.h
-  // encode_chat).
+  // BOS first, its messages rendered with the model's chat_template (engine/chat_template.h
+  // encode_chat), or its ids as given.
   virtual std::vector<int> tokenize(const std::string& model_dir, const Prompt& prompt) = 0;
   // Throws SpeculaError when `options` cannot run (an unsupported combination, a prompt
   // too long), naming the options through `names`; called for every run with its longest
@@ -34,6 +34,15 @@ class GenerationBackend {
   virtual void validate(const GenerateOptions& options, const OptionNames& names) = 0;
   // One generation: the object `specula generate --json` prints ({"ids", "text", "stats"}).
   virtual nlohmann::json generate(const GenerateOptions& options) = 0;
+  // A batched job (run.batch_size >= 1): every request through one scheduler with at most
+  // `batch_size` live sequences, request i submitted at arrivals_s[i] seconds after the
+  // start (empty: all at once). Returns {"results": [one generate object per request, plus
+  // "latency": {"ttft_s", "inter_token_s": {"mean", "p50", "p99"}, "latency_s"}], "summary":
+  // {"requests", "new_tokens", "time_s", "throughput_tokens_per_s", "latency_s" / "ttft_s" /
+  // "inter_token_s": {"mean", "p50", "p90", "p99"}, "target_forwards", "rows_per_forward",
+  // "mean_occupancy", "preemptions", "batch_size"}} (runtime/batch_run.h).
+  virtual nlohmann::json generate_batch(const std::vector<GenerateOptions>& requests, int batch_size,
+                                        const std::vector<double>& arrivals_s) = 0;
   // The accelerator the runs use, for the machine record; "none" on CPU.
   virtual std::string device_name() = 0;
   // The CPU threads `options` runs with (its threads, or the default when that is 0).

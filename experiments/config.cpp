@@ -54,16 +54,19 @@ GenerateOptions request_options(const PointConfig& p) {
   o.weights = p.target_weights;
   o.max_new_tokens = p.max_new_tokens;
   o.kv_block_size = p.kv_block_size;
+  o.kv_dtype = p.kv_dtype;
   o.threads = p.threads;
   o.backend = p.backend;
   o.sampling = p.sampling;
   o.draft = p.draft;
+  o.gamma_policy = p.gamma_policy;
   return o;
 }
 
 void clear_draft(PointConfig& p) {
   p.draft = DraftOptions{};
   p.draft_name.clear();
+  p.gamma_policy = GammaPolicy::kFixed;
 }
 
 nlohmann::json canonical_settings(const PointConfig& p) {
@@ -82,6 +85,14 @@ nlohmann::json canonical_settings(const PointConfig& p) {
           {"kv_block_size", p.kv_block_size},
           {"threads", p.threads},
           {"backend", name_of(p.backend)}};
+  // Keys with their defaults are left out, so the runs of configs written before them keep their ids.
+  if (p.gamma_policy != GammaPolicy::kFixed) settings["draft"]["gamma_policy"] = name_of(p.gamma_policy);
+  if (p.batch_size > 0) {
+    settings["batch_size"] = p.batch_size;
+    settings["request_rate"] = p.request_rate;
+  }
+  // Only when set, so that the keys of results written before run.kv_dtype existed still match.
+  if (p.kv_dtype) settings["kv_dtype"] = name_of(*p.kv_dtype);
   // Only when set, so the ids of runs on stored weights stay what they were.
   if (p.target_weights) settings["target_weights"] = weights_name(p.target_weights);
   return settings;

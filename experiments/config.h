@@ -21,13 +21,15 @@
 
 namespace specula {
 
-// A prompt of an experiment: a text (encoded with BOS) or a chat (messages, rendered with
-// the target's chat_template as a generation prompt); exactly one of them is non-empty.
+// A prompt of an experiment or of `specula generate --prompts-file`: a text (encoded with
+// BOS), a chat (messages, rendered with the target's chat_template as a generation prompt) or
+// token ids used as given; exactly one of them is non-empty.
 struct Prompt {
   std::string id;
   std::string domain;
   std::string text;
   std::vector<ChatMessage> messages;
+  std::vector<int> ids;
 };
 
 // The settings that define one run of the sweep (everything but prompt and seed).
@@ -40,9 +42,16 @@ struct PointConfig {
   SamplingOptions sampling;
   int max_new_tokens = 64;    // run.max_new_tokens
   int kv_block_size = 16;     // run.kv_block_size
+  std::optional<KvDType> kv_dtype;  // run.kv_dtype; nullopt: the backend's own
   int threads = 0;            // run.threads, 0 = all cores
   BackendKind backend = BackendKind::kCpu;  // run.backend
+  GammaPolicy gamma_policy = GammaPolicy::kFixed;  // draft.gamma_policy
+  int batch_size = 0;         // run.batch_size: 0 = one request per job; N >= 1 = every prompt in
+                              //   one job through the scheduler, N sequences live at once
+  double request_rate = 0;    // run.request_rate: Poisson arrivals per second of a batched job, 0 = all at once
 };
+inline constexpr int kMaxBatchSize = 4096;          // run.batch_size
+inline constexpr double kMaxRequestRate = 1e6;      // run.request_rate (requests per second)
 
 // Run settings shared by every point of the sweep (not sweepable).
 struct RunConfig {

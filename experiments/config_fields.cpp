@@ -100,6 +100,22 @@ ConfigField float_field(std::string key, Ref ref, Valid valid, std::string range
   return {key, true, parse, write};
 }
 
+// A number in [min, max] kept as a double (written back as given).
+template <typename Ref>
+ConfigField double_field(std::string key, Ref ref, double min, double max) {
+  auto parse = [key, ref, min, max](const toml::node& n, const fs::path&) -> Assignment {
+    if (!n.is_number()) wrong_type(n, key, "a number");
+    const double v = n.is_integer() ? static_cast<double>(n.as_integer()->get()) : n.as_floating_point()->get();
+    if (!(v >= min && v <= max)) {
+      char range[64];
+      std::snprintf(range, sizeof range, "in [%g, %g]", min, max);
+      config_error(n.source(), key + " must be a number " + range + ", got " + render_value(n));
+    }
+    return [ref, v](Settings& s) { ref(s) = v; };
+  };
+  return {key, true, parse, writer<double>(key, ref)};
+}
+
 template <typename Ref>
 ConfigField bool_field(std::string key, Ref ref) {
   auto parse = [key, ref](const toml::node& n, const fs::path&) -> Assignment {
@@ -152,6 +168,24 @@ ConfigField weights_field(std::string key, Ref ref) {
   };
   auto write = [key, ref](const Settings& s, toml::table& root) {
     parent_table(root, key).insert_or_assign(last_component(key), weights_name(ref(s)));
+  };
+  return {key, true, parse, write};
+}
+
+// run.kv_dtype: a KvDType name (kv/page_storage.h); unset means the backend's own.
+template <typename Ref>
+ConfigField kv_dtype_field(std::string key, Ref ref) {
+  auto parse = [key, ref](const toml::node& n, const fs::path&) -> Assignment {
+    const std::string v = string_of(n, key);
+    const std::optional<KvDType> value = parse_enum<KvDType>(v);
+    if (!value) {
+      const std::vector<std::string> allowed = enum_spellings<KvDType>();
+      config_error(n.source(), key + ": unknown value '" + v + "'" + did_you_mean(v, allowed, allowed));
+    }
+    return [ref, value](Settings& s) { ref(s) = value; };
+  };
+  auto write = [key, ref](const Settings& s, toml::table& root) {
+    if (ref(s)) parent_table(root, key).insert_or_assign(last_component(key), std::string(name_of(*ref(s))));
   };
   return {key, true, parse, write};
 }
@@ -246,7 +280,7 @@ ConfigField inline_prompts_field() {
   auto parse = [key](const toml::node& n, const fs::path&) -> Assignment {
     std::vector<Prompt> prompts;
     for (const toml::node& e : array_of(n, key)) {
-      Prompt p{"prompt-" + std::to_string(prompts.size()), "inline", "", {}};
+      Prompt p{"prompt-" + std::to_string(prompts.size()), "inline", "", {}, {}};
       if (e.is_string()) {
         p.text = e.as_string()->get();
       } else if (e.is_table()) {
@@ -304,6 +338,7 @@ std::vector<ConfigField> make_fields() {
       bool_field("draft.adaptive", [](auto& s) -> auto& { return s.point.draft.adaptive; }),
       int_field("draft.ngram_min", [](auto& s) -> auto& { return s.point.draft.ngram_min; }, 1),
       int_field("draft.ngram_max", [](auto& s) -> auto& { return s.point.draft.ngram_max; }, 1),
+      enum_field("draft.gamma_policy", [](auto& s) -> auto& { return s.point.gamma_policy; }),
       string_field("sampling.name", [](auto& s) -> auto& { return s.point.sampling_name; }),
       enum_field("sampling.strategy", [](auto& s) -> auto& { return s.point.sampling.strategy; }),
       float_field("sampling.temperature", [](auto& s) -> auto& { return s.point.sampling.temperature; }, at_least_zero, ">= 0"),
@@ -325,6 +360,9 @@ std::vector<ConfigField> make_fields() {
       enum_field("run.backend", [](auto& s) -> auto& { return s.point.backend; }),
       int_field("run.threads", [](auto& s) -> auto& { return s.point.threads; }, 0),
       int_field("run.kv_block_size", [](auto& s) -> auto& { return s.point.kv_block_size; }, 1),
+      int_field("run.batch_size", [](auto& s) -> auto& { return s.point.batch_size; }, 0, true, kMaxBatchSize),
+      double_field("run.request_rate", [](auto& s) -> auto& { return s.point.request_rate; }, 0, kMaxRequestRate),
+      kv_dtype_field("run.kv_dtype", [](auto& s) -> auto& { return s.point.kv_dtype; }),
       path_field("output.directory", [](auto& s) -> auto& { return s.output.directory; }, PathKind::output_dir, false),
       string_list_field("output.formats", [](auto& s) -> auto& { return s.output.formats; }, {"csv", "md", "png"}),
   };

@@ -40,7 +40,7 @@ std::string derived_strategy(const SamplingOptions& s) {
 // Sweep axes the drafter, shape and strategy already show.
 bool shown_elsewhere(const std::string& axis) {
   for (const char* key : {"draft", "draft.name", "draft.method", "draft.path", "draft.weights", "draft.gamma", "draft.tree",
-                          "draft.budget", "draft.adaptive", "sampling"}) {
+                          "draft.budget", "draft.adaptive", "draft.gamma_policy", "run.batch_size", "sampling"}) {
     if (axis == key) return true;
   }
   return axis.starts_with("sampling.");
@@ -73,6 +73,7 @@ RunInfo describe(const PointConfig& p, const nlohmann::json& coords) {
     info.shape = d.adaptive ? "adaptive" : "chain";
     info.nodes = d.gamma;
     info.variant = (d.adaptive ? "adaptive γ≤" : "γ=") + std::to_string(d.gamma);
+    if (p.gamma_policy == GammaPolicy::kLoad) info.variant = "load γ≤" + std::to_string(d.gamma);
   }
   for (const auto& [axis, value] : coords.items()) {
     if (shown_elsewhere(axis)) continue;
@@ -91,6 +92,7 @@ void assign_labels(std::vector<PlannedRun>& runs) {
       // A draft.name that already says "γ=2" is not followed by it again.
       if (!part->empty() && i.drafter.find(*part) == std::string::npos) i.label += " · " + *part;
     }
+    if (r.config.batch_size > 0) i.label += " · batch " + std::to_string(r.config.batch_size);
     ++uses[i.label];
   }
   for (PlannedRun& r : runs) {
@@ -184,19 +186,36 @@ Plan make_plan(const ExperimentConfig& config) {
                 config.prompts.size(), " prompts x ", config.base.run.seeds.size(), " run.seeds x ",
                 config.base.run.repetitions, " run.repetitions = ", jobs, " jobs, more than ", kMaxJobs);
   plan.jobs.reserve(static_cast<std::size_t>(jobs));
+  std::vector<std::string> prompt_keys;
   for (std::size_t p = 0; p < config.prompts.size(); ++p) {
-    // The prompt's text (or chat messages) is in its key: an edited prompt is a new job, not the old outputs.
+    // The prompt's text (or chat messages, or token ids) is in its key: an edited prompt is a new job, not the old outputs.
     nlohmann::json content = {config.prompts[p].text};
     for (const ChatMessage& m : config.prompts[p].messages) content.push_back({m.role, m.content});
+    if (!config.prompts[p].ids.empty()) content.push_back(config.prompts[p].ids);
     const std::string prompt_key = config.prompts[p].id + "#" + fnv1a_hex(content.dump()).substr(0, 8);
+    prompt_keys.push_back(prompt_key);
     for (uint64_t seed : config.base.run.seeds) {
       for (int rep = 0; rep < config.base.run.repetitions; ++rep) {
         for (int i = 0; i < runs; ++i) {
           const PlannedRun& r = plan.runs[rep % 2 == 0 ? i : runs - 1 - i];
+          if (r.config.batch_size > 0) continue;
           const std::string key = r.info.id + "/" + prompt_key + "/seed=" + std::to_string(seed) +
                                   "/rep=" + std::to_string(rep);
           plan.jobs.push_back({r.info.index, static_cast<int>(p), seed, rep, key});
         }
+      }
+    }
+  }
+  // Batched runs: one job per (run, seed, repetition) holding every prompt, its key naming the
+  // prompt set by the hash of the prompts' keys; the same alternation of run order.
+  const std::string batch_key = "batch#" + fnv1a_hex(nlohmann::json(prompt_keys).dump()).substr(0, 8);
+  for (uint64_t seed : config.base.run.seeds) {
+    for (int rep = 0; rep < config.base.run.repetitions; ++rep) {
+      for (int i = 0; i < runs; ++i) {
+        const PlannedRun& r = plan.runs[rep % 2 == 0 ? i : runs - 1 - i];
+        if (r.config.batch_size == 0) continue;
+        const std::string key = r.info.id + "/" + batch_key + "/seed=" + std::to_string(seed) + "/rep=" + std::to_string(rep);
+        plan.jobs.push_back({r.info.index, kAllPrompts, seed, rep, key});
       }
     }
   }

@@ -40,13 +40,18 @@ struct PlannedRun {
   nlohmann::json settings;  // what `info.id` hashes
 };
 
+inline constexpr int kAllPrompts = -1;  // Job::prompt of a batched job
+
+// One results line. A run with run.batch_size = 0 has one job per (prompt, seed, repetition);
+// a batched run (run.batch_size >= 1) one per (seed, repetition), every prompt in it.
 struct Job {
   int run;          // index into Plan::runs
-  int prompt;       // index into ExperimentConfig::prompts
+  int prompt;       // index into ExperimentConfig::prompts; kAllPrompts for a batched job
   uint64_t seed;
   int repetition;
-  std::string key;  // "<run id>/<prompt id>#<hash of its text>/seed=<seed>/rep=<repetition>"; the run id
-                    // hashes the generation settings
+  std::string key;  // "<run id>/<prompt id>#<hash of its text>/seed=<seed>/rep=<repetition>", for a batched
+                    // job "<run id>/batch#<hash of the prompts' keys>/seed=<seed>/rep=<repetition>"; the run
+                    // id hashes the generation settings
 };
 
 // The most jobs one plan holds (runs x prompts x seeds x repetitions); make_plan refuses more.
@@ -55,7 +60,8 @@ inline constexpr long long kMaxJobs = 1LL << 21;
 struct Plan {
   std::vector<PlannedRun> runs;  // a baseline comes before the first point that needs it
   std::vector<Job> jobs;         // prompt-major, then seed, then repetition, so a point and its
-                                 // baseline run close in time; run order reversed on odd repetitions
+                                 // baseline run close in time; run order reversed on odd repetitions;
+                                 // the batched jobs last (seed, then repetition)
 };
 
 Plan make_plan(const ExperimentConfig& config);

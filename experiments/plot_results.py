@@ -12,6 +12,9 @@ Writes into OUTDIR, each only when the data has what it needs:
   accepted_histogram.png    per run: share of rounds accepting exactly k draft tokens
   tree_shapes.png           tau and speedup of chains, static and dynamic trees per node budget
   sampler_comparison.png    speedup per sampling strategy and drafter, one panel per draft shape
+  batch_throughput.png      batched runs (batch_summary.csv): output tok/s and per-token latency
+                            vs batch size, plain and each drafter
+  batch_speedup.png         batched runs: throughput speedup over plain at the same batch size
 A figure holds at most 10 series (runs, or drafter x strategy lines); more continue in
 NAME-2.png, NAME-3.png, ... with the same axes. Each drafter keeps one colour in every
 figure, each strategy one line style. Called by `specula run` / `specula report` when
@@ -394,15 +397,106 @@ def plot_sampler_comparison(rows, style, figures):
         figures.save(fig, "sampler_comparison.png", part, len(parts))
 
 
+def read_batch_rows(outdir):
+    path = os.path.join(outdir, "batch_summary.csv")
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for key in ("batch_size", "run_index", "pairs", "gamma"):
+            r[key] = int(r[key])
+        for key in ("request_rate", "tokens_per_s", "ms_per_token", "speedup", "speedup_ci_low", "speedup_ci_high"):
+            r[key] = number(r[key])
+    return sorted(rows, key=lambda r: r["run_index"])
+
+
+def batch_series(rows):
+    """(series, request rate) -> its rows by batch size, in run order."""
+    out = {}
+    for r in rows:
+        out.setdefault((r["series"], r["request_rate"]), []).append(r)
+    return [(key, sorted(v, key=lambda r: r["batch_size"])) for key, v in out.items()]
+
+
+def batch_line_style(r, style):
+    colour = "black" if r["shape"] == "none" else style.color(r["drafter"])
+    marker = "s" if r["variant"].startswith("load") else "o"
+    return dict(color=colour, linestyle=style.line(r["strategy"]), marker=marker)
+
+
+def batch_axis(ax, sizes):
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes)
+    ax.set_xticklabels([str(b) for b in sizes])
+    ax.set_xlabel("batch size (run.batch_size)")
+
+
+def series_name(key):
+    series, rate = key
+    return series if rate == 0 else f"{series} @ {rate:g} req/s"
+
+
+def plot_batch_throughput(rows, style, figures):
+    if not rows:
+        return
+    sizes = sorted({r["batch_size"] for r in rows})
+    parts = chunks(batch_series(rows))
+    for part, group in enumerate(parts):
+        fig, (tps, latency) = plt.subplots(1, 2, figsize=(12, 4.5))
+        for key, points in group:
+            kw = batch_line_style(points[0], style)
+            xs = [r["batch_size"] for r in points]
+            tps.plot(xs, [r["tokens_per_s"] for r in points], label=series_name(key), **kw)
+            latency.plot(xs, [r["ms_per_token"] for r in points], **kw)
+        for ax in (tps, latency):
+            batch_axis(ax, sizes)
+            ax.grid(alpha=0.3)
+        tps.set_ylabel("output throughput (tok/s)")
+        latency.set_ylabel("per-token latency (ms, mean inter-token gap)")
+        tps.set_ylim(bottom=0)
+        latency.set_ylim(bottom=0)
+        fig.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small")
+        figures.title(fig, "Throughput and per-token latency vs batch size", part, len(parts))
+        figures.save(fig, "batch_throughput.png", part, len(parts))
+
+
+def plot_batch_speedup(rows, style, figures):
+    spec = [r for r in rows if r["shape"] != "none" and not math.isnan(r["speedup"])]
+    if not spec:
+        return
+    sizes = sorted({r["batch_size"] for r in spec})
+    parts = chunks(batch_series(spec))
+    for part, group in enumerate(parts):
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for key, points in group:
+            kw = batch_line_style(points[0], style)
+            xs = [r["batch_size"] for r in points]
+            ys = [r["speedup"] for r in points]
+            low = [y - r["speedup_ci_low"] if not math.isnan(r["speedup_ci_low"]) else 0 for y, r in zip(ys, points)]
+            high = [r["speedup_ci_high"] - y if not math.isnan(r["speedup_ci_high"]) else 0 for y, r in zip(ys, points)]
+            ax.errorbar(xs, ys, yerr=[low, high], capsize=3, label=series_name(key), **kw)
+        ax.axhline(1.0, color="grey", linewidth=1)
+        batch_axis(ax, sizes)
+        ax.set_ylabel("throughput speedup over plain (same batch size)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small")
+        figures.title(fig, "Speculative vs plain decoding throughput vs batch size", part, len(parts))
+        figures.save(fig, "batch_speedup.png", part, len(parts))
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: plot_results.py OUTDIR")
     outdir = sys.argv[1]
     rows = read_rows(outdir)
-    style, figures = Style(rows), Figures(outdir, rows)
+    batch_rows = read_batch_rows(outdir)
+    style, figures = Style(rows + batch_rows), Figures(outdir, rows + batch_rows)
     for plot in (plot_acceptance_vs_gamma, plot_speedup_vs_gamma, plot_acceptance_per_depth, plot_accepted_histogram,
                  plot_tree_shapes, plot_sampler_comparison):
         plot(rows, style, figures)
+    for plot in (plot_batch_throughput, plot_batch_speedup):
+        plot(batch_rows, style, figures)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #include "experiments/prompts.h"
 
 #include <algorithm>
+#include <climits>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -31,41 +32,53 @@ std::vector<ChatMessage> read_messages(const nlohmann::json& j, const std::strin
   return messages;
 }
 
-std::vector<Prompt> read_prompts_file(const std::string& path) {
+}  // namespace
+
+std::vector<Prompt> read_prompts_file(const std::string& path, const std::string& option, DomainField domain) {
   std::ifstream in(path);
-  SPECULA_CHECK(in, "run.prompts_file: cannot open '", path, "'");
+  SPECULA_CHECK(in, option, ": cannot open '", path, "'");
   std::vector<Prompt> prompts;
+  std::set<std::string> ids;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(number);
+    const std::string where = option + " " + path + ":" + std::to_string(number);
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     SPECULA_CHECK(j.is_object(), where, ": not a JSON object");
     Prompt p;
     const std::pair<const char*, std::string*> fields[] = {{"id", &p.id}, {"domain", &p.domain}};
     for (auto [field, target] : fields) {
+      if (!j.contains(field) && field == std::string("domain") && domain == DomainField::kOptional) continue;
       SPECULA_CHECK(j.contains(field) && j[field].is_string(), where, ": missing string field '", field, "'");
       *target = j[field].get<std::string>();
     }
-    SPECULA_CHECK(j.contains("prompt") != j.contains("messages"), where, ": prompt '", p.id,
-                  "' needs exactly one of 'prompt' (a string) and 'messages' (a chat)");
+    SPECULA_CHECK(ids.insert(p.id).second, where, ": prompt id '", p.id, "' appears twice");
+    SPECULA_CHECK(j.contains("prompt") + j.contains("messages") + j.contains("prompt_ids") == 1, where, ": prompt '", p.id,
+                  "' needs exactly one of 'prompt' (a string), 'messages' (a chat) and 'prompt_ids' (token ids)");
     if (j.contains("prompt")) {
       SPECULA_CHECK(j["prompt"].is_string(), where, ": field 'prompt' must be a string, got ", j["prompt"].dump());
       p.text = j["prompt"].get<std::string>();
       SPECULA_CHECK(!p.text.empty(), where, ": prompt '", p.id, "' is empty");
-    } else {
+    } else if (j.contains("messages")) {
       p.messages = read_messages(j["messages"], where);
+    } else {
+      const nlohmann::json& list = j["prompt_ids"];
+      SPECULA_CHECK(list.is_array() && !list.empty(), where, ": 'prompt_ids' must be a non-empty list of integers");
+      for (const nlohmann::json& id : list) {
+        SPECULA_CHECK(id.is_number_integer() && id.get<long long>() >= 0 && id.get<long long>() <= INT_MAX, where,
+                      ": 'prompt_ids' holds ", id.dump(), ", not a token id (an integer >= 0)");
+        p.ids.push_back(id.get<int>());
+      }
     }
     prompts.push_back(std::move(p));
   }
-  SPECULA_CHECK(!prompts.empty(), "run.prompts_file: '", path, "' holds no prompts");
+  SPECULA_CHECK(!prompts.empty(), option, ": '", path, "' holds no prompts");
   return prompts;
 }
 
-}  // namespace
-
 std::vector<Prompt> select_prompts(const RunConfig& run, const Origins& origins, const std::string& config_file) {
-  const std::vector<Prompt> all = run.prompts_file.empty() ? run.inline_prompts : read_prompts_file(run.prompts_file);
+  const std::vector<Prompt> all = run.prompts_file.empty() ? run.inline_prompts
+                                                        : read_prompts_file(run.prompts_file, "run.prompts_file", DomainField::kRequired);
 
   std::set<std::string> ids;
   std::vector<std::string> domains;  // in order of first appearance

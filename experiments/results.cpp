@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "runtime/generate_options.h"
@@ -67,6 +68,20 @@ void check_line_shape(const nlohmann::json& j, const std::string& where) {
       SPECULA_CHECK(name == "strategy" ? value.is_string() : value.is_number(), where, ": results line settings.sampling.",
                     name, " = ", value.dump(), name == "strategy" ? " must be a string" : " must be a number");
   }
+  if (const auto it = j.find("requests"); it != j.end()) {  // a batched job: each request's object
+    SPECULA_CHECK(it->is_array() && !it->empty(), where, ": results line field 'requests' must be a non-empty list");
+    for (const nlohmann::json& r : *it)
+      SPECULA_CHECK(r.is_object() && r.contains("latency") && r["latency"].is_object() && r.contains("stats") &&
+                        r["stats"].is_object() && r.contains("prompt_id") && r["prompt_id"].is_string(),
+                    where, ": results line 'requests' holds ", r.dump().substr(0, 80),
+                    ", not a request's {prompt_id, latency, stats}");
+    for (const char* figure : {"throughput_tokens_per_s", "mean_occupancy", "rows_per_forward"})
+      SPECULA_CHECK(stats.contains(figure) && stats[figure].is_number(), where, ": results line of a batched job without "
+                    "a number stats.", figure);
+    for (const char* figure : {"latency_s", "ttft_s", "inter_token_s"})
+      SPECULA_CHECK(stats.contains(figure) && stats[figure].is_object(), where, ": results line of a batched job without "
+                    "an object stats.", figure);
+  }
   if (const auto it = j.at("machine").find("version"); it != j.at("machine").end())
     SPECULA_CHECK(it->is_string(), where, ": results line machine.version = ", it->dump(), " must be a string");
 }
@@ -88,8 +103,13 @@ ResultsRead read_results(const std::string& path, ResultsRead::Fields fields) {
       nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       SPECULA_CHECK(j.is_object(), where, ": not a JSON object (a corrupt results file)");
       check_line_shape(j, where);
-      if (fields == ResultsRead::kSummaryFields)
-        for (const char* output : {"ids", "text", "samples"}) j.erase(output);
+      if (fields == ResultsRead::kSummaryFields) {
+        std::vector<nlohmann::json*> objects = {&j};  // the line, and each request of a batched job
+        if (j.contains("requests"))
+          for (nlohmann::json& r : j["requests"]) objects.push_back(&r);
+        for (nlohmann::json* object : objects)
+          for (const char* output : {"ids", "text", "samples"}) object->erase(output);
+      }
       read.lines.push_back(std::move(j));
     }
     read.complete_bytes += line.size() + 1;

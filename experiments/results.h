@@ -1,6 +1,7 @@
 // defines: read_results() and ResultsWriter, the results.jsonl of an output directory:
 // one JSON object per line, appended and flushed line by line, so a crash loses at most
-// the line being written — which a rerun drops and redoes.
+// the line being written — which a rerun drops and redoes. A batched job's line holds
+// "requests", each request's object, and its batch summary as "stats".
 #pragma once
 
 #include <cstdint>

@@ -18,6 +18,8 @@
 #include <thread>
 
 #include "base/error.h"
+#include "experiments/arrivals.h"
+#include "experiments/batch_summary.h"
 #include "experiments/config.h"
 #include "experiments/interrupt.h"
 #include "experiments/machine.h"
@@ -166,9 +168,14 @@ void write_reports(const fs::path& dir, const std::vector<std::string>& formats,
   const std::vector<nlohmann::json>& lines = read.lines;
   const nlohmann::json record = read_json(dir / kExperiment);
   const std::string notes = result_notes(lines, record);
+  std::vector<nlohmann::json> single;  // lines of one request each (the batched ones hold "requests")
+  for (const nlohmann::json& line : lines)
+    if (!line.contains("requests")) single.push_back(line);
   std::vector<RunSummary> summaries;
+  std::vector<BatchSummary> batches;
   try {
-    summaries = summarize(lines);
+    summaries = summarize(single);
+    batches = summarize_batches(lines);
   } catch (const nlohmann::json::exception& e) {  // a field of the wrong type that read_results does not check
     throw SpeculaError(detail::concat(path, ": a results line has a field of the wrong shape: ", e.what()));
   }
@@ -177,16 +184,32 @@ void write_reports(const fs::path& dir, const std::vector<std::string>& formats,
     std::ofstream csv(dir / "summary.csv");
     write_summary_csv(summaries, csv);
     SPECULA_CHECK(csv, "cannot write '", (dir / "summary.csv").string(), "'");
+    std::error_code ignored;
+    fs::remove(dir / "batch_summary.csv", ignored);  // of an earlier report
+    if (!batches.empty()) {
+      std::ofstream batch_csv(dir / "batch_summary.csv");
+      write_batch_csv(batches, batch_csv);
+      SPECULA_CHECK(batch_csv, "cannot write '", (dir / "batch_summary.csv").string(), "'");
+    }
   }
   if (wanted("md")) {
     std::ofstream md(dir / "summary.md");
     std::string header = provenance(record);
     if (!notes.empty()) header += "\n**" + notes.substr(0, notes.size() - 1) + "**\n";
-    write_summary_markdown(summaries, record.is_object() ? record.value("title", "") : "", header, md);
+    const std::string title = record.is_object() ? record.value("title", "") : "";
+    if (!summaries.empty()) {
+      write_summary_markdown(summaries, title, header, md);
+      md << "\n";
+    } else {
+      md << "# " << (title.empty() ? "Experiment results" : title) << "\n\n" << header << "\n";
+    }
+    md << batch_markdown(batches);
     SPECULA_CHECK(md, "cannot write '", (dir / "summary.md").string(), "'");
   }
   if (wanted("png")) plot(dir, log);  // from summary.csv, which load_config requires with png
-  out << notes << terminal_tables(summaries) << "\nResults in " << dir.string() << "\n";
+  out << notes << (summaries.empty() ? "" : terminal_tables(summaries))
+      << (summaries.empty() || batches.empty() ? "" : "\n") << batch_terminal_table(batches) << "\nResults in "
+      << dir.string() << "\n";
   log << sanity_warnings(summaries);
 }
 
@@ -291,33 +314,55 @@ int run_experiment(const std::string& config_path, GenerationBackend& backend, c
       return kInterruptedExit;
     }
     const PlannedRun& run = plan.runs[job.run];
-    const Prompt& prompt = config.prompts[job.prompt];
-    const GenerateOptions request = generate_options(run, prompt_ids[run.config.target][job.prompt], job.seed);
+    const std::vector<std::vector<int>>& ids = prompt_ids[run.config.target];
+    const bool batched = job.prompt == kAllPrompts;
+    std::vector<GenerateOptions> requests;  // [1], or every prompt of a batched job
+    for (std::size_t p = 0; p < config.prompts.size(); ++p)
+      if (batched || static_cast<int>(p) == job.prompt) requests.push_back(generate_options(run, ids[p], job.seed));
     // Before a run's first timed job: one unrecorded generation (caches, pools, page faults).
-    if (warm.insert(job.run).second) backend.generate(request);
+    if (warm.insert(job.run).second) backend.generate(requests.front());
     nlohmann::json line = to_json(run.info);
     nlohmann::json where = machine;
-    where["threads"] = backend.threads(request);
+    where["threads"] = backend.threads(requests.front());
     const std::array<double, 3> load = load_average();
     where["load_average"] = load;
+    const std::vector<double> arrivals =
+        batched ? poisson_arrivals(static_cast<int>(requests.size()), run.config.request_rate, job.seed) : std::vector<double>{};
     const double cpu_start = process_cpu_seconds();
     const auto wall_start = Clock::now();
-    const nlohmann::json result = backend.generate(request);
+    const nlohmann::json result = batched ? backend.generate_batch(requests, run.config.batch_size,
+                                                                   run.config.request_rate > 0 ? arrivals : std::vector<double>{})
+                                          : backend.generate(requests.front());
     // How much of the job's wall time the process had a CPU: below 1 per thread, others took it.
     where["wall_s"] = std::chrono::duration<double>(Clock::now() - wall_start).count();
     where["cpu_s"] = process_cpu_seconds() - cpu_start;
-    line.update({{"key", job.key}, {"prompt_id", prompt.id}, {"prompt_index", job.prompt}, {"domain", prompt.domain},
-                 {"seed", job.seed}, {"repetition", job.repetition}, {"settings", run.settings}, {"machine", where}});
-    line.update(result);
+    line.update({{"key", job.key}, {"seed", job.seed}, {"repetition", job.repetition}, {"settings", run.settings},
+                 {"machine", where}});
+    if (batched) {
+      // One line for the whole batch: its summary as the stats, each request's object in prompt order.
+      line.update({{"prompt_id", "*"}, {"prompt_index", kAllPrompts}, {"domain", "all"}, {"stats", result.at("summary")}});
+      nlohmann::json& out = line["requests"] = nlohmann::json::array();
+      for (std::size_t p = 0; p < config.prompts.size(); ++p) {
+        nlohmann::json r = result.at("results").at(p);
+        r.update({{"prompt_id", config.prompts[p].id}, {"prompt_index", p}, {"domain", config.prompts[p].domain},
+                  {"arrival_s", arrivals[p]}});
+        out.push_back(std::move(r));
+      }
+    } else {
+      const Prompt& prompt = config.prompts[static_cast<std::size_t>(job.prompt)];
+      line.update({{"prompt_id", prompt.id}, {"prompt_index", job.prompt}, {"domain", prompt.domain}});
+      line.update(result);
+    }
     writer.append(line);
     ++finished;
     if (!options.quiet) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      const double tps = line["stats"].value("decode_tokens_per_s", 0.0);
+      const double tps = line["stats"].value(batched ? "throughput_tokens_per_s" : "decode_tokens_per_s", 0.0);
       char rate[32];
       std::snprintf(rate, sizeof rate, "%.1f", tps);
-      log << "[" << finished << "/" << todo << "] " << run.info.label << " | " << prompt.id << " seed " << job.seed
-          << " rep " << job.repetition << " | " << rate << " tok/s | load " << load[0] << " | ETA "
+      log << "[" << finished << "/" << todo << "] " << run.info.label << " | "
+          << (batched ? std::to_string(requests.size()) + " prompts" : config.prompts[static_cast<std::size_t>(job.prompt)].id)
+          << " seed " << job.seed << " rep " << job.repetition << " | " << rate << " tok/s | load " << load[0] << " | ETA "
           << duration(elapsed / finished * (todo - finished)) << "\n";
     }
   }

@@ -77,6 +77,10 @@ void write_summary_markdown(const std::vector<RunSummary>& summaries, const std:
                             const std::string& header, std::ostream& out);
 // What the terminal shows at the end: the overview, and the sampler comparison if any.
 std::string terminal_tables(const std::vector<RunSummary>& summaries);
+// `v` printed with the printf `spec`, or `missing` when it is not finite.
+std::string format(double v, const char* spec, const char* missing = "—");
+// A Markdown table (columns padded to their widest cell).
+std::string markdown_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
 // One "warning: ..." line per cell whose decode speedup exceeds its bound, with its job keys.
 std::string sanity_warnings(const std::vector<RunSummary>& summaries);
 

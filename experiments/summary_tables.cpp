@@ -9,16 +9,44 @@
 #include "experiments/summary.h"
 
 namespace specula {
-namespace {
 
 using Row = std::vector<std::string>;
 
-std::string format(double v, const char* spec, const char* missing = "—") {
+std::string format(double v, const char* spec, const char* missing) {
   if (!std::isfinite(v)) return missing;
   char out[64];
   std::snprintf(out, sizeof out, spec, v);
   return out;
 }
+
+namespace {
+
+std::size_t display_width(const std::string& text) {
+  return std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
+}
+
+}  // namespace
+
+std::string markdown_table(const Row& header, const std::vector<Row>& rows) {
+  std::vector<std::size_t> width(header.size(), 3);
+  auto widen = [&](const Row& r) {
+    for (std::size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], display_width(r[c]));
+  };
+  widen(header);
+  for (const Row& r : rows) widen(r);
+  auto line = [&](const Row& r) {
+    std::string out = "|";
+    for (std::size_t c = 0; c < r.size(); ++c) out += " " + r[c] + std::string(width[c] - display_width(r[c]), ' ') + " |";
+    return out + "\n";
+  };
+  std::string out = line(header) + "|";
+  for (std::size_t w : width) out += std::string(w + 2, '-') + "|";
+  out += "\n";
+  for (const Row& r : rows) out += line(r);
+  return out;
+}
+
+namespace {
 
 // "1.31× [1.02, 1.69]"; "1.31× (3 pairs, no CI)" below kMinPairsForInterval pairs; "⚠" after
 // the decode speedup when it exceeds the bound τ and c allow.
@@ -50,28 +78,6 @@ std::string time_cell(const RunSummary& s) {
   return out;
 }
 
-std::size_t display_width(const std::string& text) {
-  return std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
-}
-
-std::string markdown_table(const Row& header, const std::vector<Row>& rows) {
-  std::vector<std::size_t> width(header.size(), 3);
-  auto widen = [&](const Row& r) {
-    for (std::size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], display_width(r[c]));
-  };
-  widen(header);
-  for (const Row& r : rows) widen(r);
-  auto line = [&](const Row& r) {
-    std::string out = "|";
-    for (std::size_t c = 0; c < r.size(); ++c) out += " " + r[c] + std::string(width[c] - display_width(r[c]), ' ') + " |";
-    return out + "\n";
-  };
-  std::string out = line(header) + "|";
-  for (std::size_t w : width) out += std::string(w + 2, '-') + "|";
-  out += "\n";
-  for (const Row& r : rows) out += line(r);
-  return out;
-}
 
 bool drafts(const RunSummary& s) { return s.run.shape != "none"; }
 

@@ -1,5 +1,6 @@
-// Fuzz target: a run.prompts_file (JSON lines {id, domain, prompt}) as select_prompts reads
-// it, with and without a domain filter. Seeds: configs/prompts/dev.jsonl.
+// Fuzz target: a prompts file (JSON lines {id, domain, prompt | messages | prompt_ids}) as
+// select_prompts reads it for run.prompts_file, with and without a domain filter, and as
+// `generate --prompts-file` reads it (domain optional). Seeds: configs/prompts/dev.jsonl.
 #include "experiments/prompts.h"
 #include "fuzz/fuzz_support.h"
 
@@ -10,5 +11,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   run.domains = {"python"};
   run.prompts_per_domain = 2;
   FUZZ_PARSER(specula::select_prompts(run, {}, "fuzz.toml"));
+  FUZZ_PARSER(specula::read_prompts_file(run.prompts_file, "--prompts-file", specula::DomainField::kOptional));
   return 0;
 }

@@ -25,6 +25,8 @@ float* KvCache::row(SeqId seq, int layer, int slot, int kv) {
                 " of layer ", layer, " is outside sequence ", seq);
   SPECULA_CHECK(!layout().device_pages, "kv cache: the pages live in device memory; the host cannot read slot ", slot,
                 " of sequence ", seq);
+  SPECULA_CHECK(layout().dtype == KvDType::kF32, "kv cache: key() / value() address f32 rows; the pages are ",
+                name_of(layout().dtype), " (PageStorage::write_row rounds a row into them)");
   run_pending();
   const int bs = layout().block_size;
   return storage_.row(layer, kv, block_table(seq)[static_cast<std::size_t>(slot / bs)] * bs + slot % bs);

@@ -41,7 +41,7 @@ class KvCache {
 
   // One sequence extended by n slots that the caller writes through key() / value().
   void append_slots(SeqId seq, int n);
-  // The [kv_dim] key / value row of `slot` of seq in `layer` (pending copies run first).
+  // The [kv_dim] key / value row of `slot` of seq in `layer` (pending copies run first); f32 pages only.
   float* key(SeqId seq, int layer, int slot) { return row(seq, layer, slot, 0); }
   float* value(SeqId seq, int layer, int slot) { return row(seq, layer, slot, 1); }
 

@@ -63,7 +63,7 @@ DecodeRun decode_beam(const Backend& target, const GenerateOptions& options, con
   const int prompt_len = static_cast<int>(options.prompt_ids.size());
   const int width = options.sampling.beam_width;
   // Live beams, their forks during a step, and the root.
-  KvCache cache(target.kv_layout(options.kv_block_size), request_kv_blocks(options, 1));
+  KvCache cache(request_kv_layout(target, options), request_kv_blocks(options, 1));
   const auto workspace = target.make_workspace();
   const ForwardContext context{target, cache, *workspace};
   DecodeRun run;
@@ -92,10 +92,9 @@ DecodeRun decode_speculative_beam(ModelStore& models, const Backend& target, con
   const DraftOptions& d = options.draft;
   const int prompt_len = static_cast<int>(options.prompt_ids.size());
   const int width = options.sampling.beam_width;
-  const int bs = options.kv_block_size;
   // Live beams and their forks during a step (2W), each with its largest tree, and the root.
   const int blocks = request_kv_blocks(options, 1);
-  KvCache cache(target.kv_layout(bs), blocks);
+  KvCache cache(request_kv_layout(target, options), blocks);
   const auto workspace = target.make_workspace();
   const ForwardContext context{target, cache, *workspace};
   const Backend* draft = d.method == DraftMethod::kModel ? &draft_model(models, d) : nullptr;
@@ -103,7 +102,7 @@ DecodeRun decode_speculative_beam(ModelStore& models, const Backend& target, con
   std::unique_ptr<Workspace> draft_workspace;
   std::unique_ptr<ForwardContext> draft_context;
   if (draft) {
-    draft_cache = std::make_unique<KvCache>(draft->kv_layout(bs), blocks);
+    draft_cache = std::make_unique<KvCache>(request_kv_layout(*draft, options), blocks);
     draft_workspace = draft->make_workspace();
     draft_context = std::make_unique<ForwardContext>(ForwardContext{*draft, *draft_cache, *draft_workspace});
   }

@@ -2,30 +2,28 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 namespace specula {
-namespace {
 
-constexpr double kForget = 0.97;  // weight of an observation per later one (~33 steps of memory)
-
-}  // namespace
-
-void CostFit::add(double rows, double seconds) {
-  w_ = kForget * w_ + 1;
-  sx_ = kForget * sx_ + rows;
-  sy_ = kForget * sy_ + seconds;
-  sxx_ = kForget * sxx_ + rows * rows;
-  sxy_ = kForget * sxy_ + rows * seconds;
+void CostFit::add(int rows, double seconds) {
+  const auto [it, inserted] = by_rows_.emplace(rows, seconds);
+  if (!inserted) it->second += kNewest * (seconds - it->second);
 }
 
-bool CostFit::varied() const { return w_ > 0 && sxx_ / w_ - (sx_ / w_) * (sx_ / w_) > 0.25; }
-
 double CostFit::at(double rows) const {
-  if (w_ == 0) return 0;
-  const double mx = sx_ / w_, my = sy_ / w_;
-  double slope = 0;
-  if (varied()) slope = std::max(0.0, (sxy_ / w_ - mx * my) / (sxx_ / w_ - mx * mx));
-  return std::max(0.0, my + slope * (rows - mx));
+  if (by_rows_.empty()) return 0;
+  if (by_rows_.size() == 1) return by_rows_.begin()->second;
+  // The two observed row counts around `rows`, or the two outermost on its side.
+  auto hi = by_rows_.lower_bound(static_cast<int>(std::ceil(rows)));
+  if (hi == by_rows_.end()) hi = std::prev(by_rows_.end());
+  if (hi == by_rows_.begin()) hi = std::next(hi);
+  const auto lo = std::prev(hi);
+  double slope = (hi->second - lo->second) / double(hi->first - lo->first);
+  const bool above = rows > hi->first, below = rows < lo->first;
+  if (above || below) slope = std::max(0.0, slope);
+  const auto& [from_rows, from_seconds] = above ? *hi : *lo;  // the nearest observed end
+  return std::max(0.0, from_seconds + slope * (rows - from_rows));
 }
 
 double expected_chain_tokens(double alpha, int gamma) {
@@ -44,7 +42,7 @@ int DraftLengthChooser::choose(int other_rows, double other_tokens, std::span<co
     double tokens = other_tokens;
     for (double a : alphas) tokens += expected_chain_tokens(a, g);
     // A chain of g: g draft rounds over the n sequences (the first also catches up), and
-    // g more rows of each in the target forward.
+    // g more rows of each in the target step.
     const double seconds = target_.at(other_rows + n * (1 + g)) + g * draft_.at(n);
     const double rate = seconds > 0 ? tokens / seconds : tokens;
     if (rate > best_rate) best = g, best_rate = rate;

@@ -27,10 +27,12 @@ bool emit_token(std::vector<int>& ids, int token, const GenerateOptions& options
 
 namespace {
 
-// Bytes of a KV pool of `blocks` blocks of `model` (every layer's K and V pages).
-long long kv_pool_bytes(const Model& model, int block_size, long long blocks) {
-  const KvLayout l = model.kv_layout(block_size);
-  const long long per_block = 2LL * l.num_layers * l.block_size * l.kv_dim() * static_cast<long long>(dtype_size(l.dtype));
+// Bytes of a KV pool of `blocks` blocks of `model` (every layer's K and V pages, in the request's
+// KV dtype, int8 scales included).
+long long kv_pool_bytes(const Model& model, const GenerateOptions& o, long long blocks) {
+  KvLayout l = model.kv_layout(o.kv_block_size);
+  if (o.kv_dtype) l.dtype = *o.kv_dtype;
+  const long long per_block = static_cast<long long>(l.block_bytes());
   return blocks > LLONG_MAX / per_block ? LLONG_MAX : blocks * per_block;
 }
 
@@ -76,8 +78,8 @@ void validate_generate_options(ModelStore& models, const GenerateOptions& o, con
 
   // The KV pools (target, and the draft's of the same size) must fit in the memory there is.
   const long long blocks = request_kv_blocks(o, std::min(o.num_samples, kSampleWave));
-  long long bytes = kv_pool_bytes(target, o.kv_block_size, blocks);
-  if (draft) bytes = std::min(bytes, LLONG_MAX / 2) + std::min(kv_pool_bytes(*draft, o.kv_block_size, blocks), LLONG_MAX / 2);
+  long long bytes = kv_pool_bytes(target, o, blocks);
+  if (draft) bytes = std::min(bytes, LLONG_MAX / 2) + std::min(kv_pool_bytes(*draft, o, blocks), LLONG_MAX / 2);
   // Host memory bounds the CPU's pools (a device backend plans its own memory up front).
   const long long available = o.backend == BackendKind::kCpu ? available_memory_bytes() : LLONG_MAX;
   const auto gib = [](long long b) { return static_cast<double>(b) / (1LL << 30); };
@@ -136,6 +138,7 @@ nlohmann::json request_json(const Model& target, const GenerateOptions& options,
       {"kv", {{"block_size", options.kv_block_size}, {"blocks_peak", kv.blocks_peak},
               {"blocks_in_use_at_end", kv.blocks_in_use}}},
   };
+  if (options.kv_dtype) stats["kv"]["dtype"] = name_of(*options.kv_dtype);
   if (out.preemptions > 0) stats["preemptions"] = out.preemptions;
   if (out.extra.is_object()) stats.update(out.extra);
   const auto& defaults = target.config().generation_defaults;

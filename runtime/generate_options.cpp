@@ -21,6 +21,7 @@ OptionNames cli_option_names() {
       {"run.num_samples", "--num-samples"},
       {"run.seeds", "--seed"},
       {"run.kv_block_size", "--kv-block-size"},
+      {"run.kv_dtype", "--kv-dtype"},
       {"run.threads", "--threads"},
       {"run.backend", "--backend"},
       {"sampling.strategy", "--sampler"},
@@ -47,6 +48,17 @@ OptionNames cli_option_names() {
     return it == flags.end() ? std::string(key) : it->second;
   };
   return names;
+}
+
+KvLayout request_kv_layout(const Backend& backend, const GenerateOptions& options) {
+  KvLayout layout = backend.kv_layout(options.kv_block_size);
+  if (options.kv_dtype) {
+    SPECULA_CHECK(!layout.device_pages || layout.dtype == *options.kv_dtype, "backend '", name_of(backend.kind()),
+                  "': KV pages in ", name_of(*options.kv_dtype), " are not available (its pages are ",
+                  name_of(layout.dtype), ")");
+    layout.dtype = *options.kv_dtype;
+  }
+  return layout;
 }
 
 int draft_tree_nodes(const DraftOptions& d) {
@@ -86,6 +98,10 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   in_range("run.num_samples", o.num_samples, 1, kMaxNumSamples);
   in_range("run.kv_block_size", o.kv_block_size, 1, kMaxKvBlockSize);
   in_range("run.threads", o.threads, 0, kMaxThreads);
+  // The CUDA backend made for a request keeps its pages in bf16 (CudaOptions::kv_dtype).
+  SPECULA_CHECK(!o.kv_dtype || o.backend == BackendKind::kCpu || *o.kv_dtype == KvDType::kBF16,
+                names.at("run.kv_dtype"), " ", name_of(*o.kv_dtype), " is not available on ", names.name("run.backend"),
+                " ", name_of(o.backend), " (its KV pages are bf16; f32 and int8 pages are the cpu backend's)");
   SPECULA_CHECK(o.backend == BackendKind::kCpu || cuda_device_count() > 0, names.at("run.backend"), " ",
                 name_of(o.backend), ": no usable GPU (", cuda_unavailable_reason(), "); use cpu");
   validate_sampling_options(o.sampling, names);

@@ -37,6 +37,9 @@ struct GenerateOptions {
   uint64_t seed = 0;
   int num_samples = 1;
   int kv_block_size = 16;
+  // run.kv_dtype: the KV pages' element type, target and draft caches alike; nullopt: the
+  // backend's own (cpu f32, cuda bf16). Host pages take any KvDType, device pages the backend's.
+  std::optional<KvDType> kv_dtype;
   int threads = 0;              // 0 = all cores
   BackendKind backend = BackendKind::kCpu;
   SamplingOptions sampling;
@@ -61,6 +64,10 @@ inline constexpr float kMinTemperature = 1e-6f;  // sampling.temperature when no
 int draft_tree_nodes(const DraftOptions& draft);
 // Nodes of a static tree of these branching factors (level by level), saturating at INT_MAX.
 int static_tree_nodes(std::span<const int> branching);
+
+// The layout of the caches `backend` runs a request of `options` with: Backend::kv_layout in
+// options.kv_dtype when given (validate_options refuses a dtype the backend's pages cannot hold).
+KvLayout request_kv_layout(const Backend& backend, const GenerateOptions& options);
 
 // Option keys as `specula generate` spells them: "draft.gamma" -> "--gamma", ...
 OptionNames cli_option_names();

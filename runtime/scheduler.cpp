@@ -27,8 +27,8 @@ struct Scheduler::DraftPool {
   KvCache cache;
   std::unique_ptr<Workspace> workspace;
   ForwardContext context;
-  DraftPool(const Backend& draft, int block_size, int blocks)
-      : cache(draft.kv_layout(block_size), blocks), workspace(draft.make_workspace()),
+  DraftPool(const Backend& draft, const GenerateOptions& shared, int blocks)
+      : cache(request_kv_layout(draft, shared), blocks), workspace(draft.make_workspace()),
         context{draft, cache, *workspace} {}
 };
 
@@ -79,7 +79,7 @@ Scheduler::Scheduler(ModelStore& models, const GenerateOptions& shared, Schedule
       shared_(shared),
       limits_(limits),
       target_(models.get(shared.model_dir, shared.weights, shared.backend)),
-      cache_(target_.kv_layout(shared.kv_block_size), std::max(limits.kv_blocks, 1)),
+      cache_(request_kv_layout(target_, shared), std::max(limits.kv_blocks, 1)),
       workspace_(target_.make_workspace()),
       context_{target_, cache_, *workspace_},
       start_(Clock::now()) {
@@ -107,20 +107,22 @@ Scheduler::DraftPool& Scheduler::draft_pool(const DraftOptions& d) {
   // A drafter's sequence holds at most its target's tokens and one tree: the target pool
   // plus a block and a copy per live sequence never runs out before the target's.
   if (!pool)
-    pool = std::make_unique<DraftPool>(draft_model(models_, d), shared_.kv_block_size,
+    pool = std::make_unique<DraftPool>(draft_model(models_, d), shared_,
                                        limits_.kv_blocks + 2 * limits_.max_sequences + 2);
   return *pool;
 }
 
-int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink sink) {
+int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink sink, double arrived_s) {
   const OptionNames names = cli_option_names();
   validate_generate_options(models_, options, names);
   SPECULA_CHECK(options.model_dir == shared_.model_dir && options.weights == shared_.weights &&
-                    options.backend == shared_.backend && options.kv_block_size == shared_.kv_block_size,
+                    options.backend == shared_.backend && options.kv_block_size == shared_.kv_block_size &&
+                    options.kv_dtype == shared_.kv_dtype,
                 "scheduler: every request of a batch runs on one target (", shared_.model_dir, " weights ",
                 weights_name(shared_.weights), ", ", name_of(shared_.backend), ", KV blocks of ", shared_.kv_block_size,
-                "), got ", options.model_dir, " weights ", weights_name(options.weights), ", ", name_of(options.backend),
-                ", ", options.kv_block_size);
+                " in ", name_of(cache_.layout().dtype), "), got ", options.model_dir, " weights ",
+                weights_name(options.weights), ", ", name_of(options.backend), ", ", options.kv_block_size, " in ",
+                name_of(request_kv_layout(target_, options).dtype));
   const bool beam = options.sampling.strategy == Strategy::kBeam;
   if (!beam) check_request_fits(options, limits_);
 
@@ -128,7 +130,7 @@ int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink si
   r->options = options;
   r->key = key;
   r->sink = std::move(sink);
-  r->out.submitted_s = now();
+  r->out.submitted_s = arrived_s < 0 ? now() : std::min(arrived_s, now());
   if (!beam) {
     r->sampler = make_sampler(options.sampling);
     r->out.samples.resize(static_cast<std::size_t>(options.num_samples));
@@ -465,9 +467,6 @@ void Scheduler::step() {
   const double forward_s = seconds(mark, Clock::now());
   int rows = 0;
   for (const SequenceRows& p : parts) rows += static_cast<int>(p.tokens.size());
-  // The load policy's cost model is of decode steps: prefill chunks cost per row otherwise.
-  if (std::none_of(plan.begin(), plan.end(), [](const Sequence* s) { return s->feed > 1; }))
-    chooser_.target_forward(rows, forward_s);
   ++stats_.steps;
   stats_.rows += rows;
   stats_.sequence_steps += static_cast<long>(plan.size());
@@ -521,6 +520,10 @@ void Scheduler::step() {
       if (complete) done.push_back(&s);
     }
   }
+  // The load policy's cost model is of decode steps (prefill chunks cost per row otherwise):
+  // the forward and the sampling, verification and commits its rows need.
+  if (std::none_of(plan.begin(), plan.end(), [](const Sequence* s) { return s->feed > 1; }))
+    chooser_.target_forward(rows, seconds(mark, Clock::now()));
   for (Sequence* s : done) finish(*s);
   for (Sequence* root : fed_roots) {
     const std::size_t i = static_cast<std::size_t>(std::find(plan.begin(), plan.end(), root) - plan.begin());

@@ -61,8 +61,9 @@ class Scheduler {
 
   // Validates `options` (validate_generate_options, then check_request_fits) and queues it.
   // `key` names the request in its samples' Philox streams (seed, key, sample), so its tokens
-  // never depend on what else runs. Returns the request's index.
-  int submit(const GenerateOptions& options, uint64_t key = 0, TokenSink sink = {});
+  // never depend on what else runs. `arrived_s` (<= now(); < 0: now()) is when the request
+  // arrived on the scheduler's clock, where its latencies start. Returns the request's index.
+  int submit(const GenerateOptions& options, uint64_t key = 0, TokenSink sink = {}, double arrived_s = -1);
 
   bool idle() const;  // nothing queued, live or preempted
   // One step: admit what fits, plan the rows (preempting the newest sequences when the pool

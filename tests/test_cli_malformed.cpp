@@ -366,6 +366,11 @@ std::vector<Case> catalogue() {
   toml_case("a tree of 266304 nodes", experiment("", "[draft]\npath = \"" + kModel + "\"\nmethod = \"model\"\ntree = [64, 64, 64]\n"),
             {"config.toml:", "draft.tree", "266304"});
   toml_case("backend cuda", experiment("backend = \"cuda\"\n"), {"config.toml:", "run.backend", "cuda"});
+  toml_case("batch size far above the cap", experiment("batch_size = 100000\n"), {"config.toml:", "run.batch_size", "100000"});
+  toml_case("request rate NaN", experiment("batch_size = 2\nrequest_rate = nan\n"), {"config.toml:", "run.request_rate", "nan"});
+  toml_case("request rate without a batch", experiment("request_rate = 3\n"), {"config.toml:", "run.request_rate", "run.batch_size"});
+  toml_case("gamma policy unknown", experiment("", "[draft]\nmethod = \"ngram\"\ngamma_policy = \"lod\"\n"),
+            {"config.toml:", "draft.gamma_policy", "'lod'"});
   toml_case("target not a model", "[target]\npath = \"/nonexistent\"\n", {"config.toml:", "target.path", "/nonexistent"});
 
   // Prompt files.
@@ -374,7 +379,7 @@ std::vector<Case> catalogue() {
   prompts_case("prompt line without its text", "{\"id\": \"a\", \"domain\": \"d\"}\n", {"prompts.jsonl:1", "prompt"});
   prompts_case("no prompts", "\n\n", {"prompts.jsonl", "no prompts"});
   prompts_case("prompt id twice", "{\"id\": \"a\", \"domain\": \"d\", \"prompt\": \"x\"}\n{\"id\": \"a\", \"domain\": \"d\", \"prompt\": \"y\"}\n",
-               {"config.toml:", "'a'", "twice"});
+               {"prompts.jsonl:2", "'a'", "twice"});
 
   // Result directories.
   results_case("results line not JSON", "{oops\n", {"results.jsonl:1", "not a JSON object"});

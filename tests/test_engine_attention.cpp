@@ -153,7 +153,7 @@ TEST_CASE("attend_batch equals attend_batch_reference over a mixed batch", "[eng
   const cpu::AttentionShape shape{6, 2, 16};
   for (cpu::MatmulIsa isa : cpu::supported_matmul_isas()) {
     INFO(cpu::isa_name(isa));
-    KvCache cache(KvLayout{1, shape.num_kv_heads, shape.head_dim, 5, DType::F32}, 64);
+    KvCache cache(KvLayout{1, shape.num_kv_heads, shape.head_dim, 5, KvDType::kF32}, 64);
     const int a = cache.create(), b = cache.create(), c = cache.create();
     cache.append_slots(a, 37);
     cache.append_slots(b, 12);

@@ -181,6 +181,9 @@ TEST_CASE("cli: bad input exits non-zero with one clear line on stderr", "[engin
       // The combinations the experiment runner refuses, refused by the same validation.
       {"unknown sampler", gen + "--prompt hi --sampler nucleus", "--sampler must be greedy, sample or beam, got 'nucleus'"},
       {"unknown backend", gen + "--prompt hi --backend tpu", "--backend must be cpu or cuda, got 'tpu'"},
+      {"unknown KV dtype", gen + "--prompt hi --kv-dtype fp8", "--kv-dtype must be f32, bf16 or int8, got 'fp8'"},
+      {"int8 KV on cuda", gen + "--prompt hi --backend cuda --kv-dtype int8",
+       "--kv-dtype int8 is not available on --backend cuda (its KV pages are bf16"},
       {"static and dynamic tree", gen + "--prompt hi --draft '" + kModel + "' --tree 2,2 --tree-budget 8",
        "--tree (a static tree) and --tree-budget (a dynamic tree) exclude each other"},
       {"adaptive tree", gen + "--prompt hi --draft '" + kModel + "' --tree 2,2 --adaptive",

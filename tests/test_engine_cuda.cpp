@@ -256,7 +256,7 @@ TEST_CASE("cuda kernels: paged attention over the visibility CSR equals the CPU'
         INFO(h.heads << " heads, " << h.kv_heads << " kv heads, head_dim " << h.head_dim << ", block size "
                      << block_size << ", window " << window);
         config.max_position_embeddings = 4096;
-        const KvLayout layout{1, h.kv_heads, h.head_dim, block_size, DType::F32};
+        const KvLayout layout{1, h.kv_heads, h.head_dim, block_size, KvDType::kF32};
         const std::vector<int> lengths = {0, 3, 40, 17, 300, 1000};
         auto c = attention_case(config, layout, rng, lengths);
         const int n = c->batch.num_rows();
@@ -286,7 +286,7 @@ TEST_CASE("cuda kernels: q/k norm, RoPE and the KV store equal the CPU's, and th
       for (RopeScaling::Type type : {RopeScaling::Type::kNone, RopeScaling::Type::kLlama3}) {
         INFO(h.heads << " heads, head_dim " << h.head_dim << ", qk_norm " << qk_norm << ", rope type "
                      << static_cast<int>(type));
-        const KvLayout layout{2, h.kv_heads, h.head_dim, 16, DType::F32};
+        const KvLayout layout{2, h.kv_heads, h.head_dim, 16, KvDType::kF32};
         const std::vector<int> lengths = {5, 2000};
         auto c = attention_case(config, layout, rng, lengths);
         const int n = c->batch.num_rows();
@@ -334,7 +334,7 @@ TEST_CASE("cuda kernels: q/k norm, RoPE and the KV store equal the CPU's, and th
       }
 
   // Copies in order: a later copy reads what an earlier one wrote.
-  const KvLayout layout{3, 2, 8, 4, DType::F32};
+  const KvLayout layout{3, 2, 8, 4, KvDType::kF32};
   PageStorage device_side(layout, 6), host_side(layout, 6);
   for (int l = 0; l < 3; ++l) {
     const std::vector<float> data = random_floats(rng, device_side.block_stride() * 6);
@@ -351,7 +351,7 @@ TEST_CASE("cuda kernels: q/k norm, RoPE and the KV store equal the CPU's, and th
 
 namespace {
 
-std::unique_ptr<Backend> cuda_backend(const Model& model, DType kv_dtype) {
+std::unique_ptr<Backend> cuda_backend(const Model& model, KvDType kv_dtype) {
   cuda::CudaOptions options;
   options.kv_dtype = kv_dtype;
   options.max_rows = 1024;
@@ -365,8 +365,8 @@ TEST_CASE("cuda backend: full-model logits equal the CPU backend's for the three
   REQUIRE_GPU();
   std::mt19937 rng(5);
   for (const char* name : {"target-16m", "draft-4m", "draft-1m"})
-    for (DType kv : {DType::F32, DType::BF16}) {
-      INFO(name << ", KV pages " << dtype_name(kv));
+    for (KvDType kv : {KvDType::kF32, KvDType::kBF16}) {
+      INFO(name << ", KV pages " << name_of(kv));
       const Model& model = test::shared_backend(test::model_dir(name)).model();
       const cpu::CpuBackend cpu_bf16(model, DType::BF16);  // the same rounded matrices
       const auto gpu = cuda_backend(model, kv);
@@ -386,13 +386,13 @@ TEST_CASE("cuda backend: full-model logits equal the CPU backend's for the three
         std::vector<float> dc(static_cast<std::size_t>(vocab)), dg(dc.size());
         on_cpu.forward(a_cpu, {t, p, {}, true}, dc);
         on_gpu.forward(a_gpu, {t, p, {}, true}, dg);
-        CHECK(rel_error(dg, dc) < (kv == DType::F32 ? kF32Bound : kBf16Bound));
+        CHECK(rel_error(dg, dc) < (kv == KvDType::kF32 ? kF32Bound : kBf16Bound));
       }
       const std::vector<int> tree = {7, 8, 9}, tree_pos = {104, 105, 105}, parents = {-1, 0, 0};
       std::vector<float> tc(3 * static_cast<std::size_t>(vocab)), tg(tc.size());
       on_cpu.forward(a_cpu, {tree, tree_pos, parents, true}, tc);
       on_gpu.forward(a_gpu, {tree, tree_pos, parents, true}, tg);
-      CHECK(rel_error(tg, tc) < (kv == DType::F32 ? kF32Bound : kBf16Bound));
+      CHECK(rel_error(tg, tc) < (kv == KvDType::kF32 ? kF32Bound : kBf16Bound));
     }
 }
 
@@ -401,8 +401,8 @@ TEST_CASE("cuda backend: a row's logits are bitwise equal alone and in batches o
   REQUIRE_GPU();
   std::mt19937 rng(6);
   const Model& model = test::shared_backend(test::model_dir("target-16m")).model();
-  for (DType kv : {DType::F32, DType::BF16}) {
-    INFO("KV pages " << dtype_name(kv));
+  for (KvDType kv : {KvDType::kF32, KvDType::kBF16}) {
+    INFO("KV pages " << name_of(kv));
     const auto gpu = cuda_backend(model, kv);
     const int vocab = model.config().vocab_size;
     test::Engine e(*gpu, 16, 2048);
@@ -499,7 +499,7 @@ TEST_CASE("cuda backend: greedy continuations equal the Hugging Face reference w
           "[gpu]") {
   REQUIRE_GPU();
   for (const char* name : {"target-16m", "draft-4m", "draft-1m"}) {
-    const auto gpu = cuda_backend(test::shared_backend(test::model_dir(name)).model(), DType::BF16);
+    const auto gpu = cuda_backend(test::shared_backend(test::model_dir(name)).model(), KvDType::kBF16);
     const int compared = check_greedy(*gpu, name);
     INFO(name << ": " << compared << " greedy steps compared");
     CHECK(compared > 100);

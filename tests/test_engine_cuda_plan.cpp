@@ -35,8 +35,8 @@ TEST_CASE("cuda plan: refusals of dtypes and shapes the kernels do not handle", 
                                                                         Catch::Contains("F16"));
   CHECK_THROWS_WITH(cuda::check_cuda_support(good, DType::F32, {}), Catch::Contains("F32"));
   CudaOptions f16_pages;
-  f16_pages.kv_dtype = DType::F16;
-  CHECK_THROWS_WITH(cuda::check_cuda_support(good, std::nullopt, f16_pages), Catch::Contains("KV pages in F16"));
+  f16_pages.kv_dtype = KvDType::kInt8;
+  CHECK_THROWS_WITH(cuda::check_cuda_support(good, std::nullopt, f16_pages), Catch::Contains("KV pages in int8"));
   CudaOptions no_rows;
   no_rows.max_rows = 0;
   CHECK_THROWS_WITH(cuda::check_cuda_support(good, std::nullopt, no_rows), Catch::Contains("max_rows"));
@@ -260,7 +260,7 @@ TEST_CASE("cuda plan: copy lists keep their order, and device-resident pages hol
   const std::vector<KvCopy> copies = {{KvCopy::Kind::kBlock, 3, 5}, {KvCopy::Kind::kSlot, 17, 2}};
   CHECK(cuda::pack_copies(copies) == std::vector<std::int32_t>{0, 3, 5, 1, 17, 2});
 
-  KvLayout layout{2, 2, 8, 4, DType::BF16, true};
+  KvLayout layout{2, 2, 8, 4, KvDType::kBF16, true};
   PageStorage pages(layout, 8);
   pages.execute(copies);
   pages.execute(std::vector<KvCopy>{{KvCopy::Kind::kSlot, 1, 0}});
@@ -272,14 +272,10 @@ TEST_CASE("cuda plan: copy lists keep their order, and device-resident pages hol
   CHECK(pages.device_state() == nullptr);
   CHECK(cuda::kv_pages_bytes(layout, 8) == 2u * 8 * 2 * 4 * 16 * 2);
 
-  layout.dtype = DType::F16;
-  CHECK_THROWS_WITH(PageStorage(layout, 8), Catch::Contains("device pages in F16"));
-  KvLayout host = layout;
-  host.device_pages = false;
-  host.dtype = DType::BF16;
-  CHECK_THROWS_WITH(PageStorage(host, 8), Catch::Contains("host storage"));
+  layout.dtype = KvDType::kInt8;
+  CHECK_THROWS_WITH(PageStorage(layout, 8), Catch::Contains("device pages in int8"));
 
-  KvCache cache(KvLayout{2, 2, 8, 4, DType::F32, true}, 8);
+  KvCache cache(KvLayout{2, 2, 8, 4, KvDType::kF32, true}, 8);
   const int seq = cache.create();
   cache.append_slots(seq, 3);
   CHECK_THROWS_WITH(cache.key(seq, 0, 1), Catch::Contains("device memory"));

@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -96,7 +97,7 @@ TEST_CASE("matmul: every ISA's kernel equals the double reference within the f32
       for (int out : {1, 7, 12, 33, 128}) {
         Weights w(dtype, out, in, rng);
         const cpu::PackedWeights packed(w.view, isa);
-        for (int n : {1, 2, 3, 5, 8, 17}) {
+        for (int n : {1, 2, 3, 5, 8, 17, 64}) {
           INFO(cpu::isa_name(isa) << ' ' << dtype_name(dtype) << " n=" << n << " in=" << in << " out=" << out);
           const auto x = random_input(n, in, rng);
           std::vector<float> y(static_cast<std::size_t>(n) * out), ref(y.size());
@@ -120,37 +121,49 @@ TEST_CASE("matmul: every ISA's kernel equals the double reference within the f32
   }
 }
 
-TEST_CASE("matmul: a row of an n-row product is bitwise the row computed alone", "[engine][matmul]") {
+TEST_CASE("matmul: a row of an n-row product is bitwise the row computed alone, on every ISA and thread count",
+          "[engine][matmul]") {
+  // Each output is one FMA chain over k in order (matmul.h), so the rows of any product equal
+  // the rows computed one at a time on the narrowest ISA with one thread, bit for bit: every
+  // row count 1..64 on a small shape (every tail of every ISA's row tiles, a partial last
+  // block, an odd in), and awkward counts on one split across threads (1031 outputs: a
+  // partial last block; in = 384: several k-ranges).
+  struct Case {
+    int out, in;
+    std::vector<int> counts;
+  };
+  std::vector<int> every(64);
+  for (int n = 1; n <= 64; ++n) every[static_cast<std::size_t>(n - 1)] = n;
+  const std::vector<Case> cases{{130, 45, every}, {7, 13, {1, 2, 5}}, {1031, 384, {3, 7, 13, 63}}};
   std::mt19937 rng(11);
   const int threads_before = omp_get_max_threads();
-  for (cpu::MatmulIsa isa : cpu::supported_matmul_isas())
-  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
-    for (int in : {8, 13, 40, 384}) {
-      // 1031 outputs: an odd number of groups, the last one partial, and enough work (at
-      // in = 384) that the product is split across threads.
-      for (int out : {1, 7, 12, 33, 128, 1031}) {
-        Weights w(dtype, out, in, rng);
+  const cpu::MatmulIsa narrowest = cpu::supported_matmul_isas().front();
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16})
+    for (const Case& c : cases) {
+      Weights w(dtype, c.out, c.in, rng);
+      const int rows = *std::max_element(c.counts.begin(), c.counts.end());
+      const auto x = random_input(rows, c.in, rng);
+      const std::size_t out = static_cast<std::size_t>(c.out);
+      std::vector<float> alone(static_cast<std::size_t>(rows) * out);
+      omp_set_num_threads(1);
+      const cpu::PackedWeights reference(w.view, narrowest);
+      for (int r = 0; r < rows; ++r)
+        cpu::matmul(&x[static_cast<std::size_t>(r) * c.in], reference, &alone[r * out], 1);
+      for (cpu::MatmulIsa isa : cpu::supported_matmul_isas()) {
         const cpu::PackedWeights packed(w.view, isa);
-        for (int n : {2, 3, 5, 8, 17}) {
-          INFO(cpu::isa_name(isa) << ' ' << dtype_name(dtype) << " n=" << n << " in=" << in << " out=" << out);
-          const auto x = random_input(n, in, rng);
-          std::vector<float> y(static_cast<std::size_t>(n) * out), alone(static_cast<std::size_t>(out));
-          cpu::matmul(x.data(), packed, y.data(), n);
-          for (int r = 0; r < n; ++r) {
-            omp_set_num_threads(1 + r % 2);  // and whatever the thread count
-            cpu::matmul(&x[static_cast<std::size_t>(r) * in], packed, alone.data(), 1);
-            CHECK(std::memcmp(alone.data(), &y[static_cast<std::size_t>(r) * out], sizeof(float) * out) == 0);
+        for (int threads : {1, 2}) {
+          omp_set_num_threads(threads);
+          for (int n : c.counts) {
+            INFO(cpu::isa_name(isa) << ' ' << dtype_name(dtype) << " threads=" << threads << " n=" << n
+                                    << " in=" << c.in << " out=" << c.out);
+            std::vector<float> y(static_cast<std::size_t>(n) * out);
+            cpu::matmul(x.data(), packed, y.data(), n);
+            CHECK(std::memcmp(y.data(), alone.data(), y.size() * sizeof(float)) == 0);
           }
-          omp_set_num_threads(threads_before);
-          // And every contiguous sub-batch gives the same rows as the whole batch.
-          const int half = n / 2;
-          std::vector<float> tail(static_cast<std::size_t>(n - half) * out);
-          cpu::matmul(&x[static_cast<std::size_t>(half) * in], packed, tail.data(), n - half);
-          CHECK(std::memcmp(tail.data(), &y[static_cast<std::size_t>(half) * out], tail.size() * sizeof(float)) == 0);
         }
       }
     }
-  }
+  omp_set_num_threads(threads_before);
 }
 
 TEST_CASE("matmul: the process-wide ISA is the widest this CPU runs", "[engine][matmul]") {
@@ -164,20 +177,20 @@ TEST_CASE("matmul: packed weights hold every weight at its documented place, pad
   std::mt19937 rng(5);
   for (cpu::MatmulIsa isa : cpu::supported_matmul_isas())
   for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
-    const int out = 6, in = 45;  // a partial last group and a partial last step
+    const int out = 70, in = 45;  // a partial last block and an odd in (a BF16 step with one value)
     Weights w(dtype, out, in, rng);
     const cpu::PackedWeights packed(w.view, isa);
-    const int64_t es = static_cast<int64_t>(dtype_size(dtype)), step = cpu::k_step(isa, dtype);
-    const int64_t steps = (in + step - 1) / step;
-    REQUIRE(packed.groups() == 2);
-    REQUIRE(packed.group_bytes() == steps * 4 * step * es);
+    const int64_t es = static_cast<int64_t>(dtype_size(dtype)), block = cpu::block_outputs(isa);
+    const int64_t pair = dtype == DType::BF16 ? 2 : 1, steps = (in + pair - 1) / pair;
+    REQUIRE(packed.blocks() == (out + block - 1) / block);
+    REQUIRE(packed.block_bytes() == steps * block * pair * es);
     const auto* src = static_cast<const unsigned char*>(w.view.data);
-    for (int64_t g = 0; g < 2; ++g)
+    for (int64_t b = 0; b < packed.blocks(); ++b)
       for (int64_t s = 0; s < steps; ++s)
-        for (int64_t o = 0; o < 4; ++o)
-          for (int64_t j = 0; j < step; ++j) {
-            const int64_t row = 4 * g + o, k = s * step + j;
-            const unsigned char* at = packed.group(g) + ((s * 4 + o) * step + j) * es;
+        for (int64_t o = 0; o < block; ++o)
+          for (int64_t j = 0; j < pair; ++j) {
+            const int64_t row = b * block + o, k = s * pair + j;
+            const unsigned char* at = packed.block_data(b) + ((s * block + o) * pair + j) * es;
             const bool real = row < out && k < in;
             INFO(cpu::isa_name(isa) << ' ' << dtype_name(dtype) << " row " << row << " k " << k);
             std::vector<unsigned char> expected(static_cast<std::size_t>(es), 0);

@@ -24,7 +24,10 @@ struct Rows {
 class Engine {
  public:
   Engine(const Backend& backend, int block_size, int num_blocks)
-      : cache(backend.kv_layout(block_size), num_blocks), backend_(backend), workspace_(backend.make_workspace()) {}
+      : Engine(backend, backend.kv_layout(block_size), num_blocks) {}
+  // A cache of `layout` (the backend's, in another KV dtype).
+  Engine(const Backend& backend, const KvLayout& layout, int num_blocks)
+      : cache(layout, num_blocks), backend_(backend), workspace_(backend.make_workspace()) {}
 
   const ModelConfig& config() const { return backend_.config(); }
   ForwardContext context() { return {backend_, cache, *workspace_}; }

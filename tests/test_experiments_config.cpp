@@ -43,7 +43,8 @@ TEST_CASE("shipped configs load, and their resolved form loads to the same runs"
   for (const Shipped& s : {Shipped{"configs/quickstart.toml", 6, 8, 1}, Shipped{"configs/acceptance-study.toml", 18, 35, 1},
                            Shipped{"configs/sampler-comparison.toml", 24, 16, 3}, Shipped{"configs/tree-shapes.toml", 10, 16, 1},
                            Shipped{"configs/beam-speculative.toml", 24, 6, 1},
-                           Shipped{"configs/speedup-cpu.toml", 42, 9, 1}, Shipped{"configs/speedup-goals.toml", 3, 28, 1}}) {
+                           Shipped{"configs/speedup-cpu.toml", 42, 9, 1}, Shipped{"configs/speedup-goals.toml", 3, 28, 1},
+                           Shipped{"configs/batch-sizes.toml", 32, 35, 1}, Shipped{"configs/kv-dtype.toml", 6, 2, 1}}) {
     INFO(s.file);
     const ExperimentConfig c = load_config(source_path(s.file));
     CHECK(c.grid.size() == s.grid);
@@ -157,6 +158,7 @@ TEST_CASE("out-of-range values are errors naming key, file:line and the range", 
       {"", "seeds = [-1]\n", "@:5:10: run.seeds element must be an integer >= 0, got -1"},
       {"", "seeds = []\n", "@:5:9: run.seeds must not be empty"},
       {"", "backend = \"tpu\"\n", "@:5:11: run.backend: unknown value 'tpu'"},
+      {"", "kv_dtype = \"fp8\"\n", "@:5:12: run.kv_dtype: unknown value 'fp8'"},
   };
   for (const Case& c : cases) {
     INFO(c.tail << c.run_extra);
@@ -245,7 +247,10 @@ TEST_CASE("chat prompts: messages in a prompts file or inline, exactly one of pr
   const std::string file = dir.write("c.toml", head + "prompts_file = \"p.jsonl\"\n");
   const std::string where = (dir.path() / "p.jsonl").string() + ":1: ";
   const std::pair<std::string, std::string> bad_lines[] = {
-      {R"({"id": "a", "domain": "x"})", "needs exactly one of 'prompt' (a string) and 'messages' (a chat)"},
+      {R"({"id": "a", "domain": "x"})", "needs exactly one of 'prompt' (a string), 'messages' (a chat) and 'prompt_ids'"},
+      {R"({"id": "a", "domain": "x", "prompt": "p", "prompt_ids": [1]})", "needs exactly one of 'prompt'"},
+      {R"({"id": "a", "domain": "x", "prompt_ids": [1, -2]})", "'prompt_ids' holds -2, not a token id"},
+      {R"({"id": "a", "domain": "x", "prompt_ids": []})", "'prompt_ids' must be a non-empty list of integers"},
       {R"({"id": "a", "domain": "x", "prompt": "p", "messages": []})", "needs exactly one of 'prompt'"},
       {R"({"id": "a", "domain": "x", "messages": []})", "field 'messages' must be a non-empty array of {role, content}, got []"},
       {R"({"id": "a", "domain": "x", "messages": [{"role": "user"}]})", "each of 'messages' must be {\"role\": string"},
@@ -309,4 +314,84 @@ TEST_CASE("defaults are filled in and written to the resolved config", "[experim
 }
 
 }  // namespace
+}  // namespace specula
+
+namespace specula {
+namespace {
+
+using Catch::Matchers::Contains;
+using test::model_dir;
+using test::ScratchDir;
+
+// Lines 1-4 as minimal()'s; `run_extra` goes on line 5 onwards, inside [run].
+std::string batched(const std::string& run_extra, const std::string& tail = "") {
+  return "[target]\npath = \"" + model_dir("target-16m") + "\"\n[run]\nprompts = [\"hi\"]\n" + run_extra + tail;
+}
+
+void refused(const std::string& text, const std::vector<std::string>& pieces) {
+  ScratchDir dir;
+  const std::string file = dir.write("bad.toml", text);
+  try {
+    load_config(file);
+    FAIL("accepted:\n" << text);
+  } catch (const SpeculaError& e) {
+    for (std::string piece : pieces) {
+      if (const auto at = piece.find('@'); at != std::string::npos) piece.replace(at, 1, file);
+      CHECK_THAT(e.what(), Contains(piece));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("run.batch_size, run.request_rate and draft.gamma_policy parse, refuse bad values and join the run's settings",
+          "[experiments][batched]") {
+  ScratchDir dir;
+  const std::string draft = "[draft]\nmethod = \"ngram\"\ngamma = 3\n";
+  const ExperimentConfig c =
+      load_config(dir.write("ok.toml", batched("batch_size = 8\nrequest_rate = 2.5\n", draft + "gamma_policy = \"load\"\n")));
+  CHECK(c.base.point.batch_size == 8);
+  CHECK(c.base.point.request_rate == 2.5);
+  CHECK(c.base.point.gamma_policy == GammaPolicy::kLoad);
+  CHECK(request_options(c.base.point).gamma_policy == GammaPolicy::kLoad);
+  const nlohmann::json settings = canonical_settings(c.base.point);
+  CHECK(settings.at("batch_size") == 8);
+  CHECK(settings.at("request_rate") == 2.5);
+  CHECK(settings.at("draft").at("gamma_policy") == "load");
+  // The resolved config loads to the same settings.
+  CHECK(canonical_settings(load_config(dir.write("resolved.toml", c.resolved_toml)).base.point) == settings);
+  // Defaults leave the settings (and so every earlier run id) as they were.
+  const nlohmann::json plain = canonical_settings(load_config(dir.write("plain.toml", batched(""))).base.point);
+  CHECK_FALSE(plain.contains("batch_size"));
+  CHECK_FALSE(plain.contains("request_rate"));
+  CHECK_FALSE(plain.at("draft").contains("gamma_policy"));
+
+  // The baseline of a batched point runs at the same batch size, with the fixed policy.
+  const Plan plan = make_plan(c);
+  REQUIRE(plan.runs.size() == 2);
+  CHECK(plan.runs[0].info.role == "baseline");
+  CHECK(plan.runs[0].settings.at("batch_size") == 8);
+  CHECK_FALSE(plan.runs[0].settings.at("draft").contains("gamma_policy"));
+  CHECK(plan.runs[1].info.baseline == plan.runs[0].info.id);
+  CHECK(plan.runs[1].info.variant == "load γ≤3");
+  CHECK_THAT(plan.runs[1].info.label, Contains(" · batch 8"));
+  // One job per (run, seed, repetition), over every prompt.
+  REQUIRE(plan.jobs.size() == 2 * 3);
+  for (const Job& j : plan.jobs) {
+    CHECK(j.prompt == kAllPrompts);
+    CHECK_THAT(j.key, Contains("/batch#"));
+  }
+
+  refused(batched("batch_size = -1\n"), {"@:5:14: run.batch_size must be an integer in [0, 4096], got -1"});
+  refused(batched("batch_size = 5000\n"), {"run.batch_size must be an integer in [0, 4096], got 5000"});
+  refused(batched("batch_size = 2.5\n"), {"run.batch_size must be an integer, got a float"});
+  refused(batched("batch_size = 4\nrequest_rate = -1\n"), {"@:6:16: run.request_rate must be a number in [0, 1e+06], got -1"});
+  refused(batched("batch_size = 4\nrequest_rate = \"fast\"\n"), {"run.request_rate must be a number, got a string"});
+  refused(batched("request_rate = 2\n"), {"@:5:16: run.request_rate = 2: arrivals need a batched run; set run.batch_size >= 1"});
+  refused(batched("", draft + "gamma_policy = \"loud\"\n"), {"@:8:16: draft.gamma_policy: unknown value 'loud'; did you mean 'load'?"});
+  refused(batched("", "[draft]\nmethod = \"ngram\"\ntree = [2, 1]\ngamma_policy = \"load\"\n"),
+          {"draft.gamma_policy", "load chooses a chain's length each step: it needs a chain drafter"});
+  refused(batched("", "[sweep]\n\"run.batch_size\" = [1, -4]\n"), {"run.batch_size must be an integer in [0, 4096], got -4"});
+}
+
 }  // namespace specula

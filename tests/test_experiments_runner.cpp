@@ -4,12 +4,15 @@
 // (SIGINT) without loss or duplicates, dry runs, refusals before anything runs, and the
 // plots of 1, 10 and 40 series.
 #include <algorithm>
+#include <cmath>
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
 #include <sstream>
 #include <sys/wait.h>
 
+#include "experiments/arrivals.h"
+#include "experiments/batch_summary.h"
 #include "experiments/config.h"
 #include "experiments/interrupt.h"
 #include "experiments/machine.h"
@@ -446,4 +449,123 @@ TEST_CASE("the plots of 1, 10 and 40 series are written without an error", "[exp
 }
 
 }  // namespace
+}  // namespace specula
+
+namespace specula {
+namespace {
+
+// Two batch sizes of draft-4m γ = 2 and their plain baselines, 3 prompts arriving at 5 per
+// second, 2 seeds × 2 repetitions: 4 runs × 4 batched jobs of 3 requests each.
+struct BatchedExperiment {
+  ScratchDir scratch;
+  std::string config = scratch.write(
+      "batched.toml", "title = \"batched\"\n[target]\npath = \"" + test::model_dir("target-16m") +
+                          "\"\n[draft]\nmethod = \"model\"\npath = \"" + test::model_dir("draft-4m") +
+                          "\"\ngamma = 2\n[run]\nprompts = [\"hello\", \"world!\", \"foo bar\"]\nmax_new_tokens = 8\n"
+                          "seeds = [0, 1]\nrepetitions = 2\nrequest_rate = 5\n[output]\nformats = [\"csv\", \"md\"]\n"
+                          "[sweep]\n\"run.batch_size\" = [1, 4]\n");
+  fs::path out = scratch.path() / "out";
+  RunOptions options{out.string(), false, true};
+  static constexpr int kJobs = 16;
+
+  std::string run(FakeBackend& backend) {
+    std::ostringstream printed, log;
+    REQUIRE(run_experiment(config, backend, options, printed, log) == 0);
+    return printed.str();
+  }
+  std::vector<nlohmann::json> lines(ResultsRead::Fields fields = ResultsRead::kAllFields) const {
+    return read_results((out / "results.jsonl").string(), fields).lines;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a batched run writes one line per job with every request's latency, and resumes exactly",
+          "[experiments][batched]") {
+  BatchedExperiment e;
+  FakeBackend backend;
+  const std::string printed = e.run(backend);
+  CHECK(backend.batch_calls == BatchedExperiment::kJobs);
+  CHECK(backend.generate_calls == 4 + BatchedExperiment::kJobs * 3);  // a one-request warm-up per run
+  const std::vector<nlohmann::json> lines = e.lines();
+  REQUIRE(lines.size() == static_cast<std::size_t>(BatchedExperiment::kJobs));
+  require_complete(lines, e.config);
+  std::map<std::string, std::map<std::string, double>> throughput;  // run -> seed/rep -> tok/s
+  for (const nlohmann::json& l : lines) {
+    INFO(l.at("key"));
+    CHECK(l.at("prompt_id") == "*");
+    const int batch = l.at("settings").at("batch_size").get<int>();
+    CHECK((batch == 1 || batch == 4));
+    CHECK(l.at("stats").at("batch_size") == batch);
+    const nlohmann::json& requests = l.at("requests");
+    REQUIRE(requests.size() == 3);
+    const std::vector<double> arrivals = poisson_arrivals(3, 5.0, l.at("seed").get<uint64_t>());
+    for (std::size_t i = 0; i < 3; ++i) {
+      const nlohmann::json& r = requests[i];
+      CHECK(r.at("prompt_id") == "prompt-" + std::to_string(i));
+      CHECK(r.at("prompt_index") == i);
+      CHECK(r.at("arrival_s").get<double>() == arrivals[i]);
+      for (const char* field : {"ttft_s", "latency_s"}) CHECK(r.at("latency").at(field).is_number());
+      for (const char* field : {"mean", "p50", "p99"}) CHECK(r.at("latency").at("inter_token_s").at(field).is_number());
+      CHECK(r.contains("ids"));
+      CHECK(r.at("stats").at("new_tokens") == 8);
+    }
+    throughput[l.at("run").get<std::string>()][l.at("seed").dump() + "/" + l.at("repetition").dump()] =
+        l.at("stats").at("throughput_tokens_per_s").get<double>();
+  }
+  // Arrivals: the seed's Poisson times, the first at 0, the same for every run of that seed.
+  REQUIRE(backend.arrivals_seen.size() == static_cast<std::size_t>(BatchedExperiment::kJobs));
+  for (const std::vector<double>& a : backend.arrivals_seen) {
+    REQUIRE(a.size() == 3);
+    CHECK(a[0] == 0.0);
+    CHECK((a == poisson_arrivals(3, 5.0, 0) || a == poisson_arrivals(3, 5.0, 1)));
+  }
+  CHECK(poisson_arrivals(3, 5.0, 0) != poisson_arrivals(3, 5.0, 1));
+  // The summary's reader drops the generated ids of every request too.
+  for (const nlohmann::json& l : e.lines(ResultsRead::kSummaryFields))
+    for (const nlohmann::json& r : l.at("requests")) CHECK_FALSE(r.contains("ids"));
+
+  // Speedups: per batch size against the plain run at that batch size, from the lines.
+  const std::vector<BatchSummary> summaries = summarize_batches(lines);
+  REQUIRE(summaries.size() == 4);
+  for (const BatchSummary& s : summaries) {
+    INFO(s.run.label);
+    if (s.run.shape == "none") {
+      CHECK(std::isnan(s.speedup.estimate));
+      continue;
+    }
+    const auto base = std::find_if(summaries.begin(), summaries.end(), [&](const BatchSummary& b) { return b.run.id == s.run.baseline; });
+    REQUIRE(base != summaries.end());
+    CHECK(base->batch_size == s.batch_size);
+    double log_sum = 0;
+    for (const auto& [pair, tps] : throughput[s.run.id]) log_sum += std::log(tps / throughput[s.run.baseline].at(pair));
+    CHECK(s.pairs == 4);
+    CHECK(s.speedup.estimate == Approx(std::exp(log_sum / 4)));
+    CHECK(s.requests == 3);
+  }
+  CHECK(fs::exists(e.out / "batch_summary.csv"));
+  const std::string md = read_text(e.out / "summary.md");
+  CHECK_THAT(md, Contains("## Batched runs"));
+  CHECK_THAT(md, Contains("| batch 1 "));
+  CHECK_THAT(md, Contains("| batch 4 "));
+  CHECK_THAT(printed, Contains("Batched runs"));
+
+  // A crash in the middle of the 6th line: the rerun keeps 5 lines and runs the 11 others.
+  const std::string full = read_text(e.out / "results.jsonl");
+  std::size_t cut = 0;
+  for (int i = 0; i < 5; ++i) cut = full.find('\n', cut) + 1;
+  fs::resize_file(e.out / "results.jsonl", cut + (full.find('\n', cut) - cut) / 2);
+  FakeBackend second;
+  e.run(second);
+  CHECK(second.batch_calls == BatchedExperiment::kJobs - 5);
+  const std::string resumed = read_text(e.out / "results.jsonl");
+  CHECK(resumed.substr(0, cut) == full.substr(0, cut));
+  require_complete(e.lines(), e.config);
+  FakeBackend third;
+  e.run(third);
+  CHECK(third.batch_calls == 0);
+  CHECK(third.generate_calls == 0);
+  CHECK(read_text(e.out / "results.jsonl") == resumed);
+}
+
 }  // namespace specula

@@ -3,6 +3,7 @@
 // FakeBackend, a deterministic GenerationBackend whose calls are counted.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -121,6 +122,36 @@ class FakeBackend : public GenerationBackend {
                                         {"commit_s", 0.0625}}}});
     }
     return {{"ids", std::vector<int>(static_cast<std::size_t>(o.max_new_tokens), 7)}, {"text", "fake"}, {"stats", stats}};
+  }
+
+  // Each request's generate() object (one call each, counted) with latencies from its decode
+  // tokens/s, shared among min(batch_size, requests) live sequences at a cost of sqrt(live);
+  // the summary's throughput is the requests' tokens over the last finish.
+  int batch_calls = 0;
+  std::vector<std::vector<double>> arrivals_seen;
+  nlohmann::json generate_batch(const std::vector<GenerateOptions>& requests, int batch_size,
+                                const std::vector<double>& arrivals_s) override {
+    ++batch_calls;
+    arrivals_seen.push_back(arrivals_s);
+    const double live = std::min<double>(batch_size, static_cast<double>(requests.size()));
+    nlohmann::json results = nlohmann::json::array();
+    double tokens = 0, end = 0;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      nlohmann::json r = generate(requests[i]);
+      const double tps = r["stats"]["decode_tokens_per_s"].get<double>() / std::sqrt(live);
+      const double gap = 1 / tps, start = arrivals_s.empty() ? 0.0 : arrivals_s[i];
+      const double latency = 0.01 + requests[i].max_new_tokens * gap;
+      r["latency"] = {{"ttft_s", 0.01}, {"inter_token_s", {{"mean", gap}, {"p50", gap}, {"p99", gap}}}, {"latency_s", latency}};
+      tokens += requests[i].max_new_tokens;
+      end = std::max(end, start + latency * live / static_cast<double>(requests.size()) * static_cast<double>(i + 1));
+      results.push_back(std::move(r));
+    }
+    const nlohmann::json gap = {{"mean", 0.01}, {"p50", 0.01}, {"p90", 0.01}, {"p99", 0.01}};
+    nlohmann::json summary = {{"requests", requests.size()}, {"new_tokens", tokens}, {"time_s", end},
+                              {"throughput_tokens_per_s", tokens / end}, {"latency_s", gap}, {"ttft_s", gap},
+                              {"inter_token_s", gap}, {"target_forwards", 10}, {"rows_per_forward", live},
+                              {"mean_occupancy", live}, {"preemptions", 0}, {"batch_size", batch_size}};
+    return {{"results", results}, {"summary", summary}};
   }
 };
 

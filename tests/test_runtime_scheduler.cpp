@@ -431,3 +431,97 @@ TEST_CASE("the load policy picks the chain length of the most tokens per second"
 }
 
 }  // namespace specula
+
+namespace specula {
+
+// --prompts-file reads the experiments' prompt lines: a chat line is rendered with the model's
+// chat_template as --chat renders its message, and decodes to the tokens --chat gets alone.
+TEST_CASE("cli: generate --prompts-file takes chat lines, with --chat's rendering", "[runtime][scheduler][cli][chat]") {
+  test::TempDir dir;
+  const fs::path model = dir.path / "chat-model", from = test::model_dir("target-16m");
+  fs::create_directories(model);
+  for (const auto& entry : fs::directory_iterator(from))
+    if (entry.path().filename() != "tokenizer_config.json") fs::create_symlink(fs::absolute(entry.path()), model / entry.path().filename());
+  nlohmann::json config = nlohmann::json::parse(test::slurp(from / "tokenizer_config.json"));
+  config["chat_template"] =  // Mistral-7B-Instruct-v0.1's
+      "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+      "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+      "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+      "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token + ' ' }}"
+      "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}";
+  std::ofstream(model / "tokenizer_config.json") << config.dump();
+  const std::string file = dir.file("chat.jsonl");
+  std::ofstream(file) << R"({"id": "t", "prompt": "def main():"})" "\n"
+                      << R"({"id": "c", "messages": [{"role": "user", "content": "Name a colour."}], "note": "kept aside"})" "\n";
+  const std::string m = "generate --model '" + model.string() + "' --max-new-tokens 5 --threads 1 --json";
+  const test::Outcome batch = test::run_specula(m + " --prompts-file '" + file + "' --batch-size 2");
+  INFO(batch.err);
+  REQUIRE(batch.status == 0);
+  std::vector<nlohmann::json> lines;
+  std::istringstream out(batch.out);
+  for (std::string line; std::getline(out, line);) lines.push_back(nlohmann::json::parse(line));
+  REQUIRE(lines.size() == 3);
+  const test::Outcome chat = test::run_specula(m + " --chat 'Name a colour.'");
+  REQUIRE(chat.status == 0);
+  const nlohmann::json alone = nlohmann::json::parse(chat.out);
+  CHECK(lines[1].at("id") == "c");
+  CHECK(lines[1].at("stats").at("prompt_tokens") == alone.at("stats").at("prompt_tokens"));
+  CHECK(lines[1].at("ids") == alone.at("ids"));
+  CHECK(lines[1].at("stats").at("prompt_tokens").get<int>() > 8);  // the [INST] wrapping is there
+
+  std::ofstream(file) << R"({"id": "c", "messages": [{"role": "system", "content": "x"}]})" "\n";
+  const test::Outcome refused = test::run_specula(m + " --prompts-file '" + file + "'");
+  CHECK(refused.status == 1);
+  CHECK_THAT(refused.err, Catch::Contains("specula: error: --prompts-file " + file + ":1 (c): "));
+  std::ofstream(file) << R"({"id": "c"})" "\n";
+  const test::Outcome empty = test::run_specula(m + " --prompts-file '" + file + "'");
+  CHECK(empty.err == "specula: error: --prompts-file " + file +
+                         ":1: prompt 'c' needs exactly one of 'prompt' (a string), 'messages' (a chat) and 'prompt_ids' "
+                         "(token ids)\n");
+}
+
+// The load policy's fallback: where its measured costs say the rows a chain adds cost more than
+// the tokens it brings, it decodes plain (γ = 0); where extra rows are nearly free it drafts;
+// and a long run of steps at one row count does not send it back to probing.
+TEST_CASE("the load policy falls back to plain steps when its measured costs say speculation cannot pay",
+          "[runtime][scheduler]") {
+  const auto measured = [](double fixed, double per_row) {
+    DraftLengthChooser chooser;
+    for (int rows : {1, 2, 3, 8, 16, 32, 64, 96, 128}) chooser.target_forward(rows, fixed + per_row * rows);
+    for (int n : {1, 8, 32}) chooser.draft_round(n, 2e-4 + 5e-5 * n);
+    return chooser;
+  };
+  // Compute-bound rows (a row costs what a decode step costs at batch 32): plain at α = 0.6.
+  DraftLengthChooser busy = measured(1e-3, 1e-3);
+  const std::vector<double> batch32(32, 0.6);
+  CHECK(busy.choose(0, 0, batch32, 4) == 0);
+  // The same model at batch 1, where the weights' reading dominates: it drafts.
+  DraftLengthChooser idle = measured(6e-3, 2e-5);
+  const std::vector<double> one(1, 0.6);
+  CHECK(idle.choose(0, 0, one, 4) > 0);
+  // 500 plain steps at 32 rows later (the policy's own choice) it still knows the longer
+  // steps' cost and stays plain, where a fit that forgets would return to alternating.
+  for (int i = 0; i < 500; ++i) {
+    busy.target_forward(32, 1e-3 + 1e-3 * 32);
+    CHECK(busy.choose(0, 0, batch32, 4) == 0);
+  }
+  // Other sequences' rows count: 31 plain rows beside one chain at α = 0.6 under the busy costs.
+  CHECK(busy.choose(31, 31, one, 4) == 0);
+  // CostFit: smoothed per row count, interpolated, extrapolated with a slope >= 0.
+  CostFit fit;
+  CHECK(fit.at(5) == 0);
+  fit.add(4, 1.0);
+  CHECK(fit.at(100) == 1.0);
+  fit.add(8, 2.0);
+  CHECK(fit.at(6) == Approx(1.5));
+  CHECK(fit.at(16) == Approx(4.0));
+  CHECK(fit.at(2) == Approx(0.5));
+  fit.add(8, 3.0);  // smoothed: 2 + 0.25 (3 - 2)
+  CHECK(fit.at(8) == Approx(2.25));
+  CostFit falling;
+  falling.add(1, 2.0);
+  falling.add(2, 1.0);
+  CHECK(falling.at(10) == Approx(1.0));  // no negative slope beyond the observed range
+}
+
+}  // namespace specula

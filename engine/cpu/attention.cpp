@@ -24,7 +24,14 @@ void attend_group(const float* q, int num_heads, const PagedRows& keys, const Pa
 PagedRows visible_rows(const RaggedBatch& batch, const KvPlan& plan, const PageStorage& pages, int layer, int kv,
                        int seq_index, int r, int window) {
   PagedRows rows;
-  rows.plane = pages.layer(layer) + (kv == 0 ? 0 : pages.value_offset());
+  const KvLayout& layout = pages.layout();
+  const std::size_t plane = kv == 0 ? 0 : pages.value_offset();
+  rows.plane = static_cast<const unsigned char*>(pages.layer_data(layer)) + plane * kv_dtype_size(layout.dtype);
+  rows.dtype = layout.dtype;
+  if (layout.dtype == KvDType::kInt8) {
+    rows.scales = pages.layer_scales(layer) + plane / static_cast<std::size_t>(layout.head_dim);
+    rows.head_dim = layout.head_dim;
+  }
   rows.block_stride = pages.block_stride();
   rows.kv_dim = pages.layout().kv_dim();
   rows.block_size = plan.block_size;
@@ -116,14 +123,14 @@ void attend_batch_reference(const RaggedBatch& batch, const KvPlan& plan, const 
       double max_score = -INFINITY;
       for (int j = 0; j < num_keys; ++j) {
         double dot = 0;
-        for (int d = 0; d < head_dim; ++d) dot += double(qh[d]) * keys.key_row(j)[offset + d];
+        for (int d = 0; d < head_dim; ++d) dot += double(qh[d]) * keys.element(j, offset + d);
         max_score = std::max(max_score, score[static_cast<std::size_t>(j)] = dot * scale);
       }
       double total = 0;
       for (double& v : score) total += (v = std::exp(v - max_score));
       for (int d = 0; d < head_dim; ++d) {
         double sum = 0;
-        for (int j = 0; j < num_keys; ++j) sum += score[static_cast<std::size_t>(j)] * values.key_row(j)[offset + d];
+        for (int j = 0; j < num_keys; ++j) sum += score[static_cast<std::size_t>(j)] * values.element(j, offset + d);
         out[static_cast<std::size_t>(r) * row_width + static_cast<std::size_t>(h) * head_dim + d] =
             static_cast<float>(sum / total);
       }

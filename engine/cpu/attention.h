@@ -2,7 +2,7 @@
 // a page list, on the process's instruction set (matmul_isa(): AVX-512 where the CPU has it,
 // else AVX2) or a given one (tests compare them); attend_batch, the launcher that runs it for
 // every row and key/value head of a ragged batch; attend_batch_reference, its plain
-// double-precision reference.
+// double-precision reference. Pages of any KvDType (kv/page_storage.h), read as stored.
 #pragma once
 
 #include <vector>
@@ -62,7 +62,8 @@ void attend_batch(MatmulIsa isa, const RaggedBatch& batch, const KvPlan& plan, c
                   const AttentionShape& shape, const float* q, float* out, AttentionScratch& scratch);
 
 // The plain reference of attend_batch: per row and head, scores, softmax and weighted sum in
-// double, one key at a time, rounded to float at the end.
+// double, one key at a time (each element dequantised, PagedRows::element), rounded to float
+// at the end.
 void attend_batch_reference(const RaggedBatch& batch, const KvPlan& plan, const PageStorage& pages, int layer,
                             const AttentionShape& shape, const float* q, float* out);
 

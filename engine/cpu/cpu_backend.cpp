@@ -88,8 +88,8 @@ void CpuBackend::forward(const RaggedBatch& batch, const KvPlan& plan, PageStora
     for (int i = 0; i < n; ++i) {
       rope_.apply(&s.q[i * std::size_t(q_dim)], c.num_attention_heads, batch.positions[i]);
       rope_.apply(&s.k[i * std::size_t(kv_dim)], c.num_key_value_heads, batch.positions[i]);
-      std::copy_n(&s.k[i * std::size_t(kv_dim)], kv_dim, pages.row(l, 0, plan.row_slots[i]));
-      std::copy_n(&s.v[i * std::size_t(kv_dim)], kv_dim, pages.row(l, 1, plan.row_slots[i]));
+      pages.write_row(l, 0, plan.row_slots[i], &s.k[i * std::size_t(kv_dim)]);
+      pages.write_row(l, 1, plan.row_slots[i], &s.v[i * std::size_t(kv_dim)]);
     }
     attend_batch(isa_, batch, plan, pages, l, shape, s.q.data(), s.attn.data(), s.attention);
     project(s.attn.data(), layer.o, layer.o_bias, s.h.data(), n);

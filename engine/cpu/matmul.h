@@ -3,13 +3,14 @@
 // accumulation), the instruction-set choice behind it, and its plain double-precision
 // reference.
 //
-// Batch invariance: every output element y[r][o] is reduced in one fixed order (a vector
-// FMA accumulator over k, then a fixed horizontal sum), whatever the number of rows, the
-// tiling or the thread count. A row of a verify pass is therefore bit-identical to the
-// same row computed alone in a one-token decode, which greedy speculative decoding needs.
-// The order does depend on the vector width, so one process uses one ISA throughout:
-// AVX-512 where the CPU has it, else AVX2. SPECULA_MATMUL_ISA=avx2 forces the narrower one
-// (to compare with an AVX2-only machine bit for bit).
+// Batch invariance: every output element y[r][o] is one FMA chain over k in order, from zero
+// (y = fma(x[r][k], w[o][k], y) for k = 0 .. in - 1, in one vector lane), whatever the number
+// of rows, the tiling, the k-blocking or the thread count. A row of a verify pass is therefore
+// bit-identical to the same row computed alone in a one-token decode, which greedy speculative
+// decoding needs. The order does not depend on the vector width either (AVX2 and AVX-512 give
+// the same bits), but attention's does, so one process uses one ISA throughout: AVX-512 where
+// the CPU has it, else AVX2. SPECULA_MATMUL_ISA=avx2 forces the narrower one (to compare with
+// an AVX2-only machine bit for bit).
 #pragma once
 
 #include <vector>

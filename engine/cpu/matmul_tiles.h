@@ -6,17 +6,23 @@
 // Everything here sits in an unnamed namespace on purpose: each ISA unit gets its own
 // internal copy, so the linker can never merge an AVX-512 instantiation into the AVX2 path.
 //
-// V provides: Reg (a vector of V::kLanes floats), zero(), loadx(const float*), fma(a, b, c)
-// = a * b + c, hsum(Reg) (one fixed horizontal order), and per weight dtype a k-step of
-// kVectors<T> * kLanes weights: load<T>(p, v) gives vector v of the step at p upcast to f32.
-// F32 and F16 steps are one vector of consecutive weights. A BF16 step is two vectors from
-// one full-register load: the even-indexed weights (the low halves shifted up) and the
-// odd-indexed ones (the high halves masked), which halves the conversion work; x is then
-// packed to match (pack_bf16_steps), each step's evens before its odds.
+// V provides: Reg (a vector of V::kLanes floats), zero(), set1(float), loadx(const float*),
+// storeu(float*, Reg), fma(a, b, c) = a * b + c, kTileRows (the rows of a tile: its 4 * rows
+// accumulators, 4 weight vectors and rows broadcasts fit the register file), and per weight
+// dtype a step of kPair<T> k values for 4 * kLanes outputs: load<T>(p, v) gives the lanes'
+// weights for the step's k value v, upcast to f32 (F32, F16: one vector of consecutive
+// outputs; BF16: one full-register load of pairs, the low halves shifted up for v = 0 and the
+// high halves masked for v = 1).
+//
+// The order: output o of row r is one FMA chain over k = 0, 1, ..., in - 1 in one lane,
+// started at zero: y = fma(x[k], w[o][k], y) for each k in turn. Nothing else touches it, so
+// it does not depend on the row count, the tile, the k-blocking (a chain paused in memory
+// resumes exactly), the thread split or even the vector width.
 #pragma once
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "engine/cpu/packed_weights.h"
@@ -51,81 +57,60 @@ inline float scalar_weight(const unsigned char* p) {
 template <DType T>
 constexpr int64_t kWeightBytes = T == DType::F32 ? 4 : 2;
 
-// The rows of x with every full BF16 step of 2 * lanes values reordered to its even-indexed
-// values, then its odd-indexed ones (the order load<BF16> delivers weights in); the tail past
-// the last full step stays in place.
-//   x: in [n, in]; packed: out [n, in]
-inline void pack_bf16_steps(const float* x, int n, int64_t in, int lanes, float* packed) {
-  const int64_t step = 2 * lanes, k_main = in - in % step;
-  for (int64_t r = 0; r < n; ++r) {
-    const float* xr = x + r * in;
-    float* pr = packed + r * in;
-    for (int64_t k = 0; k < k_main; k += step)
-      for (int i = 0; i < lanes; ++i) {
-        pr[k + i] = xr[k + 2 * i];
-        pr[k + lanes + i] = xr[k + 2 * i + 1];
-      }
-    std::copy(xr + k_main, xr + in, pr + k_main);
-  }
-}
+// Lines requested this far ahead of the step being read, on the pass that brings a block's
+// weights from memory (the prefetcher alone falls behind).
+constexpr int64_t kPrefetchBytes = 8192;
 
-// A tile of R rows x O outputs (O = 4: one packed group; O = 8: two adjacent groups). Each
-// (r, o) has its own accumulator: lanes over k in steps (the step's vectors in order), then
-// hsum, then the tail past the last full step in order. That order depends on neither R nor O,
-// so a row's result is the same in any tile (batch invariance). Outputs o >= valid are
-// padding: computed, never stored.
-//   x: in [R, in] (row stride in; BF16: packed); group: the first group's packed bytes;
-//   y: out [R, out], columns [0, valid) written
-template <class V, DType T, int R, int O>
-inline void tile(const float* x, int64_t in, const unsigned char* group, const PackedWeights& w, float* y,
-                 int64_t out, int valid) {
-  constexpr int64_t es = kWeightBytes<T>;
-  constexpr int kVectors = V::template kVectors<T>;
-  constexpr int64_t kStep = V::kLanes * kVectors;
-  constexpr int64_t kGroup = PackedWeights::kGroup;
-  const int64_t step_bytes = kStep * es, stride = kGroup * step_bytes;  // stride: one step of a group
-  const unsigned char* wo[O];
-  for (int o = 0; o < O; ++o) wo[o] = group + (o / kGroup) * w.group_bytes() + (o % kGroup) * step_bytes;
-  typename V::Reg acc[R][O];
+// A tile: R rows x one block of 4 * kLanes outputs over k in [k0, k1) (k0 a multiple of the
+// step; k1 too unless it is in). Each (row, output) chain resumes from acc (or from zero when
+// `first`) and is left there.
+//   x: in [R, in] rows of stride in; block: the block's packed bytes;
+//   acc: in/out [R, 4 * kLanes] the chains so far
+template <class V, DType T, int R>
+inline void tile(const float* x, int64_t in, int64_t k0, int64_t k1, const unsigned char* block, float* acc, bool first,
+                 bool prefetch) {
+  constexpr int kPair = V::template kPair<T>;
+  constexpr int64_t kOutputs = 4 * V::kLanes;
+  constexpr int64_t kStepBytes = kOutputs * kPair * kWeightBytes<T>, kVectorBytes = kStepBytes / 4;
+  typename V::Reg a[R][4];
   for (int r = 0; r < R; ++r)
-    for (int o = 0; o < O; ++o) acc[r][o] = V::zero();
-  const int64_t steps = in / kStep, k_main = steps * kStep;
-  // Each thread reads its groups as one sequential stream; the lines kPrefetchBytes further
-  // on are requested while this step computes (the prefetcher alone falls behind).
-  constexpr int64_t kPrefetchBytes = 8192;
-  for (int64_t s = 0; s < steps; ++s) {
-    for (int o = 0; o < O; ++o) _mm_prefetch(reinterpret_cast<const char*>(wo[o] + s * stride + kPrefetchBytes), _MM_HINT_T0);
-    for (int v = 0; v < kVectors; ++v) {
-      typename V::Reg wv[O];
-      for (int o = 0; o < O; ++o) wv[o] = V::template load<T>(wo[o] + s * stride, v);
-      for (int r = 0; r < R; ++r) {
-        const typename V::Reg xv = V::loadx(x + r * in + s * kStep + v * V::kLanes);
-        for (int o = 0; o < O; ++o) acc[r][o] = V::fma(xv, wv[o], acc[r][o]);
+    for (int j = 0; j < 4; ++j) a[r][j] = first ? V::zero() : V::loadx(acc + r * kOutputs + j * V::kLanes);
+  const auto step = [&](const unsigned char* p, int64_t k, int values) {
+    for (int v = 0; v < values; ++v) {
+      typename V::Reg xb[R];
+      for (int r = 0; r < R; ++r) xb[r] = V::set1(x[r * in + k + v]);
+      for (int j = 0; j < 4; ++j) {
+        const typename V::Reg w = V::template load<T>(p + j * kVectorBytes, v);
+        for (int r = 0; r < R; ++r) a[r][j] = V::fma(xb[r], w, a[r][j]);
       }
     }
+  };
+  const int64_t full_end = k0 + (k1 - k0) / kPair * kPair;
+  const unsigned char* p = block + k0 / kPair * kStepBytes;
+  for (int64_t k = k0; k < full_end; k += kPair, p += kStepBytes) {
+    if (prefetch)
+      for (int64_t line = 0; line < kStepBytes; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + line), _MM_HINT_T0);
+    step(p, k, kPair);
   }
-  for (int r = 0; r < R; ++r) {
-    for (int o = 0; o < O && o < valid; ++o) {
-      float s = V::hsum(acc[r][o]);
-      for (int64_t k = k_main; k < in; ++k) s += x[r * in + k] * scalar_weight<T>(wo[o] + steps * stride + (k - k_main) * es);
-      y[r * out + o] = s;
-    }
-  }
+  if (full_end < k1) step(p, full_end, static_cast<int>(k1 - full_end));  // an odd in's last BF16 value
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) V::storeu(acc + r * kOutputs + j * V::kLanes, a[r][j]);
 }
 
-// All n rows against O outputs: blocks of 4 rows, then one tile for the rows left over, so a
-// verify pass of a few rows reads each weight from memory once, not once per row.
-template <class V, DType T, int O>
-void rows_for_outputs(const float* x, int n, int64_t in, const unsigned char* group, const PackedWeights& w, float* y,
-                      int64_t out, int valid) {
+// Rows [0, n) of one k-range: tiles of kTileRows rows, then one of the rest. The first tile
+// brings the weights from memory (and prefetches); the others find them in L1.
+template <class V, DType T>
+inline void rows_of_block(const float* x, int n, int64_t in, int64_t k0, int64_t k1, const unsigned char* block,
+                          float* acc, bool first) {
+  constexpr int kRows = V::kTileRows;
+  constexpr int64_t kOutputs = 4 * V::kLanes;
   int r = 0;
-  for (; r + 4 <= n; r += 4) tile<V, T, 4, O>(x + r * in, in, group, w, y + r * out, out, valid);
-  switch (n - r) {
-    case 3: return tile<V, T, 3, O>(x + r * in, in, group, w, y + r * out, out, valid);
-    case 2: return tile<V, T, 2, O>(x + r * in, in, group, w, y + r * out, out, valid);
-    case 1: return tile<V, T, 1, O>(x + r * in, in, group, w, y + r * out, out, valid);
-    default: return;
-  }
+  for (; r + kRows <= n; r += kRows) tile<V, T, kRows>(x + r * in, in, k0, k1, block, acc + r * kOutputs, first, r == 0);
+  const int rest = n - r;
+  [&]<int... Rs>(std::integer_sequence<int, Rs...>) {
+    ((rest == Rs + 1 ? tile<V, T, Rs + 1>(x + r * in, in, k0, k1, block, acc + r * kOutputs, first, r == 0) : void()), ...);
+  }(std::make_integer_sequence<int, kRows - 1>{});
 }
 
 // A product's one-thread time (worth_threads' estimate): the weight bytes streamed at
@@ -137,45 +122,30 @@ inline double one_thread_ns(const PackedWeights& w, int n) {
   return std::max(bytes_ns, flops_ns);
 }
 
-// y[n, out] = x[n, in] * W[out, in]^T over pairs of packed groups (8 outputs), split across
-// OpenMP threads in contiguous runs when worth it.
+// y[n, out] = x[n, in] * W[out, in]^T block by block, split across OpenMP threads in
+// contiguous runs of blocks when worth it. Within a block, k in ranges whose weights (16 KiB)
+// stay in L1 while every row's tiles read them; the chains wait in a per-thread buffer.
 template <class V, DType T>
-void matmul_typed(const float* x_in, const PackedWeights& w, float* y, int n) {
+void matmul_typed(const float* x, const PackedWeights& w, float* y, int n) {
+  constexpr int64_t kOutputs = 4 * V::kLanes;
+  constexpr int64_t kRange = (16384 / (kOutputs * kWeightBytes<T>)) / 2 * 2;  // even: whole BF16 steps
+  SPECULA_CHECK(w.block() == kOutputs && w.pair() == V::template kPair<T>, "matmul: weights packed for another ISA");
   const int64_t out = w.out(), in = w.in();
-  SPECULA_CHECK(w.step() == V::kLanes * V::template kVectors<T>, "matmul: weights packed for another ISA");
-  const float* x = x_in;
-  if constexpr (T == DType::BF16) {
-    thread_local std::vector<float> packed;  // the caller's thread; the workers only read it
-    packed.resize(static_cast<std::size_t>(n * in));
-    pack_bf16_steps(x_in, n, in, V::kLanes, packed.data());
-    x = packed.data();
-  }
-  constexpr int64_t kGroup = PackedWeights::kGroup;
-  const int64_t groups = w.groups(), pairs = (groups + 1) / 2;
-  const auto pair_of_groups = [&](int64_t p) {
-    const int64_t g = 2 * p, o0 = g * kGroup;
-    const int valid = static_cast<int>(std::min<int64_t>(2 * kGroup, out - o0));
-    if (g + 1 == groups) return rows_for_outputs<V, T, 4>(x, n, in, w.group(g), w, y + o0, out, valid);
-    // 4 x 4 tiles (16 accumulators, each weight load shared by 4 rows) per group, then the
-    // last 1-2 rows across both groups: 8 independent FMA chains per row (decode's case).
-    int r = 0;
-    const auto tiles_of_4 = [&]<int R>() {
-      tile<V, T, R, 4>(x + r * in, in, w.group(g), w, y + r * out + o0, out, std::min(valid, 4));
-      tile<V, T, R, 4>(x + r * in, in, w.group(g + 1), w, y + r * out + o0 + 4, out, valid - 4);
-    };
-    for (; r + 4 <= n; r += 4) tiles_of_4.template operator()<4>();
-    switch (n - r) {
-      case 3: return tiles_of_4.template operator()<3>();
-      case 2: return tile<V, T, 2, 8>(x + r * in, in, w.group(g), w, y + r * out + o0, out, valid);
-      case 1: return tile<V, T, 1, 8>(x + r * in, in, w.group(g), w, y + r * out + o0, out, valid);
-      default: return;
-    }
+  const auto block = [&](int64_t b) {
+    thread_local std::vector<float> acc;  // [n, kOutputs]: this thread's chains of the block
+    acc.resize(static_cast<std::size_t>(n * kOutputs));
+    for (int64_t k0 = 0; k0 < in; k0 += kRange)
+      rows_of_block<V, T>(x, n, in, k0, std::min(in, k0 + kRange), w.block_data(b), acc.data(), k0 == 0);
+    const int64_t o0 = b * kOutputs, valid = std::min(kOutputs, out - o0);
+    for (int r = 0; r < n; ++r)
+      std::memcpy(y + r * out + o0, acc.data() + r * kOutputs, static_cast<std::size_t>(valid) * sizeof(float));
   };
+  const int64_t blocks = w.blocks();
   if (worth_threads(one_thread_ns(w, n))) {
 #pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < pairs; ++p) pair_of_groups(p);
+    for (int64_t b = 0; b < blocks; ++b) block(b);
   } else {  // no OpenMP region at all: even a one-thread one costs ~1 us here
-    for (int64_t p = 0; p < pairs; ++p) pair_of_groups(p);
+    for (int64_t b = 0; b < blocks; ++b) block(b);
   }
 }
 

@@ -11,10 +11,7 @@
 
 namespace specula::cpu {
 
-int64_t k_step(MatmulIsa isa, DType dtype) {
-  const int64_t lanes = isa == MatmulIsa::avx512 ? 16 : 8;
-  return dtype == DType::BF16 ? 2 * lanes : lanes;  // a BF16 step is two vectors (even, odd)
-}
+int64_t block_outputs(MatmulIsa isa) { return 4 * (isa == MatmulIsa::avx512 ? 16 : 8); }
 
 void PackedWeights::FreeAligned::operator()(unsigned char* p) const { std::free(p); }
 
@@ -25,13 +22,14 @@ PackedWeights::PackedWeights(const TensorView& w, MatmulIsa isa, std::optional<D
   out_ = w.shape[0];
   in_ = w.shape[1];
   const int64_t es = static_cast<int64_t>(dtype_size(dtype_));
-  step_ = k_step(isa, dtype_);
-  step_bytes_ = step_ * es;
-  const int64_t steps = (in_ + step_ - 1) / step_;
-  group_bytes_ = steps * kGroup * step_bytes_;
-  // aligned_alloc wants a multiple of the alignment; group_bytes_ is one of 64 unless tiny.
-  const std::size_t size = (bytes() + 63) / 64 * 64;
-  auto* raw = static_cast<unsigned char*>(std::aligned_alloc(64, size == 0 ? 64 : size));
+  block_ = block_outputs(isa);
+  pair_ = dtype_ == DType::BF16 ? 2 : 1;
+  step_bytes_ = block_ * pair_ * es;
+  const int64_t steps = (in_ + pair_ - 1) / pair_;
+  block_bytes_ = steps * step_bytes_;
+  // aligned_alloc wants a multiple of the alignment; block_bytes_ is one of 64.
+  const std::size_t size = std::max<std::size_t>(bytes(), 64);
+  auto* raw = static_cast<unsigned char*>(std::aligned_alloc(64, size));
   if (raw == nullptr) throw std::bad_alloc();
   bytes_.reset(raw);
   std::memset(raw, 0, size);
@@ -39,17 +37,22 @@ PackedWeights::PackedWeights(const TensorView& w, MatmulIsa isa, std::optional<D
   std::vector<float> values(converting ? static_cast<std::size_t>(in_) : 0);
   std::vector<unsigned char> converted(converting ? static_cast<std::size_t>(in_ * es) : 0);
   for (int64_t o = 0; o < out_; ++o) {
-    unsigned char* dst = raw + (o / kGroup) * group_bytes_ + (o % kGroup) * step_bytes_;
+    unsigned char* dst = raw + (o / block_) * block_bytes_ + (o % block_) * pair_ * es;
     const unsigned char* row = static_cast<const unsigned char*>(w.data) + o * in_ * es;
     if (converting) {  // exact upcasts through f32; F32 to F16 or BF16 rounds to nearest even
       weight_row(w, o, values.data());
       for (int64_t k = 0; k < in_; ++k) store_value(values[k], dtype_, converted.data() + k * es);
       row = converted.data();
     }
-    for (int64_t s = 0; s < steps; ++s) {
-      const int64_t count = std::min(step_, in_ - s * step_);
-      std::memcpy(dst + s * kGroup * step_bytes_, row + s * step_bytes_, static_cast<std::size_t>(count * es));
-    }
+    // A full step is 4 bytes (a BF16 pair, an F32) or 2 (an F16); an odd in's last BF16 step
+    // holds one value.
+    const int64_t full = in_ / pair_;
+    const auto copy_steps = [&]<int kBytes>() {
+      for (int64_t s = 0; s < full; ++s) std::memcpy(dst + s * step_bytes_, row + s * kBytes, kBytes);
+    };
+    if (pair_ * es == 4) copy_steps.template operator()<4>();
+    else copy_steps.template operator()<2>();
+    if (full < steps) std::memcpy(dst + full * step_bytes_, row + full * pair_ * es, static_cast<std::size_t>(es));
   }
 }
 

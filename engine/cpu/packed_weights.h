@@ -1,16 +1,17 @@
 // defines: PackedWeights, a checkpoint weight matrix copied once, at load, into the order the
 // matrix-product tiles read it (matmul.h), for one instruction set.
 //
-// Why: a tile reads 4 or 8 outputs' weights side by side. In the checkpoint's row-major order
-// those are 4-8 interleaved streams one row apart, which the hardware prefetcher follows
-// badly once the weights leave cache; packed, each thread reads one sequential stream.
+// Why: a tile holds a block of outputs in the lanes of 4 vector registers and walks k, so it
+// reads the block's weights for one k side by side. In the checkpoint's row-major order those
+// are block() streams one row apart; packed, each thread reads one sequential stream.
 //
-// Layout, for outputs in groups of kGroup = 4 and k in steps of step() values (the ISA's
-// k-step for the dtype: AVX-512 16 f32 / 16 f16 / 32 bf16, AVX2 half that):
-//   bytes[g][s][o % 4][step()]   g = o / 4, s = k / step()
-// each step's values in stored order and dtype (unless converted on request, so the product's
-// arithmetic is exactly the row-major one's). The last step of a row and the last group are zero-padded;
-// the tiles never read the padding.
+// Layout, for outputs in blocks of block() = 4 vectors of the ISA's lanes (AVX-512 64
+// outputs, AVX2 32) and k in steps of pair() values (BF16: 2, a 32-bit pair per output, which
+// one register load upcasts into the step's two vectors; F32, F16: 1):
+//   bytes[b][s][o % block()][k % pair()]   b = o / block(), s = k / pair()
+// values in stored order and dtype (unless converted on request, so the product's arithmetic
+// is exactly the row-major one's). Outputs past out() and the k past in() of the last step are
+// zero; the tiles never use them.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +25,6 @@ namespace specula::cpu {
 
 class PackedWeights {
  public:
-  static constexpr int64_t kGroup = 4;
-
   // Packs w ([out, in], 2-D, any supported dtype, possibly unaligned) for `isa`, in its own
   // dtype or converted to `as` (each value rounded to nearest, ties to even; a research knob:
   // e.g. an F32 draft model read at half the bytes).
@@ -35,12 +34,13 @@ class PackedWeights {
   DType dtype() const { return dtype_; }
   int64_t out() const { return out_; }
   int64_t in() const { return in_; }
-  int64_t step() const { return step_; }                 // values per output per step
-  int64_t step_bytes() const { return step_bytes_; }     // bytes per output per step
-  int64_t group_bytes() const { return group_bytes_; }   // bytes per group of kGroup outputs
-  int64_t groups() const { return (out_ + kGroup - 1) / kGroup; }
-  const unsigned char* group(int64_t g) const { return bytes_.get() + g * group_bytes_; }
-  std::size_t bytes() const { return static_cast<std::size_t>(groups() * group_bytes_); }
+  int64_t block() const { return block_; }               // outputs per block
+  int64_t pair() const { return pair_; }                 // k values per output per step
+  int64_t step_bytes() const { return step_bytes_; }     // bytes per step of a block
+  int64_t block_bytes() const { return block_bytes_; }   // bytes per block
+  int64_t blocks() const { return (out_ + block_ - 1) / block_; }
+  const unsigned char* block_data(int64_t b) const { return bytes_.get() + b * block_bytes_; }
+  std::size_t bytes() const { return static_cast<std::size_t>(blocks() * block_bytes_); }
 
  private:
   struct FreeAligned {
@@ -48,11 +48,11 @@ class PackedWeights {
   };
   MatmulIsa isa_;
   DType dtype_;
-  int64_t out_, in_, step_, step_bytes_, group_bytes_;
+  int64_t out_, in_, block_, pair_, step_bytes_, block_bytes_;
   std::unique_ptr<unsigned char[], FreeAligned> bytes_;  // 64-byte aligned
 };
 
-// The values per k-step of `isa`'s tiles for weights stored as `dtype`.
-int64_t k_step(MatmulIsa isa, DType dtype);
+// The outputs per block of `isa`'s tiles (4 vectors of its lanes).
+int64_t block_outputs(MatmulIsa isa);
 
 }  // namespace specula::cpu

@@ -17,8 +17,12 @@ struct Avx2 {
   static Reg loadx(const float* p) { return _mm256_loadu_ps(p); }
   static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
 
+  // The matmul tile's rows (matmul_tiles.h): 3 x 4 accumulators, 4 weights and 3 broadcasts
+  // in the 16 registers.
+  static constexpr int kTileRows = 3;
+  // k values per matmul step: a BF16 load holds a pair per output.
   template <DType T>
-  static constexpr int kVectors = T == DType::BF16 ? 2 : 1;
+  static constexpr int kPair = T == DType::BF16 ? 2 : 1;
 
   template <DType T>
   static Reg load(const unsigned char* p, int v) {
@@ -26,7 +30,7 @@ struct Avx2 {
       return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
     } else if constexpr (T == DType::F16) {
       return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    } else {  // BF16 pairs: the even one is the low half shifted up, the odd one the high half
+    } else {  // BF16 pairs (k, k + 1): k is the low half shifted up, k + 1 the high half
       const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
       return _mm256_castsi256_ps(v == 0 ? _mm256_slli_epi32(pairs, 16)
                                         : _mm256_and_si256(pairs, _mm256_set1_epi32(int(0xFFFF0000u))));

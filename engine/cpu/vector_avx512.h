@@ -17,8 +17,12 @@ struct Avx512 {
   static Reg loadx(const float* p) { return _mm512_loadu_ps(p); }
   static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
 
+  // The matmul tile's rows (matmul_tiles.h): 6 x 4 accumulators, 4 weights and 6 broadcasts
+  // in the 32 registers.
+  static constexpr int kTileRows = 6;
+  // k values per matmul step: a BF16 load holds a pair per output.
   template <DType T>
-  static constexpr int kVectors = T == DType::BF16 ? 2 : 1;
+  static constexpr int kPair = T == DType::BF16 ? 2 : 1;
 
   template <DType T>
   static Reg load(const unsigned char* p, int v) {
@@ -26,7 +30,7 @@ struct Avx512 {
       return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
     } else if constexpr (T == DType::F16) {
       return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    } else {  // BF16 pairs: the even one is the low half shifted up, the odd one the high half
+    } else {  // BF16 pairs (k, k + 1): k is the low half shifted up, k + 1 the high half
       const __m512i pairs = _mm512_loadu_si512(p);
       return _mm512_castsi512_ps(v == 0 ? _mm512_slli_epi32(pairs, 16)
                                         : _mm512_and_si512(pairs, _mm512_set1_epi32(int(0xFFFF0000u))));

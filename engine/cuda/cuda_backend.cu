@@ -102,7 +102,7 @@ class DeviceKvPages : public DevicePages {
     view_.block_size = layout.block_size;
     view_.kv_dim = layout.kv_dim();
     view_.num_layers = layout.num_layers;
-    view_.dtype = layout.dtype;
+    view_.dtype = layout.dtype == KvDType::kBF16 ? DType::BF16 : DType::F32;  // f32 or bf16 (PageStorage checks)
   }
   ~DeviceKvPages() override { release(); }
   const DevicePagesView& view() const { return view_; }
@@ -209,7 +209,7 @@ class CudaBackend : public Backend {
     SPECULA_CHECK(layout.device_pages && layout.dtype == options_.kv_dtype && layout.kv_dim() == c.kv_dim() &&
                       layout.num_layers == c.num_hidden_layers,
                   "forward: the KV cache was not made with the CUDA backend's kv_layout() (device pages in ",
-                  dtype_name(options_.kv_dtype), ")");
+                  name_of(options_.kv_dtype), ")");
     if (!pages.device_state()) pages.device_state() = std::make_unique<DeviceKvPages>(layout, pages.num_blocks(), account_);
     const auto& device_pages = static_cast<const DeviceKvPages&>(*pages.device_state());
 

@@ -19,8 +19,8 @@ int pow2_at_least(int n, int floor) { return static_cast<int>(std::bit_ceil(stat
 void check_cuda_support(const ModelConfig& c, std::optional<DType> matrices_as, const CudaOptions& o) {
   SPECULA_CHECK(!matrices_as || *matrices_as == DType::BF16, "backend 'cuda': matrices are read in bf16 on the GPU; ",
                 dtype_name(*matrices_as), " (--weights / --draft-weights, target.weights / draft.weights) is not supported there");
-  SPECULA_CHECK(o.kv_dtype == DType::F32 || o.kv_dtype == DType::BF16, "backend 'cuda': KV pages in ",
-                dtype_name(o.kv_dtype), " are not supported (F32 or BF16)");
+  SPECULA_CHECK(o.kv_dtype == KvDType::kF32 || o.kv_dtype == KvDType::kBF16, "backend 'cuda': KV pages in ",
+                name_of(o.kv_dtype), " are not supported (f32 or bf16)");
   SPECULA_CHECK(o.max_rows > 0 && o.max_logit_rows > 0, "backend 'cuda': max_rows and max_logit_rows must be positive, got ",
                 o.max_rows, " and ", o.max_logit_rows);
   const int head_dim = c.head_dim();
@@ -116,7 +116,7 @@ std::size_t workspace_bytes(const ModelConfig& c, const CudaOptions& o) {
 
 std::size_t kv_pages_bytes(const KvLayout& layout, int num_blocks) {
   return static_cast<std::size_t>(layout.num_layers) * static_cast<std::size_t>(num_blocks) * 2 *
-         static_cast<std::size_t>(layout.block_size) * static_cast<std::size_t>(layout.kv_dim()) * dtype_size(layout.dtype);
+         static_cast<std::size_t>(layout.block_size) * static_cast<std::size_t>(layout.kv_dim()) * kv_dtype_size(layout.dtype);
 }
 
 MemoryPlan plan_memory(const WeightPlan& weights, const ModelConfig& config, const CudaOptions& options,

@@ -24,7 +24,7 @@
 namespace specula::cuda {
 
 struct CudaOptions {
-  DType kv_dtype = DType::BF16;   // KV pages: BF16 or F32
+  KvDType kv_dtype = KvDType::kBF16;  // KV pages: bf16 or f32 (int8 pages are host-only)
   std::size_t kv_pool_bytes = 0;  // device memory for the KV pages of every cache; 0: 90% of what is left
   int max_rows = 4096;            // rows one forward may hold (sizes the workspace)
   int max_logit_rows = 512;       // logit rows one forward may return
