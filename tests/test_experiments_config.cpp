@@ -313,34 +313,6 @@ TEST_CASE("defaults are filled in and written to the resolved config", "[experim
   CHECK(c.prompts[0].domain == "inline");
 }
 
-}  // namespace
-}  // namespace specula
-
-namespace specula {
-namespace {
-
-using Catch::Matchers::Contains;
-using test::model_dir;
-using test::ScratchDir;
-
-// Lines 1-4 as minimal()'s; `run_extra` goes on line 5 onwards, inside [run].
-std::string batched(const std::string& run_extra, const std::string& tail = "") {
-  return "[target]\npath = \"" + model_dir("target-16m") + "\"\n[run]\nprompts = [\"hi\"]\n" + run_extra + tail;
-}
-
-void refused(const std::string& text, const std::vector<std::string>& pieces) {
-  ScratchDir dir;
-  const std::string file = dir.write("bad.toml", text);
-  try {
-    load_config(file);
-    FAIL("accepted:\n" << text);
-  } catch (const SpeculaError& e) {
-    for (std::string piece : pieces) {
-      if (const auto at = piece.find('@'); at != std::string::npos) piece.replace(at, 1, file);
-      CHECK_THAT(e.what(), Contains(piece));
-    }
-  }
-}
 
 }  // namespace
 
@@ -349,7 +321,7 @@ TEST_CASE("run.batch_size, run.request_rate and draft.gamma_policy parse, refuse
   ScratchDir dir;
   const std::string draft = "[draft]\nmethod = \"ngram\"\ngamma = 3\n";
   const ExperimentConfig c =
-      load_config(dir.write("ok.toml", batched("batch_size = 8\nrequest_rate = 2.5\n", draft + "gamma_policy = \"load\"\n")));
+      load_config(dir.write("ok.toml", minimal(draft + "gamma_policy = \"load\"\n", "batch_size = 8\nrequest_rate = 2.5\n")));
   CHECK(c.base.point.batch_size == 8);
   CHECK(c.base.point.request_rate == 2.5);
   CHECK(c.base.point.gamma_policy == GammaPolicy::kLoad);
@@ -361,7 +333,7 @@ TEST_CASE("run.batch_size, run.request_rate and draft.gamma_policy parse, refuse
   // The resolved config loads to the same settings.
   CHECK(canonical_settings(load_config(dir.write("resolved.toml", c.resolved_toml)).base.point) == settings);
   // Defaults leave the settings (and so every earlier run id) as they were.
-  const nlohmann::json plain = canonical_settings(load_config(dir.write("plain.toml", batched(""))).base.point);
+  const nlohmann::json plain = canonical_settings(load_config(dir.write("plain.toml", minimal("", ""))).base.point);
   CHECK_FALSE(plain.contains("batch_size"));
   CHECK_FALSE(plain.contains("request_rate"));
   CHECK_FALSE(plain.at("draft").contains("gamma_policy"));
@@ -382,16 +354,16 @@ TEST_CASE("run.batch_size, run.request_rate and draft.gamma_policy parse, refuse
     CHECK_THAT(j.key, Contains("/batch#"));
   }
 
-  refused(batched("batch_size = -1\n"), {"@:5:14: run.batch_size must be an integer in [0, 4096], got -1"});
-  refused(batched("batch_size = 5000\n"), {"run.batch_size must be an integer in [0, 4096], got 5000"});
-  refused(batched("batch_size = 2.5\n"), {"run.batch_size must be an integer, got a float"});
-  refused(batched("batch_size = 4\nrequest_rate = -1\n"), {"@:6:16: run.request_rate must be a number in [0, 1e+06], got -1"});
-  refused(batched("batch_size = 4\nrequest_rate = \"fast\"\n"), {"run.request_rate must be a number, got a string"});
-  refused(batched("request_rate = 2\n"), {"@:5:16: run.request_rate = 2: arrivals need a batched run; set run.batch_size >= 1"});
-  refused(batched("", draft + "gamma_policy = \"loud\"\n"), {"@:8:16: draft.gamma_policy: unknown value 'loud'; did you mean 'load'?"});
-  refused(batched("", "[draft]\nmethod = \"ngram\"\ntree = [2, 1]\ngamma_policy = \"load\"\n"),
+  require_error(minimal("", "batch_size = -1\n"), {"@:5:14: run.batch_size must be an integer in [0, 4096], got -1"});
+  require_error(minimal("", "batch_size = 5000\n"), {"run.batch_size must be an integer in [0, 4096], got 5000"});
+  require_error(minimal("", "batch_size = 2.5\n"), {"run.batch_size must be an integer, got a float"});
+  require_error(minimal("", "batch_size = 4\nrequest_rate = -1\n"), {"@:6:16: run.request_rate must be a number in [0, 1e+06], got -1"});
+  require_error(minimal("", "batch_size = 4\nrequest_rate = \"fast\"\n"), {"run.request_rate must be a number, got a string"});
+  require_error(minimal("", "request_rate = 2\n"), {"@:5:16: run.request_rate = 2: arrivals need a batched run; set run.batch_size >= 1"});
+  require_error(minimal(draft + "gamma_policy = \"loud\"\n", ""), {"@:8:16: draft.gamma_policy: unknown value 'loud'; did you mean 'load'?"});
+  require_error(minimal("[draft]\nmethod = \"ngram\"\ntree = [2, 1]\ngamma_policy = \"load\"\n", ""),
           {"draft.gamma_policy", "load chooses a chain's length each step: it needs a chain drafter"});
-  refused(batched("", "[sweep]\n\"run.batch_size\" = [1, -4]\n"), {"run.batch_size must be an integer in [0, 4096], got -4"});
+  require_error(minimal("[sweep]\n\"run.batch_size\" = [1, -4]\n", ""), {"run.batch_size must be an integer in [0, 4096], got -4"});
 }
 
 }  // namespace specula
