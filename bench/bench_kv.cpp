@@ -40,6 +40,27 @@ struct Filled {
   }
 };
 
+// One cache and its sequence decoding greedily from `token`, with the seconds its steps took.
+struct GreedyDecoder {
+  KvCache cache;
+  int seq = 0;
+  int token = 13;
+  double seconds = 0;
+
+  // One timed decode step (the argmax feeds the next); the sequence is cut back to
+  // `rewind_to` slots first when it has reached `wrap_at`. Returns the step's seconds.
+  double step(BenchModel& m, std::vector<float>& logits, int wrap_at, int rewind_to) {
+    if (cache.length(seq) == wrap_at) cache.truncate(seq, rewind_to);
+    const int pos = cache.length(seq);
+    const auto t0 = std::chrono::steady_clock::now();
+    m.forward(cache, seq, std::span(&token, 1), std::span(&pos, 1), RowLogits::kLast, logits);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    seconds += s;
+    return s;
+  }
+};
+
 void BM_ForkFree(benchmark::State& state) {
   Filled f(static_cast<int>(state.range(0)));
   for (auto _ : state) {
@@ -87,28 +108,13 @@ void BM_DecodePagedVsContiguous(benchmark::State& state) {
   std::iota(positions.begin(), positions.end(), 0);
   std::vector<float> logits(static_cast<std::size_t>(m.config().vocab_size));
 
-  struct Decoder {  // one cache and its sequence, decoding greedily
-    KvCache cache;
-    int seq;
-    int token = 13;
-    double seconds = 0;
-  };
-  Decoder paged{KvCache(m.kv_layout(block_size), 1024 / block_size + 2), 0};
-  Decoder contiguous{KvCache(m.kv_layout(1024), 1), 0};
-  for (Decoder* d : {&paged, &contiguous}) {
+  GreedyDecoder paged{KvCache(m.kv_layout(block_size), 1024 / block_size + 2)};
+  GreedyDecoder contiguous{KvCache(m.kv_layout(1024), 1)};
+  for (GreedyDecoder* d : {&paged, &contiguous}) {
     d->seq = d->cache.create();
     m.forward(d->cache, d->seq, prompt, positions, RowLogits::kLast, logits);
   }
-  const auto step = [&](Decoder& d) {
-    if (d.cache.length(d.seq) == 768) d.cache.truncate(d.seq, 512);
-    const int pos = d.cache.length(d.seq);
-    const auto t0 = std::chrono::steady_clock::now();
-    m.forward(d.cache, d.seq, std::span(&d.token, 1), std::span(&pos, 1), RowLogits::kLast, logits);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    d.token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    d.seconds += s;
-    return s;
-  };
+  const auto step = [&](GreedyDecoder& d) { return d.step(m, logits, 768, 512); };
   for (auto _ : state) {
     step(contiguous);
     state.SetIterationTime(step(paged));
@@ -196,32 +202,17 @@ void BM_DecodeLongContext(benchmark::State& state) {
   std::vector<int> positions(prompt.size());
   std::iota(positions.begin(), positions.end(), 0);
   std::vector<float> logits(static_cast<std::size_t>(m.config().vocab_size));
-  struct Decoder {
-    KvCache cache;
-    int seq = 0;
-    int token = 13;
-    double seconds = 0;
-  };
   const auto layout = [&](KvDType t) {
     KvLayout l = m.kv_layout(16);
     l.dtype = t;
     return l;
   };
-  Decoder f32{KvCache(layout(KvDType::kF32), kLongContext / 16 + 2)}, rounded{KvCache(layout(dtype), kLongContext / 16 + 2)};
-  for (Decoder* d : {&f32, &rounded}) {
+  GreedyDecoder f32{KvCache(layout(KvDType::kF32), kLongContext / 16 + 2)}, rounded{KvCache(layout(dtype), kLongContext / 16 + 2)};
+  for (GreedyDecoder* d : {&f32, &rounded}) {
     d->seq = d->cache.create();
     m.forward(d->cache, d->seq, prompt, positions, RowLogits::kLast, logits);
   }
-  const auto step = [&](Decoder& d) {
-    if (d.cache.length(d.seq) == kLongContext) d.cache.truncate(d.seq, start);
-    const int pos = d.cache.length(d.seq);
-    const auto t0 = std::chrono::steady_clock::now();
-    m.forward(d.cache, d.seq, std::span(&d.token, 1), std::span(&pos, 1), RowLogits::kLast, logits);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    d.token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    d.seconds += s;
-    return s;
-  };
+  const auto step = [&](GreedyDecoder& d) { return d.step(m, logits, kLongContext, start); };
   bool f32_first = true;  // alternating, as above
   for (auto _ : state) {
     if (f32_first) step(f32);
