@@ -20,6 +20,16 @@
 #include <vector>
 
 #include "engine/cpu/matmul.h"
+#include "engine/cpu/matmul_int8.h"
+
+#if SPECULA_REGION_CHECKS
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <functional>
+#include <memory>
+#endif
 
 namespace specula {
 namespace {
@@ -241,5 +251,74 @@ TEST_CASE("matmul: weight_row upcasts every dtype exactly", "[engine][matmul]") 
     }
   }
 }
+
+#if SPECULA_REGION_CHECKS
+// The sanitized builds compile the tile units without ASan's per-access checks and check each
+// tile's ranges instead (base/region_check.h). A buffer one float short must still stop the
+// run, as a checked load would: each product runs in a child process (stderr discarded), once
+// with exact buffers (exits 0) and once with one buffer short (ASan stops it).
+namespace {
+
+bool child_exits_cleanly(const std::function<void()>& body) {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const int null = open("/dev/null", O_WRONLY);
+    if (null >= 0) dup2(null, 2);
+    body();
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// A heap copy of v with `drop` elements cut off its end, so that ASan's redzone follows it.
+std::unique_ptr<float[]> heap_copy(const std::vector<float>& v, std::size_t drop) {
+  std::unique_ptr<float[]> p(new float[v.size() - drop]);
+  std::copy_n(v.begin(), v.size() - drop, p.get());
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("sanitized builds: the tiles without per-load checks still stop on a buffer one float short",
+          "[engine][matmul]") {
+  std::mt19937 rng(5);
+  constexpr int kOut = 33, kIn = 40, kRows = 5;
+  const std::vector<float> x = random_input(kRows, kIn, rng), y(static_cast<std::size_t>(kRows) * kOut);
+  for (cpu::MatmulIsa isa : cpu::supported_matmul_isas())
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      INFO(cpu::isa_name(isa) << ' ' << dtype_name(dtype) << ": x one float short");
+      Weights w(dtype, kOut, kIn, rng);
+      const cpu::PackedWeights packed(w.view, isa);
+      const auto product = [&](std::size_t x_drop) {
+        return [&, x_drop] {
+          const auto xs = heap_copy(x, x_drop);
+          auto ys = heap_copy(y, 0);
+          cpu::matmul(xs.get(), packed, ys.get(), kRows);
+        };
+      };
+      CHECK(child_exits_cleanly(product(0)));
+      CHECK_FALSE(child_exits_cleanly(product(1)));
+    }
+  Weights w(DType::BF16, kOut, kIn, rng);
+  const cpu::PackedInt8 packed(w.view);
+  cpu::QuantizedRows q;
+  cpu::quantize_rows(x.data(), kRows, kIn, q);
+  for (const bool vnni : {false, true}) {
+    if (vnni && cpu::int8_kernel(cpu::MatmulIsa::avx512) != cpu::Int8Kernel::vnni) continue;
+    INFO((vnni ? "vnni" : "avx2") << ": y one float short");
+    const auto product = [&](std::size_t y_drop) {
+      return [&, y_drop] {
+        auto ys = heap_copy(y, y_drop);
+        (vnni ? cpu::matmul_int8_vnni : cpu::matmul_int8_avx2)(q, packed, ys.get(), kRows);
+      };
+    };
+    CHECK(child_exits_cleanly(product(0)));
+    CHECK_FALSE(child_exits_cleanly(product(1)));
+  }
+}
+#endif
 
 }  // namespace specula

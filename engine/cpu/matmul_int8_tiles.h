@@ -16,6 +16,7 @@
 #include <cstring>
 #include <utility>
 
+#include "base/region_check.h"
 #include "engine/cpu/matmul_int8.h"
 #include "engine/cpu/threads.h"
 
@@ -32,6 +33,18 @@ inline void int8_tile(const QuantizedRows& x, int r0, const PackedInt8& w, int64
   // Each group is one sequential stream; lines this far on are requested while a block computes.
   constexpr int64_t kPrefetchBytes = 4096;
   const int64_t nb = w.blocks(), padded = nb * kBlock, out = w.out();
+  for (int r = 0; r < R; ++r) {
+    check_region(x.q.data() + (r0 + r) * padded, static_cast<std::size_t>(padded));
+    check_region(x.bias.data() + (r0 + r) * nb, static_cast<std::size_t>(nb) * sizeof(int32_t));
+    check_region(x.scale.data() + (r0 + r) * nb, static_cast<std::size_t>(nb) * sizeof(float));
+  }
+  for (int g = 0; g < G; ++g) {
+    check_region(w.group(g0 + g), static_cast<std::size_t>(nb * PackedInt8::kBlockQuadBytes));
+    check_region(w.scales(g0 + g), static_cast<std::size_t>(nb * PackedInt8::kOutputs) * sizeof(uint16_t));
+    const int64_t o0 = (g0 + g) * PackedInt8::kOutputs;
+    for (int r = 0; r < R; ++r)
+      check_region(y + (r0 + r) * out + o0, static_cast<std::size_t>(std::min(PackedInt8::kOutputs, out - o0)) * sizeof(float));
+  }
   typename V::FReg acc[R][G][kRegs];
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < G; ++g)

@@ -28,6 +28,7 @@
 #include "engine/cpu/packed_weights.h"
 #include "engine/cpu/threads.h"
 #include "base/error.h"
+#include "base/region_check.h"
 #include "engine/safetensors.h"
 
 namespace specula::cpu {
@@ -72,6 +73,10 @@ inline void tile(const float* x, int64_t in, int64_t k0, int64_t k1, const unsig
   constexpr int kPair = V::template kPair<T>;
   constexpr int64_t kOutputs = 4 * V::kLanes;
   constexpr int64_t kStepBytes = kOutputs * kPair * kWeightBytes<T>, kVectorBytes = kStepBytes / 4;
+  const int64_t steps = (k1 - k0 + kPair - 1) / kPair;  // an odd in's last BF16 value reads a whole step
+  for (int r = 0; r < R; ++r) check_region(x + r * in + k0, static_cast<std::size_t>(k1 - k0) * sizeof(float));
+  check_region(block + k0 / kPair * kStepBytes, static_cast<std::size_t>(steps * kStepBytes));
+  check_region(acc, R * kOutputs * sizeof(float));
   typename V::Reg a[R][4];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < 4; ++j) a[r][j] = first ? V::zero() : V::loadx(acc + r * kOutputs + j * V::kLanes);
@@ -137,6 +142,7 @@ void matmul_typed(const float* x, const PackedWeights& w, float* y, int n) {
     for (int64_t k0 = 0; k0 < in; k0 += kRange)
       rows_of_block<V, T>(x, n, in, k0, std::min(in, k0 + kRange), w.block_data(b), acc.data(), k0 == 0);
     const int64_t o0 = b * kOutputs, valid = std::min(kOutputs, out - o0);
+    for (int r = 0; r < n; ++r) check_region(y + r * out + o0, static_cast<std::size_t>(valid) * sizeof(float));
     for (int r = 0; r < n; ++r)
       std::memcpy(y + r * out + o0, acc.data() + r * kOutputs, static_cast<std::size_t>(valid) * sizeof(float));
   };
