@@ -22,7 +22,7 @@ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CX
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
   -DSPECULA_FUZZ=ON -DSPECULA_ENABLE_CUDA=OFF -DSPECULA_BUILD_BENCH=OFF >/dev/null
 targets=(safetensors_header model_config shard_index toml_config prompts_file results_file)
-cmake --build "$build_dir" -j "${FUZZ_JOBS:-$(nproc)}" --target "${targets[@]/#/fuzz_}"
+cmake --build "$build_dir" -j "${FUZZ_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}" --target "${targets[@]/#/fuzz_}"
 
 # Seed corpora, from the repository's files.
 corpus="$build_dir/fuzz-corpus"

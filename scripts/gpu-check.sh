@@ -40,7 +40,7 @@ elif [ -d "$src" ] && [ -x "$src/tests/specula_tests" ]; then
 else
   say "no bundle or build at '$src': building build-gpu for sm_90 here"
   { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
-    cmake --build build-gpu -j"$(nproc)" --target specula_tests specula bench_cuda; } > "$out/build.log" 2>&1 ||
+    cmake --build build-gpu -j"$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" --target specula_tests specula bench_cuda; } > "$out/build.log" 2>&1 ||
     die "the build failed (tail of $out/build.log):$(echo; tail -20 "$out/build.log")"
   tests=build-gpu/tests/specula_tests specula=build-gpu/cli/specula bench=build-gpu/bench/bench_cuda
   libdir=build-gpu/lib baked=$repo

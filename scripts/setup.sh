@@ -42,7 +42,9 @@ shift || true
 echo "setup: configuring $build_dir"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 echo "setup: building ${target[1]:-everything} in $build_dir"
-cmake --build "$build_dir" -j "$(nproc)" "${target[@]}"
+# The cores, whatever OMP_NUM_THREADS says (GNU nproc reports that instead when it is set,
+# and the test command sets it to 1).
+cmake --build "$build_dir" -j "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" "${target[@]}"
 [ ${#target[@]} -eq 0 ] || exit 0  # a single target needs no test reference
 
 # The real tokenizer files and the reference implementations (tests/reference/package-lock.json),

@@ -4,7 +4,7 @@
 # leaks fail the run. Tests tagged [gpu] skip with a printed reason when there is no GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-jobs="$(nproc)"
+jobs="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
 # ctest runs one test per core; each test keeps to one OpenMP thread so that the cores are
 # not oversubscribed (spinning OpenMP barriers collapse when they are). Results do not depend
 # on the thread count (docs/architecture.md, batch invariance).
