@@ -58,18 +58,18 @@ inline float scalar_weight(const unsigned char* p) {
 template <DType T>
 constexpr int64_t kWeightBytes = T == DType::F32 ? 4 : 2;
 
-// Lines requested this far ahead of the step being read, on the pass that brings a block's
-// weights from memory (the prefetcher alone falls behind).
+// Lines requested this far ahead of the k-range being read (the prefetcher alone falls behind).
 constexpr int64_t kPrefetchBytes = 8192;
 
 // A tile: R rows x one block of 4 * kLanes outputs over k in [k0, k1) (k0 a multiple of the
 // step; k1 too unless it is in). Each (row, output) chain resumes from acc (or from zero when
-// `first`) and is left there.
+// `first`) and is left there. The lines of [prefetch, prefetch_end) are requested from memory
+// spread evenly over the tile's steps (an empty range requests none).
 //   x: in [R, in] rows of stride in; block: the block's packed bytes;
 //   acc: in/out [R, 4 * kLanes] the chains so far
 template <class V, DType T, int R>
 inline void tile(const float* x, int64_t in, int64_t k0, int64_t k1, const unsigned char* block, float* acc, bool first,
-                 bool prefetch) {
+                 const unsigned char* prefetch, const unsigned char* prefetch_end) {
   constexpr int kPair = V::template kPair<T>;
   constexpr int64_t kOutputs = 4 * V::kLanes;
   constexpr int64_t kStepBytes = kOutputs * kPair * kWeightBytes<T>, kVectorBytes = kStepBytes / 4;
@@ -90,12 +90,14 @@ inline void tile(const float* x, int64_t in, int64_t k0, int64_t k1, const unsig
       }
     }
   };
-  const int64_t full_end = k0 + (k1 - k0) / kPair * kPair;
+  const int64_t full_end = k0 + (k1 - k0) / kPair * kPair, full_steps = (full_end - k0) / kPair;
+  // Whole lines per step, rounded up so that the range is covered by the tile's last step.
+  const int64_t prefetch_lines = (prefetch_end - prefetch + 63) / 64;
+  const int64_t lines_per_step = full_steps > 0 ? (prefetch_lines + full_steps - 1) / full_steps : 0;
   const unsigned char* p = block + k0 / kPair * kStepBytes;
   for (int64_t k = k0; k < full_end; k += kPair, p += kStepBytes) {
-    if (prefetch)
-      for (int64_t line = 0; line < kStepBytes; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + line), _MM_HINT_T0);
+    for (int64_t line = 0; line < lines_per_step && prefetch < prefetch_end; ++line, prefetch += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(prefetch), _MM_HINT_T0);
     step(p, k, kPair);
   }
   if (full_end < k1) step(p, full_end, static_cast<int>(k1 - full_end));  // an odd in's last BF16 value
@@ -104,17 +106,25 @@ inline void tile(const float* x, int64_t in, int64_t k0, int64_t k1, const unsig
 }
 
 // Rows [0, n) of one k-range: tiles of kTileRows rows, then one of the rest. The first tile
-// brings the weights from memory (and prefetches); the others find them in L1.
+// brings the weights from memory; the others find them in L1. The range's bytes shifted
+// kPrefetchBytes ahead are requested from memory across all its tiles, in shares of their rows,
+// so that memory stays busy while the later tiles compute from L1 too.
 template <class V, DType T>
 inline void rows_of_block(const float* x, int n, int64_t in, int64_t k0, int64_t k1, const unsigned char* block,
                           float* acc, bool first) {
-  constexpr int kRows = V::kTileRows;
-  constexpr int64_t kOutputs = 4 * V::kLanes;
+  constexpr int kRows = V::kTileRows, kPair = V::template kPair<T>;
+  constexpr int64_t kOutputs = 4 * V::kLanes, kStepBytes = kOutputs * kPair * kWeightBytes<T>;
+  const unsigned char* ahead = block + k0 / kPair * kStepBytes + kPrefetchBytes;
+  const int64_t range_bytes = (k1 - k0 + kPair - 1) / kPair * kStepBytes;
+  const auto share = [&](int rows) { return ahead + range_bytes * rows / n / 64 * 64; };  // rows [0, rows)'s end
   int r = 0;
-  for (; r + kRows <= n; r += kRows) tile<V, T, kRows>(x + r * in, in, k0, k1, block, acc + r * kOutputs, first, r == 0);
+  for (; r + kRows <= n; r += kRows)
+    tile<V, T, kRows>(x + r * in, in, k0, k1, block, acc + r * kOutputs, first, share(r), share(r + kRows));
   const int rest = n - r;
   [&]<int... Rs>(std::integer_sequence<int, Rs...>) {
-    ((rest == Rs + 1 ? tile<V, T, Rs + 1>(x + r * in, in, k0, k1, block, acc + r * kOutputs, first, r == 0) : void()), ...);
+    ((rest == Rs + 1 ? tile<V, T, Rs + 1>(x + r * in, in, k0, k1, block, acc + r * kOutputs, first, share(r), share(n))
+                     : void()),
+     ...);
   }(std::make_integer_sequence<int, kRows - 1>{});
 }
 
