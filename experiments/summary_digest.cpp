@@ -19,6 +19,14 @@ double figure(const nlohmann::json& stats, const char* field, const char* part =
   return it->is_object() && it->contains(part) && (*it)[part].is_number() ? (*it)[part].get<double>() : NAN;
 }
 
+// line[name], or an empty object when the line has none (lines held in memory need not have
+// every field read_results requires).
+const nlohmann::json& object_or_empty(const nlohmann::json& line, const char* name) {
+  static const nlohmann::json empty = nlohmann::json::object();
+  const auto it = line.find(name);
+  return it == line.end() ? empty : *it;
+}
+
 std::uint32_t intern(const std::string& name, std::map<std::string, std::uint32_t>& index, std::vector<std::string>& names) {
   const auto [it, fresh] = index.try_emplace(name, static_cast<std::uint32_t>(names.size()));
   if (fresh) names.push_back(name);
@@ -28,7 +36,7 @@ std::uint32_t intern(const std::string& name, std::map<std::string, std::uint32_
 // Folds one line into a group's sums (the line's stats, machine and settings).
 void fold(SummaryDigest::Group& g, const nlohmann::json& line, int gamma) {
   if (g.lines++ == 0) g.settings = line.value("settings", nlohmann::json::object());
-  const nlohmann::json& machine = line.at("machine");
+  const nlohmann::json& machine = object_or_empty(line, "machine");
   if (machine.contains("cpu_s") && machine.contains("wall_s")) {
     g.cpu_s += machine["cpu_s"].get<double>();
     g.thread_wall_s += machine["wall_s"].get<double>() * std::max(1, machine.value("threads", 1));
@@ -61,7 +69,7 @@ void fold(SummaryDigest::Group& g, const nlohmann::json& line, int gamma) {
 
 void SummaryDigest::add(const nlohmann::json& line, std::uint32_t ordinal) {
   ++lines;
-  versions.insert(line.at("machine").value("version", "unknown"));
+  versions.insert(object_or_empty(line, "machine").value("version", "unknown"));
   const std::string id = line.at("run").get<std::string>();
   const nlohmann::json& stats = line.at("stats");
   if (line.contains("requests")) {  // a batched job

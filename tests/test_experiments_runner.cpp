@@ -347,6 +347,79 @@ TEST_CASE("a results file with a corrupt complete line is refused, naming the li
                     Contains("type.jsonl:1: results line field 'stats' = \"fast\" has the wrong type"));
 }
 
+TEST_CASE("the streamed summaries: any line order, a planted suspect pair's keys, a cut line, malformed lines",
+          "[experiments]") {
+  TinyExperiment e;
+  FakeBackend backend;
+  REQUIRE(e.run(backend) == 0);
+  std::vector<nlohmann::json> lines = e.lines();
+  const fs::path results = e.out / "results.jsonl";
+  const auto write_lines = [&](const std::vector<nlohmann::json>& ls, const std::string& tail) {
+    std::ofstream out(results, std::ios::trunc | std::ios::binary);
+    for (const nlohmann::json& l : ls) out << l.dump() << "\n";
+    out << tail;
+  };
+  // A decode speedup far above its bound on one (prompt, seed) of a drafting run: the report
+  // names its jobs and the baseline's (read again from the file: the digest keeps no keys).
+  const nlohmann::json planted = *std::find_if(lines.begin(), lines.end(), [](const auto& l) { return l["shape"] != "none"; });
+  std::vector<std::string> own, base;
+  for (nlohmann::json& l : lines) {
+    if (l["prompt_id"] != planted["prompt_id"] || l["seed"] != planted["seed"]) continue;
+    if (l["run"] == planted["run"]) {
+      l["stats"]["decode_tokens_per_s"] = 1000 * l["stats"]["decode_tokens_per_s"].get<double>();
+      own.push_back(l["key"]);
+    }
+    if (l["run"] == planted["baseline"]) base.push_back(l["key"]);
+  }
+  REQUIRE(own.size() == 3);  // the repetitions
+  REQUIRE(base.size() == 3);
+  std::string jobs = "; jobs:";
+  for (const std::string& key : own) jobs += " " + key;
+  for (const std::string& key : base) jobs += " " + key;
+  write_lines(lines, "");
+  std::string printed;
+  FakeBackend idle;
+  REQUIRE(e.run(idle, &printed) == 0);  // every job done: the reports alone
+  CHECK(idle.generate_calls == 0);
+  CHECK_THAT(printed, Contains(jobs + "\n"));
+  CHECK_THAT(read_text(e.out / "summary.md"), Contains(jobs + "\n"));
+  const std::string csv = read_text(e.out / "summary.csv");
+
+  // The same lines in another order give the same table (the sums run in file order: only
+  // the CPU share, from measured times, may differ in its last digit).
+  std::vector<nlohmann::json> shuffled = lines;
+  std::reverse(shuffled.begin(), shuffled.end());
+  std::rotate(shuffled.begin(), shuffled.begin() + 29, shuffled.end());
+  write_lines(shuffled, "");
+  REQUIRE(e.run(idle) == 0);
+  CHECK(without_cpu_share(read_text(e.out / "summary.csv")) == without_cpu_share(csv));
+
+  // A last line cut by a crash is left out of the report, with a note.
+  write_lines(lines, lines.back().dump().substr(0, 40));
+  std::ostringstream out, log;
+  REQUIRE(report_experiment(e.out.string(), out, log) == 0);
+  CHECK_THAT(log.str(), Contains(results.string() + ": ignoring a last line cut short by a crash"));
+  CHECK(read_text(e.out / "summary.csv") == csv);
+
+  // A malformed complete line is refused naming path:line, and the tables are left as they were;
+  // so is a field of the wrong type the shape check leaves to the summaries (a batched line's
+  // settings.batch_size).
+  std::vector<nlohmann::json> broken = lines;
+  broken[6] = "not an object";
+  write_lines(broken, "");
+  CHECK_THROWS_WITH(report_experiment(e.out.string(), out, log), Contains(results.string() + ":7: not a JSON object"));
+  broken = lines;
+  broken[4]["requests"] = {{{"prompt_id", "p"}, {"latency", nlohmann::json::object()}, {"stats", nlohmann::json::object()}}};
+  broken[4]["stats"].update({{"throughput_tokens_per_s", 1}, {"mean_occupancy", 1}, {"rows_per_forward", 1},
+                             {"latency_s", nlohmann::json::object()}, {"ttft_s", nlohmann::json::object()},
+                             {"inter_token_s", nlohmann::json::object()}});
+  broken[4]["settings"]["batch_size"] = "four";
+  write_lines(broken, "");
+  CHECK_THROWS_WITH(report_experiment(e.out.string(), out, log),
+                    Contains(results.string() + ":5: a results line has a field of the wrong shape"));
+  CHECK(read_text(e.out / "summary.csv") == csv);
+}
+
 TEST_CASE("reports note an incomplete run and results of mixed versions", "[experiments]") {
   TinyExperiment e;
   FakeBackend backend;
