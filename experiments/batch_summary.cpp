@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "experiments/summary.h"
@@ -11,17 +12,6 @@ namespace specula {
 namespace {
 
 using Row = std::vector<std::string>;
-
-double figure(const nlohmann::json& stats, const char* field, const char* part = nullptr) {
-  const auto it = stats.find(field);
-  if (it == stats.end()) return NAN;
-  if (part == nullptr) return it->is_number() ? it->get<double>() : NAN;
-  return it->is_object() && it->contains(part) && (*it)[part].is_number() ? (*it)[part].get<double>() : NAN;
-}
-
-std::string pair_key(const nlohmann::json& line) {
-  return std::to_string(line.at("seed").get<uint64_t>()) + "/" + std::to_string(line.at("repetition").get<int>());
-}
 
 std::string series_of(const RunInfo& run) {
   const auto at = run.label.rfind(" · batch ");
@@ -78,53 +68,48 @@ std::string pivot(const std::vector<BatchSummary>& summaries) {
 
 }  // namespace
 
-std::vector<BatchSummary> summarize_batches(const std::vector<nlohmann::json>& lines) {
-  std::map<std::string, std::vector<const nlohmann::json*>> by_run;
-  std::vector<std::string> order;
-  std::map<std::string, int> index;
-  for (const nlohmann::json& line : lines) {
-    if (!line.contains("requests")) continue;
-    const std::string run = line.at("run").get<std::string>();
-    if (by_run[run].empty()) {
-      order.push_back(run);
-      index[run] = line.at("run_index").get<int>();
-    }
-    by_run[run].push_back(&line);
-  }
-  std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) { return index[a] < index[b]; });
-  // Per run: the line of each (seed, repetition), for the pairing with its baseline.
-  std::map<std::string, std::map<std::string, double>> throughput;
-  for (const auto& [run, group] : by_run)
-    for (const nlohmann::json* l : group) throughput[run][pair_key(*l)] = figure(l->at("stats"), "throughput_tokens_per_s");
+std::vector<BatchSummary> summarize_batches(const SummaryDigest& d) {
+  using Line = SummaryDigest::BatchLine;
+  std::vector<std::vector<const Line*>> by_run(d.batch_runs.size());
+  for (const Line& line : d.batch_lines) by_run[line.run].push_back(&line);
+  std::vector<std::uint32_t> order(d.batch_runs.size());  // first appearance, then by run index
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(),
+            [&](std::uint32_t a, std::uint32_t b) { return d.batch_runs[a].info.index < d.batch_runs[b].info.index; });
+  // Per run: the throughput of each (seed, repetition), for the pairing with its baseline.
+  std::vector<std::map<std::string, double>> throughput(d.batch_runs.size());
+  for (std::size_t run = 0; run < by_run.size(); ++run)
+    for (const Line* l : by_run[run])
+      throughput[run][std::to_string(l->seed) + "/" + std::to_string(l->repetition)] = l->figures[Line::kThroughput];
 
   std::vector<BatchSummary> out;
-  for (const std::string& run : order) {
-    const std::vector<const nlohmann::json*>& group = by_run[run];
+  for (const std::uint32_t run : order) {
+    const std::vector<const Line*>& group = by_run[run];
+    const SummaryDigest::BatchRun& r = d.batch_runs[run];
     BatchSummary s;
-    s.run = run_info_from(*group.front());
+    s.run = r.info;
     s.series = series_of(s.run);
-    const nlohmann::json& settings = group.front()->at("settings");
-    s.batch_size = settings.value("batch_size", 0);
-    s.request_rate = settings.value("request_rate", 0.0);
+    s.batch_size = r.batch_size;
+    s.request_rate = r.request_rate;
     s.lines = static_cast<int>(group.size());
-    s.requests = static_cast<int>(group.front()->at("requests").size());
-    const auto med = [&](double scale, const char* field, const char* part = nullptr) {
+    s.requests = r.requests;
+    const auto med = [&](double scale, Line::Figure figure) {
       std::vector<double> values;
-      for (const nlohmann::json* l : group) values.push_back(scale * figure(l->at("stats"), field, part));
+      for (const Line* l : group) values.push_back(scale * l->figures[figure]);
       return median(values);
     };
-    s.tokens_per_s = med(1, "throughput_tokens_per_s");
-    s.ms_per_token = med(1e3, "inter_token_s", "mean");
-    s.itl_p50_ms = med(1e3, "inter_token_s", "p50");
-    s.itl_p99_ms = med(1e3, "inter_token_s", "p99");
-    s.ttft_p50_ms = med(1e3, "ttft_s", "p50");
-    s.ttft_p99_ms = med(1e3, "ttft_s", "p99");
-    s.latency_p50_s = med(1, "latency_s", "p50");
-    s.latency_p99_s = med(1, "latency_s", "p99");
-    s.occupancy = med(1, "mean_occupancy");
-    s.rows_per_forward = med(1, "rows_per_forward");
-    if (!s.run.baseline.empty() && throughput.count(s.run.baseline)) {
-      const std::map<std::string, double>& base = throughput[s.run.baseline];
+    s.tokens_per_s = med(1, Line::kThroughput);
+    s.ms_per_token = med(1e3, Line::kItlMean);
+    s.itl_p50_ms = med(1e3, Line::kItlP50);
+    s.itl_p99_ms = med(1e3, Line::kItlP99);
+    s.ttft_p50_ms = med(1e3, Line::kTtftP50);
+    s.ttft_p99_ms = med(1e3, Line::kTtftP99);
+    s.latency_p50_s = med(1, Line::kLatencyP50);
+    s.latency_p99_s = med(1, Line::kLatencyP99);
+    s.occupancy = med(1, Line::kOccupancy);
+    s.rows_per_forward = med(1, Line::kRowsPerForward);
+    if (const auto b = d.batch_run_of.find(s.run.baseline); !s.run.baseline.empty() && b != d.batch_run_of.end()) {
+      const std::map<std::string, double>& base = throughput[b->second];
       std::vector<double> ratios, base_values;
       for (const auto& [key, value] : throughput[run]) {
         const auto it = base.find(key);

@@ -1,5 +1,5 @@
 // defines: BatchSummary and summarize_batches() — per batched run (run.batch_size >= 1), from
-// its results lines alone: output throughput, per-token latency (mean inter-token gap), TTFT,
+// its results lines alone (streamed through a SummaryDigest): output throughput, per-token latency (mean inter-token gap), TTFT,
 // inter-token and end-to-end latency percentiles, mean occupancy, rows per target forward, and
 // the throughput speedup over plain decoding at the same batch size — and the writers of
 // batch_summary.csv and of the batch-size tables in summary.md and on the terminal.
@@ -12,6 +12,7 @@
 
 #include "experiments/plan.h"
 #include "experiments/stats.h"
+#include "experiments/summary_digest.h"
 
 namespace specula {
 
@@ -37,8 +38,8 @@ struct BatchSummary {
   int pairs = 0;
 };
 
-// The lines with "requests" (batched jobs), one summary per run in run order.
-std::vector<BatchSummary> summarize_batches(const std::vector<nlohmann::json>& lines);
+// The digest's batched jobs (lines with "requests"), one summary per run in run order.
+std::vector<BatchSummary> summarize_batches(const SummaryDigest& digest);
 
 // batch_summary.csv: one row per batched run.
 void write_batch_csv(const std::vector<BatchSummary>& summaries, std::ostream& out);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <utility>
-#include <vector>
 
 #include "base/error.h"
 #include "runtime/generate_options.h"
@@ -88,29 +87,27 @@ void check_line_shape(const nlohmann::json& j, const std::string& where) {
 
 }  // namespace
 
-ResultsRead read_results(const std::string& path, ResultsRead::Fields fields) {
+ResultsRead read_results(const std::string& path, const ResultsLineVisitor& visit) {
   ResultsRead read;
   std::ifstream in(path, std::ios::binary);
   if (!in) return read;
   std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
+  for (long long number = 1; std::getline(in, line); ++number) {
     if (in.eof()) {  // no newline after it: cut by a crash
       read.cut_line = true;
       break;
     }
     if (line.find_first_not_of(" \t\r") != std::string::npos) {
       const std::string where = path + ":" + std::to_string(number);
-      nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       SPECULA_CHECK(j.is_object(), where, ": not a JSON object (a corrupt results file)");
       check_line_shape(j, where);
-      if (fields == ResultsRead::kSummaryFields) {
-        std::vector<nlohmann::json*> objects = {&j};  // the line, and each request of a batched job
-        if (j.contains("requests"))
-          for (nlohmann::json& r : j["requests"]) objects.push_back(&r);
-        for (nlohmann::json* object : objects)
-          for (const char* output : {"ids", "text", "samples"}) object->erase(output);
+      SPECULA_CHECK(read.lines < UINT32_MAX, where, ": more than ", UINT32_MAX, " results lines");
+      try {
+        visit(j, read.lines++);
+      } catch (const nlohmann::json::exception& e) {  // a field of the wrong type check_line_shape does not check
+        throw SpeculaError(detail::concat(where, ": a results line has a field of the wrong shape: ", e.what()));
       }
-      read.lines.push_back(std::move(j));
     }
     read.complete_bytes += line.size() + 1;
   }

@@ -86,19 +86,17 @@ class DirectoryLock {
 // Notes on results that do not make one complete, single-version experiment, for the
 // summary's header and the terminal: "incomplete: N of M jobs" (M as the last session
 // planned it) and "mixed versions: a, b" (each line's machine.version).
-std::string result_notes(const std::vector<nlohmann::json>& lines, const nlohmann::json& record) {
+std::string result_notes(const SummaryDigest& digest, const nlohmann::json& record) {
   std::string notes;
   long long planned = 0;
   if (record.is_object() && record.contains("sessions") && record["sessions"].is_array() && !record["sessions"].empty() &&
       record["sessions"].back().is_object())
     planned = record["sessions"].back().value("planned_jobs", 0LL);
-  if (planned > 0 && static_cast<long long>(lines.size()) < planned)
-    notes += "incomplete: " + std::to_string(lines.size()) + " of " + std::to_string(planned) + " jobs\n";
-  std::set<std::string> versions;
-  for (const nlohmann::json& line : lines) versions.insert(line.at("machine").value("version", "unknown"));
-  if (versions.size() > 1) {
+  if (planned > 0 && static_cast<long long>(digest.lines) < planned)
+    notes += "incomplete: " + std::to_string(digest.lines) + " of " + std::to_string(planned) + " jobs\n";
+  if (digest.versions.size() > 1) {
     std::string list;
-    for (const std::string& v : versions) list += (list.empty() ? "" : ", ") + v;
+    for (const std::string& v : digest.versions) list += (list.empty() ? "" : ", ") + v;
     notes += "mixed versions: " + list + " (results.jsonl holds lines of several specula versions)\n";
   }
   return notes;
@@ -158,27 +156,29 @@ void plot(const fs::path& dir, std::ostream& log) {
   if (status != 0) log << "warning: experiments/plot_results.py failed (exit " << status << "): plots incomplete\n";
 }
 
-// The reports of `dir` from its results.jsonl, read again line by line with only the fields
-// the summaries use (a run does not keep its lines in memory).
+// The reports of `dir` from its results.jsonl, streamed through a SummaryDigest (neither a
+// run nor a report keeps the lines in memory); read a second time only for the keys of the
+// jobs above a bound.
 void write_reports(const fs::path& dir, const std::vector<std::string>& formats, std::ostream& out, std::ostream& log) {
   const std::string path = (dir / kResults).string();
-  const ResultsRead read = read_results(path, ResultsRead::kSummaryFields);
-  SPECULA_CHECK(!read.lines.empty(), path, ": no results to report");
+  SummaryDigest digest;
+  const ResultsRead read =
+      read_results(path, [&](const nlohmann::json& line, std::uint32_t ordinal) { digest.add(line, ordinal); });
+  SPECULA_CHECK(read.lines > 0, path, ": no results to report");
+  std::vector<RunSummary> summaries = summarize(digest);
+  const std::vector<BatchSummary> batches = summarize_batches(digest);
   if (read.cut_line) log << path << ": ignoring a last line cut short by a crash\n";
-  const std::vector<nlohmann::json>& lines = read.lines;
-  const nlohmann::json record = read_json(dir / kExperiment);
-  const std::string notes = result_notes(lines, record);
-  std::vector<nlohmann::json> single;  // lines of one request each (the batched ones hold "requests")
-  for (const nlohmann::json& line : lines)
-    if (!line.contains("requests")) single.push_back(line);
-  std::vector<RunSummary> summaries;
-  std::vector<BatchSummary> batches;
-  try {
-    summaries = summarize(single);
-    batches = summarize_batches(lines);
-  } catch (const nlohmann::json::exception& e) {  // a field of the wrong type that read_results does not check
-    throw SpeculaError(detail::concat(path, ": a results line has a field of the wrong shape: ", e.what()));
+  std::map<std::uint32_t, std::string> suspect_keys;  // line ordinal -> key
+  for (const RunSummary& s : summaries)
+    for (const std::uint32_t line : s.suspect_lines) suspect_keys[line];
+  if (!suspect_keys.empty()) {
+    read_results(path, [&](const nlohmann::json& line, std::uint32_t ordinal) {
+      if (const auto it = suspect_keys.find(ordinal); it != suspect_keys.end()) it->second = line.at("key").get<std::string>();
+    });
   }
+  name_suspect_jobs(summaries, [&](std::uint32_t line) { return suspect_keys.at(line); });
+  const nlohmann::json record = read_json(dir / kExperiment);
+  const std::string notes = result_notes(digest, record);
   auto wanted = [&](const char* f) { return std::find(formats.begin(), formats.end(), f) != formats.end(); };
   if (wanted("csv")) {
     std::ofstream csv(dir / "summary.csv");
@@ -278,16 +278,19 @@ int run_experiment(const std::string& config_path, GenerationBackend& backend, c
     fs::create_directories(dir);
     lock.emplace(dir);
   }
-  ResultsRead existing = read_results((dir / kResults).string(), ResultsRead::kSummaryFields);
   std::set<std::string> planned, done;
   for (const Job& j : plan.jobs) planned.insert(j.key);
-  for (const nlohmann::json& line : existing.lines) {
-    const std::string key = line.value("key", "");
-    SPECULA_CHECK(planned.count(key), (dir / kResults).string(), " holds results of another config (key '", key,
-                  "'); choose another output directory (--out)");
-    SPECULA_CHECK(done.insert(key).second, (dir / kResults).string(), " holds key '", key, "' twice");
-  }
-  existing.lines = {};  // only their keys are needed from here on
+  std::optional<std::string> refused;  // the first line of another config or a repeated key, once every line is checked
+  const ResultsRead existing = read_results((dir / kResults).string(), [&](const nlohmann::json& line, std::uint32_t) {
+    if (refused) return;
+    const std::string key = line.at("key").get<std::string>();
+    if (!planned.count(key))
+      refused = detail::concat((dir / kResults).string(), " holds results of another config (key '", key,
+                               "'); choose another output directory (--out)");
+    else if (!done.insert(key).second)
+      refused = detail::concat((dir / kResults).string(), " holds key '", key, "' twice");
+  });
+  if (refused) throw SpeculaError(*refused);
   if (options.dry_run) {
     print_plan(config, plan, dir, done.size(), out);
     return 0;

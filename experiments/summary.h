@@ -1,5 +1,5 @@
 // defines: RunSummary and summarize() — per run and domain, from results.jsonl lines
-// alone: acceptance and τ with bootstrap intervals, acceptance per depth (cumulative and
+// alone (streamed through a SummaryDigest): acceptance and τ with bootstrap intervals, acceptance per depth (cumulative and
 // given the depth before), the histogram of accepted tokens per round, tokens/s, the
 // decode-only and end-to-end speedups over the target-alone baseline with their intervals,
 // Leviathan et al.'s predicted speedup, the sanity bound τ and c allow (and the jobs of a
@@ -7,6 +7,8 @@
 // terminal tables and warnings.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
@@ -14,6 +16,7 @@
 
 #include "experiments/plan.h"
 #include "experiments/stats.h"
+#include "experiments/summary_digest.h"
 
 namespace specula {
 
@@ -48,8 +51,10 @@ struct RunSummary {
                                         //   a draft token's time over a target decode step's
   double predicted_speedup = 0;         // chains: leviathan_speedup(alpha, γ, cost_ratio)
   double bound = 0;                     // speedup_bound(τ, Σ draft_s / Σ rounds · baseline tok/s)
-  std::vector<std::string> suspect_jobs;  // when the decode speedup exceeds `bound`: the keys
-                                          // of the pairs (both runs) whose own ratio exceeds it
+  std::vector<std::uint32_t> suspect_lines;  // when the decode speedup exceeds `bound`: the lines
+                                             // (ordinals) of the pairs (both runs) whose own ratio
+                                             // exceeds it
+  std::vector<std::string> suspect_jobs;     // their keys, in the same order (name_suspect_jobs)
   double cpu_share = 0;                 // Σ machine.cpu_s / Σ (machine.wall_s · machine.threads):
                                         //   the share of the jobs' time their threads had a CPU
                                         //   (1 with one thread on a core of its own; NaN when absent)
@@ -61,10 +66,15 @@ struct RunSummary {
   double commit_share = 0;
 
   bool interval_shown() const { return pairs >= kMinPairsForInterval; }
-  bool above_bound() const { return !suspect_jobs.empty(); }
+  bool above_bound() const { return !suspect_lines.empty(); }
 };
 
-// One summary per run (in run order) and domain ("all" first, then domains in prompt order).
+// One summary per run (in run order) and domain ("all" first, then domains in prompt order),
+// from the digest's single-request lines; suspect_jobs is left empty (the digest keeps no keys).
+std::vector<RunSummary> summarize(const SummaryDigest& digest);
+// Fills each summary's suspect_jobs with key_of(line) of its suspect_lines.
+void name_suspect_jobs(std::vector<RunSummary>& summaries, const std::function<std::string(std::uint32_t)>& key_of);
+// The summaries of lines held in memory (batched lines left out), suspect jobs named.
 std::vector<RunSummary> summarize(const std::vector<nlohmann::json>& lines);
 
 // summary.csv: one row per summary; the sweep axes ("sweep.<key>", value labels),

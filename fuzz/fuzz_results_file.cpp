@@ -1,5 +1,5 @@
-// Fuzz target: a results.jsonl as resuming and `specula report` read it: read_results, then
-// the summaries and their CSV and Markdown tables. Seeds: fuzz/seeds/results.jsonl (lines of
+// Fuzz target: a results.jsonl as resuming and `specula report` read it: read_results streaming
+// into a SummaryDigest, then the summaries and their CSV and Markdown tables. Seeds: fuzz/seeds/results.jsonl (lines of
 // a real run of configs/quickstart.toml's shape).
 #include <sstream>
 
@@ -10,8 +10,9 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = specula::fuzz::input_file("results.jsonl", data, size);
   FUZZ_PARSER({
-    const specula::ResultsRead read = specula::read_results(path, specula::ResultsRead::kSummaryFields);
-    const std::vector<specula::RunSummary> summaries = specula::summarize(read.lines);
+    specula::SummaryDigest digest;
+    specula::read_results(path, [&](const nlohmann::json& line, std::uint32_t ordinal) { digest.add(line, ordinal); });
+    const std::vector<specula::RunSummary> summaries = specula::summarize(digest);
     std::ostringstream out;
     specula::write_summary_csv(summaries, out);
     specula::write_summary_markdown(summaries, "fuzz", "", out);

@@ -30,6 +30,18 @@ using test::FakeBackend;
 using test::ScratchDir;
 using test::tiny_config;
 
+// Every line of a results file, as read_results streams them by.
+std::vector<nlohmann::json> read_lines(const fs::path& path, ResultsRead* read = nullptr) {
+  std::vector<nlohmann::json> lines;
+  const ResultsRead r = read_results(path.string(), [&](const nlohmann::json& line, std::uint32_t ordinal) {
+    CHECK(ordinal == lines.size());
+    lines.push_back(line);
+  });
+  CHECK(r.lines == lines.size());
+  if (read) *read = r;
+  return lines;
+}
+
 // The row of summary.csv with this label and domain, as column -> field (no quoted fields).
 std::map<std::string, std::string> csv_row(const std::string& csv, const std::string& label, const std::string& domain) {
   std::istringstream in(csv);
@@ -76,7 +88,7 @@ struct TinyExperiment {
     if (printed) *printed = out_stream.str() + log.str();
     return status;
   }
-  std::vector<nlohmann::json> lines() const { return read_results((out / "results.jsonl").string()).lines; }
+  std::vector<nlohmann::json> lines() const { return read_lines(out / "results.jsonl"); }
 };
 
 void require_complete(const std::vector<nlohmann::json>& lines, const std::string& config) {
@@ -267,7 +279,8 @@ TEST_CASE("SIGINT stops the run between jobs with exit 130, and a rerun gives th
   }
   CHECK_THAT(printed, Contains("interrupted after 8 of 72 jobs; rerun the same command to resume"));
   CHECK(e.lines().size() == 8);  // the 8th job finished and its line is whole
-  const ResultsRead partial = read_results((e.out / "results.jsonl").string());
+  ResultsRead partial;
+  read_lines(e.out / "results.jsonl", &partial);
   CHECK(!partial.cut_line);
 
   FakeBackend resumed;
@@ -317,25 +330,94 @@ TEST_CASE("a results file with a corrupt complete line is refused, naming the li
   e.run(backend);
   const std::string good = e.lines().front().dump();  // a line as the runner writes it
   const std::string path = dir.write("results.jsonl", good + "\nnot json\n" + good + "\n");
-  CHECK_THROWS_WITH(read_results(path), Contains(path + ":2: not a JSON object"));
-  const ResultsRead cut = read_results(dir.write("cut.jsonl", good + "\n{\"key\""));
-  CHECK(cut.lines.size() == 1);
+  CHECK_THROWS_WITH(read_lines(path), Contains(path + ":2: not a JSON object"));
+  ResultsRead cut;
+  CHECK(read_lines(dir.write("cut.jsonl", good + "\n{\"key\""), &cut).size() == 1);
+  CHECK(cut.lines == 1);
   CHECK(cut.cut_line);
   CHECK(cut.complete_bytes == good.size() + 1);
   // A line of the wrong shape names the line and the field, for resuming and `specula report`.
   nlohmann::json wrong = e.lines().front();
   wrong.erase("run");
-  CHECK_THROWS_WITH(read_results(dir.write("shape.jsonl", good + "\n" + wrong.dump() + "\n")),
+  CHECK_THROWS_WITH(read_lines(dir.write("shape.jsonl", good + "\n" + wrong.dump() + "\n")),
                     Contains("shape.jsonl:2: results line without 'run'"));
   wrong = e.lines().front();
   wrong["stats"] = "fast";
-  CHECK_THROWS_WITH(read_results(dir.write("type.jsonl", wrong.dump() + "\n")),
+  CHECK_THROWS_WITH(read_lines(dir.write("type.jsonl", wrong.dump() + "\n")),
                     Contains("type.jsonl:1: results line field 'stats' = \"fast\" has the wrong type"));
-  // Only the summaries' fields: the generated outputs are dropped.
-  const ResultsRead lean = read_results(dir.write("lean.jsonl", good + "\n"), ResultsRead::kSummaryFields);
-  CHECK(lean.lines.at(0).contains("stats"));
-  CHECK_FALSE(lean.lines.at(0).contains("ids"));
-  CHECK_FALSE(lean.lines.at(0).contains("text"));
+}
+
+TEST_CASE("the streamed summaries: any line order, a planted suspect pair's keys, a cut line, malformed lines",
+          "[experiments]") {
+  TinyExperiment e;
+  FakeBackend backend;
+  REQUIRE(e.run(backend) == 0);
+  std::vector<nlohmann::json> lines = e.lines();
+  const fs::path results = e.out / "results.jsonl";
+  const auto write_lines = [&](const std::vector<nlohmann::json>& ls, const std::string& tail) {
+    std::ofstream out(results, std::ios::trunc | std::ios::binary);
+    for (const nlohmann::json& l : ls) out << l.dump() << "\n";
+    out << tail;
+  };
+  // A decode speedup far above its bound on one (prompt, seed) of a drafting run: the report
+  // names its jobs and the baseline's (read again from the file: the digest keeps no keys).
+  const nlohmann::json planted = *std::find_if(lines.begin(), lines.end(), [](const auto& l) { return l["shape"] != "none"; });
+  std::vector<std::string> own, base;
+  for (nlohmann::json& l : lines) {
+    if (l["prompt_id"] != planted["prompt_id"] || l["seed"] != planted["seed"]) continue;
+    if (l["run"] == planted["run"]) {
+      l["stats"]["decode_tokens_per_s"] = 1000 * l["stats"]["decode_tokens_per_s"].get<double>();
+      own.push_back(l["key"]);
+    }
+    if (l["run"] == planted["baseline"]) base.push_back(l["key"]);
+  }
+  REQUIRE(own.size() == 3);  // the repetitions
+  REQUIRE(base.size() == 3);
+  std::string jobs = "; jobs:";
+  for (const std::string& key : own) jobs += " " + key;
+  for (const std::string& key : base) jobs += " " + key;
+  write_lines(lines, "");
+  std::string printed;
+  FakeBackend idle;
+  REQUIRE(e.run(idle, &printed) == 0);  // every job done: the reports alone
+  CHECK(idle.generate_calls == 0);
+  CHECK_THAT(printed, Contains(jobs + "\n"));
+  CHECK_THAT(read_text(e.out / "summary.md"), Contains(jobs + "\n"));
+  const std::string csv = read_text(e.out / "summary.csv");
+
+  // The same lines in another order give the same table (the sums run in file order: only
+  // the CPU share, from measured times, may differ in its last digit).
+  std::vector<nlohmann::json> shuffled = lines;
+  std::reverse(shuffled.begin(), shuffled.end());
+  std::rotate(shuffled.begin(), shuffled.begin() + 29, shuffled.end());
+  write_lines(shuffled, "");
+  REQUIRE(e.run(idle) == 0);
+  CHECK(without_cpu_share(read_text(e.out / "summary.csv")) == without_cpu_share(csv));
+
+  // A last line cut by a crash is left out of the report, with a note.
+  write_lines(lines, lines.back().dump().substr(0, 40));
+  std::ostringstream out, log;
+  REQUIRE(report_experiment(e.out.string(), out, log) == 0);
+  CHECK_THAT(log.str(), Contains(results.string() + ": ignoring a last line cut short by a crash"));
+  CHECK(read_text(e.out / "summary.csv") == csv);
+
+  // A malformed complete line is refused naming path:line, and the tables are left as they were;
+  // so is a field of the wrong type the shape check leaves to the summaries (a batched line's
+  // settings.batch_size).
+  std::vector<nlohmann::json> broken = lines;
+  broken[6] = "not an object";
+  write_lines(broken, "");
+  CHECK_THROWS_WITH(report_experiment(e.out.string(), out, log), Contains(results.string() + ":7: not a JSON object"));
+  broken = lines;
+  broken[4]["requests"] = {{{"prompt_id", "p"}, {"latency", nlohmann::json::object()}, {"stats", nlohmann::json::object()}}};
+  broken[4]["stats"].update({{"throughput_tokens_per_s", 1}, {"mean_occupancy", 1}, {"rows_per_forward", 1},
+                             {"latency_s", nlohmann::json::object()}, {"ttft_s", nlohmann::json::object()},
+                             {"inter_token_s", nlohmann::json::object()}});
+  broken[4]["settings"]["batch_size"] = "four";
+  write_lines(broken, "");
+  CHECK_THROWS_WITH(report_experiment(e.out.string(), out, log),
+                    Contains(results.string() + ":5: a results line has a field of the wrong shape"));
+  CHECK(read_text(e.out / "summary.csv") == csv);
 }
 
 TEST_CASE("reports note an incomplete run and results of mixed versions", "[experiments]") {
@@ -473,9 +555,7 @@ struct BatchedExperiment {
     REQUIRE(run_experiment(config, backend, options, printed, log) == 0);
     return printed.str();
   }
-  std::vector<nlohmann::json> lines(ResultsRead::Fields fields = ResultsRead::kAllFields) const {
-    return read_results((out / "results.jsonl").string(), fields).lines;
-  }
+  std::vector<nlohmann::json> lines() const { return read_lines(out / "results.jsonl"); }
 };
 
 }  // namespace
@@ -521,12 +601,8 @@ TEST_CASE("a batched run writes one line per job with every request's latency, a
     CHECK((a == poisson_arrivals(3, 5.0, 0) || a == poisson_arrivals(3, 5.0, 1)));
   }
   CHECK(poisson_arrivals(3, 5.0, 0) != poisson_arrivals(3, 5.0, 1));
-  // The summary's reader drops the generated ids of every request too.
-  for (const nlohmann::json& l : e.lines(ResultsRead::kSummaryFields))
-    for (const nlohmann::json& r : l.at("requests")) CHECK_FALSE(r.contains("ids"));
-
   // Speedups: per batch size against the plain run at that batch size, from the lines.
-  const std::vector<BatchSummary> summaries = summarize_batches(lines);
+  const std::vector<BatchSummary> summaries = summarize_batches(digest_of(lines));
   REQUIRE(summaries.size() == 4);
   for (const BatchSummary& s : summaries) {
     INFO(s.run.label);
