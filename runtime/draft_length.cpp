@@ -34,15 +34,15 @@ double expected_chain_tokens(double alpha, int gamma) {
 int DraftLengthChooser::choose(int other_rows, double other_tokens, std::span<const double> alphas, int max_gamma) {
   ++calls_;
   if (alphas.empty() || max_gamma <= 0) return 0;
-  if (!target_.varied() || !draft_.observed()) return calls_ % 2 ? max_gamma : 0;
+  if (!target_.varied() || !draft_.observed()) return calls_ % 2 ? 1 : 0;
   const int n = static_cast<int>(alphas.size());
   int best = 0;
   double best_rate = -1;
   for (int g = 0; g <= max_gamma; ++g) {
     double tokens = other_tokens;
     for (double a : alphas) tokens += expected_chain_tokens(a, g);
-    // A chain of g: g draft rounds over the n sequences (the first also catches up), and
-    // g more rows of each in the target step.
+    // A chain of g: g draft rounds of n rows (the first also catches up), and g more rows
+    // of each sequence in the target step.
     const double seconds = target_.at(other_rows + n * (1 + g)) + g * draft_.at(n);
     const double rate = seconds > 0 ? tokens / seconds : tokens;
     if (rate > best_rate) best = g, best_rate = rate;

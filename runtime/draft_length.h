@@ -40,7 +40,9 @@ class DraftLengthChooser {
   // A decode step of `rows` target rows: its forward and the sampling, verification and
   // commits after it, `seconds` in all.
   void target_forward(int rows, double seconds) { target_.add(rows, seconds); }
-  // One draft round (a tree level) over `rows` sequences.
+  // One draft round (a tree level): a batched draft-model call of `rows` rows (the first
+  // round of a proposal also holds the drafters' catch-up rows), or an n-gram round over
+  // `rows` sequences.
   void draft_round(int rows, double seconds) { draft_.add(rows, seconds); }
 
   // The chain length in [0, max_gamma] for every speculative sequence of this step:
@@ -48,7 +50,9 @@ class DraftLengthChooser {
   // alphas: in [speculative sequences], each one's acceptance estimate. The length g
   // maximises (other_tokens + Σ expected_chain_tokens(α_i, g)) / (target.at(other_rows +
   // n (1 + g)) + g · draft.at(n)). Until target steps of two row counts and a draft round
-  // have been measured, it alternates max_gamma and 0, to measure both.
+  // have been measured, it alternates 1 and 0, to measure both: γ = 1 is the cheapest probe
+  // and enough, since with step costs linear in g and expected tokens concave in g, a chain
+  // that loses to plain at g = 1 loses at every g.
   int choose(int other_rows, double other_tokens, std::span<const double> alphas, int max_gamma);
 
   const CostFit& target_cost() const { return target_; }
