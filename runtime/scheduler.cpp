@@ -551,8 +551,11 @@ void Scheduler::step() {
   }
   // The load policy's cost model is of decode steps (prefill chunks cost per row otherwise):
   // the forward and the sampling, verification and commits its rows need.
+  // Steps with a prefill chunk bound a row's cost from below (DraftLengthChooser::row_floor).
   if (std::none_of(plan.begin(), plan.end(), [](const Sequence* s) { return s->feed > 1; }))
     chooser_.target_forward(rows, seconds(mark, Clock::now()));
+  else
+    chooser_.prefill_step(rows, seconds(mark, Clock::now()));
   for (Sequence* s : done) finish(*s);
   for (Sequence* root : fed_roots) {
     const std::size_t i = static_cast<std::size_t>(std::find(plan.begin(), plan.end(), root) - plan.begin());
