@@ -31,18 +31,35 @@ double expected_chain_tokens(double alpha, int gamma) {
   return (1 - std::pow(alpha, gamma + 1)) / (1 - alpha);
 }
 
+void DraftLengthChooser::prefill_step(int rows, double seconds) {
+  if (rows < prefill_rows_) return;
+  prefill_rows_ = rows;
+  prefill_seconds_ = seconds;
+}
+
+double DraftLengthChooser::row_floor() const {
+  if (prefill_rows_ == 0 || !target_.observed()) return 0;
+  return std::max(0.0, (prefill_seconds_ - target_.fewest()) / prefill_rows_);
+}
+
 int DraftLengthChooser::choose(int other_rows, double other_tokens, std::span<const double> alphas, int max_gamma) {
-  ++calls_;
   if (alphas.empty() || max_gamma <= 0) return 0;
-  if (!target_.varied() || !draft_.observed()) return calls_ % 2 ? max_gamma : 0;
   const int n = static_cast<int>(alphas.size());
+  if (!target_.varied() || !draft_.observed()) {
+    if (!target_.observed()) return 0;  // measure the plain step first
+    double plain_tokens = other_tokens, probe_tokens = other_tokens;
+    for (double a : alphas) plain_tokens += 1, probe_tokens += expected_chain_tokens(a, 1);
+    const double plain_s = target_.at(other_rows + n);
+    const double probe_floor_s = plain_s + n * row_floor();
+    return probe_tokens * plain_s > plain_tokens * probe_floor_s ? 1 : 0;
+  }
   int best = 0;
   double best_rate = -1;
   for (int g = 0; g <= max_gamma; ++g) {
     double tokens = other_tokens;
     for (double a : alphas) tokens += expected_chain_tokens(a, g);
-    // A chain of g: g draft rounds over the n sequences (the first also catches up), and
-    // g more rows of each in the target step.
+    // A chain of g: g draft rounds of n rows (the first also catches up), and g more rows
+    // of each sequence in the target step.
     const double seconds = target_.at(other_rows + n * (1 + g)) + g * draft_.at(n);
     const double rate = seconds > 0 ? tokens / seconds : tokens;
     if (rate > best_rate) best = g, best_rate = rate;

@@ -24,6 +24,9 @@ class CostFit {
   double at(double rows) const;
   bool varied() const { return by_rows_.size() >= 2; }  // two or more row counts observed
   bool observed() const { return !by_rows_.empty(); }
+  // The figure of the fewest rows observed (0 before any): for costs that grow with rows, an
+  // upper bound on a step's fixed part.
+  double fewest() const { return by_rows_.empty() ? 0 : by_rows_.begin()->second; }
 
   static constexpr double kNewest = 0.25;
 
@@ -40,15 +43,29 @@ class DraftLengthChooser {
   // A decode step of `rows` target rows: its forward and the sampling, verification and
   // commits after it, `seconds` in all.
   void target_forward(int rows, double seconds) { target_.add(rows, seconds); }
-  // One draft round (a tree level) over `rows` sequences.
+  // One draft round (a tree level): a batched draft-model call of `rows` rows (the first
+  // round of a proposal also holds the drafters' catch-up rows), or an n-gram round over
+  // `rows` sequences.
   void draft_round(int rows, double seconds) { draft_.add(rows, seconds); }
+  // A step with a prefill chunk: `rows` target rows in all, `seconds` (its forward and
+  // what follows it). It bounds a verify row's cost from below (row_floor()).
+  void prefill_step(int rows, double seconds);
+  // A lower bound on the seconds one more row adds to a decode step: a prefill step's
+  // seconds less the fixed part of a step (at most target.fewest()) over its rows — a
+  // verify row does all a prefill row does and more (logits of its own, attention over the
+  // whole prefix); the largest such bound seen, 0 before a prefill step and a decode step.
+  double row_floor() const;
 
   // The chain length in [0, max_gamma] for every speculative sequence of this step:
   // other_rows / other_tokens: rows and tokens of the step's plain and prefill sequences;
   // alphas: in [speculative sequences], each one's acceptance estimate. The length g
   // maximises (other_tokens + Σ expected_chain_tokens(α_i, g)) / (target.at(other_rows +
-  // n (1 + g)) + g · draft.at(n)). Until target steps of two row counts and a draft round
-  // have been measured, it alternates max_gamma and 0, to measure both.
+  // n (1 + g)) + g · draft.at(n)). With step costs linear in g and expected tokens concave
+  // in g, a chain that loses to plain at g = 1 loses at every g, so until target steps of
+  // two row counts and a draft round are measured it measures the plain step (0) first,
+  // then probes g = 1 unless even a g = 1 step at its lower bound (the plain step plus n
+  // rows at row_floor(), drafting free) loses to plain: then it stays plain without
+  // drafting at all (under load, where rows cost what decode steps cost).
   int choose(int other_rows, double other_tokens, std::span<const double> alphas, int max_gamma);
 
   const CostFit& target_cost() const { return target_; }
@@ -56,7 +73,8 @@ class DraftLengthChooser {
 
  private:
   CostFit target_, draft_;
-  long calls_ = 0;
+  int prefill_rows_ = 0;        // the largest prefill step seen
+  double prefill_seconds_ = 0;
 };
 
 }  // namespace specula

@@ -32,6 +32,13 @@ struct Scheduler::DraftPool {
         context{draft, cache, *workspace} {}
 };
 
+Scheduler::AcceptanceKey Scheduler::acceptance_key(const GenerateOptions& o) {
+  const DraftOptions& d = o.draft;
+  const SamplingOptions& s = o.sampling;
+  return {static_cast<int>(d.method), d.model_dir, weights_name(d.weights), d.ngram_min, d.ngram_max,
+          static_cast<int>(s.strategy), s.temperature, s.top_k, s.top_p, s.min_p};
+}
+
 struct Scheduler::Request {
   GenerateOptions options;
   uint64_t key = 0;
@@ -44,14 +51,27 @@ struct Scheduler::Request {
   KvCache::SeqId root_target = -1, root_draft = -1;  // the fed prompt while samples are still to fork
   std::vector<float> root_logits;          // plain: next-token logits after the prompt, [vocab]
   long counted_step = -1;                  // the last step counted in out.target_forwards
-  double chain_accepted = 0, chain_trials = 0;  // per-token acceptance evidence of its chains
+  Acceptance own;                          // per-token acceptance evidence of its chains
+  Acceptance* pool = nullptr;              // every request's of the same drafter and sampling
   RequestOutcome out;
 
   // The chain acceptance rate's estimate: accepted tokens over accepted tokens plus
-  // rejecting steps (the chain MLE), with one pseudo-acceptance and one pseudo-rejection.
-  double alpha() const { return (chain_accepted + 1) / (chain_trials + 2); }
+  // rejecting steps (the chain MLE), its own evidence with the pool's estimate as a prior
+  // worth kPriorTrials trials (the pool's with one pseudo-acceptance and one pseudo-rejection),
+  // so that a new request starts from what the others measured and a few early rejections do
+  // not turn its drafting off for good under the load policy (which measures nothing while
+  // it chooses plain steps).
+  static constexpr double kPriorTrials = 8;
+  double alpha() const {
+    const double prior = (pool->accepted + 1) / (pool->trials + 2);
+    return (own.accepted + kPriorTrials * prior) / (own.trials + kPriorTrials);
+  }
 
   bool speculative() const { return options.draft.method != DraftMethod::kNone; }
+  // A load-policy request's draft model gets the prompt only when the policy first drafts
+  // for it (its drafter catches up then, batched with the others' first rounds), not at
+  // admission: a request the policy never drafts for never runs a draft forward.
+  bool lazy_draft() const { return options.gamma_policy == GammaPolicy::kLoad; }
   int generated(int sample) const { return static_cast<int>(out.samples[static_cast<std::size_t>(sample)].size()); }
 };
 
@@ -135,6 +155,7 @@ int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink si
     r->sampler = make_sampler(options.sampling);
     r->out.samples.resize(static_cast<std::size_t>(options.num_samples));
   }
+  if (!beam && options.draft.method != DraftMethod::kNone) r->pool = &acceptance_[acceptance_key(options)];
   if (!beam && options.draft.method == DraftMethod::kModel) {
     r->draft_distribution = draft_distribution(options.sampling, options.draft);
     r->draft = &draft_pool(options.draft);
@@ -172,8 +193,9 @@ void Scheduler::root_fed(Sequence& root, std::span<const float> logits) {
   if (r.out.prefilled_s == 0) r.out.prefilled_s = now();
   r.root_target = root.seq;
   if (r.speculative()) {
-    // The draft model's copy of the prompt, forked by every sample's drafter.
-    if (r.draft && root.feed_target() > 0) {
+    // The draft model's copy of the prompt, forked by every sample's drafter (a lazy one's
+    // drafters start empty and catch up).
+    if (r.draft && !r.lazy_draft() && root.feed_target() > 0) {
       std::vector<float> unused;
       r.root_draft = prefill(r.draft->context, std::span(root.tokens).first(static_cast<std::size_t>(root.feed_target())), unused);
     }
@@ -440,9 +462,13 @@ void Scheduler::step() {
     specs.push_back(s->spec.get());
     depths.push_back(depth);
   }
-  if (!specs.empty()) run_drafts(specs, depths);
+  std::vector<DraftCall> draft_calls;
+  if (!specs.empty()) run_drafts(specs, depths, &draft_calls);
   const double draft_s = seconds(mark, Clock::now());
-  if (!specs.empty())
+  // The load policy's draft cost: each draft-model call by its rows, or (n-grams, no model)
+  // the mean round over these sequences.
+  for (const DraftCall& c : draft_calls) chooser_.draft_round(c.rows, c.seconds);
+  if (!specs.empty() && draft_calls.empty())
     chooser_.draft_round(static_cast<int>(specs.size()),
                          draft_s / std::max(1, *std::max_element(depths.begin(), depths.end())));
 
@@ -498,8 +524,11 @@ void Scheduler::step() {
       const VerifyResult& result = s.spec->finish(own, r.out.spec);
       const long drafted = r.out.spec.drafted - drafted_before;
       const long accepted = static_cast<long>(result.accepted_nodes.size());
-      r.chain_accepted += double(accepted);
-      r.chain_trials += double(accepted + (accepted < drafted ? 1 : 0));
+      const double trials = double(accepted + (accepted < drafted ? 1 : 0));
+      r.own.accepted += double(accepted);
+      r.own.trials += trials;
+      r.pool->accepted += double(accepted);
+      r.pool->trials += trials;
       bool complete = false;
       emit(s, result.tokens, complete);
       if (complete) done.push_back(&s);
@@ -522,8 +551,11 @@ void Scheduler::step() {
   }
   // The load policy's cost model is of decode steps (prefill chunks cost per row otherwise):
   // the forward and the sampling, verification and commits its rows need.
+  // Steps with a prefill chunk bound a row's cost from below (DraftLengthChooser::row_floor).
   if (std::none_of(plan.begin(), plan.end(), [](const Sequence* s) { return s->feed > 1; }))
     chooser_.target_forward(rows, seconds(mark, Clock::now()));
+  else
+    chooser_.prefill_step(rows, seconds(mark, Clock::now()));
   for (Sequence* s : done) finish(*s);
   for (Sequence* root : fed_roots) {
     const std::size_t i = static_cast<std::size_t>(std::find(plan.begin(), plan.end(), root) - plan.begin());

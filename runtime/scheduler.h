@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -85,6 +86,14 @@ class Scheduler {
   struct Request;
   struct Sequence;
   struct DraftPool;
+  // Chain acceptance evidence: accepted tokens and trials (accepted tokens plus rejecting steps).
+  struct Acceptance {
+    double accepted = 0, trials = 0;
+  };
+  // What a chain's acceptance depends on besides the prompt: the drafter (method, draft model
+  // and weights, n-gram sizes) and the sampling (strategy, temperature, top-k, top-p, min-p).
+  using AcceptanceKey = std::tuple<int, std::string, std::string, int, int, int, float, int, float, float>;
+  static AcceptanceKey acceptance_key(const GenerateOptions& o);
 
   void admit();
   void fork_samples(Request& r);
@@ -115,6 +124,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> live_;      // admission order: the newest is last
   std::vector<std::unique_ptr<Sequence>> preempted_; // oldest first: resumed in that order
   long next_order_ = 0;
+  std::map<AcceptanceKey, Acceptance> acceptance_;  // pooled over the requests of each key
   DraftLengthChooser chooser_;
   SchedulerStats stats_;
   std::chrono::steady_clock::time_point start_;

@@ -5,7 +5,7 @@
 #include "runtime/lap_timer.h"
 
 namespace specula {
-void run_draft_forwards(std::span<Drafter* const> drafters) {
+void run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls) {
   std::vector<float> logits;
   std::vector<SequenceRows> parts;
   for (;;) {
@@ -18,7 +18,13 @@ void run_draft_forwards(std::span<Drafter* const> drafters) {
       for (Drafter* d : group) parts.push_back(*d->pending_forward());
       const std::size_t vocab = static_cast<std::size_t>(context->backend.config().vocab_size);
       logits.resize(static_cast<std::size_t>(logit_rows(parts)) * vocab);
+      auto mark = Clock::now();
       context->run(parts, logits);
+      if (calls) {
+        int rows = 0;
+        for (const SequenceRows& p : parts) rows += static_cast<int>(p.tokens.size());
+        calls->push_back({rows, lap(mark)});
+      }
       std::size_t row = 0;
       for (std::size_t i = 0; i < group.size(); ++i) {
         const std::size_t rows = static_cast<std::size_t>(logit_rows(std::span(&parts[i], 1)));
@@ -29,13 +35,14 @@ void run_draft_forwards(std::span<Drafter* const> drafters) {
   }
 }
 
-void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const int> max_depths) {
+void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const int> max_depths,
+                std::vector<DraftCall>* calls) {
   std::vector<Drafter*> drafters;
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     seqs[i]->start_draft(max_depths[i]);
     drafters.push_back(&seqs[i]->drafter());
   }
-  run_draft_forwards(drafters);
+  run_draft_forwards(drafters, calls);
 }
 
 SpeculativeSequence::SpeculativeSequence(const ForwardContext& target, KvCache::SeqId seq,

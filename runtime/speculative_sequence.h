@@ -37,9 +37,16 @@ struct TreeVerifyRows {
   SequenceRows build(KvCache::SeqId seq, std::span<const int> committed, const TokenTree& tree);
 };
 
+// One batched draft-model call of run_draft_forwards: its rows (over every drafter in it) and
+// its wall time.
+struct DraftCall {
+  int rows = 0;
+  double seconds = 0;
+};
+
 // Runs the pending forwards of every drafter, round by round, those sharing a forward
-// context (one draft cache) as one batched call.
-void run_draft_forwards(std::span<Drafter* const> drafters);
+// context (one draft cache) as one batched call; each call is appended to `calls` when given.
+void run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls = nullptr);
 
 class SpeculativeSequence {
  public:
@@ -94,8 +101,9 @@ class SpeculativeSequence {
 
 // Starts a proposal of at most max_depths[i] levels for every sequence of `seqs` and runs
 // their drafters' forwards round by round, those sharing a forward context (one draft cache)
-// as one batched call; afterwards every verify_rows() is ready.
-void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const int> max_depths);
+// as one batched call (each appended to `calls` when given); afterwards every verify_rows() is ready.
+void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const int> max_depths,
+                std::vector<DraftCall>* calls = nullptr);
 
 // One step of every sequence in `seqs` (their trees at most max_depths[i] deep), batched:
 // draft forwards of drafters sharing a forward context run as one call per round, and all

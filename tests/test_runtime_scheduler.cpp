@@ -407,8 +407,9 @@ TEST_CASE("the load policy picks the chain length of the most tokens per second"
   for (const Costs k : {Costs{6e-3, 1.5e-3, 4e-4, 1e-4}, Costs{6e-3, 1e-5, 4e-4, 1e-5}, Costs{1e-3, 2e-3, 1e-3, 1e-3}}) {
     DraftLengthChooser chooser;
     const std::vector<double> alphas_probe = {0.5};
-    CHECK(chooser.choose(0, 0, alphas_probe, 4) == 4);  // nothing measured: it tries both ends
-    CHECK(chooser.choose(0, 0, alphas_probe, 4) == 0);
+    CHECK(chooser.choose(0, 0, alphas_probe, 4) == 0);  // nothing measured: a plain step first,
+    chooser.target_forward(1, k.a + k.b);
+    CHECK(chooser.choose(0, 0, alphas_probe, 4) == 1);  // then the probe (no prefill seen: no row floor)
     for (int rows : {1, 3, 8, 20, 64, 5, 40}) chooser.target_forward(rows, k.a + k.b * rows);
     for (int n : {1, 4, 16, 2}) chooser.draft_round(n, k.c + k.e * n);
     for (int batch : {1, 4, 16, 32}) {
@@ -505,6 +506,20 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
     busy.target_forward(32, 1e-3 + 1e-3 * 32);
     CHECK(busy.choose(0, 0, batch32, 4) == 0);
   }
+  // Before any probe: a prefill step bounds a row's cost from below, and where even a γ = 1
+  // step at that bound loses to plain (compute-bound rows, batch 32) it never drafts to find
+  // out; where rows are nearly free (batch 1) it probes γ = 1.
+  for (const bool compute_bound : {true, false}) {
+    const double fixed = compute_bound ? 1e-3 : 6e-3, per_row = compute_bound ? 1e-3 : 2e-5;
+    const int batch = compute_bound ? 32 : 1;
+    DraftLengthChooser fresh;
+    fresh.prefill_step(24 * batch, fixed + per_row * 24 * batch);
+    const std::vector<double> alphas(static_cast<std::size_t>(batch), 0.6);
+    CHECK(fresh.choose(0, 0, alphas, 4) == 0);  // the plain step is measured first
+    fresh.target_forward(batch, fixed + per_row * batch);
+    CHECK(fresh.row_floor() == Approx(per_row * (24 * batch - batch) / (24 * batch)));
+    for (int i = 0; i < 3; ++i) CHECK(fresh.choose(0, 0, alphas, 4) == (compute_bound ? 0 : 1));
+  }
   // Other sequences' rows count: 31 plain rows beside one chain at α = 0.6 under the busy costs.
   CHECK(busy.choose(31, 31, one, 4) == 0);
   // CostFit: smoothed per row count, interpolated, extrapolated with a slope >= 0.
@@ -522,6 +537,37 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
   falling.add(1, 2.0);
   falling.add(2, 1.0);
   CHECK(falling.at(10) == Approx(1.0));  // no negative slope beyond the observed range
+}
+
+// A load-policy request's draft model sees nothing until the policy first drafts for it. One
+// new token: a plain step (no room for a draft) after the prefill, so no draft forward runs
+// and no draft block is ever taken (the prompt's draft prefill at admission is gone); the
+// token is plain greedy's.
+TEST_CASE("a load-policy request the policy never drafts for runs no draft forward and decodes as plain",
+          "[runtime][scheduler]") {
+  const auto prompts = reference_prompts();
+  for (const DraftMethod method : {DraftMethod::kModel, DraftMethod::kNgram}) {
+    GenerateOptions o;
+    o.model_dir = test::model_dir("target-16m");
+    o.prompt_ids.assign(prompts[0].begin(), prompts[0].begin() + 12);
+    o.max_new_tokens = 1;
+    o.threads = 1;
+    o.draft.method = method;
+    if (method == DraftMethod::kModel) o.draft.model_dir = test::model_dir("draft-1m");
+    o.gamma_policy = GammaPolicy::kLoad;
+    GenerateOptions plain = o;
+    plain.draft = {};
+    plain.gamma_policy = GammaPolicy::kFixed;
+    Scheduler scheduler(store(), o, single_request_limits(o));
+    const int r = scheduler.submit(o);
+    while (!scheduler.idle()) {
+      scheduler.step();
+      CHECK(scheduler.draft_blocks_in_use() == 0);
+    }
+    CHECK(scheduler.outcome(r).draft_forwards == 0);
+    CHECK(scheduler.stats().steps == 2);  // the prefill and one plain step
+    CHECK(scheduler.outcome(r).samples == alone(plain, 0));
+  }
 }
 
 }  // namespace specula
