@@ -14,6 +14,8 @@ namespace specula {
 
 // Rows of logits a batch of `parts` returns (kAll: every row, kLast: one, kNone: none).
 int logit_rows(std::span<const SequenceRows> parts);
+// Rows (tokens) of a batch of `parts` in all.
+int batch_rows(std::span<const SequenceRows> parts);
 
 struct ForwardContext {
   const Backend& backend;

@@ -491,8 +491,7 @@ void Scheduler::step() {
   mark = Clock::now();
   context_.run(parts, logits);
   const double forward_s = seconds(mark, Clock::now());
-  int rows = 0;
-  for (const SequenceRows& p : parts) rows += static_cast<int>(p.tokens.size());
+  const int rows = batch_rows(parts);
   ++stats_.steps;
   stats_.rows += rows;
   stats_.sequence_steps += static_cast<long>(plan.size());
@@ -525,10 +524,8 @@ void Scheduler::step() {
       const long drafted = r.out.spec.drafted - drafted_before;
       const long accepted = static_cast<long>(result.accepted_nodes.size());
       const double trials = double(accepted + (accepted < drafted ? 1 : 0));
-      r.own.accepted += double(accepted);
-      r.own.trials += trials;
-      r.pool->accepted += double(accepted);
-      r.pool->trials += trials;
+      r.own.add(double(accepted), trials);
+      r.pool->add(double(accepted), trials);
       bool complete = false;
       emit(s, result.tokens, complete);
       if (complete) done.push_back(&s);

@@ -89,6 +89,7 @@ class Scheduler {
   // Chain acceptance evidence: accepted tokens and trials (accepted tokens plus rejecting steps).
   struct Acceptance {
     double accepted = 0, trials = 0;
+    void add(double accepted_tokens, double step_trials) { accepted += accepted_tokens, trials += step_trials; }
   };
   // What a chain's acceptance depends on besides the prompt: the drafter (method, draft model
   // and weights, n-gram sizes) and the sampling (strategy, temperature, top-k, top-p, min-p).

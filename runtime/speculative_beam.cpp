@@ -182,7 +182,7 @@ int speculative_beam_step(SpeculativeBeam& beam, const ForwardContext& target, S
   std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * vocab);
   target.run(parts, logits);
   ++stats.target_forwards;
-  for (const SequenceRows& p : parts) stats.target_rows += static_cast<long>(p.tokens.size());
+  stats.target_rows += batch_rows(parts);
   stats.verify_forward_s += lap(mark);
   return beam.finish(logits, stats);
 }

@@ -20,11 +20,7 @@ void run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCal
       logits.resize(static_cast<std::size_t>(logit_rows(parts)) * vocab);
       auto mark = Clock::now();
       context->run(parts, logits);
-      if (calls) {
-        int rows = 0;
-        for (const SequenceRows& p : parts) rows += static_cast<int>(p.tokens.size());
-        calls->push_back({rows, lap(mark)});
-      }
+      if (calls) calls->push_back({batch_rows(parts), lap(mark)});
       std::size_t row = 0;
       for (std::size_t i = 0; i < group.size(); ++i) {
         const std::size_t rows = static_cast<std::size_t>(logit_rows(std::span(&parts[i], 1)));
@@ -137,7 +133,7 @@ std::vector<const VerifyResult*> speculative_step(std::span<SpeculativeSequence*
   std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * vocab);
   target.run(parts, logits);
   ++stats.target_forwards;
-  for (const SequenceRows& p : parts) stats.target_rows += static_cast<long>(p.tokens.size());
+  stats.target_rows += batch_rows(parts);
   stats.verify_forward_s += lap(mark);
 
   std::vector<const VerifyResult*> results;
