@@ -176,8 +176,11 @@ TEST_CASE("cli: bad input exits non-zero with one clear line on stderr", "[engin
       {"unknown flag", gen + "--prompt hi --frobnicate", "--frobnicate"},
       {"non-integer flag value", gen + "--prompt hi --max-new-tokens many", "--max-new-tokens"},
       {"unknown draft weights dtype", gen + "--prompt hi --draft '" + kModel + "' --draft-weights int4",
-       "--draft-weights must be stored, f32, f16, bf16 or int8, got 'int4'"},
-      {"unknown weights format", gen + "--prompt hi --weights int4", "--weights must be stored, f32, f16, bf16 or int8, got 'int4'"},
+       "--draft-weights must be stored, f32, f16, bf16, int8 or bf16dot, got 'int4'"},
+      {"unknown weights format", gen + "--prompt hi --weights int4",
+       "--weights must be stored, f32, f16, bf16, int8 or bf16dot, got 'int4'"},
+      {"misspelt bf16dot", gen + "--prompt hi --weights bf16-dot",
+       "--weights must be stored, f32, f16, bf16, int8 or bf16dot, got 'bf16-dot'"},
       // The combinations the experiment runner refuses, refused by the same validation.
       {"unknown sampler", gen + "--prompt hi --sampler nucleus", "--sampler must be greedy, sample or beam, got 'nucleus'"},
       {"unknown backend", gen + "--prompt hi --backend tpu", "--backend must be cpu or cuda, got 'tpu'"},

@@ -21,6 +21,7 @@
 
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/matmul_int8.h"
+#include "tests/test_engine_support.h"
 
 #if SPECULA_REGION_CHECKS
 #include <fcntl.h>
@@ -76,23 +77,6 @@ std::vector<float> random_input(int n, int in, std::mt19937& rng) {
   std::vector<float> x(static_cast<std::size_t>(n) * in);
   for (float& v : x) v = normal(rng);
   return x;
-}
-
-// The BF16 value nearest to finite v, ties to the even one: of v truncated and the next
-// BF16 away from zero, whichever is closer.
-uint16_t bf16_nearest_even(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  const auto as_float = [](uint16_t b) {
-    const uint32_t wide = uint32_t(b) << 16;
-    float f;
-    std::memcpy(&f, &wide, 4);
-    return double(f);
-  };
-  const uint16_t toward_zero = static_cast<uint16_t>(bits >> 16), away = static_cast<uint16_t>(toward_zero + 1);
-  const double below = std::abs(double(v) - as_float(toward_zero)), above = std::abs(as_float(away) - double(v));
-  if (below != above) return below < above ? toward_zero : away;
-  return (toward_zero & 1) ? away : toward_zero;
 }
 
 }  // namespace
@@ -224,7 +208,7 @@ TEST_CASE("matmul: weights converted at packing equal weights stored in that dty
       if (to == DType::F16) {
         stored[i] = _cvtss_sh(w.values[i], _MM_FROUND_TO_NEAREST_INT);
       } else {
-        stored[i] = bf16_nearest_even(w.values[i]);
+        stored[i] = test::bf16_nearest_even(w.values[i]);
       }
     }
     const TensorView view{"test.weight", to, {out, in}, stored.data(), "memory"};
