@@ -74,6 +74,16 @@ TEST_CASE("cli: generate --json prints ids, text and stats", "[engine][cli]") {
   CHECK(j.at("stats").at("kv").at("blocks_in_use_at_end") == 0);
 }
 
+TEST_CASE("cli: generate --weights bf16dot --draft-weights bf16dot runs both models in bf16dot", "[engine][cli][bf16dot]") {
+  const Outcome o = run_specula("generate --model '" + kModel + "' --draft '" + kModel +
+                                "' --weights bf16dot --draft-weights bf16dot --prompt-ids 1,265,4027 --max-new-tokens 5 --json");
+  REQUIRE(o.exited);
+  REQUIRE(o.status == 0);
+  const auto j = nlohmann::json::parse(o.out);
+  CHECK(j.at("ids").size() == 5);
+  CHECK(j.at("stats").at("draft").at("model") == kModel);
+}
+
 TEST_CASE("cli: generate in text mode separates samples and ends with a stats line on stderr", "[engine][cli]") {
   const Outcome o = run_specula("generate --model '" + kModel + "' --draft '" + kModel +
                                 "' --gamma 2 --prompt-ids 1,265,4027 --max-new-tokens 6 --num-samples 2 --sampler sample");
