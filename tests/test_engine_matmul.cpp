@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/cpu/matmul.h"
+#include "engine/cpu/matmul_bf16dot.h"
 #include "engine/cpu/matmul_int8.h"
 #include "tests/test_engine_support.h"
 
@@ -297,6 +298,25 @@ TEST_CASE("sanitized builds: the tiles without per-load checks still stop on a b
       return [&, y_drop] {
         auto ys = heap_copy(y, y_drop);
         (vnni ? cpu::matmul_int8_vnni : cpu::matmul_int8_avx2)(q, packed, ys.get(), kRows);
+      };
+    };
+    CHECK(child_exits_cleanly(product(0)));
+    CHECK_FALSE(child_exits_cleanly(product(1)));
+  }
+  std::vector<uint32_t> pairs;
+  cpu::bf16dot_round_rows(x.data(), kRows, kIn, pairs);
+  for (cpu::Bf16DotKernel kernel : cpu::supported_bf16dot_kernels()) {
+    INFO("bf16dot " << cpu::bf16dot_kernel_name(kernel) << ": y one float short");
+    const cpu::PackedWeights bf16(w.view, cpu::bf16dot_kernel_isa(kernel), DType::BF16, true);
+    const auto product = [&](std::size_t y_drop) {
+      return [&, y_drop] {
+        auto ys = heap_copy(y, y_drop);
+        switch (kernel) {
+          case cpu::Bf16DotKernel::avx2: return cpu::matmul_bf16dot_avx2(pairs.data(), bf16, ys.get(), kRows);
+          case cpu::Bf16DotKernel::avx512: return cpu::matmul_bf16dot_avx512(pairs.data(), bf16, ys.get(), kRows);
+          case cpu::Bf16DotKernel::avx512bf16:
+            return cpu::matmul_bf16dot_avx512bf16(pairs.data(), bf16, ys.get(), kRows);
+        }
       };
     };
     CHECK(child_exits_cleanly(product(0)));
