@@ -16,6 +16,7 @@ std::size_t dtype_size(DType t) {
     case DType::F16: return 2;
     case DType::BF16: return 2;
     case DType::I8: return 1;
+    case DType::BF16Dot: return 2;
   }
   return 0;
 }
@@ -26,6 +27,7 @@ const char* dtype_name(DType t) {
     case DType::F16: return "F16";
     case DType::BF16: return "BF16";
     case DType::I8: return "I8";
+    case DType::BF16Dot: return "BF16DOT";
   }
   return "?";
 }

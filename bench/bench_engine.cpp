@@ -5,8 +5,9 @@
 // and 2 threads; each model's decode "floor" (its weight bytes streamed once through the read
 // probe with the decoding threads, between the decode steps), so that decode time per token
 // reads as a share of that floor; the verify-forward cost of n rows against one; one batched
-// forward of B sequences against B single-sequence forwards; decode with int8 weights against
-// the stored dtype, alternated step by step (BM_DecodeInt8); the matrix kernel on each
+// forward of B sequences against B single-sequence forwards; decode with int8 or bf16dot
+// weights against the stored dtype, alternated step by step (BM_DecodeInt8, BM_DecodeBf16Dot);
+// the verify-forward cost with bf16dot weights (BM_VerifyForwardBf16Dot); the matrix kernel on each
 // instruction set with an OpenBLAS sgemm baseline on target-16m's prefill shapes, and on
 // TinyLlama-1.1B's shapes at 1-64 rows against sgemm in the same iterations and against the
 // FMA peak.
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "bench/bench_support.h"
+#include "draft/draft_options.h"
 #include "engine/cpu/matmul.h"
 
 namespace specula {
@@ -199,11 +201,13 @@ std::vector<std::string> bench_models() {
 }
 const int kLastModel = static_cast<int>(bench_models().size()) - 1;
 
-// Model `index` of bench_models(), labelled with its folder's name.
-std::unique_ptr<BenchModel> load_bench_model(benchmark::State& state, int64_t index) {
+// Model `index` of bench_models(), its matrices in `weights` (nullopt: as stored), labelled
+// with its folder's name.
+std::unique_ptr<BenchModel> load_bench_model(benchmark::State& state, int64_t index,
+                                             std::optional<DType> weights = std::nullopt) {
   const std::string dir = bench_models().at(static_cast<std::size_t>(index));
   state.SetLabel(std::filesystem::path(dir).filename().string());
-  return std::make_unique<BenchModel>(dir);
+  return std::make_unique<BenchModel>(dir, weights);
 }
 
 // The streaming-read rate with 1 and 2 threads (the decode floor: stream_read).
@@ -271,19 +275,20 @@ void BM_Decode(benchmark::State& state) {
 }
 BENCHMARK(BM_Decode)->DenseRange(0, kLastModel)->Unit(benchmark::kMicrosecond)->UseManualTime();
 
-// INT8 weights against the stored dtype: each iteration runs one step of `rows` tokens (1: a
+// A weight format against the stored dtype: each iteration runs one step of `rows` tokens (1: a
 // decode step; more: a verify-sized causal chunk, every row's logits) with the model as
-// stored, then the same step with its matrices quantised to int8 (engine/cpu/packed_int8.h),
-// after the same 128-token prompt, so both are measured alternately in the same minutes. The
-// reported time is both steps'; stored_us and int8_us are each one's mean, x_stored =
-// stored_us / int8_us (the int8 speedup); int8_pct_floor = 100 x the int8 weight bytes' time
+// stored, then the same step with its matrices in `format` (BM_DecodeInt8: quantised to int8,
+// engine/cpu/packed_int8.h; BM_DecodeBf16Dot: bf16dot, engine/cpu/matmul_bf16dot.h), after the
+// same 128-token prompt, so both are measured alternately in the same minutes. The reported
+// time is both steps'; stored_us and F_us (F: int8, bf16dot) are each one's mean, x_stored =
+// stored_us / F_us (the format's speedup); F_pct_floor = 100 x the format's weight bytes' time
 // through the read probe (streamed after each iteration, outside the timing, as BM_Decode does)
-// / int8_us.
-void BM_DecodeInt8(benchmark::State& state) {
+// / F_us.
+void decode_against_stored(benchmark::State& state, DType format) {
   const std::string dir = bench_models().at(static_cast<std::size_t>(state.range(0)));
   const int rows = static_cast<int>(state.range(1));
   state.SetLabel(std::filesystem::path(dir).filename().string());
-  BenchModel stored(dir), int8(dir, DType::I8);
+  BenchModel stored(dir), formatted(dir, format);
   struct Stream {
     BenchModel& m;
     KvCache cache;
@@ -292,7 +297,7 @@ void BM_DecodeInt8(benchmark::State& state) {
     double seconds = 0;
   };
   Stream streams[2] = {{stored, KvCache(stored.kv_layout(16), 32), 0, std::vector<int>(rows, 13)},
-                       {int8, KvCache(int8.kv_layout(16), 32), 0, std::vector<int>(rows, 13)}};
+                       {formatted, KvCache(formatted.kv_layout(16), 32), 0, std::vector<int>(rows, 13)}};
   const std::vector<int> prompt = real_prompt(128);
   std::vector<int> positions(prompt.size());
   std::iota(positions.begin(), positions.end(), 0);
@@ -303,7 +308,7 @@ void BM_DecodeInt8(benchmark::State& state) {
     s.m.forward(s.cache, s.seq, prompt, positions, RowLogits::kLast, std::span(logits).first(vocab));
   }
   std::vector<int> step_positions(static_cast<std::size_t>(rows));
-  const std::size_t int8_bytes = int8.backend->weight_bytes();
+  const std::size_t format_bytes = formatted.backend->weight_bytes();
   const int threads = omp_get_max_threads();
   double floor_s = 0;
   for (auto _ : state) {
@@ -322,19 +327,27 @@ void BM_DecodeInt8(benchmark::State& state) {
     }
     state.SetIterationTime(both);
     const auto t0 = std::chrono::steady_clock::now();
-    for (std::size_t done = 0; done < int8_bytes; done += kProbeBytes)
-      benchmark::DoNotOptimize(stream_read(probe_buffer(), std::min(kProbeBytes, int8_bytes - done), threads));
+    for (std::size_t done = 0; done < format_bytes; done += kProbeBytes)
+      benchmark::DoNotOptimize(stream_read(probe_buffer(), std::min(kProbeBytes, format_bytes - done), threads));
     floor_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const double n = static_cast<double>(state.iterations());
-  const double stored_s = streams[0].seconds / n, int8_s = streams[1].seconds / n;
+  const double stored_s = streams[0].seconds / n, format_s = streams[1].seconds / n;
+  const std::string name = weights_name(format);
   state.counters["stored_us"] = stored_s * 1e6;
-  state.counters["int8_us"] = int8_s * 1e6;
-  state.counters["x_stored"] = stored_s / int8_s;
-  state.counters["int8_weight_MB"] = static_cast<double>(int8_bytes) / 1e6;
-  state.counters["int8_pct_floor"] = 100 * floor_s / streams[1].seconds;
+  state.counters[name + "_us"] = format_s * 1e6;
+  state.counters["x_stored"] = stored_s / format_s;
+  state.counters[name + "_weight_MB"] = static_cast<double>(format_bytes) / 1e6;
+  state.counters[name + "_pct_floor"] = 100 * floor_s / streams[1].seconds;
 }
+void BM_DecodeInt8(benchmark::State& state) { decode_against_stored(state, DType::I8); }
+void BM_DecodeBf16Dot(benchmark::State& state) { decode_against_stored(state, DType::BF16Dot); }
 BENCHMARK(BM_DecodeInt8)
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kLastModel, 1), {1, 8}})
+    ->ArgNames({"model", "rows"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+BENCHMARK(BM_DecodeBf16Dot)
     ->ArgsProduct({benchmark::CreateDenseRange(0, kLastModel, 1), {1, 8}})
     ->ArgNames({"model", "rows"})
     ->Unit(benchmark::kMicrosecond)
@@ -345,8 +358,9 @@ BENCHMARK(BM_DecodeInt8)
 // of $SPECULA_BENCH_MODEL's model),
 // interleaved in every iteration so that both see the same machine. Reported time is the
 // verify forward; x_one_row = verify time / one-row time (the r(n) of the speedup model).
-void BM_VerifyForward(benchmark::State& state) {
-  const auto model = load_bench_model(state, state.range(0));
+// BM_VerifyForward: the matrices as stored; BM_VerifyForwardBf16Dot: in bf16dot (both steps).
+void verify_forward(benchmark::State& state, std::optional<DType> weights) {
+  const auto model = load_bench_model(state, state.range(0), weights);
   BenchModel& m = *model;
   const int context = static_cast<int>(state.range(1)), rows = static_cast<int>(state.range(2));
   const std::vector<int> prompt = real_prompt(static_cast<std::size_t>(context + rows));
@@ -373,13 +387,21 @@ void BM_VerifyForward(benchmark::State& state) {
     verify_s += verify;
     state.SetIterationTime(verify);
   }
-  state.SetLabel(std::filesystem::path(m.model->dir()).filename().string() + ", context " + std::to_string(context) + ", " +
-                 std::to_string(rows) + " rows");
+  state.SetLabel(std::filesystem::path(m.model->dir()).filename().string() + " (" + weights_name(weights) +
+                 "), context " + std::to_string(context) + ", " + std::to_string(rows) + " rows");
   state.counters["x_one_row"] = verify_s / one_row_s;
 }
+void BM_VerifyForward(benchmark::State& state) { verify_forward(state, std::nullopt); }
+void BM_VerifyForwardBf16Dot(benchmark::State& state) { verify_forward(state, DType::BF16Dot); }
+const std::vector<std::vector<int64_t>> kVerifyArgs = {
+    kLastModel > 2 ? std::vector<int64_t>{0, kLastModel} : std::vector<int64_t>{0}, {128, 512}, {1, 2, 4, 8}};
 BENCHMARK(BM_VerifyForward)
-    ->ArgsProduct({kLastModel > 2 ? std::vector<int64_t>{0, kLastModel} : std::vector<int64_t>{0}, {128, 512},
-                   {1, 2, 4, 8}})
+    ->ArgsProduct(kVerifyArgs)
+    ->ArgNames({"model", "context", "rows"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+BENCHMARK(BM_VerifyForwardBf16Dot)
+    ->ArgsProduct(kVerifyArgs)
     ->ArgNames({"model", "context", "rows"})
     ->Unit(benchmark::kMicrosecond)
     ->UseManualTime();

@@ -7,6 +7,7 @@ namespace specula {
 std::string weights_name(std::optional<DType> weights) {
   if (!weights) return "stored";
   if (*weights == DType::I8) return "int8";
+  if (*weights == DType::BF16Dot) return "bf16dot";
   std::string name = dtype_name(*weights);
   for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return name;
@@ -17,10 +18,11 @@ bool parse_weights(std::string_view text, std::optional<DType>& weights) {
     weights.reset();
     return true;
   }
-  if (text == "int8") {
-    weights = DType::I8;
-    return true;
-  }
+  for (DType format : {DType::I8, DType::BF16Dot})
+    if (text == weights_name(format)) {
+      weights = format;
+      return true;
+    }
   const std::optional<DType> dtype = parse_dtype(text);
   if (dtype) weights = dtype;
   return dtype.has_value();

@@ -1,6 +1,6 @@
 // defines: DraftMethod (none, model, ngram) and DraftOptions, the settings of a drafter (draft
 // model chain / static tree / dynamic tree, n-gram lookup), as the CLI and experiment configs
-// give them; the spelling of a model's weight format ("stored", a dtype name or "int8").
+// give them; the spelling of a model's weight format ("stored", a dtype name, "int8" or "bf16dot").
 #pragma once
 
 #include <optional>
@@ -25,7 +25,7 @@ inline std::span<const EnumName<DraftMethod>> enum_names(DraftMethod) {
 struct DraftOptions {
   DraftMethod method = DraftMethod::kNone;
   std::string model_dir;              // for method = model
-  std::optional<DType> weights;       // the dtype the draft's matrices are read in (I8: int8); nullopt = as stored
+  std::optional<DType> weights;       // the dtype the draft's matrices are read in (I8: int8, BF16Dot: bf16dot); nullopt = as stored
   int gamma = 4;                      // chain length (and n-gram proposal length)
   std::vector<int> tree;              // static tree branching, e.g. {3,2,1,1}; empty = chain
   int tree_budget = 0;                // > 0: dynamic tree with this many nodes
@@ -34,10 +34,11 @@ struct DraftOptions {
   bool adaptive = false;              // adaptive chain length
 };
 
-// "stored", "f32", "f16", "bf16" or "int8" (I8: quantised at load, engine/cpu/packed_int8.h).
+// "stored", "f32", "f16", "bf16", "int8" (I8: quantised at load, engine/cpu/packed_int8.h) or
+// "bf16dot" (BF16Dot: BF16 weights times activations rounded to BF16, engine/cpu/matmul_bf16dot.h).
 std::string weights_name(std::optional<DType> weights);
 // The inverse of weights_name (dtype names in any case); false for anything else.
-inline constexpr const char* kWeightsSpellings = "stored, f32, f16, bf16 or int8";
+inline constexpr const char* kWeightsSpellings = "stored, f32, f16, bf16, int8 or bf16dot";
 bool parse_weights(std::string_view text, std::optional<DType>& weights);
 
 }  // namespace specula

@@ -74,6 +74,16 @@ TEST_CASE("cli: generate --json prints ids, text and stats", "[engine][cli]") {
   CHECK(j.at("stats").at("kv").at("blocks_in_use_at_end") == 0);
 }
 
+TEST_CASE("cli: generate --weights bf16dot --draft-weights bf16dot runs both models in bf16dot", "[engine][cli][bf16dot]") {
+  const Outcome o = run_specula("generate --model '" + kModel + "' --draft '" + kModel +
+                                "' --weights bf16dot --draft-weights bf16dot --prompt-ids 1,265,4027 --max-new-tokens 5 --json");
+  REQUIRE(o.exited);
+  REQUIRE(o.status == 0);
+  const auto j = nlohmann::json::parse(o.out);
+  CHECK(j.at("ids").size() == 5);
+  CHECK(j.at("stats").at("draft").at("model") == kModel);
+}
+
 TEST_CASE("cli: generate in text mode separates samples and ends with a stats line on stderr", "[engine][cli]") {
   const Outcome o = run_specula("generate --model '" + kModel + "' --draft '" + kModel +
                                 "' --gamma 2 --prompt-ids 1,265,4027 --max-new-tokens 6 --num-samples 2 --sampler sample");
@@ -176,8 +186,11 @@ TEST_CASE("cli: bad input exits non-zero with one clear line on stderr", "[engin
       {"unknown flag", gen + "--prompt hi --frobnicate", "--frobnicate"},
       {"non-integer flag value", gen + "--prompt hi --max-new-tokens many", "--max-new-tokens"},
       {"unknown draft weights dtype", gen + "--prompt hi --draft '" + kModel + "' --draft-weights int4",
-       "--draft-weights must be stored, f32, f16, bf16 or int8, got 'int4'"},
-      {"unknown weights format", gen + "--prompt hi --weights int4", "--weights must be stored, f32, f16, bf16 or int8, got 'int4'"},
+       "--draft-weights must be stored, f32, f16, bf16, int8 or bf16dot, got 'int4'"},
+      {"unknown weights format", gen + "--prompt hi --weights int4",
+       "--weights must be stored, f32, f16, bf16, int8 or bf16dot, got 'int4'"},
+      {"misspelt bf16dot", gen + "--prompt hi --weights bf16-dot",
+       "--weights must be stored, f32, f16, bf16, int8 or bf16dot, got 'bf16-dot'"},
       // The combinations the experiment runner refuses, refused by the same validation.
       {"unknown sampler", gen + "--prompt hi --sampler nucleus", "--sampler must be greedy, sample or beam, got 'nucleus'"},
       {"unknown backend", gen + "--prompt hi --backend tpu", "--backend must be cpu or cuda, got 'tpu'"},

@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "engine/cpu/matmul.h"
+#include "engine/cpu/matmul_bf16dot.h"
 #include "engine/cpu/matmul_int8.h"
+#include "tests/test_engine_support.h"
 
 #if SPECULA_REGION_CHECKS
 #include <fcntl.h>
@@ -76,23 +78,6 @@ std::vector<float> random_input(int n, int in, std::mt19937& rng) {
   std::vector<float> x(static_cast<std::size_t>(n) * in);
   for (float& v : x) v = normal(rng);
   return x;
-}
-
-// The BF16 value nearest to finite v, ties to the even one: of v truncated and the next
-// BF16 away from zero, whichever is closer.
-uint16_t bf16_nearest_even(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  const auto as_float = [](uint16_t b) {
-    const uint32_t wide = uint32_t(b) << 16;
-    float f;
-    std::memcpy(&f, &wide, 4);
-    return double(f);
-  };
-  const uint16_t toward_zero = static_cast<uint16_t>(bits >> 16), away = static_cast<uint16_t>(toward_zero + 1);
-  const double below = std::abs(double(v) - as_float(toward_zero)), above = std::abs(as_float(away) - double(v));
-  if (below != above) return below < above ? toward_zero : away;
-  return (toward_zero & 1) ? away : toward_zero;
 }
 
 }  // namespace
@@ -224,7 +209,7 @@ TEST_CASE("matmul: weights converted at packing equal weights stored in that dty
       if (to == DType::F16) {
         stored[i] = _cvtss_sh(w.values[i], _MM_FROUND_TO_NEAREST_INT);
       } else {
-        stored[i] = bf16_nearest_even(w.values[i]);
+        stored[i] = test::bf16_nearest_even(w.values[i]);
       }
     }
     const TensorView view{"test.weight", to, {out, in}, stored.data(), "memory"};
@@ -313,6 +298,25 @@ TEST_CASE("sanitized builds: the tiles without per-load checks still stop on a b
       return [&, y_drop] {
         auto ys = heap_copy(y, y_drop);
         (vnni ? cpu::matmul_int8_vnni : cpu::matmul_int8_avx2)(q, packed, ys.get(), kRows);
+      };
+    };
+    CHECK(child_exits_cleanly(product(0)));
+    CHECK_FALSE(child_exits_cleanly(product(1)));
+  }
+  std::vector<uint32_t> pairs;
+  cpu::bf16dot_round_rows(x.data(), kRows, kIn, pairs);
+  for (cpu::Bf16DotKernel kernel : cpu::supported_bf16dot_kernels()) {
+    INFO("bf16dot " << cpu::bf16dot_kernel_name(kernel) << ": y one float short");
+    const cpu::PackedWeights bf16(w.view, cpu::bf16dot_kernel_isa(kernel), DType::BF16, true);
+    const auto product = [&](std::size_t y_drop) {
+      return [&, y_drop] {
+        auto ys = heap_copy(y, y_drop);
+        switch (kernel) {
+          case cpu::Bf16DotKernel::avx2: return cpu::matmul_bf16dot_avx2(pairs.data(), bf16, ys.get(), kRows);
+          case cpu::Bf16DotKernel::avx512: return cpu::matmul_bf16dot_avx512(pairs.data(), bf16, ys.get(), kRows);
+          case cpu::Bf16DotKernel::avx512bf16:
+            return cpu::matmul_bf16dot_avx512bf16(pairs.data(), bf16, ys.get(), kRows);
+        }
       };
     };
     CHECK(child_exits_cleanly(product(0)));

@@ -1,9 +1,12 @@
 // defines: helpers of the engine tests: Rows (one sequence's forward rows, as single-sequence
 // tests write them), Engine (a backend with a KV cache and a workspace of its own: the
-// one-sequence driver over ForwardContext) and shared_backend (a model folder on the CPU
-// backend, loaded once per process).
+// one-sequence driver over ForwardContext), shared_backend (a model folder on the CPU backend,
+// loaded once per process) and bf16_nearest_even (a plain BF16 rounding reference).
 #pragma once
 
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -47,5 +50,22 @@ class Engine {
 
 // The model in `dir` on the CPU backend (matrices as stored), loaded once per process.
 const Backend& shared_backend(const std::string& dir);
+
+// The BF16 value nearest to finite v, ties to the even one: of v truncated and the next
+// BF16 away from zero, whichever is closer.
+inline uint16_t bf16_nearest_even(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  const auto as_float = [](uint16_t b) {
+    const uint32_t wide = uint32_t(b) << 16;
+    float f;
+    std::memcpy(&f, &wide, 4);
+    return double(f);
+  };
+  const uint16_t toward_zero = static_cast<uint16_t>(bits >> 16), away = static_cast<uint16_t>(toward_zero + 1);
+  const double below = std::abs(double(v) - as_float(toward_zero)), above = std::abs(as_float(away) - double(v));
+  if (below != above) return below < above ? toward_zero : away;
+  return (toward_zero & 1) ? away : toward_zero;
+}
 
 }  // namespace specula::test

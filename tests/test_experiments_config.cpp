@@ -100,6 +100,8 @@ TEST_CASE("unknown keys are errors naming file:line and the closest valid key", 
                 {"@:6:", "sampling.strategy: unknown value 'sampel'; did you mean 'sample'?"});
   require_error("[target]\npath = \"" + model_dir("target-16m") + "\"\nweights = \"int4\"\n[run]\nprompts = [\"hi\"]\n",
                 {"@:3:11: target.weights: unknown value 'int4'; did you mean 'int8'?"});
+  require_error(minimal("[draft]\nmethod = \"model\"\npath = \"" + model_dir("draft-1m") + "\"\nweights = \"bf16dots\"\n"),
+                {"@:8:11: draft.weights: unknown value 'bf16dots'; did you mean 'bf16dot'?"});
   require_error(minimal("[run.x]\n"), {"@:5:6: unknown key 'run.x'; valid: run.prompts_file, run.prompts, "});
 }
 
@@ -118,7 +120,7 @@ TEST_CASE("wrong types are errors naming key, file:line and the type given", "[e
 }
 
 TEST_CASE("target.weights and draft.weights reach the request; the run id changes only when the target's is set",
-          "[experiments][int8]") {
+          "[experiments][int8][bf16dot]") {
   ScratchDir dir;
   const std::string head = "[target]\npath = \"" + model_dir("target-16m") + "\"\n";
   const std::string tail = "[draft]\nmethod = \"model\"\npath = \"" + model_dir("draft-1m") +
@@ -132,6 +134,13 @@ TEST_CASE("target.weights and draft.weights reach the request; the run id change
   CHECK_FALSE(a.contains("target_weights"));  // runs on stored weights keep their ids
   CHECK(b.at("target_weights") == "int8");
   CHECK(a.at("draft").at("weights") == "int8");
+  const ExperimentConfig bf16dot = load_config(dir.write(
+      "bf16dot.toml", head + "weights = \"bf16dot\"\n" + std::string(tail).replace(tail.find("int8"), 4, "bf16dot")));
+  CHECK(request_options(bf16dot.base.point).weights == DType::BF16Dot);
+  CHECK(request_options(bf16dot.base.point).draft.weights == DType::BF16Dot);
+  const nlohmann::json c = canonical_settings(bf16dot.base.point);
+  CHECK(c.at("target_weights") == "bf16dot");
+  CHECK(c.at("draft").at("weights") == "bf16dot");
 }
 
 TEST_CASE("out-of-range values are errors naming key, file:line and the range", "[experiments]") {

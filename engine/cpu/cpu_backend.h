@@ -1,6 +1,7 @@
 // defines: CpuBackend, the engine seam (engine/backend.h) on the CPU: the matrices packed at
-// load for the process's instruction set or quantised to int8 (weight_matrix.h), the forward pass over a ragged
-// batch with the kernels of this folder, and CpuWorkspace, its per-stream scratch.
+// load for the process's instruction set, quantised to int8 or in bf16dot's BF16
+// (weight_matrix.h), the forward pass over a ragged batch with the kernels of this folder, and
+// CpuWorkspace, its per-stream scratch.
 #pragma once
 
 #include <optional>
@@ -23,9 +24,10 @@ struct CpuWorkspace : Workspace {
 
 class CpuBackend : public Backend {
  public:
-  // Packs every matrix of `model` once (in its dtype, converted to `matrices_as`, or
-  // quantised for matrices_as = I8: the embedding lookup still reads the stored table) for
-  // `isa` (the process's choice, matmul_isa(), unless a test compares instruction sets).
+  // Packs every matrix of `model` once (in its dtype, converted to `matrices_as`, quantised for
+  // matrices_as = I8, or in BF16 for the bf16dot product for BF16Dot: the embedding lookup
+  // still reads the stored table) for `isa` (the process's choice, matmul_isa(), unless a test
+  // compares instruction sets).
   CpuBackend(const Model& model, std::optional<DType> matrices_as, MatmulIsa isa = matmul_isa());
 
   BackendKind kind() const override { return BackendKind::kCpu; }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/cpu/matmul.h"
+#include "engine/cpu/matmul_bf16dot.h"
 #include "base/error.h"
 
 namespace specula::cpu {
@@ -15,10 +16,13 @@ int64_t block_outputs(MatmulIsa isa) { return 4 * (isa == MatmulIsa::avx512 ? 16
 
 void PackedWeights::FreeAligned::operator()(unsigned char* p) const { std::free(p); }
 
-PackedWeights::PackedWeights(const TensorView& w, MatmulIsa isa, std::optional<DType> as)
+PackedWeights::PackedWeights(const TensorView& w, MatmulIsa isa, std::optional<DType> as, bool flush_subnormals)
     : isa_(isa), dtype_(as.value_or(w.dtype)) {
   SPECULA_CHECK(w.shape.size() == 2, w.origin, ": tensor '", w.name, "' must be 2-D for a matrix product");
-  SPECULA_CHECK(dtype_ != DType::I8, "PackedWeights holds float dtypes; int8 is PackedInt8 (packed_int8.h)");
+  SPECULA_CHECK(dtype_ == DType::F32 || dtype_ == DType::F16 || dtype_ == DType::BF16,
+                "PackedWeights holds F32, F16 or BF16, not ", dtype_name(dtype_),
+                " (int8: PackedInt8, packed_int8.h; bf16dot: BF16, matmul_bf16dot.h)");
+  SPECULA_CHECK(!flush_subnormals || dtype_ == DType::BF16, "PackedWeights: only BF16 subnormals are flushed");
   out_ = w.shape[0];
   in_ = w.shape[1];
   const int64_t es = static_cast<int64_t>(dtype_size(dtype_));
@@ -54,6 +58,13 @@ PackedWeights::PackedWeights(const TensorView& w, MatmulIsa isa, std::optional<D
     else copy_steps.template operator()<2>();
     if (full < steps) std::memcpy(dst + full * step_bytes_, row + full * pair_ * es, static_cast<std::size_t>(es));
   }
+  if (flush_subnormals)
+    for (std::size_t i = 0; i < bytes(); i += 2) {
+      uint16_t b;
+      std::memcpy(&b, raw + i, 2);
+      b = bf16_flush_subnormal(b);
+      std::memcpy(raw + i, &b, 2);
+    }
 }
 
 }  // namespace specula::cpu

@@ -10,8 +10,8 @@
 // one register load upcasts into the step's two vectors; F32, F16: 1):
 //   bytes[b][s][o % block()][k % pair()]   b = o / block(), s = k / pair()
 // values in stored order and dtype (unless converted on request, so the product's arithmetic
-// is exactly the row-major one's). Outputs past out() and the k past in() of the last step are
-// zero; the tiles never use them.
+// is exactly the row-major one's; BF16 subnormals flushed to zero on request, for bf16dot).
+// Outputs past out() and the k past in() of the last step are zero; the tiles never use them.
 #pragma once
 
 #include <cstdint>
@@ -26,9 +26,12 @@ namespace specula::cpu {
 class PackedWeights {
  public:
   // Packs w ([out, in], 2-D, any supported dtype, possibly unaligned) for `isa`, in its own
-  // dtype or converted to `as` (each value rounded to nearest, ties to even; a research knob:
-  // e.g. an F32 draft model read at half the bytes).
-  PackedWeights(const TensorView& w, MatmulIsa isa, std::optional<DType> as = std::nullopt);
+  // dtype or converted to `as` (F32, F16 or BF16; each value rounded to nearest, ties to even;
+  // a research knob: e.g. an F32 draft model read at half the bytes). `flush_subnormals`
+  // (BF16 only): each subnormal made zero of its sign (what vdpbf16ps reads them as;
+  // matmul_bf16dot.h).
+  PackedWeights(const TensorView& w, MatmulIsa isa, std::optional<DType> as = std::nullopt,
+                bool flush_subnormals = false);
 
   MatmulIsa isa() const { return isa_; }
   DType dtype() const { return dtype_; }

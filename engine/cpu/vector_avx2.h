@@ -30,11 +30,20 @@ struct Avx2 {
       return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
     } else if constexpr (T == DType::F16) {
       return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    } else {  // BF16 pairs (k, k + 1): k is the low half shifted up, k + 1 the high half
-      const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-      return _mm256_castsi256_ps(v == 0 ? _mm256_slli_epi32(pairs, 16)
-                                        : _mm256_and_si256(pairs, _mm256_set1_epi32(int(0xFFFF0000u))));
+    } else {
+      return bf16_half(load_pairs(p), v);
     }
+  }
+
+  // BF16 pairs (k, k + 1) in 32-bit lanes, k the low half: the packed BF16 weights' steps
+  // (matmul_tiles.h) and bf16dot's rounded activations (matmul_bf16dot.h).
+  using Pairs = __m256i;
+  static Pairs load_pairs(const unsigned char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static Pairs broadcast_pair(uint32_t pair) { return _mm256_set1_epi32(static_cast<int>(pair)); }
+  // The pairs' values k + v as f32: the low halves shifted up (v = 0), the high halves masked (v = 1).
+  static Reg bf16_half(Pairs pairs, int v) {
+    return _mm256_castsi256_ps(v == 0 ? _mm256_slli_epi32(pairs, 16)
+                                      : _mm256_and_si256(pairs, _mm256_set1_epi32(int(0xFFFF0000u))));
   }
 
   // ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7))

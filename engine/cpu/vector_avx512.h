@@ -30,11 +30,20 @@ struct Avx512 {
       return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
     } else if constexpr (T == DType::F16) {
       return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    } else {  // BF16 pairs (k, k + 1): k is the low half shifted up, k + 1 the high half
-      const __m512i pairs = _mm512_loadu_si512(p);
-      return _mm512_castsi512_ps(v == 0 ? _mm512_slli_epi32(pairs, 16)
-                                        : _mm512_and_si512(pairs, _mm512_set1_epi32(int(0xFFFF0000u))));
+    } else {
+      return bf16_half(load_pairs(p), v);
     }
+  }
+
+  // BF16 pairs (k, k + 1) in 32-bit lanes, k the low half: the packed BF16 weights' steps
+  // (matmul_tiles.h) and bf16dot's rounded activations (matmul_bf16dot.h).
+  using Pairs = __m512i;
+  static Pairs load_pairs(const unsigned char* p) { return _mm512_loadu_si512(p); }
+  static Pairs broadcast_pair(uint32_t pair) { return _mm512_set1_epi32(static_cast<int>(pair)); }
+  // The pairs' values k + v as f32: the low halves shifted up (v = 0), the high halves masked (v = 1).
+  static Reg bf16_half(Pairs pairs, int v) {
+    return _mm512_castsi512_ps(v == 0 ? _mm512_slli_epi32(pairs, 16)
+                                      : _mm512_and_si512(pairs, _mm512_set1_epi32(int(0xFFFF0000u))));
   }
 
   // (lanes 0-7 + lanes 8-15), then the AVX2 unit's 8-lane order.

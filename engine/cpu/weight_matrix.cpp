@@ -5,18 +5,18 @@ namespace {
 
 std::variant<PackedWeights, PackedInt8> pack(const TensorView& w, MatmulIsa isa, std::optional<DType> as) {
   if (as == DType::I8) return std::variant<PackedWeights, PackedInt8>(std::in_place_type<PackedInt8>, w);
+  if (as == DType::BF16Dot)
+    return std::variant<PackedWeights, PackedInt8>(std::in_place_type<PackedWeights>, w, isa, DType::BF16, true);
   return std::variant<PackedWeights, PackedInt8>(std::in_place_type<PackedWeights>, w, isa, as);
 }
 
 }  // namespace
 
 WeightMatrix::WeightMatrix(const TensorView& w, MatmulIsa isa, std::optional<DType> as)
-    : packed_(pack(w, isa, as)), kernel_(int8_kernel(isa)) {}
-
-DType WeightMatrix::dtype() const {
-  if (const auto* f = std::get_if<PackedWeights>(&packed_)) return f->dtype();
-  return DType::I8;
-}
+    : format_(as.value_or(w.dtype)),
+      packed_(pack(w, isa, as)),
+      int8_kernel_(int8_kernel(isa)),
+      bf16dot_kernel_(bf16dot_kernel(isa)) {}
 
 std::size_t WeightMatrix::bytes() const {
   if (const auto* f = std::get_if<PackedWeights>(&packed_))
@@ -25,8 +25,9 @@ std::size_t WeightMatrix::bytes() const {
 }
 
 void WeightMatrix::product(const float* x, float* y, int n) const {
-  if (const auto* f = std::get_if<PackedWeights>(&packed_)) return matmul(x, *f, y, n);
-  matmul_int8(x, std::get<PackedInt8>(packed_), y, n, kernel_);
+  if (format_ == DType::I8) return matmul_int8(x, std::get<PackedInt8>(packed_), y, n, int8_kernel_);
+  if (format_ == DType::BF16Dot) return matmul_bf16dot(x, std::get<PackedWeights>(packed_), y, n, bf16dot_kernel_);
+  matmul(x, std::get<PackedWeights>(packed_), y, n);
 }
 
 }  // namespace specula::cpu

@@ -1,6 +1,7 @@
 // defines: WeightMatrix, one checkpoint matrix as the CPU backend holds it: packed in a float
-// dtype for the process's instruction set (packed_weights.h, matmul.h) or quantised to int8
-// with per-block scales (packed_int8.h, matmul_int8.h), and its product.
+// dtype for the process's instruction set (packed_weights.h, matmul.h), quantised to int8
+// with per-block scales (packed_int8.h, matmul_int8.h) or packed in BF16 for the bf16dot
+// product (matmul_bf16dot.h), and its product.
 #pragma once
 
 #include <cstddef>
@@ -8,17 +9,20 @@
 #include <variant>
 
 #include "engine/cpu/matmul.h"
+#include "engine/cpu/matmul_bf16dot.h"
 #include "engine/cpu/matmul_int8.h"
 
 namespace specula::cpu {
 
 class WeightMatrix {
  public:
-  // w ([out, in]) as stored, converted to `as` (F32, F16, BF16), or quantised (as = I8, on the
-  // int8 kernel `isa` allows: int8_kernel).
+  // w ([out, in]) as stored, converted to `as` (F32, F16, BF16), quantised (as = I8, on the
+  // int8 kernel `isa` allows: int8_kernel), or in BF16 with subnormals flushed (as = BF16Dot,
+  // on the bf16dot kernel `isa` allows: bf16dot_kernel).
   WeightMatrix(const TensorView& w, MatmulIsa isa, std::optional<DType> as);
 
-  DType dtype() const;
+  // The format: the packed dtype, I8 or BF16Dot.
+  DType dtype() const { return format_; }
   // The bytes one product reads (int8: the values and their scales).
   std::size_t bytes() const;
 
@@ -26,8 +30,10 @@ class WeightMatrix {
   void product(const float* x, float* y, int n) const;
 
  private:
+  DType format_;
   std::variant<PackedWeights, PackedInt8> packed_;
-  Int8Kernel kernel_;
+  Int8Kernel int8_kernel_;
+  Bf16DotKernel bf16dot_kernel_;
 };
 
 }  // namespace specula::cpu
