@@ -123,7 +123,7 @@ TEST_CASE("random checkpoint: loads as a model of its shape and runs, for every 
   }
 }
 
-TEST_CASE("random checkpoint: the bytes depend on the seed alone; weights have std 0.02, norms 1",
+TEST_CASE("random checkpoint: the bytes depend on the seed alone — weights have std 0.02, norms 1",
           "[engine][writer]") {
   TempDir a, b, c;
   write_random_checkpoint(a.path.string(), small_checkpoint(DType::F32, 7));

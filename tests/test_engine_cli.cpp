@@ -306,7 +306,7 @@ struct ChatModel {
 
 }  // namespace
 
-TEST_CASE("cli: generate --chat renders the model's chat_template; generation_config's sampling is reported, not applied",
+TEST_CASE("cli: generate --chat renders the model's chat_template — generation_config's sampling is reported, not applied",
           "[engine][cli][chat]") {
   ChatModel model;
   const std::string m = "--model '" + model.dir.path.string() + "'";
@@ -360,7 +360,7 @@ TEST_CASE("cli: generate --chat renders the model's chat_template; generation_co
       {"chat and prompt ids", "generate " + m + " --chat a --prompt-ids 1,2", "excludes"},
       {"system without chat", "generate " + m + " --prompt a --system s", "requires"},
       {"chat without a template", "generate --model '" + kModel + "' --chat hi", "tokenizer_config.json"},
-      {"no prompt", "generate " + m, "one of --prompt, --prompt-ids or --chat is required"},
+      {"no prompt", "generate " + m, "one of --prompt, --prompt-ids, --chat or --prompts-file is required"},
   };
   for (const ErrorCase& c : cases) check_error(c);
   // A conversation the template refuses names the prompt of the experiment.

@@ -176,7 +176,7 @@ struct Case {
 
 }  // namespace
 
-TEST_CASE("families: prefill, decode and tree rows equal the float64 Hugging Face formulas; each feature matters",
+TEST_CASE("families: prefill, decode and tree rows equal the float64 Hugging Face formulas — each feature matters",
           "[engine][families]") {
   const std::vector<Case> cases = {
       {"llama3", RopeScaling::Type::kLlama3, {{.biases = true}, {.scaling = true}}},

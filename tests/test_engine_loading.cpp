@@ -238,7 +238,7 @@ TEST_CASE("config: model types, architectures and keys the forward pass does not
   CHECK(parse(with(good, "rope_parameters", {{"rope_type", "default"}, {"rope_theta", 500000.0}})).rope_theta == 500000.0f);
 }
 
-TEST_CASE("config: eos_token_id is an integer or a list; generation_config.json's replaces it", "[engine][config]") {
+TEST_CASE("config: eos_token_id is an integer or a list — generation_config.json's replaces it", "[engine][config]") {
   const json good = tiny_config();
   ModelConfig c = parse(with(good, "eos_token_id", {3, 2, 7}));
   CHECK(c.eos_token_ids == std::vector<int>{3, 2, 7});
@@ -367,7 +367,7 @@ TEST_CASE("checkpoint: tied embeddings need no lm_head", "[engine][safetensors]"
   CHECK_NOTHROW(Model(dir.path.string()));
 }
 
-TEST_CASE("checkpoint: shards listed in model.safetensors.index.json load; faults are named", "[engine][safetensors]") {
+TEST_CASE("checkpoint: shards listed in model.safetensors.index.json load — faults are named", "[engine][safetensors]") {
   TempDir dir;
   write_text(dir.file("config.json"), tiny_config().dump());
   fs::copy_file(test::model_dir("draft-1m") + "/tokenizer.model", dir.file("tokenizer.model"));

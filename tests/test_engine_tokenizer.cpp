@@ -69,7 +69,7 @@ TEST_CASE("tokenizer: streaming pieces add up to the decoded text", "[engine][to
   }
 }
 
-TEST_CASE("tokenizer: every id decodes; special ids match the models' config", "[engine][tokenizer]") {
+TEST_CASE("tokenizer: every id decodes — special ids match the models' config", "[engine][tokenizer]") {
   const Tokenizer& tok = shared_tokenizer();
   REQUIRE(tok.vocab_size() == 4096);
   for (int id = 0; id < tok.vocab_size(); ++id) {

@@ -119,7 +119,7 @@ TEST_CASE("wrong types are errors naming key, file:line and the type given", "[e
                 {"@:6:11: output.formats: the png plots are drawn from summary.csv; add \"csv\""});
 }
 
-TEST_CASE("target.weights and draft.weights reach the request; the run id changes only when the target's is set",
+TEST_CASE("target.weights and draft.weights reach the request — the run id changes only when the target's is set",
           "[experiments][int8][bf16dot]") {
   ScratchDir dir;
   const std::string head = "[target]\npath = \"" + model_dir("target-16m") + "\"\n";

@@ -327,7 +327,7 @@ std::vector<nlohmann::json> planted_lines() {
   return lines;
 }
 
-TEST_CASE("a speedup above what τ and c allow is flagged with its jobs; few pairs give no interval", "[experiments]") {
+TEST_CASE("a speedup above what τ and c allow is flagged with its jobs — few pairs give no interval", "[experiments]") {
   const std::vector<RunSummary> s = summarize(planted_lines());
   REQUIRE(s.size() == 6);  // (baseline, chain) × (all, x, z)
   const RunSummary &all = s[3], &x = s[4], &z = s[5];
