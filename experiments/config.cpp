@@ -99,7 +99,8 @@ nlohmann::json canonical_settings(const PointConfig& p) {
 }
 
 ExperimentConfig load_config(const std::string& path) {
-  SPECULA_CHECK(fs::is_regular_file(path), "config file '", path, "' does not exist");
+  std::error_code refused;  // e.g. a name too long for the file system: not a file either
+  SPECULA_CHECK(fs::is_regular_file(path, refused), "config file '", path, "' does not exist");
   toml::table root;
   try {
     root = toml::parse_file(path);

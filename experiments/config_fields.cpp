@@ -198,10 +198,11 @@ ConfigField path_field(std::string key, Ref ref, PathKind kind, bool sweepable) 
     const std::string& given = string_of(n, key);
     if (given.empty()) config_error(n.source(), key + " must not be empty");
     const std::string path = resolve_path(dir, given);
-    if (kind == PathKind::model_dir && !fs::is_regular_file(fs::path(path) / "config.json")) {
+    std::error_code refused;  // a name the file system refuses is not a file either
+    if (kind == PathKind::model_dir && !fs::is_regular_file(fs::path(path) / "config.json", refused)) {
       config_error(n.source(), key + ": '" + given + "' (" + path + ") is not a model folder (no config.json there)");
     }
-    if (kind == PathKind::file && !fs::is_regular_file(path)) {
+    if (kind == PathKind::file && !fs::is_regular_file(path, refused)) {
       config_error(n.source(), key + ": file '" + given + "' (" + path + ") does not exist");
     }
     return [ref, path](Settings& s) { ref(s) = path; };
@@ -371,7 +372,11 @@ std::vector<ConfigField> make_fields() {
 }  // namespace
 
 std::string resolve_path(const fs::path& dir, const std::string& given) {
-  return fs::weakly_canonical(dir / given).string();
+  // A name the file system refuses (a component over NAME_MAX, ...) stays as written,
+  // normalised: the caller's existence check then names the key and the value.
+  std::error_code refused;
+  const fs::path resolved = fs::weakly_canonical(dir / given, refused);
+  return (refused ? (dir / given).lexically_normal() : resolved).string();
 }
 
 double as_written(float v) {

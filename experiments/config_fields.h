@@ -37,7 +37,8 @@ std::vector<std::string> sweepable_keys();
 const ConfigField& known_field(const std::string& key, const toml::source_region& where,
                                const std::vector<std::string>& candidates, const std::vector<std::string>& valid);
 
-// `given` made absolute against `dir` (the config file's folder) and normalised.
+// `given` made absolute against `dir` (the config file's folder) and normalised; never throws
+// (a name the file system refuses comes back normalised as written).
 std::string resolve_path(const std::filesystem::path& dir, const std::string& given);
 
 // "file:line:column" of a parsed node or key.

@@ -366,6 +366,14 @@ std::vector<Case> catalogue() {
   toml_case("a tree of 266304 nodes", experiment("", "[draft]\npath = \"" + kModel + "\"\nmethod = \"model\"\ntree = [64, 64, 64]\n"),
             {"config.toml:", "draft.tree", "266304"});
   toml_case("backend cuda", experiment("backend = \"cuda\"\n"), {"config.toml:", "run.backend", "cuda"});
+  // A name longer than the file system allows (fuzz_toml_config found the sweep's throwing).
+  const std::string too_long(300, 'x');
+  toml_case("a draft path with a 300-character name",
+            experiment("", "[draft]\nmethod = \"model\"\npath = \"" + too_long + "\"\n"),
+            {"config.toml:", "draft.path", too_long});
+  toml_case("a swept draft path with a 300-character name",
+            experiment("", "[sweep]\ndraft = [{ name = \"d\", method = \"model\", path = \"" + too_long + "\" }]\n"),
+            {"config.toml:", "draft.path", too_long});
   toml_case("batch size far above the cap", experiment("batch_size = 100000\n"), {"config.toml:", "run.batch_size", "100000"});
   toml_case("request rate NaN", experiment("batch_size = 2\nrequest_rate = nan\n"), {"config.toml:", "run.request_rate", "nan"});
   toml_case("request rate without a batch", experiment("request_rate = 3\n"), {"config.toml:", "run.request_rate", "run.batch_size"});
