@@ -3,7 +3,8 @@
 // between a request's tokens) at 1, 8, 16 and 32 live sequences, for plain decoding, draft-1m
 // chains (gamma 2, fixed and under the load policy, gamma <= 4) and n-grams (gamma 3, fixed
 // and load), greedy and T = 1; at batch 1 also fixed draft-1m chains of 1, 3, 4, 5 and n-gram
-// proposals of 1, 2, 4 (cases 5-11: the best fixed length the load policy can be held to).
+// proposals of 1, 2, 4 (cases 5-11: the best fixed length the load policy can be held to);
+// all of it with the target as stored and in the bf16dot format (fourth argument 1).
 // acc_per_step is the mean accepted tokens per speculative sequence step. Each case runs
 // max(8, batch) requests of 24 prompt tokens and 48 new tokens, all submitted at once. Ratios (speedup against plain at the same batch size)
 // are taken between cases of the same run; run it alternated and repeated, e.g.
@@ -49,12 +50,13 @@ ModelStore& store() {
   return models;
 }
 
-// args: method index, batch size, sampled (0 greedy, 1 T = 1)
+// args: method index, batch size, sampled (0 greedy, 1 T = 1), target format (0 as stored,
+// 1 bf16dot: matmul_bf16dot.h)
 void BM_BatchGenerate(benchmark::State& state) {
   const Method& m = kMethods[state.range(0)];
   const int batch = static_cast<int>(state.range(1));
-  const bool sampled = state.range(2) != 0;
-  state.SetLabel(std::string(m.name) + (sampled ? " T=1" : " greedy"));
+  const bool sampled = state.range(2) != 0, bf16dot = state.range(3) != 0;
+  state.SetLabel(std::string(m.name) + (sampled ? " T=1" : " greedy") + (bf16dot ? " bf16dot" : ""));
   omp_set_num_threads(1);
   const std::vector<int> text = real_prompt(4096);
   const int requests = std::max(8, batch);
@@ -66,6 +68,7 @@ void BM_BatchGenerate(benchmark::State& state) {
     o.max_new_tokens = 48;
     o.threads = 1;
     o.seed = 5;
+    if (bf16dot) o.weights = DType::BF16Dot;
     if (sampled) o.sampling = SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f);
     o.draft.method = m.method;
     if (m.method == DraftMethod::kModel) o.draft.model_dir = std::string(SPECULA_SOURCE_DIR) + "/models/draft-1m";
@@ -100,10 +103,11 @@ void BM_BatchGenerate(benchmark::State& state) {
 }
 
 void Cases(benchmark::internal::Benchmark* b) {
-  for (int sampled : {0, 1})
-    for (int batch : {1, 8, 16, 32})
-      for (int m = 0; m < static_cast<int>(std::size(kMethods)); ++m)
-        if (m < kTableMethods || batch == 1) b->Args({m, batch, sampled});
+  for (int bf16dot : {0, 1})
+    for (int sampled : {0, 1})
+      for (int batch : {1, 8, 16, 32})
+        for (int m = 0; m < static_cast<int>(std::size(kMethods)); ++m)
+          if (m < kTableMethods || batch == 1) b->Args({m, batch, sampled, bf16dot});
 }
 
 BENCHMARK(BM_BatchGenerate)->Apply(Cases)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
