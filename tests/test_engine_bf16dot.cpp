@@ -156,6 +156,31 @@ TEST_CASE("bf16dot: activations round to the nearest BF16, ties to even, subnorm
     }
 }
 
+TEST_CASE("bf16dot: the AVX-512 activation rounding gives the scalar routine's bits", "[engine][matmul][bf16dot]") {
+  const std::vector<cpu::MatmulIsa> isas = cpu::supported_matmul_isas();
+  if (std::find(isas.begin(), isas.end(), cpu::MatmulIsa::avx512) == isas.end()) {
+    WARN("this CPU has no AVX-512F: the vector rounding is not tested");
+    return;
+  }
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<uint32_t> bits;
+  // Any bits: NaNs with payloads, infinities, subnormals, values rounding to infinity; and
+  // every tail length past the 16-value steps, odd lengths included.
+  const uint32_t special[] = {0x7FC00000u, 0xFF812345u, 0x7F800000u, 0xFF800000u, 0x00400000u, 0x807FFFFFu,
+                              0x7F7FFFFFu, 0x3F808000u, 0x3F818000u, 0x80000000u, 0x00000000u, 0x007FFFFFu};
+  for (const int64_t in : {1, 2, 5, 15, 16, 17, 31, 33, 47, 384, 1031}) {
+    const int n = 3;
+    std::vector<float> x(static_cast<std::size_t>(n * in));
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x[i] = from_bits(i % 5 == 0 ? special[(i / 5) % std::size(special)] : bits(rng));
+    std::vector<uint32_t> scalar, vector;
+    cpu::bf16dot_round_rows(x.data(), n, in, scalar);
+    cpu::bf16dot_round_rows_avx512(x.data(), n, in, vector);
+    INFO("in " << in);
+    CHECK(vector == scalar);
+  }
+}
+
 TEST_CASE("bf16dot: every kernel equals the scalar mirror bit for bit, so the kernels equal each other",
           "[engine][matmul][bf16dot]") {
   note_missing_hardware();

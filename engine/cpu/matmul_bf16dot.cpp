@@ -50,7 +50,10 @@ void matmul_bf16dot(const float* x, const PackedWeights& w, float* y, int n, Bf1
                 dtype_name(w.dtype()), " for ", isa_name(w.isa()), ", the ", bf16dot_kernel_name(kernel),
                 " kernel needs BF16 for ", isa_name(bf16dot_kernel_isa(kernel)));
   thread_local std::vector<uint32_t> rows;  // the caller's thread; the workers only read it
-  bf16dot_round_rows(x, n, w.in(), rows);
+  if (kernel == Bf16DotKernel::avx2)
+    bf16dot_round_rows(x, n, w.in(), rows);
+  else
+    bf16dot_round_rows_avx512(x, n, w.in(), rows);
   switch (kernel) {
     case Bf16DotKernel::avx2: return matmul_bf16dot_avx2(rows.data(), w, y, n);
     case Bf16DotKernel::avx512: return matmul_bf16dot_avx512(rows.data(), w, y, n);

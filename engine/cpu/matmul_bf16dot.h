@@ -53,6 +53,9 @@ inline uint16_t bf16dot_round(float v) {
 // Rows of x rounded to BF16 pairs: out[r][s] = x̂[r][2s] | x̂[r][2s + 1] << 16 (an odd in's last
 // high half 0).  x: in [n, in] f32; out: out [n, (in + 1) / 2], resized
 void bf16dot_round_rows(const float* x, int n, int64_t in, std::vector<uint32_t>& out);
+// The same bits with 16 values a step (AVX-512F; matmul_avx512.cpp): what the avx512 and
+// avx512bf16 kernels use, since the scalar routine costs as much as a small product.
+void bf16dot_round_rows_avx512(const float* x, int n, int64_t in, std::vector<uint32_t>& out);
 
 // The bf16dot kernels: the hardware instruction, or its emulation with two FMAs per pair on
 // the process's instruction set.
