@@ -22,6 +22,7 @@
 #include "engine/cpu/matmul_bf16dot.h"
 #include "runtime/generate.h"
 #include "tests/test_engine_support.h"
+#include "tests/test_format_support.h"
 #include "tests/test_runtime_support.h"
 #include "tests/test_support.h"
 
@@ -301,64 +302,22 @@ TEST_CASE("bf16dot logits stay close to the stored-dtype forward on the bundled 
     const Model& model = test::store().model(test::model_dir(bound.model));
     const cpu::CpuBackend stored(model, std::nullopt), bf16dot(model, DType::BF16Dot);
     CHECK(bf16dot.weight_bytes() <= stored.weight_bytes());  // 2 bytes a weight: BF16's, half of F32's
-    test::Engine a(stored, 16, 16), b(bf16dot, 16, 16);
-    const int vocab = model.config().vocab_size;
-    double max_diff = 0, max_logit = 0;
-    int rows = 0, agree = 0;
-    const auto prompts = test::reference_prompts();
-    for (std::size_t p = 0; p < (test::kSanitized ? 1u : 3u); ++p) {
-      const std::vector<int> tokens(prompts[p].begin(), prompts[p].begin() + std::min<std::size_t>(prompts[p].size(), 48));
-      std::vector<int> positions(tokens.size());
-      std::iota(positions.begin(), positions.end(), 0);
-      std::vector<float> la(tokens.size() * vocab), lb(la.size());
-      const int sa = a.cache.create(), sb = b.cache.create();
-      a.forward(sa, {tokens, positions, {}, true}, la);
-      b.forward(sb, {tokens, positions, {}, true}, lb);
-      a.cache.free(sa);
-      b.cache.free(sb);
-      for (std::size_t r = 0; r < tokens.size(); ++r) {
-        const float* ra = la.data() + r * vocab;
-        const float* rb = lb.data() + r * vocab;
-        for (int v = 0; v < vocab; ++v) {
-          max_diff = std::max(max_diff, double(std::fabs(ra[v] - rb[v])));
-          max_logit = std::max(max_logit, double(std::fabs(ra[v])));
-        }
-        ++rows;
-        agree += std::max_element(ra, ra + vocab) - ra == std::max_element(rb, rb + vocab) - rb;
-      }
-    }
-    INFO(bound.model << ": max |logit difference| " << max_diff << " (max |logit| " << max_logit << "), top-1 agreement "
-                     << agree << "/" << rows);
-    CHECK(max_diff <= bound.max_relative * max_logit);
-    CHECK(agree >= bound.min_agreement * rows);
+    const test::FormatDifference d = test::logits_against_stored(stored, bf16dot);
+    INFO(bound.model << ": max |logit difference| " << d.max_diff << " (max |logit| " << d.max_logit << "), top-1 agreement "
+                     << d.agree << "/" << d.rows);
+    CHECK(d.max_diff <= bound.max_relative * d.max_logit);
+    CHECK(d.agree >= bound.min_agreement * d.rows);
   }
 }
 
 TEST_CASE("greedy speculative output equals plain greedy output with a bf16dot target", "[engine][bf16dot][speculative]") {
-  const auto prompts = test::reference_prompts();
   DraftOptions bf16dot_draft = test::model_draft("draft-4m", 4, {}, 0, false);
   bf16dot_draft.weights = DType::BF16Dot;
   DraftOptions ngram;
   ngram.method = DraftMethod::kNgram;
   ngram.gamma = 3;
   const DraftOptions drafts[] = {bf16dot_draft, test::model_draft("draft-1m", 3, {}, 0, false), ngram};
-  // 3 prompts, 32 tokens; the sanitizer build 1 prompt, 24 tokens.
-  for (std::size_t p = 0; p < (test::kSanitized ? 1u : prompts.size()); p += 4) {
-    GenerateOptions plain;
-    plain.model_dir = test::model_dir("target-16m");
-    plain.weights = DType::BF16Dot;
-    plain.prompt_ids = prompts[p];
-    plain.max_new_tokens = test::kSanitized ? 24 : 32;
-    const auto expected = generate(test::store(), plain)["ids"];
-    for (const DraftOptions& d : drafts) {
-      INFO("prompt " << p << ", draft " << name_of(d.method) << " " << d.model_dir << " weights " << weights_name(d.weights));
-      GenerateOptions spec = plain;
-      spec.draft = d;
-      const auto result = generate(test::store(), spec);
-      CHECK(result["ids"] == expected);
-      CHECK(result["stats"]["accepted"].get<long>() > 0);
-    }
-  }
+  test::check_greedy_speculation(DType::BF16Dot, drafts);
 }
 
 }  // namespace specula

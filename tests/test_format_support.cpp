@@ -1,0 +1,65 @@
+#include "tests/test_format_support.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "runtime/generate.h"
+#include "tests/test_engine_support.h"
+#include "tests/test_runtime_support.h"
+#include "tests/test_support.h"
+
+namespace specula::test {
+
+FormatDifference logits_against_stored(const Backend& stored, const Backend& converted) {
+  Engine a(stored, 16, 16), b(converted, 16, 16);
+  const int vocab = stored.config().vocab_size;
+  FormatDifference d;
+  const auto prompts = reference_prompts();
+  for (std::size_t p = 0; p < (kSanitized ? 1u : 3u); ++p) {
+    const std::vector<int> tokens(prompts[p].begin(), prompts[p].begin() + std::min<std::size_t>(prompts[p].size(), 48));
+    std::vector<int> positions(tokens.size());
+    std::iota(positions.begin(), positions.end(), 0);
+    std::vector<float> la(tokens.size() * vocab), lb(la.size());
+    const int sa = a.cache.create(), sb = b.cache.create();
+    a.forward(sa, {tokens, positions, {}, true}, la);
+    b.forward(sb, {tokens, positions, {}, true}, lb);
+    a.cache.free(sa);
+    b.cache.free(sb);
+    for (std::size_t r = 0; r < tokens.size(); ++r) {
+      const float* ra = la.data() + r * vocab;
+      const float* rb = lb.data() + r * vocab;
+      for (int v = 0; v < vocab; ++v) {
+        d.max_diff = std::max(d.max_diff, double(std::fabs(ra[v] - rb[v])));
+        d.max_logit = std::max(d.max_logit, double(std::fabs(ra[v])));
+      }
+      ++d.rows;
+      d.agree += std::max_element(ra, ra + vocab) - ra == std::max_element(rb, rb + vocab) - rb;
+    }
+  }
+  return d;
+}
+
+void check_greedy_speculation(DType format, std::span<const DraftOptions> drafts) {
+  const auto prompts = reference_prompts();
+  for (std::size_t p = 0; p < (kSanitized ? 1u : prompts.size()); p += 4) {
+    GenerateOptions plain;
+    plain.model_dir = model_dir("target-16m");
+    plain.weights = format;
+    plain.prompt_ids = prompts[p];
+    plain.max_new_tokens = kSanitized ? 24 : 32;
+    const auto expected = generate(store(), plain)["ids"];
+    for (const DraftOptions& d : drafts) {
+      INFO("prompt " << p << ", draft " << name_of(d.method) << " " << d.model_dir << " weights " << weights_name(d.weights));
+      GenerateOptions spec = plain;
+      spec.draft = d;
+      const auto result = generate(store(), spec);
+      CHECK(result["ids"] == expected);
+      CHECK(result["stats"]["accepted"].get<long>() > 0);
+    }
+  }
+}
+
+}  // namespace specula::test
