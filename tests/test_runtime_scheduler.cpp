@@ -325,7 +325,10 @@ TEST_CASE("speculative sampling inside a batch of 16 follows the target distribu
     INFO("chi2 " << chi.statistic << " df " << chi.df << " p-value " << chi.p_value);
     CHECK(chi.impossible == 0);
     CHECK(chi.p_value > 1e-3);
-    CHECK(out.spec.accepted > 0);
+    // The fixed chain drafts every step. The load policy picks its lengths from measured step
+    // costs, so whether it drafts at all depends on the machine and the build (under ASan it
+    // may never): its lengths, 0 included, must keep the distribution either way.
+    if (policy == GammaPolicy::kFixed) CHECK(out.spec.accepted > 0);
     if (!test::kSanitized) {
       // The planted bias: 3.5% of the mass moved from the most probable token to the second.
       std::vector<std::size_t> top(probs.size());
