@@ -302,11 +302,7 @@ TEST_CASE("bf16dot logits stay close to the stored-dtype forward on the bundled 
     const Model& model = test::store().model(test::model_dir(bound.model));
     const cpu::CpuBackend stored(model, std::nullopt), bf16dot(model, DType::BF16Dot);
     CHECK(bf16dot.weight_bytes() <= stored.weight_bytes());  // 2 bytes a weight: BF16's, half of F32's
-    const test::FormatDifference d = test::logits_against_stored(stored, bf16dot);
-    INFO(bound.model << ": max |logit difference| " << d.max_diff << " (max |logit| " << d.max_logit << "), top-1 agreement "
-                     << d.agree << "/" << d.rows);
-    CHECK(d.max_diff <= bound.max_relative * d.max_logit);
-    CHECK(d.agree >= bound.min_agreement * d.rows);
+    test::check_close_to_stored(bound.model, stored, bf16dot, bound.max_relative, bound.min_agreement);
   }
 }
 

@@ -186,11 +186,7 @@ TEST_CASE("int8 logits stay close to the stored-dtype forward on the bundled mod
     const Model& model = test::store().model(test::model_dir(bound.model));
     const cpu::CpuBackend stored(model, std::nullopt), int8(model, DType::I8);
     CHECK(int8.weight_bytes() * 3 < stored.weight_bytes() * 2);  // fewer bytes than even BF16's
-    const test::FormatDifference d = test::logits_against_stored(stored, int8);
-    INFO(bound.model << ": max |logit difference| " << d.max_diff << " (max |logit| " << d.max_logit << "), top-1 agreement "
-                     << d.agree << "/" << d.rows);
-    CHECK(d.max_diff <= bound.max_relative * d.max_logit);
-    CHECK(d.agree >= bound.min_agreement * d.rows);
+    test::check_close_to_stored(bound.model, stored, int8, bound.max_relative, bound.min_agreement);
   }
 }
 

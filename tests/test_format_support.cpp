@@ -42,6 +42,15 @@ FormatDifference logits_against_stored(const Backend& stored, const Backend& con
   return d;
 }
 
+void check_close_to_stored(const std::string& model, const Backend& stored, const Backend& converted,
+                           double max_relative, double min_agreement) {
+  const FormatDifference d = logits_against_stored(stored, converted);
+  INFO(model << ": max |logit difference| " << d.max_diff << " (max |logit| " << d.max_logit << "), top-1 agreement "
+             << d.agree << "/" << d.rows);
+  CHECK(d.max_diff <= max_relative * d.max_logit);
+  CHECK(d.agree >= min_agreement * d.rows);
+}
+
 void check_greedy_speculation(DType format, std::span<const DraftOptions> drafts) {
   const auto prompts = reference_prompts();
   for (std::size_t p = 0; p < (kSanitized ? 1u : prompts.size()); p += 4) {

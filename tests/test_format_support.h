@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <span>
+#include <string>
 
 #include "base/dtype.h"
 #include "engine/backend.h"
@@ -22,6 +23,11 @@ struct FormatDifference {
 // All rows of the first 48 tokens of 3 reference prompts (1 in the sanitized build), on one
 // model's backend as stored and its backend in a format.
 FormatDifference logits_against_stored(const Backend& stored, const Backend& converted);
+
+// logits_against_stored's figures within bounds: max |difference| <= max_relative * max
+// |logit as stored|, and argmax agreement on at least min_agreement of the rows.
+void check_close_to_stored(const std::string& model, const Backend& stored, const Backend& converted,
+                           double max_relative, double min_agreement);
 
 // target-16m in `format` on every 4th reference prompt (the first only, sanitized), 32 new
 // tokens (24): each drafter's ids equal plain greedy decoding's, and it accepts something.
