@@ -17,6 +17,9 @@
 #   --gen          new tokens of the decode measurement (default 128)
 #   --weights      specula's --weights for the target (default: stored; e.g. int8 beside a
 #                  Q8_0 file)
+#   --wait         specula's OpenMP wait policy, active or passive (default active: llama.cpp's
+#                  thread pool spins between its barriers, so both engines spin; `specula`
+#                  alone waits passively unless told, docs/architecture.md, Threads)
 # Decode is measured from a one-token prompt (llama-bench's tg: -p 0 -n GEN), prefill as one
 # prompt of PROMPT tokens (llama-bench's pp: -p PROMPT -n 0). Both engines use their default
 # KV caches (llama.cpp f16, specula f32 unless told otherwise).
@@ -24,7 +27,7 @@ set -euo pipefail
 
 die() { echo "compare-llamacpp.sh: error: $*" >&2; exit 1; }
 
-llama_build="" specula="build/cli/specula" threads="1 2" reps=3 prompt=512 gen=128 weights=""
+llama_build="" specula="build/cli/specula" threads="1 2" reps=3 prompt=512 gen=128 weights="" wait=active
 pairs=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -35,6 +38,7 @@ while [[ $# -gt 0 ]]; do
     --prompt) prompt="${2:?--prompt needs a number}"; shift 2 ;;
     --gen) gen="${2:?--gen needs a number}"; shift 2 ;;
     --weights) weights="${2:?--weights needs a mode}"; shift 2 ;;
+    --wait) wait="${2:?--wait needs active or passive}"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     -*) die "unknown option '$1'" ;;
     *=*) pairs+=("$1"); shift ;;
@@ -46,6 +50,7 @@ bench="$llama_build/bin/llama-bench"
 [[ -x "$bench" ]] || die "--llama-build '$llama_build' has no bin/llama-bench"
 [[ -x "$specula" ]] || die "--specula '$specula' is not an executable"
 [[ ${#pairs[@]} -gt 0 ]] || die "no HF_DIR=FILE.gguf pair given"
+[[ "$wait" == active || "$wait" == passive ]] || die "--wait '$wait' is not active or passive"
 for n in "$reps" "$prompt" "$gen" $threads; do
   [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive integer (--reps, --prompt, --gen, --threads)"
 done
@@ -65,7 +70,7 @@ llama_rate() {  # gguf threads p n
 specula_rate() {  # hf_dir threads ids new_tokens key
   local extra=()
   [[ -n "$weights" ]] && extra=(--weights "$weights")
-  "$specula" generate --model "$1" --threads "$2" --prompt-ids "$3" --max-new-tokens "$4" --json "${extra[@]}" |
+  OMP_WAIT_POLICY="$wait" "$specula" generate --model "$1" --threads "$2" --prompt-ids "$3" --max-new-tokens "$4" --json "${extra[@]}" |
     "$python" -c "import json,sys; print(json.load(sys.stdin)['stats']['$5'])"
 }
 
@@ -73,7 +78,7 @@ long_prompt=$(prompt_ids "$prompt")
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 echo "specula $(git -C "$(dirname "$0")" log -1 --format='%h %cs' 2>/dev/null || echo '(no git)') against llama.cpp ($(git -C "$llama_build/.." log -1 --format='%h %cs' 2>/dev/null || echo 'unknown build'))"
-echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg); specula with OMP_WAIT_POLICY=$wait"
 for pair in "${pairs[@]}"; do
   hf="${pair%%=*}" gguf="${pair#*=}"
   for t in $threads; do
