@@ -59,8 +59,9 @@ class DraftLengthChooser {
   // The chain length in [0, max_gamma] for every speculative sequence of this step:
   // other_rows / other_tokens: rows and tokens of the step's plain and prefill sequences;
   // alphas: in [speculative sequences], each one's acceptance estimate. The length g
-  // maximises (other_tokens + Σ expected_chain_tokens(α_i, g)) / (target.at(other_rows +
-  // n (1 + g)) + g · draft.at(n)). With step costs linear in g and expected tokens concave
+  // maximises (other_tokens + Σ expected_chain_tokens(α_i, g)) / (T(g) + g · draft.at(n)),
+  // T(g) = max(target.at(other_rows + n (1 + g)), target.at(other_rows + n) + n g row_floor()):
+  // the fitted step, its g n added rows at no less than the floor. With step costs linear in g and expected tokens concave
   // in g, a chain that loses to plain at g = 1 loses at every g, so until target steps of
   // two row counts and a draft round are measured it measures the plain step (0) first,
   // then probes g = 1 unless even a g = 1 step at its lower bound (the plain step plus n
