@@ -31,6 +31,32 @@ double expected_chain_tokens(double alpha, int gamma) {
   return (1 - std::pow(alpha, gamma + 1)) / (1 - alpha);
 }
 
+void ChainAcceptance::add(int drafted, int accepted_tokens, bool chain) {
+  accepted += accepted_tokens;
+  trials += accepted_tokens + (accepted_tokens < drafted ? 1 : 0);
+  if (!chain) return;
+  const int tried = std::min(accepted_tokens + 1, drafted);
+  if (static_cast<int>(tried_at.size()) < tried) tried_at.resize(static_cast<std::size_t>(tried)), passed_at.resize(tried_at.size());
+  for (int k = 0; k < tried; ++k) {
+    tried_at[static_cast<std::size_t>(k)] += 1;
+    if (k < accepted_tokens) passed_at[static_cast<std::size_t>(k)] += 1;
+  }
+}
+
+std::vector<double> chain_tokens(const ChainAcceptance& own, const ChainAcceptance& pool, int max_gamma,
+                                 double prior_trials) {
+  const double alpha = own.rate(pool.rate(0.5, 2), prior_trials);  // the pool's (accepted + 1) / (trials + 2)
+  const auto at = [](const std::vector<double>& v, int k) { return k < static_cast<int>(v.size()) ? v[static_cast<std::size_t>(k)] : 0.0; };
+  std::vector<double> tokens(static_cast<std::size_t>(std::max(0, max_gamma)) + 1, 1.0);
+  double reach = 1;  // the chance that depth k + 1's token is accepted with all before it
+  for (int k = 0; k < max_gamma; ++k) {
+    const double pooled = (at(pool.passed_at, k) + 2 * alpha) / (at(pool.tried_at, k) + 2);
+    reach *= (at(own.passed_at, k) + prior_trials * pooled) / (at(own.tried_at, k) + prior_trials);
+    tokens[static_cast<std::size_t>(k) + 1] = tokens[static_cast<std::size_t>(k)] + reach;
+  }
+  return tokens;
+}
+
 void DraftLengthChooser::prefill_step(int rows, double seconds) {
   if (rows < prefill_rows_) return;
   prefill_rows_ = rows;
@@ -43,12 +69,23 @@ double DraftLengthChooser::row_floor() const {
 }
 
 int DraftLengthChooser::choose(int other_rows, double other_tokens, std::span<const double> alphas, int max_gamma) {
-  if (alphas.empty() || max_gamma <= 0) return 0;
-  const int n = static_cast<int>(alphas.size());
+  std::vector<std::vector<double>> tokens;
+  for (double a : alphas) {
+    std::vector<double>& t = tokens.emplace_back();
+    for (int g = 0; g <= std::max(0, max_gamma); ++g) t.push_back(expected_chain_tokens(a, g));
+  }
+  return choose(other_rows, other_tokens, tokens, max_gamma);
+}
+
+int DraftLengthChooser::choose(int other_rows, double other_tokens, std::span<const std::vector<double>> chains,
+                               int max_gamma) {
+  if (chains.empty() || max_gamma <= 0) return 0;
+  const int n = static_cast<int>(chains.size());
+  const auto chain_at = [](const std::vector<double>& t, int g) { return t.at(static_cast<std::size_t>(g)); };
   if (!target_.varied() || !draft_.observed()) {
     if (!target_.observed()) return 0;  // measure the plain step first
     double plain_tokens = other_tokens, probe_tokens = other_tokens;
-    for (double a : alphas) plain_tokens += 1, probe_tokens += expected_chain_tokens(a, 1);
+    for (const std::vector<double>& t : chains) plain_tokens += 1, probe_tokens += chain_at(t, 1);
     const double plain_s = target_.at(other_rows + n);
     const double probe_floor_s = plain_s + n * row_floor();
     return probe_tokens * plain_s > plain_tokens * probe_floor_s ? 1 : 0;
@@ -58,7 +95,7 @@ int DraftLengthChooser::choose(int other_rows, double other_tokens, std::span<co
   const double plain_s = target_.at(other_rows + n), floor = row_floor();
   for (int g = 0; g <= max_gamma; ++g) {
     double tokens = other_tokens;
-    for (double a : alphas) tokens += expected_chain_tokens(a, g);
+    for (const std::vector<double>& t : chains) tokens += chain_at(t, g);
     // A chain of g: g draft rounds of n rows (the first also catches up), and g more rows
     // of each sequence in the target step, each at no less than row_floor() (the fit's slope
     // comes from decode steps of a few row counts, each figure noisy; the floor from whole

@@ -1,5 +1,6 @@
 // defines: CostFit (seconds of a step as a function of its rows, measured at run time: a
-// smoothed figure per row count seen, interpolated between them) and DraftLengthChooser, the
+// smoothed figure per row count seen, interpolated between them), ChainAcceptance (chain
+// steps' acceptance evidence, per depth) and DraftLengthChooser, the
 // load-adaptive draft length: each step, the chain length (0: a plain step, the root row alone
 // and no draft forward) that maximises the step's expected tokens per second, from the
 // measured costs of target steps and draft rounds and each speculative sequence's measured
@@ -9,6 +10,7 @@
 
 #include <map>
 #include <span>
+#include <vector>
 
 namespace specula {
 
@@ -38,6 +40,34 @@ class CostFit {
 // (1 - alpha^(gamma + 1)) / (1 - alpha) (the bonus token included).
 double expected_chain_tokens(double alpha, int gamma);
 
+// Acceptance evidence of chain steps. The chain counts: accepted tokens, and trials =
+// accepted tokens + rejecting steps (their ratio is the chain MLE of a per-token rate). And
+// the same per depth: a step that drafted d tokens and accepted a of them tried depth k for
+// every k <= min(a + 1, d) and passed it for every k <= a, so passed_at[k-1] / tried_at[k-1]
+// estimates the chance of accepting the k-th drafted token given the k-1 before it were.
+// Acceptance is not independent from token to token (an n-gram match or an easy stretch
+// accepts whole chains, a hard one rejects at once), and the per-depth rates see that.
+struct ChainAcceptance {
+  double accepted = 0, trials = 0;
+  std::vector<double> passed_at, tried_at;  // [depth - 1]
+
+  // A chain step (a tree step: `chain` false, its totals alone; a tree's depths are not a
+  // chain's).
+  void add(int drafted, int accepted_tokens, bool chain);
+  // accepted / trials with `prior_trials` pseudo-trials at `prior`.
+  double rate(double prior, double prior_trials) const { return (accepted + prior_trials * prior) / (trials + prior_trials); }
+};
+
+// Expected tokens of a chain step of length g = 0..max_gamma ([max_gamma + 1]; [0] = 1, a
+// plain step) for a sequence with evidence `own`, among sequences of the same drafter with
+// evidence `pool` (own included): per depth k, p_k = (own passed_k + w q_k) / (own tried_k + w)
+// with w = prior_trials and q_k = (pool passed_k + 2 alpha) / (pool tried_k + 2), alpha the
+// chain estimate (own evidence with w pseudo-trials at the pool's (accepted + 1) / (trials +
+// 2)); tokens(g) = 1 + sum_{k <= g} p_1 ... p_k. With no per-depth evidence every p_k is alpha
+// and tokens(g) is expected_chain_tokens(alpha, g).
+std::vector<double> chain_tokens(const ChainAcceptance& own, const ChainAcceptance& pool, int max_gamma,
+                                 double prior_trials);
+
 class DraftLengthChooser {
  public:
   // A decode step of `rows` target rows: its forward and the sampling, verification and
@@ -58,8 +88,9 @@ class DraftLengthChooser {
 
   // The chain length in [0, max_gamma] for every speculative sequence of this step:
   // other_rows / other_tokens: rows and tokens of the step's plain and prefill sequences;
-  // alphas: in [speculative sequences], each one's acceptance estimate. The length g
-  // maximises (other_tokens + Σ expected_chain_tokens(α_i, g)) / (T(g) + g · draft.at(n)),
+  // tokens: in [speculative sequences][max_gamma + 1], each one's expected tokens of a chain
+  // of each length (chain_tokens). The length g
+  // maximises (other_tokens + Σ_i tokens[i][g]) / (T(g) + g · draft.at(n)),
   // T(g) = max(target.at(other_rows + n (1 + g)), target.at(other_rows + n) + n g row_floor()):
   // the fitted step, its g n added rows at no less than the floor. With step costs linear in g and expected tokens concave
   // in g, a chain that loses to plain at g = 1 loses at every g, so until target steps of
@@ -67,6 +98,8 @@ class DraftLengthChooser {
   // then probes g = 1 unless even a g = 1 step at its lower bound (the plain step plus n
   // rows at row_floor(), drafting free) loses to plain: then it stays plain without
   // drafting at all (under load, where rows cost what decode steps cost).
+  int choose(int other_rows, double other_tokens, std::span<const std::vector<double>> tokens, int max_gamma);
+  // The same with independent acceptance: tokens[i][g] = expected_chain_tokens(alphas[i], g).
   int choose(int other_rows, double other_tokens, std::span<const double> alphas, int max_gamma);
 
   const CostFit& target_cost() const { return target_; }

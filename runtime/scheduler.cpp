@@ -51,8 +51,8 @@ struct Scheduler::Request {
   KvCache::SeqId root_target = -1, root_draft = -1;  // the fed prompt while samples are still to fork
   std::vector<float> root_logits;          // plain: next-token logits after the prompt, [vocab]
   long counted_step = -1;                  // the last step counted in out.target_forwards
-  Acceptance own;                          // per-token acceptance evidence of its chains
-  Acceptance* pool = nullptr;              // every request's of the same drafter and sampling
+  ChainAcceptance own;                     // acceptance evidence of its chains
+  ChainAcceptance* pool = nullptr;         // every request's of the same drafter and sampling
   RequestOutcome out;
 
   // The chain acceptance rate's estimate: accepted tokens over accepted tokens plus
@@ -62,9 +62,10 @@ struct Scheduler::Request {
   // not turn its drafting off for good under the load policy (which measures nothing while
   // it chooses plain steps).
   static constexpr double kPriorTrials = 8;
-  double alpha() const {
-    const double prior = (pool->accepted + 1) / (pool->trials + 2);
-    return (own.accepted + kPriorTrials * prior) / (own.trials + kPriorTrials);
+  double alpha() const { return own.rate(pool->rate(0.5, 2), kPriorTrials); }
+  // Expected tokens of chains of 0..max_gamma tokens, from the same evidence per depth.
+  std::vector<double> chain_tokens(int max_gamma) const {
+    return specula::chain_tokens(own, *pool, max_gamma, kPriorTrials);
   }
 
   bool speculative() const { return options.draft.method != DraftMethod::kNone; }
@@ -427,13 +428,13 @@ void Scheduler::step() {
 
   // Chain lengths: the drafter's (fixed), or one length this step for the load policy's
   // sequences, from the measured costs and acceptance (runtime/draft_length.h).
-  std::vector<double> alphas;
+  std::vector<const Request*> load_requests;
   int load_max = 0, other_rows = 0;
   double other_tokens = 0;
   for (const Sequence* s : plan) {
     const Request& r = *s->request;
     if (s->spec && r.options.gamma_policy == GammaPolicy::kLoad) {
-      alphas.push_back(r.alpha());
+      load_requests.push_back(&r);
       load_max = std::max(load_max, r.options.draft.gamma);
     } else if (s->spec) {
       other_rows += step_rows(*s);
@@ -443,7 +444,9 @@ void Scheduler::step() {
       other_tokens += (cache_.length(s->seq) + s->feed == s->feed_target() && s->wants_logits()) ? 1 : 0;
     }
   }
-  const int load_gamma = alphas.empty() ? 0 : chooser_.choose(other_rows, other_tokens, alphas, load_max);
+  std::vector<std::vector<double>> load_tokens;
+  for (const Request* r : load_requests) load_tokens.push_back(r->chain_tokens(load_max));
+  const int load_gamma = load_tokens.empty() ? 0 : chooser_.choose(other_rows, other_tokens, load_tokens, load_max);
 
   // Draft rounds of every speculative sequence (one batched call per draft cache and round).
   auto mark = Clock::now();
@@ -522,10 +525,10 @@ void Scheduler::step() {
       const long drafted_before = r.out.spec.drafted;
       const VerifyResult& result = s.spec->finish(own, r.out.spec);
       const long drafted = r.out.spec.drafted - drafted_before;
-      const long accepted = static_cast<long>(result.accepted_nodes.size());
-      const double trials = double(accepted + (accepted < drafted ? 1 : 0));
-      r.own.add(double(accepted), trials);
-      r.pool->add(double(accepted), trials);
+      const int accepted = static_cast<int>(result.accepted_nodes.size());
+      const bool chain = r.options.draft.tree.empty() && r.options.draft.tree_budget == 0;
+      r.own.add(static_cast<int>(drafted), accepted, chain);
+      r.pool->add(static_cast<int>(drafted), accepted, chain);
       bool complete = false;
       emit(s, result.tokens, complete);
       if (complete) done.push_back(&s);

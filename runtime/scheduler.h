@@ -86,11 +86,6 @@ class Scheduler {
   struct Request;
   struct Sequence;
   struct DraftPool;
-  // Chain acceptance evidence: accepted tokens and trials (accepted tokens plus rejecting steps).
-  struct Acceptance {
-    double accepted = 0, trials = 0;
-    void add(double accepted_tokens, double step_trials) { accepted += accepted_tokens, trials += step_trials; }
-  };
   // What a chain's acceptance depends on besides the prompt: the drafter (method, draft model
   // and weights, n-gram sizes) and the sampling (strategy, temperature, top-k, top-p, min-p).
   using AcceptanceKey = std::tuple<int, std::string, std::string, int, int, int, float, int, float, float>;
@@ -125,7 +120,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> live_;      // admission order: the newest is last
   std::vector<std::unique_ptr<Sequence>> preempted_; // oldest first: resumed in that order
   long next_order_ = 0;
-  std::map<AcceptanceKey, Acceptance> acceptance_;  // pooled over the requests of each key
+  std::map<AcceptanceKey, ChainAcceptance> acceptance_;  // pooled over the requests of each key
   DraftLengthChooser chooser_;
   SchedulerStats stats_;
   std::chrono::steady_clock::time_point start_;

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/rng.h"
 #include "runtime/decoders.h"
 #include "runtime/scheduler.h"
 #include "sampling/sampler.h"
@@ -432,6 +433,56 @@ TEST_CASE("the load policy picks the chain length of the most tokens per second"
   }
   CHECK(expected_chain_tokens(0.5, 2) == Approx(1.75));
   CHECK(expected_chain_tokens(1.0, 3) == 4);
+}
+
+// Per-depth acceptance: the counts a chain step adds, the expected tokens they give, and the
+// chooser on them. Chains whose first token is accepted half the time and every later one
+// 9 times in 10 once the first was (an n-gram match, an easy stretch) have a chain MLE of
+// about 0.73; the geometric chain at 0.73 overvalues one drafted token (1.73 against 1.5
+// tokens) and undervalues four (3.13 against 2.72, by rate), so on the same costs it chooses
+// worse in both directions.
+TEST_CASE("the load policy prices chains from acceptance per depth", "[runtime][scheduler]") {
+  ChainAcceptance a;
+  a.add(3, 1, true);   // tried depths 1, 2; passed 1
+  a.add(2, 2, true);   // tried and passed 1, 2
+  a.add(4, 0, true);   // tried 1
+  a.add(5, 3, false);  // a tree step: totals only
+  CHECK(a.accepted == 6);
+  CHECK(a.trials == 1 + 1 + 2 + 0 + 1 + 3 + 1);
+  CHECK(a.tried_at == std::vector<double>{3, 2});
+  CHECK(a.passed_at == std::vector<double>{2, 1});
+  // No per-depth evidence: the geometric chain at the chain estimate.
+  ChainAcceptance none, pool;
+  pool.add(1, 1, false), pool.add(1, 1, false), pool.add(1, 0, false);  // chain evidence only: (2 + 1) / (3 + 2)
+  const std::vector<double> flat = chain_tokens(none, pool, 4, 8);
+  REQUIRE(flat.size() == 5);
+  for (int g = 0; g <= 4; ++g) CHECK(flat[static_cast<std::size_t>(g)] == Approx(expected_chain_tokens(0.6, g)));
+  // Correlated acceptance, chains of 4.
+  ChainAcceptance steps;
+  Philox rng(11);
+  for (int i = 0; i < 20000; ++i) {
+    int accepted = 0;
+    while (accepted < 4 && rng.uniform() < (accepted == 0 ? 0.5 : 0.9)) ++accepted;
+    steps.add(4, accepted, true);
+  }
+  const double alpha = steps.rate(0.5, 0);
+  CHECK(alpha == Approx(0.73).margin(0.01));
+  const std::vector<double> depth_tokens = chain_tokens(steps, steps, 4, 8);
+  const double truth[] = {1, 1.5, 1.95, 2.355, 2.7195};
+  for (int g = 0; g <= 4; ++g) CHECK(depth_tokens[static_cast<std::size_t>(g)] == Approx(truth[g]).margin(0.02));
+  const std::vector<std::vector<double>> by_depth = {depth_tokens};
+  const std::vector<double> geometric = {alpha};
+  // Steps of 1 ms plus `per_row` a chain row, draft rounds of 10 us: cheap rows, where four
+  // tokens pay best and the geometric chain stops at three; dear rows, where one drafted
+  // token already loses and the geometric chain drafts it.
+  for (const auto& [per_row, best, geometric_choice] : {std::tuple{2e-4, 4, 3}, std::tuple{6e-4, 0, 1}}) {
+    DraftLengthChooser chooser;
+    for (int rows : {1, 2, 3, 5}) chooser.target_forward(rows, 1e-3 + per_row * (rows - 1));
+    chooser.draft_round(1, 1e-5);
+    INFO("per row " << per_row);
+    CHECK(chooser.choose(0, 0, by_depth, 4) == best);
+    CHECK(chooser.choose(0, 0, geometric, 4) == geometric_choice);
+  }
 }
 
 }  // namespace specula
