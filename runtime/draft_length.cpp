@@ -92,16 +92,12 @@ int DraftLengthChooser::choose(int other_rows, double other_tokens, std::span<co
   }
   int best = 0;
   double best_rate = -1;
-  const double plain_s = target_.at(other_rows + n), floor = row_floor();
   for (int g = 0; g <= max_gamma; ++g) {
     double tokens = other_tokens;
     for (const std::vector<double>& t : chains) tokens += chain_at(t, g);
     // A chain of g: g draft rounds of n rows (the first also catches up), and g more rows
-    // of each sequence in the target step, each at no less than row_floor() (the fit's slope
-    // comes from decode steps of a few row counts, each figure noisy; the floor from whole
-    // prefill steps).
-    const double target_s = std::max(target_.at(other_rows + n * (1 + g)), plain_s + n * g * floor);
-    const double seconds = target_s + g * draft_.at(n);
+    // of each sequence in the target step.
+    const double seconds = target_.at(other_rows + n * (1 + g)) + g * draft_.at(n);
     const double rate = seconds > 0 ? tokens / seconds : tokens;
     if (rate > best_rate) best = g, best_rate = rate;
   }

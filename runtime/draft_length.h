@@ -90,9 +90,8 @@ class DraftLengthChooser {
   // other_rows / other_tokens: rows and tokens of the step's plain and prefill sequences;
   // tokens: in [speculative sequences][max_gamma + 1], each one's expected tokens of a chain
   // of each length (chain_tokens). The length g
-  // maximises (other_tokens + Σ_i tokens[i][g]) / (T(g) + g · draft.at(n)),
-  // T(g) = max(target.at(other_rows + n (1 + g)), target.at(other_rows + n) + n g row_floor()):
-  // the fitted step, its g n added rows at no less than the floor. With step costs linear in g and expected tokens concave
+  // maximises (other_tokens + Σ_i tokens[i][g]) / (target.at(other_rows + n (1 + g)) +
+  // g · draft.at(n)). With step costs linear in g and expected tokens concave
   // in g, a chain that loses to plain at g = 1 loses at every g, so until target steps of
   // two row counts and a draft round are measured it measures the plain step (0) first,
   // then probes g = 1 unless even a g = 1 step at its lower bound (the plain step plus n

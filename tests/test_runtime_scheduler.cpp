@@ -576,17 +576,6 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
   }
   // Other sequences' rows count: 31 plain rows beside one chain at α = 0.6 under the busy costs.
   CHECK(busy.choose(31, 31, one, 4) == 0);
-  // Decode steps whose figures make extra rows look nearly free (32 and 64 rows measured
-  // alike, as a noisy pair can) draft at batch 32; a prefill step that shows what a row really
-  // costs keeps the chain's rows at no less than that floor, and the step plain.
-  for (const bool prefill_seen : {false, true}) {
-    DraftLengthChooser noisy;
-    for (int rows : {32, 64}) noisy.target_forward(rows, 3.3e-2);
-    noisy.draft_round(32, 2e-4 + 5e-5 * 32);
-    if (prefill_seen) noisy.prefill_step(768, 1e-3 + 1e-3 * 768);
-    CHECK(noisy.row_floor() == Approx(prefill_seen ? (1e-3 + 1e-3 * 768 - 3.3e-2) / 768 : 0.0));
-    CHECK((noisy.choose(0, 0, batch32, 4) == 0) == prefill_seen);
-  }
   // CostFit: smoothed per row count, interpolated, extrapolated with a slope >= 0.
   CostFit fit;
   CHECK(fit.at(5) == 0);
