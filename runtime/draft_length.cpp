@@ -36,7 +36,10 @@ void ChainAcceptance::add(int drafted, int accepted_tokens, bool chain) {
   trials += accepted_tokens + (accepted_tokens < drafted ? 1 : 0);
   if (!chain) return;
   const int tried = std::min(accepted_tokens + 1, drafted);
-  if (static_cast<int>(tried_at.size()) < tried) tried_at.resize(static_cast<std::size_t>(tried)), passed_at.resize(tried_at.size());
+  if (static_cast<int>(tried_at.size()) < tried) {
+    tried_at.resize(static_cast<std::size_t>(tried));
+    passed_at.resize(tried_at.size());
+  }
   for (int k = 0; k < tried; ++k) {
     tried_at[static_cast<std::size_t>(k)] += 1;
     if (k < accepted_tokens) passed_at[static_cast<std::size_t>(k)] += 1;
@@ -46,7 +49,9 @@ void ChainAcceptance::add(int drafted, int accepted_tokens, bool chain) {
 std::vector<double> chain_tokens(const ChainAcceptance& own, const ChainAcceptance& pool, int max_gamma,
                                  double prior_trials) {
   const double alpha = own.rate(pool.rate(0.5, 2), prior_trials);  // the pool's (accepted + 1) / (trials + 2)
-  const auto at = [](const std::vector<double>& v, int k) { return k < static_cast<int>(v.size()) ? v[static_cast<std::size_t>(k)] : 0.0; };
+  const auto at = [](const std::vector<double>& v, int k) {
+    return k < static_cast<int>(v.size()) ? v[static_cast<std::size_t>(k)] : 0.0;
+  };
   std::vector<double> tokens(static_cast<std::size_t>(std::max(0, max_gamma)) + 1, 1.0);
   double reach = 1;  // the chance that depth k + 1's token is accepted with all before it
   for (int k = 0; k < max_gamma; ++k) {

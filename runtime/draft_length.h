@@ -55,7 +55,9 @@ struct ChainAcceptance {
   // chain's).
   void add(int drafted, int accepted_tokens, bool chain);
   // accepted / trials with `prior_trials` pseudo-trials at `prior`.
-  double rate(double prior, double prior_trials) const { return (accepted + prior_trials * prior) / (trials + prior_trials); }
+  double rate(double prior, double prior_trials) const {
+    return (accepted + prior_trials * prior) / (trials + prior_trials);
+  }
 };
 
 // Expected tokens of a chain step of length g = 0..max_gamma ([max_gamma + 1]; [0] = 1, a
