@@ -32,6 +32,9 @@ struct DraftOptions {
   int ngram_min = 1;
   int ngram_max = 3;
   bool adaptive = false;              // adaptive chain length
+
+  // The drafter proposes a chain: neither a static (`tree`) nor a dynamic (`tree_budget`) tree.
+  bool drafts_chain() const { return tree.empty() && tree_budget == 0; }
 };
 
 // "stored", "f32", "f16", "bf16", "int8" (I8: quantised at load, engine/cpu/packed_int8.h) or

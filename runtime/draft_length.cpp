@@ -48,7 +48,7 @@ void ChainAcceptance::add(int drafted, int accepted_tokens, bool chain) {
 
 std::vector<double> chain_tokens(const ChainAcceptance& own, const ChainAcceptance& pool, int max_gamma,
                                  double prior_trials) {
-  const double alpha = own.rate(pool.rate(0.5, 2), prior_trials);  // the pool's (accepted + 1) / (trials + 2)
+  const double alpha = chain_estimate(own, pool, prior_trials);
   const auto at = [](const std::vector<double>& v, int k) {
     return k < static_cast<int>(v.size()) ? v[static_cast<std::size_t>(k)] : 0.0;
   };

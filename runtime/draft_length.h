@@ -60,12 +60,18 @@ struct ChainAcceptance {
   }
 };
 
+// The chain estimate of a per-token acceptance rate for a sequence with evidence `own` among
+// sequences of the same drafter with evidence `pool` (own included): own evidence with
+// `prior_trials` pseudo-trials at the pool's (accepted + 1) / (trials + 2).
+inline double chain_estimate(const ChainAcceptance& own, const ChainAcceptance& pool, double prior_trials) {
+  return own.rate(pool.rate(0.5, 2), prior_trials);
+}
+
 // Expected tokens of a chain step of length g = 0..max_gamma ([max_gamma + 1]; [0] = 1, a
 // plain step) for a sequence with evidence `own`, among sequences of the same drafter with
 // evidence `pool` (own included): per depth k, p_k = (own passed_k + w q_k) / (own tried_k + w)
-// with w = prior_trials and q_k = (pool passed_k + 2 alpha) / (pool tried_k + 2), alpha the
-// chain estimate (own evidence with w pseudo-trials at the pool's (accepted + 1) / (trials +
-// 2)); tokens(g) = 1 + sum_{k <= g} p_1 ... p_k. With no per-depth evidence every p_k is alpha
+// with w = prior_trials and q_k = (pool passed_k + 2 alpha) / (pool tried_k + 2), alpha =
+// chain_estimate(own, pool, w); tokens(g) = 1 + sum_{k <= g} p_1 ... p_k. With no per-depth evidence every p_k is alpha
 // and tokens(g) is expected_chain_tokens(alpha, g).
 std::vector<double> chain_tokens(const ChainAcceptance& own, const ChainAcceptance& pool, int max_gamma,
                                  double prior_trials);

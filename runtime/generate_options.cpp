@@ -123,8 +123,8 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   in_range("draft.ngram_max", d.ngram_max, 1, kMaxNgram);
   SPECULA_CHECK(d.ngram_min >= 1 && d.ngram_min <= d.ngram_max, names.at("draft.ngram_max"), " (", d.ngram_max,
                 ") must be >= ", names.name("draft.ngram_min"), " (", d.ngram_min, ") and that >= 1");
-  SPECULA_CHECK(o.gamma_policy == GammaPolicy::kFixed || (d.method != DraftMethod::kNone && d.tree.empty() &&
-                                                           d.tree_budget == 0 && !d.adaptive),
+  SPECULA_CHECK(o.gamma_policy == GammaPolicy::kFixed ||
+                    (d.method != DraftMethod::kNone && d.drafts_chain() && !d.adaptive),
                 names.at("draft.gamma_policy"), " load chooses a chain's length each step: it needs a chain drafter (",
                 names.name("draft.method"), " model or ngram) and excludes ", names.name("draft.tree"), ", ",
                 names.name("draft.budget"), " and ", names.name("draft.adaptive"));
@@ -137,7 +137,7 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                s.strategy == Strategy::kSample, "it needs " + names.name("sampling.strategy") + " sample");
   refuse_given(names, {"sampling.beam_width", "sampling.length_penalty"}, s.strategy == Strategy::kBeam,
                "it needs " + names.name("sampling.strategy") + " beam");
-  refuse_given(names, {"draft.gamma"}, d.method != DraftMethod::kNone && d.tree.empty() && d.tree_budget == 0,
+  refuse_given(names, {"draft.gamma"}, d.method != DraftMethod::kNone && d.drafts_chain(),
                "it sets the length of a drafted chain (" + names.name("draft.path") + " DIR or " +
                    names.name("draft.method") + " ngram, without " + names.name("draft.tree") + " or " +
                    names.name("draft.budget") + ")");
@@ -146,9 +146,8 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   refuse_given(names, {"draft.weights"}, d.method == DraftMethod::kModel,
                "it needs a draft model (" + names.name("draft.path") + ")");
   if (d.method == DraftMethod::kNone) {
-    SPECULA_CHECK(d.tree.empty() && d.tree_budget == 0 && !d.adaptive, names.at(!d.tree.empty() ? "draft.tree"
-                                                                               : d.tree_budget ? "draft.budget"
-                                                                                               : "draft.adaptive"),
+    SPECULA_CHECK(d.drafts_chain() && !d.adaptive,
+                  names.at(!d.tree.empty() ? "draft.tree" : d.tree_budget ? "draft.budget" : "draft.adaptive"),
                   " needs a drafter (", names.name("draft.path"), " DIR or ", names.name("draft.method"), " ngram)");
     return;
   }
@@ -156,9 +155,9 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                 " model needs ", names.name("draft.path"));
   SPECULA_CHECK(d.tree.empty() || d.tree_budget == 0, names.where("draft.budget"), names.name("draft.tree"),
                 " (a static tree) and ", names.name("draft.budget"), " (a dynamic tree) exclude each other");
-  SPECULA_CHECK(!d.adaptive || (d.tree.empty() && d.tree_budget == 0), names.at("draft.adaptive"),
+  SPECULA_CHECK(!d.adaptive || d.drafts_chain(), names.at("draft.adaptive"),
                 " adapts a chain's length: it excludes ", names.name("draft.tree"), " and ", names.name("draft.budget"));
-  SPECULA_CHECK(d.method != DraftMethod::kNgram || (d.tree.empty() && d.tree_budget == 0 && !d.adaptive),
+  SPECULA_CHECK(d.method != DraftMethod::kNgram || (d.drafts_chain() && !d.adaptive),
                 names.at("draft.method"), " ngram proposes chains: ", names.name("draft.tree"), ", ",
                 names.name("draft.budget"), " and ", names.name("draft.adaptive"), " need a draft model");
   SPECULA_CHECK(o.sampling.strategy != Strategy::kBeam || !d.adaptive, names.at("draft.adaptive"),

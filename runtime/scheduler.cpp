@@ -62,7 +62,7 @@ struct Scheduler::Request {
   // not turn its drafting off for good under the load policy (which measures nothing while
   // it chooses plain steps).
   static constexpr double kPriorTrials = 8;
-  double alpha() const { return own.rate(pool->rate(0.5, 2), kPriorTrials); }
+  double alpha() const { return chain_estimate(own, *pool, kPriorTrials); }
   // Expected tokens of chains of 0..max_gamma tokens, from the same evidence per depth.
   std::vector<double> chain_tokens(int max_gamma) const {
     return specula::chain_tokens(own, *pool, max_gamma, kPriorTrials);
@@ -526,9 +526,8 @@ void Scheduler::step() {
       const VerifyResult& result = s.spec->finish(own, r.out.spec);
       const long drafted = r.out.spec.drafted - drafted_before;
       const int accepted = static_cast<int>(result.accepted_nodes.size());
-      const bool chain = r.options.draft.tree.empty() && r.options.draft.tree_budget == 0;
-      r.own.add(static_cast<int>(drafted), accepted, chain);
-      r.pool->add(static_cast<int>(drafted), accepted, chain);
+      r.own.add(static_cast<int>(drafted), accepted, r.options.draft.drafts_chain());
+      r.pool->add(static_cast<int>(drafted), accepted, r.options.draft.drafts_chain());
       bool complete = false;
       emit(s, result.tokens, complete);
       if (complete) done.push_back(&s);
