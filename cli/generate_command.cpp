@@ -49,7 +49,7 @@ std::string stats_line(const nlohmann::json& stats) {
 GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_ = app.add_subcommand("generate", "Generate a continuation of one prompt, or of every prompt of a file in batches");
   cmd_->add_option("--model", options_.model_dir, "Target model folder (Hugging Face layout)")->required();
-  cmd_->add_option("--weights", weights_, "stored | f32 | f16 | bf16 | int8: format the target's matrices are read in")
+  cmd_->add_option("--weights", weights_, std::string(kWeightsSpellings) + ": format the target's matrices are read in")
       ->capture_default_str();
   auto* prompt = cmd_->add_option("--prompt", prompt_, "Prompt text (tokenized with BOS)");
   auto* ids = cmd_->add_option("--prompt-ids", prompt_ids_, "Prompt token ids, comma-separated, used as given");
@@ -89,7 +89,7 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_option("--draft", d.model_dir, "Draft model folder (selects --draft-method model)");
   cmd_->add_option("--draft-method", draft_method_, "model | ngram (model when --draft is given)");
   cmd_->add_option("--draft-weights", draft_weights_,
-                   "stored | f32 | f16 | bf16 | int8: format the draft's matrices are read in")
+                   std::string(kWeightsSpellings) + ": format the draft's matrices are read in")
       ->capture_default_str();
   cmd_->add_option("--gamma", d.gamma, "Drafted tokens per step (chain, n-gram)")->default_val(4);
   cmd_->add_option("--tree", tree_, "Static tree branching, e.g. 3,2,1,1");

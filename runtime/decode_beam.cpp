@@ -81,6 +81,7 @@ DecodeRun decode_beam(const Backend& target, const GenerateOptions& options, con
   run.decode_s = std::chrono::duration<double>(Clock::now() - decode_start).count();
   run.target_forwards = 1 + model.forwards();
   run.target_forwards_rows = prompt_len + model.rows();
+  run.target_sequences = 1 + model.rows();  // the prompt, then one row per live beam
   run.kv = cache.stats();
   run.extra = {{"beam", {{"hypotheses", take_hypotheses(result, run, sink)}}}};
   return run;
@@ -116,6 +117,7 @@ DecodeRun decode_speculative_beam(ModelStore& models, const Backend& target, con
   if (!body.empty()) {
     ++run.target_forwards;
     run.target_forwards_rows += static_cast<int>(body.size());
+    ++run.target_sequences;
   }
   const auto decode_start = Clock::now();
   run.prefill_s = std::chrono::duration<double>(decode_start - start).count();
@@ -127,7 +129,10 @@ DecodeRun decode_speculative_beam(ModelStore& models, const Backend& target, con
   {
     SpeculativeBeam beam(context, root_seq, *drafters, options.sampling, options.max_new_tokens,
                          target.config().eos_token_ids, options.prompt_ids);
-    while (!beam.done()) beam_steps += speculative_beam_step(beam, context, stats);
+    while (!beam.done()) {
+      run.target_sequences += beam.num_beams();  // every live beam has its root and tree in the forward
+      beam_steps += speculative_beam_step(beam, context, stats);
+    }
     result = std::move(beam).result(std::min(options.num_samples, width));
   }
   if (draft) draft_cache->free(draft_root_seq);

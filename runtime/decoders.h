@@ -25,6 +25,7 @@ struct DecodeRun {
   double decode_s = 0;
   int target_forwards = 0;
   int target_forwards_rows = 0;  // rows over all target forwards (a batched step counts each sequence's rows)
+  int target_sequences = 0;      // sequences with rows, summed over the target forwards (beam: the live beams)
   KvStats kv;                 // of the target cache, after every sequence was freed
   nlohmann::json extra;       // strategy-specific stats merged into "stats"
 };

@@ -325,14 +325,20 @@ void Scheduler::preempt(Sequence& s) {
 }
 
 void Scheduler::run_beam(Request& r) {
-  r.out.prefilled_s = now();
+  const double start = now();
   DecodeRun run = r.options.draft.method == DraftMethod::kNone
                       ? decode_beam(target_, r.options, r.sink)
                       : decode_speculative_beam(models_, target_, r.options, r.sink);
+  r.out.prefilled_s = start + run.prefill_s;
   r.out.samples = std::move(run.samples);
   r.out.target_forwards = run.target_forwards;
   r.out.target_rows = run.target_forwards_rows;
   r.out.extra = std::move(run.extra);
+  r.out.own_kv = run.kv;
+  // Its forwards are the run's steps: it ran alone.
+  stats_.steps += run.target_forwards;
+  stats_.rows += run.target_forwards_rows;
+  stats_.sequence_steps += run.target_sequences;
   r.out.first_token_s = r.out.finished_s = now();
   r.out.done = true;
 }

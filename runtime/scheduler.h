@@ -39,11 +39,12 @@ struct RequestOutcome {
   SpeculativeStats spec;        // speculative requests: drafts, acceptance; times are step wall times
   long draft_forwards = 0;
   nlohmann::json extra;         // beam search: its hypotheses' scores
+  std::optional<KvStats> own_kv;  // beam search: its own cache's (it runs alone, outside the pool)
   bool done = false;
 };
 
 struct SchedulerStats {
-  long steps = 0;           // target forwards (one per step)
+  long steps = 0;           // target forwards (one per step; a beam request's own forwards too)
   long rows = 0;            // rows over all of them
   long sequence_steps = 0;  // sequences with rows, summed over steps (mean occupancy = / steps)
   int max_rows = 0;         // the most rows and live sequences one step held
@@ -131,7 +132,8 @@ class Scheduler {
 SchedulerLimits single_request_limits(const GenerateOptions& options);
 
 // The object `specula generate --json` prints for one request: {"ids", "text", "samples"?,
-// "stats"} (stats of `kv`, the target pool, and draft_blocks_in_use, the draft pools).
+// "stats"} (stats of `kv`, the target pool, or of the outcome's own cache where it has one,
+// and draft_blocks_in_use, the draft pools).
 nlohmann::json request_json(const Model& target, const GenerateOptions& options, const RequestOutcome& outcome,
                             const KvStats& kv, int draft_blocks_in_use);
 

@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "base/rng.h"
+#include "runtime/batch_run.h"
 #include "runtime/decoders.h"
 #include "runtime/scheduler.h"
 #include "sampling/sampler.h"
@@ -244,6 +245,41 @@ TEST_CASE("a request that cannot fit even alone is refused at submission", "[run
   Scheduler narrow(store(), o, limits);
   CHECK_THROWS_WITH(narrow.submit(o), Catch::Contains("needs 9 rows") && Catch::Contains("max_rows (8)"));
   CHECK(narrow.idle());
+}
+
+// A beam search runs alone, in a KV cache of its own (Scheduler::run_beam): its stats must
+// still say what it did -- its own cache's blocks, its prefill timed apart from its decode,
+// and its forwards counted in the batch summary (once reported as 0 blocks, ~10^8 prefill
+// tokens/s and no forwards).
+TEST_CASE("a beam request reports its own cache, its prefill time and its forwards", "[runtime][scheduler]") {
+  for (const DraftMethod method : {DraftMethod::kNone, DraftMethod::kNgram}) {
+    INFO("drafter " << name_of(method));
+    GenerateOptions o;
+    o.model_dir = test::model_dir("target-16m");
+    o.prompt_ids = reference_prompts().at(0);
+    o.max_new_tokens = 12;
+    o.threads = 1;
+    o.sampling.strategy = Strategy::kBeam;
+    o.sampling.beam_width = 4;
+    o.draft.method = method;
+    o.draft.gamma = 2;
+    const BatchRun run = run_requests(store(), std::span(&o, 1), 1);
+    REQUIRE(run.results.size() == 1);
+    const nlohmann::json& stats = run.results[0].at("stats");
+    CHECK(stats.at("kv").at("blocks_peak").get<int>() >= 4);  // at least one block per beam
+    CHECK(stats.at("kv").at("blocks_in_use_at_end") == 0);
+    // A 16M-parameter model cannot prefill a million tokens a second on a CPU (28 MFLOP a row).
+    const double prefill_rate = stats.at("prefill_tokens_per_s").get<double>();
+    CHECK(prefill_rate > 0);
+    CHECK(prefill_rate < 1e6);
+    const nlohmann::json& summary = run.summary;
+    const int forwards = stats.at("target_forwards").get<int>();
+    CHECK(forwards >= 2);
+    CHECK(summary.at("target_forwards") == forwards);
+    CHECK(summary.at("rows_per_forward").get<double>() * forwards == Approx(stats.at("target_rows").get<double>()));
+    CHECK(summary.at("mean_occupancy").get<double>() > 1.0);  // the beams share each forward after the prompt
+    CHECK(summary.at("mean_occupancy").get<double>() <= 4.0);
+  }
 }
 
 // Speculative sampling inside a batch: the studied request's samples run 16 sequences at a
