@@ -118,7 +118,7 @@ nlohmann::json request_json(const Model& target, const GenerateOptions& options,
   for (const auto& ids : out.samples) new_tokens += static_cast<int>(ids.size());
   const int prompt_len = static_cast<int>(options.prompt_ids.size());
   const double prefill_s = out.prefilled_s - out.submitted_s, decode_s = out.finished_s - out.prefilled_s;
-  const KvStats& own_kv = out.own_kv ? *out.own_kv : kv;  // a beam search ran in a cache of its own
+  const KvStats& reported_kv = out.own_kv ? *out.own_kv : kv;  // a beam search ran in a cache of its own
   const SamplingOptions& s = options.sampling;
   nlohmann::json sampler = {{"strategy", name_of(s.strategy)}};
   if (s.strategy == Strategy::kSample) {
@@ -136,8 +136,8 @@ nlohmann::json request_json(const Model& target, const GenerateOptions& options,
       {"target_forwards", out.target_forwards},
       {"target_rows", out.target_rows},
       {"sampler", sampler},
-      {"kv", {{"block_size", options.kv_block_size}, {"blocks_peak", own_kv.blocks_peak},
-              {"blocks_in_use_at_end", own_kv.blocks_in_use}}},
+      {"kv", {{"block_size", options.kv_block_size}, {"blocks_peak", reported_kv.blocks_peak},
+              {"blocks_in_use_at_end", reported_kv.blocks_in_use}}},
   };
   if (options.kv_dtype) stats["kv"]["dtype"] = name_of(*options.kv_dtype);
   if (out.preemptions > 0) stats["preemptions"] = out.preemptions;
