@@ -17,6 +17,7 @@ std::size_t dtype_size(DType t) {
     case DType::BF16: return 2;
     case DType::I8: return 1;
     case DType::BF16Dot: return 2;
+    case DType::BF16Amx: return 2;
   }
   return 0;
 }
@@ -28,6 +29,7 @@ const char* dtype_name(DType t) {
     case DType::BF16: return "BF16";
     case DType::I8: return "I8";
     case DType::BF16Dot: return "BF16DOT";
+    case DType::BF16Amx: return "BF16AMX";
   }
   return "?";
 }

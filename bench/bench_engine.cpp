@@ -7,7 +7,8 @@
 // reads as a share of that floor; the verify-forward cost of n rows against one; one batched
 // forward of B sequences against B single-sequence forwards; decode with int8 or bf16dot
 // weights against the stored dtype, alternated step by step (BM_DecodeInt8, BM_DecodeBf16Dot);
-// the verify-forward cost with bf16dot weights (BM_VerifyForwardBf16Dot); the matrix kernel on each
+// the verify-forward cost with bf16dot and bf16amx weights (BM_VerifyForwardBf16Dot,
+// BM_VerifyForwardBf16Amx; BM_DecodeBf16Amx: bf16amx against stored, skipped without AMX); the matrix kernel on each
 // instruction set with an OpenBLAS sgemm baseline on target-16m's prefill shapes, and on
 // TinyLlama-1.1B's shapes at 1-64 rows against sgemm in the same iterations and against the
 // FMA peak.
@@ -37,6 +38,7 @@
 #include "bench/bench_support.h"
 #include "draft/draft_options.h"
 #include "engine/cpu/matmul.h"
+#include "engine/cpu/matmul_bf16amx.h"
 
 namespace specula {
 namespace {
@@ -342,12 +344,21 @@ void decode_against_stored(benchmark::State& state, DType format) {
 }
 void BM_DecodeInt8(benchmark::State& state) { decode_against_stored(state, DType::I8); }
 void BM_DecodeBf16Dot(benchmark::State& state) { decode_against_stored(state, DType::BF16Dot); }
+void BM_DecodeBf16Amx(benchmark::State& state) {
+  if (!cpu::bf16amx_unsupported().empty()) return state.SkipWithError(cpu::bf16amx_unsupported().c_str());
+  decode_against_stored(state, DType::BF16Amx);
+}
 BENCHMARK(BM_DecodeInt8)
     ->ArgsProduct({benchmark::CreateDenseRange(0, kLastModel, 1), {1, 8}})
     ->ArgNames({"model", "rows"})
     ->Unit(benchmark::kMicrosecond)
     ->UseManualTime();
 BENCHMARK(BM_DecodeBf16Dot)
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kLastModel, 1), {1, 8}})
+    ->ArgNames({"model", "rows"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+BENCHMARK(BM_DecodeBf16Amx)
     ->ArgsProduct({benchmark::CreateDenseRange(0, kLastModel, 1), {1, 8}})
     ->ArgNames({"model", "rows"})
     ->Unit(benchmark::kMicrosecond)
@@ -393,6 +404,10 @@ void verify_forward(benchmark::State& state, std::optional<DType> weights) {
 }
 void BM_VerifyForward(benchmark::State& state) { verify_forward(state, std::nullopt); }
 void BM_VerifyForwardBf16Dot(benchmark::State& state) { verify_forward(state, DType::BF16Dot); }
+void BM_VerifyForwardBf16Amx(benchmark::State& state) {
+  if (!cpu::bf16amx_unsupported().empty()) return state.SkipWithError(cpu::bf16amx_unsupported().c_str());
+  verify_forward(state, DType::BF16Amx);
+}
 const std::vector<std::vector<int64_t>> kVerifyArgs = {
     kLastModel > 2 ? std::vector<int64_t>{0, kLastModel} : std::vector<int64_t>{0}, {128, 512}, {1, 2, 4, 8}};
 BENCHMARK(BM_VerifyForward)
@@ -401,6 +416,11 @@ BENCHMARK(BM_VerifyForward)
     ->Unit(benchmark::kMicrosecond)
     ->UseManualTime();
 BENCHMARK(BM_VerifyForwardBf16Dot)
+    ->ArgsProduct(kVerifyArgs)
+    ->ArgNames({"model", "context", "rows"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+BENCHMARK(BM_VerifyForwardBf16Amx)
     ->ArgsProduct(kVerifyArgs)
     ->ArgNames({"model", "context", "rows"})
     ->Unit(benchmark::kMicrosecond)

@@ -8,6 +8,7 @@ std::string weights_name(std::optional<DType> weights) {
   if (!weights) return "stored";
   if (*weights == DType::I8) return "int8";
   if (*weights == DType::BF16Dot) return "bf16dot";
+  if (*weights == DType::BF16Amx) return "bf16amx";
   std::string name = dtype_name(*weights);
   for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return name;
@@ -18,7 +19,7 @@ bool parse_weights(std::string_view text, std::optional<DType>& weights) {
     weights.reset();
     return true;
   }
-  for (DType format : {DType::I8, DType::BF16Dot})
+  for (DType format : {DType::I8, DType::BF16Dot, DType::BF16Amx})
     if (text == weights_name(format)) {
       weights = format;
       return true;

@@ -30,52 +30,16 @@ namespace specula {
 namespace {
 
 using cpu::Bf16DotKernel;
-
-float from_bits(uint32_t bits) {
-  float v;
-  std::memcpy(&v, &bits, 4);
-  return v;
-}
-
-float bf16_value(uint16_t b) { return from_bits(uint32_t(b) << 16); }
+using test::bf16_value;
+using test::from_bits;
+using test::random_rows;
+using Weights = test::RandomWeights;
 
 // The reference rounding of a finite value below BF16's overflow threshold: the nearest BF16
 // (test::bf16_nearest_even), a subnormal one made zero of its sign.
 uint16_t reference_round(float v) {
   const uint16_t b = test::bf16_nearest_even(v);
   return (b & 0x7F80u) == 0 ? uint16_t(b & 0x8000u) : b;
-}
-
-// Weights [out, in] stored as F32 or BF16: normal values of magnitudes 1e-2 to 1e2 and a few
-// subnormals (BF16's and, for F32, also F32's), which bf16dot reads as zero.
-struct Weights {
-  std::vector<unsigned char> storage;
-  std::vector<float> values;  // the stored values as f32, [out, in]
-  TensorView view;
-
-  Weights(DType dtype, int out, int in, std::mt19937& rng) {
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-    const std::size_t count = static_cast<std::size_t>(out) * in, es = dtype_size(dtype);
-    storage.resize(count * es);
-    values.resize(count);
-    for (std::size_t i = 0; i < count; ++i) {
-      float v = normal(rng) * std::pow(10.0f, -2.0f + 4.0f * unit(rng));
-      if (unit(rng) < 0.02f) v = from_bits(0x00200000u | (unit(rng) < 0.5f ? 0x80000000u : 0u));  // BF16 subnormal
-      if (dtype == DType::BF16) v = bf16_value(test::bf16_nearest_even(v));
-      store_value(v, dtype, storage.data() + i * es);
-      values[i] = v;
-    }
-    view = TensorView{"test.weight", dtype, {out, in}, storage.data(), "memory"};
-  }
-};
-
-std::vector<float> random_rows(int n, int in, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-  std::vector<float> x(static_cast<std::size_t>(n) * in);
-  for (float& v : x) v = unit(rng) < 0.01f ? from_bits(0x00012345u) : normal(rng) * (unit(rng) < 0.02f ? 20.0f : 1.0f);
-  return x;
 }
 
 // The scalar mirror: every value rounded by the reference, then per pair

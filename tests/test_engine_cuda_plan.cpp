@@ -34,7 +34,7 @@ TEST_CASE("cuda plan: refusals of dtypes and shapes the kernels do not handle", 
   CHECK_THROWS_WITH(cuda::check_cuda_support(good, DType::F16, {}), Catch::Contains("matrices are read in bf16") &&
                                                                         Catch::Contains("F16"));
   CHECK_THROWS_WITH(cuda::check_cuda_support(good, DType::F32, {}), Catch::Contains("F32"));
-  for (DType cpu_format : {DType::I8, DType::BF16Dot})  // the CPU's product formats
+  for (DType cpu_format : {DType::I8, DType::BF16Dot, DType::BF16Amx})  // the CPU's product formats
     CHECK_THROWS_WITH(cuda::check_cuda_support(good, cpu_format, {}),
                       Catch::Contains(dtype_name(cpu_format)) && Catch::Contains("--weights / --draft-weights"));
   CudaOptions f16_pages;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -12,6 +13,38 @@
 #include "tests/test_support.h"
 
 namespace specula::test {
+
+float from_bits(uint32_t bits) {
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
+float bf16_value(uint16_t b) { return from_bits(uint32_t(b) << 16); }
+
+RandomWeights::RandomWeights(DType dtype, int out, int in, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  const std::size_t count = static_cast<std::size_t>(out) * in, es = dtype_size(dtype);
+  storage.resize(count * es);
+  values.resize(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    float v = normal(rng) * std::pow(10.0f, -2.0f + 4.0f * unit(rng));
+    if (unit(rng) < 0.02f) v = from_bits(0x00200000u | (unit(rng) < 0.5f ? 0x80000000u : 0u));  // BF16 subnormal
+    if (dtype == DType::BF16) v = bf16_value(bf16_nearest_even(v));
+    store_value(v, dtype, storage.data() + i * es);
+    values[i] = v;
+  }
+  view = TensorView{"test.weight", dtype, {out, in}, storage.data(), "memory"};
+}
+
+std::vector<float> random_rows(int n, int in, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(n) * in);
+  for (float& v : x) v = unit(rng) < 0.01f ? from_bits(0x00012345u) : normal(rng) * (unit(rng) < 0.02f ? 20.0f : 1.0f);
+  return x;
+}
 
 FormatDifference logits_against_stored(const Backend& stored, const Backend& converted) {
   Engine a(stored, 16, 16), b(converted, 16, 16);

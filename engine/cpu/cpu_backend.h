@@ -25,7 +25,8 @@ struct CpuWorkspace : Workspace {
 class CpuBackend : public Backend {
  public:
   // Packs every matrix of `model` once (in its dtype, converted to `matrices_as`, quantised for
-  // matrices_as = I8, or in BF16 for the bf16dot product for BF16Dot: the embedding lookup
+  // matrices_as = I8, or in BF16 for the bf16dot (bf16amx) product for BF16Dot (BF16Amx, where
+  // this process can run it, else an error saying why): the embedding lookup
   // still reads the stored table) for `isa` (the process's choice, matmul_isa(), unless a test
   // compares instruction sets).
   CpuBackend(const Model& model, std::optional<DType> matrices_as, MatmulIsa isa = matmul_isa());

@@ -16,7 +16,8 @@ int64_t block_outputs(MatmulIsa isa) { return 4 * (isa == MatmulIsa::avx512 ? 16
 
 void PackedWeights::FreeAligned::operator()(unsigned char* p) const { std::free(p); }
 
-PackedWeights::PackedWeights(const TensorView& w, MatmulIsa isa, std::optional<DType> as, bool flush_subnormals)
+PackedWeights::PackedWeights(const TensorView& w, MatmulIsa isa, std::optional<DType> as, bool flush_subnormals,
+                             int64_t step_multiple)
     : isa_(isa), dtype_(as.value_or(w.dtype)) {
   SPECULA_CHECK(w.shape.size() == 2, w.origin, ": tensor '", w.name, "' must be 2-D for a matrix product");
   SPECULA_CHECK(dtype_ == DType::F32 || dtype_ == DType::F16 || dtype_ == DType::BF16,
@@ -29,8 +30,9 @@ PackedWeights::PackedWeights(const TensorView& w, MatmulIsa isa, std::optional<D
   block_ = block_outputs(isa);
   pair_ = dtype_ == DType::BF16 ? 2 : 1;
   step_bytes_ = block_ * pair_ * es;
+  SPECULA_CHECK(step_multiple >= 1, "PackedWeights: step_multiple must be positive, got ", step_multiple);
   const int64_t steps = (in_ + pair_ - 1) / pair_;
-  block_bytes_ = steps * step_bytes_;
+  block_bytes_ = (steps + step_multiple - 1) / step_multiple * step_multiple * step_bytes_;
   // aligned_alloc wants a multiple of the alignment; block_bytes_ is one of 64.
   const std::size_t size = std::max<std::size_t>(bytes(), 64);
   auto* raw = static_cast<unsigned char*>(std::aligned_alloc(64, size));

@@ -12,6 +12,8 @@
 // values in stored order and dtype (unless converted on request, so the product's arithmetic
 // is exactly the row-major one's; BF16 subnormals flushed to zero on request, for bf16dot).
 // Outputs past out() and the k past in() of the last step are zero; the tiles never use them.
+// The steps may be padded with zeros to a multiple of step_multiple (bf16amx's tiles read 16
+// steps at a time: matmul_bf16amx.h).
 #pragma once
 
 #include <cstdint>
@@ -29,9 +31,10 @@ class PackedWeights {
   // dtype or converted to `as` (F32, F16 or BF16; each value rounded to nearest, ties to even;
   // a research knob: e.g. an F32 draft model read at half the bytes). `flush_subnormals`
   // (BF16 only): each subnormal made zero of its sign (what vdpbf16ps reads them as;
-  // matmul_bf16dot.h).
+  // matmul_bf16dot.h). The steps, ceil(in / pair()), are padded with zero steps up to a
+  // multiple of `step_multiple`.
   PackedWeights(const TensorView& w, MatmulIsa isa, std::optional<DType> as = std::nullopt,
-                bool flush_subnormals = false);
+                bool flush_subnormals = false, int64_t step_multiple = 1);
 
   MatmulIsa isa() const { return isa_; }
   DType dtype() const { return dtype_; }
@@ -40,6 +43,7 @@ class PackedWeights {
   int64_t block() const { return block_; }               // outputs per block
   int64_t pair() const { return pair_; }                 // k values per output per step
   int64_t step_bytes() const { return step_bytes_; }     // bytes per step of a block
+  int64_t steps() const { return block_bytes_ / step_bytes_; }  // steps per block, padding included
   int64_t block_bytes() const { return block_bytes_; }   // bytes per block
   int64_t blocks() const { return (out_ + block_ - 1) / block_; }
   const unsigned char* block_data(int64_t b) const { return bytes_.get() + b * block_bytes_; }

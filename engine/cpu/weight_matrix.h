@@ -1,7 +1,7 @@
 // defines: WeightMatrix, one checkpoint matrix as the CPU backend holds it: packed in a float
 // dtype for the process's instruction set (packed_weights.h, matmul.h), quantised to int8
 // with per-block scales (packed_int8.h, matmul_int8.h) or packed in BF16 for the bf16dot
-// product (matmul_bf16dot.h), and its product.
+// product (matmul_bf16dot.h) or the bf16amx product (matmul_bf16amx.h), and its product.
 #pragma once
 
 #include <cstddef>
@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "engine/cpu/matmul.h"
+#include "engine/cpu/matmul_bf16amx.h"
 #include "engine/cpu/matmul_bf16dot.h"
 #include "engine/cpu/matmul_int8.h"
 
@@ -18,10 +19,11 @@ class WeightMatrix {
  public:
   // w ([out, in]) as stored, converted to `as` (F32, F16, BF16), quantised (as = I8, on the
   // int8 kernel `isa` allows: int8_kernel), or in BF16 with subnormals flushed (as = BF16Dot,
-  // on the bf16dot kernel `isa` allows: bf16dot_kernel).
+  // on the bf16dot kernel `isa` allows: bf16dot_kernel; as = BF16Amx, for AMX's tiles, which the
+  // caller has checked this process can run: bf16amx_unsupported).
   WeightMatrix(const TensorView& w, MatmulIsa isa, std::optional<DType> as);
 
-  // The format: the packed dtype, I8 or BF16Dot.
+  // The format: the packed dtype, I8, BF16Dot or BF16Amx.
   DType dtype() const { return format_; }
   // The bytes one product reads (int8: the values and their scales).
   std::size_t bytes() const;
