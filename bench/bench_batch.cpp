@@ -4,8 +4,9 @@
 // chains (gamma 2, fixed and under the load policy, gamma <= 4) and n-grams (gamma 3, fixed
 // and load), greedy and T = 1; at batch 1 also fixed draft-1m chains of 1, 3, 4, 5 and n-gram
 // proposals of 1, 2, 4 (cases 5-11: the best fixed length the load policy can be held to);
-// all of it with the target as stored, in the bf16dot format and in the bf16amx format (fourth
-// argument 0, 1, 2; bf16amx's cases skip where the process cannot run AMX tiles).
+// all of it with the target as stored, in the bf16dot format, in the bf16amx format, and with
+// target and draft model in bf16amx (fourth argument 0, 1, 2, 3; bf16amx's cases skip where the
+// process cannot run AMX tiles).
 // acc_per_step is the mean accepted tokens per speculative sequence step. Each case runs
 // max(8, batch) requests of 24 prompt tokens and 48 new tokens, all submitted at once. Ratios (speedup against plain at the same batch size)
 // are taken between cases of the same run; run it alternated and repeated, e.g.
@@ -47,8 +48,13 @@ constexpr Method kMethods[] = {
 
 constexpr int kTableMethods = 5;  // the table's methods; the others run at batch 1 only
 
-// The target's matrix formats: as stored, bf16dot (matmul_bf16dot.h), bf16amx (matmul_bf16amx.h).
-const std::optional<DType> kFormats[] = {std::nullopt, DType::BF16Dot, DType::BF16Amx};
+// The matrix formats of the target and of the draft model: as stored, bf16dot
+// (matmul_bf16dot.h), bf16amx (matmul_bf16amx.h).
+struct Formats {
+  std::optional<DType> target, draft;
+};
+const Formats kFormats[] = {
+    {std::nullopt, std::nullopt}, {DType::BF16Dot, std::nullopt}, {DType::BF16Amx, std::nullopt}, {DType::BF16Amx, DType::BF16Amx}};
 
 ModelStore& store() {
   static ModelStore models;
@@ -60,9 +66,11 @@ void BM_BatchGenerate(benchmark::State& state) {
   const Method& m = kMethods[state.range(0)];
   const int batch = static_cast<int>(state.range(1));
   const bool sampled = state.range(2) != 0;
-  const std::optional<DType> format = kFormats[state.range(3)];
-  state.SetLabel(std::string(m.name) + (sampled ? " T=1" : " greedy") + (format ? " " + weights_name(format) : ""));
-  if (format == DType::BF16Amx && !cpu::bf16amx_unsupported().empty())
+  const Formats format = kFormats[state.range(3)];
+  state.SetLabel(std::string(m.name) + (sampled ? " T=1" : " greedy") +
+                 (format.target ? " " + weights_name(format.target) : "") +
+                 (format.draft ? " draft " + weights_name(format.draft) : ""));
+  if (format.target == DType::BF16Amx && !cpu::bf16amx_unsupported().empty())
     return state.SkipWithError(("bf16amx: " + cpu::bf16amx_unsupported()).c_str());
   omp_set_num_threads(1);
   const std::vector<int> text = real_prompt(4096);
@@ -75,10 +83,13 @@ void BM_BatchGenerate(benchmark::State& state) {
     o.max_new_tokens = 48;
     o.threads = 1;
     o.seed = 5;
-    o.weights = format;
+    o.weights = format.target;
     if (sampled) o.sampling = SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f);
     o.draft.method = m.method;
-    if (m.method == DraftMethod::kModel) o.draft.model_dir = std::string(SPECULA_SOURCE_DIR) + "/models/draft-1m";
+    if (m.method == DraftMethod::kModel) {
+      o.draft.model_dir = std::string(SPECULA_SOURCE_DIR) + "/models/draft-1m";
+      o.draft.weights = format.draft;
+    }
     if (m.gamma > 0) o.draft.gamma = m.gamma;
     o.gamma_policy = m.policy;
     options.push_back(o);
@@ -114,7 +125,8 @@ void Cases(benchmark::internal::Benchmark* b) {
     for (int sampled : {0, 1})
       for (int batch : {1, 8, 16, 32})
         for (int m = 0; m < static_cast<int>(std::size(kMethods)); ++m)
-          if (m < kTableMethods || batch == 1) b->Args({m, batch, sampled, format});
+          if ((m < kTableMethods || batch == 1) && (kMethods[m].method == DraftMethod::kModel || !kFormats[format].draft))
+            b->Args({m, batch, sampled, format});  // a draft format only where there is a draft model
 }
 
 BENCHMARK(BM_BatchGenerate)->Apply(Cases)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();

@@ -13,7 +13,10 @@ void CostFit::add(int rows, double seconds) {
 
 double CostFit::at(double rows) const {
   if (by_rows_.empty()) return 0;
-  if (by_rows_.size() == 1) return by_rows_.begin()->second;
+  if (by_rows_.size() == 1) {
+    const auto& [only_rows, only_seconds] = *by_rows_.begin();
+    return rows >= only_rows ? only_seconds : only_seconds * std::max(0.0, rows) / only_rows;
+  }
   // The two observed row counts around `rows`, or the two outermost on its side.
   auto hi = by_rows_.lower_bound(static_cast<int>(std::ceil(rows)));
   if (hi == by_rows_.end()) hi = std::prev(by_rows_.end());

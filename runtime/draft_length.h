@@ -22,7 +22,12 @@ class CostFit {
   void add(int rows, double seconds);
   // Predicted seconds of `rows` rows: linear between the nearest row counts observed on
   // either side; beyond the observed range, the slope of the two outermost ones (clamped to
-  // >= 0); the one figure when a single row count was seen; 0 before any observation.
+  // >= 0); 0 before any observation. With a single row count r seen, its figure s bounds the
+  // cost from below: s for rows >= r (costs grow with rows), s · rows / r for fewer (a fixed
+  // part plus a part per row costs no less per row at fewer rows). Optimistic on purpose: an
+  // estimate from one observation must not keep the chooser from measuring a second (a load
+  // request's first draft round holds its whole prompt's catch-up, and taking that round's
+  // cost for a one-row round had it stop drafting for good at batch 1).
   double at(double rows) const;
   bool varied() const { return by_rows_.size() >= 2; }  // two or more row counts observed
   bool observed() const { return !by_rows_.empty(); }

@@ -610,6 +610,18 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
     CHECK(fresh.row_floor() == Approx(per_row * (24 * batch - batch) / (24 * batch)));
     for (int i = 0; i < 3; ++i) CHECK(fresh.choose(0, 0, alphas, 4) == (compute_bound ? 0 : 1));
   }
+  // Batch 1, rows nearly free: the first draft round caught up on a 24-token prompt (25 rows,
+  // 0.6 ms) after a γ = 1 probe that was rejected. Taken as the cost of every round (the old
+  // single-observation rule) it priced γ = 1 at 1.05 + 0.6 ms for 1.6 tokens, below plain's 1
+  // token a millisecond, and the policy never drafted again; a one-row round costs less.
+  {
+    DraftLengthChooser first;
+    first.target_forward(1, 1.0e-3);
+    first.target_forward(2, 1.05e-3);
+    first.draft_round(25, 0.6e-3);
+    const std::vector<double> alpha_06(1, 0.6);
+    CHECK(first.choose(0, 0, alpha_06, 4) >= 1);
+  }
   // Other sequences' rows count: 31 plain rows beside one chain at α = 0.6 under the busy costs.
   CHECK(busy.choose(31, 31, one, 4) == 0);
   // CostFit: smoothed per row count, interpolated, extrapolated with a slope >= 0.
@@ -617,6 +629,7 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
   CHECK(fit.at(5) == 0);
   fit.add(4, 1.0);
   CHECK(fit.at(100) == 1.0);
+  CHECK(fit.at(2) == Approx(0.5));  // one row count seen: fewer rows at its cost per row, a lower bound
   fit.add(8, 2.0);
   CHECK(fit.at(6) == Approx(1.5));
   CHECK(fit.at(16) == Approx(4.0));
