@@ -595,17 +595,23 @@ const std::vector<float>& shape_weights(int64_t shape) {
 }
 
 // Our product at 1.1B sizes against OpenBLAS's sgemm (f32 weights) on the same shape, rows and
-// threads, the two alternated in every iteration. Reported time is ours; GFLOPs ours,
+// threads, the two alternated in every iteration; ours with the weights in BF16 or F32 (the
+// exact f32 product) or in the bf16amx format (format 2; skipped where the process cannot run
+// AMX tiles). Reported time is ours; GFLOPs ours,
 // pct_peak = GFLOPs / the FMA peak at this thread count (fma_peak_flops), x_openblas = sgemm's
 // time / ours (above 1: ours is faster), blas_GFLOPs its rate.
 void BM_MatmulShapes(benchmark::State& state) {
   const int64_t out = kShapes11[state.range(0)][0], in = kShapes11[state.range(0)][1];
   const int n = static_cast<int>(state.range(1));
-  const DType dtype = state.range(2) == 0 ? DType::BF16 : DType::F32;
+  const bool amx = state.range(2) == 2;
+  const DType dtype = state.range(2) == 1 ? DType::F32 : DType::BF16;
+  if (amx && !cpu::bf16amx_unsupported().empty()) return state.SkipWithError(cpu::bf16amx_unsupported().c_str());
   const int threads = static_cast<int>(state.range(3));
   const std::vector<float>& w = shape_weights(state.range(0));
   const TensorView view{"w", DType::F32, {out, in}, w.data(), "bench"};
-  const cpu::PackedWeights packed(view, cpu::matmul_isa(), dtype);
+  const cpu::PackedWeights packed = amx ? cpu::PackedWeights(view, cpu::MatmulIsa::avx512, DType::BF16, true,
+                                                             cpu::kAmxPairsPerTile)
+                                        : cpu::PackedWeights(view, cpu::matmul_isa(), dtype);
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   std::vector<float> x(static_cast<std::size_t>(n * in)), y(static_cast<std::size_t>(n * out)), yb(y.size());
@@ -616,7 +622,10 @@ void BM_MatmulShapes(benchmark::State& state) {
   double ours_s = 0, blas_s = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    cpu::matmul(x.data(), packed, y.data(), n);
+    if (amx)
+      cpu::matmul_bf16amx(x.data(), packed, y.data(), n);
+    else
+      cpu::matmul(x.data(), packed, y.data(), n);
     benchmark::DoNotOptimize(y.data());
     const auto t1 = std::chrono::steady_clock::now();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, static_cast<int>(out), static_cast<int>(in), 1.0f, x.data(),
@@ -635,11 +644,11 @@ void BM_MatmulShapes(benchmark::State& state) {
   state.counters["x_openblas"] = blas_s / ours_s;
   state.counters["blas_GFLOPs"] = flops / blas_s / 1e9;
   state.SetLabel(std::to_string(n) + "x" + std::to_string(in) + " * " + std::to_string(in) + "x" + std::to_string(out) +
-                 " " + dtype_name(dtype));
+                 " " + (amx ? "BF16AMX" : dtype_name(dtype)));
 }
 BENCHMARK(BM_MatmulShapes)
-    ->ArgsProduct({{0, 1, 2, 3}, {1, 4, 8, 16, 32, 64}, {0, 1}, {1, 2}})
-    ->ArgNames({"shape", "rows", "f32", "threads"})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 4, 8, 16, 32, 64}, {0, 1, 2}, {1, 2}})
+    ->ArgNames({"shape", "rows", "format", "threads"})
     ->Unit(benchmark::kMicrosecond)
     ->UseManualTime();
 

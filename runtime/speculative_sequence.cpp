@@ -9,11 +9,14 @@ void run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCal
   std::vector<float> logits;
   std::vector<SequenceRows> parts;
   for (;;) {
-    std::map<const ForwardContext*, std::vector<Drafter*>> groups;  // one batched call per draft cache
+    // One batched call per draft cache. Keyed by the cache, not the context: each drafter holds
+    // its own copy of the context (keyed by that, every sequence's round ran alone).
+    std::map<const KvCache*, std::vector<Drafter*>> groups;
     for (Drafter* d : drafters)
-      if (d->pending_forward()) groups[d->forward_context()].push_back(d);
+      if (d->pending_forward()) groups[&d->forward_context()->cache].push_back(d);
     if (groups.empty()) return;
-    for (auto& [context, group] : groups) {
+    for (auto& [cache, group] : groups) {
+      const ForwardContext* context = group.front()->forward_context();
       parts.clear();
       for (Drafter* d : group) parts.push_back(*d->pending_forward());
       const std::size_t vocab = static_cast<std::size_t>(context->backend.config().vocab_size);

@@ -44,8 +44,8 @@ struct DraftCall {
   double seconds = 0;
 };
 
-// Runs the pending forwards of every drafter, round by round, those sharing a forward
-// context (one draft cache) as one batched call; each call is appended to `calls` when given.
+// Runs the pending forwards of every drafter, round by round, those sharing a draft cache as
+// one batched call; each call is appended to `calls` when given.
 void run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls = nullptr);
 
 class SpeculativeSequence {

@@ -78,6 +78,51 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
   }
 }
 
+TEST_CASE("drafters sharing a draft cache run one batched call per round and propose what each proposes alone",
+          "[runtime][speculative]") {
+  // Three greedy chains of 3 over one draft-1m cache: a catch-up round and two feeding rounds
+  // (the last level needs no forward), each one call of a row per drafter. Each drafter holds
+  // its own copy of the forward context, so this also holds when the contexts are copies.
+  const Backend& draft = store().get(test::model_dir("draft-1m"));
+  const auto prompts = reference_prompts();
+  const auto argmax_order = [](std::span<const float> l, std::span<float> p) { std::copy(l.begin(), l.end(), p.begin()); };
+  TreeShape chain;
+  chain.branching = {1, 1, 1};
+  const auto propose = [&](KvCache& cache, std::span<const std::size_t> which, std::vector<DraftCall>& calls) {
+    const auto workspace = draft.make_workspace();
+    std::vector<std::unique_ptr<ModelDrafter>> drafters;
+    std::vector<Drafter*> pointers;
+    std::vector<std::vector<int>> committed;
+    Philox rng(3);
+    for (std::size_t i : which) {
+      committed.emplace_back(prompts[i].begin(), prompts[i].begin() + 20);
+      const int seq = test::plain_prefill(draft, cache, std::span(committed.back()).first(19));
+      drafters.push_back(std::make_unique<ModelDrafter>(ForwardContext{draft, cache, *workspace}, seq, argmax_order,
+                                                        false, chain));
+      drafters.back()->start(committed.back(), 3, rng);
+      pointers.push_back(drafters.back().get());
+    }
+    run_draft_forwards(pointers, &calls);
+    std::vector<std::vector<int>> tokens;
+    for (auto& d : drafters) tokens.push_back(d->take_proposal().tree.tokens);
+    return tokens;
+  };
+  const std::size_t all[] = {0, 1, 2};
+  KvCache shared(draft.model().kv_layout(16), 64);
+  std::vector<DraftCall> calls;
+  const std::vector<std::vector<int>> together = propose(shared, all, calls);
+  REQUIRE(calls.size() == 3);
+  for (const DraftCall& c : calls) CHECK(c.rows == 3);
+  for (std::size_t i : all) {
+    KvCache own(draft.model().kv_layout(16), 64);
+    std::vector<DraftCall> alone_calls;
+    const std::vector<std::vector<int>> alone = propose(own, std::span(&i, 1), alone_calls);
+    CHECK(alone_calls.size() == 3);
+    CHECK(alone.front() == together[i]);
+    CHECK(together[i].size() == 3);
+  }
+}
+
 TEST_CASE("after any accept/reject pattern both caches equal a plain run's caches", "[runtime][speculative]") {
   const Backend& target = store().get(test::model_dir("target-16m"));
   const Backend& draft = store().get(test::model_dir("draft-1m"));
