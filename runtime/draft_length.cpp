@@ -7,26 +7,29 @@
 namespace specula {
 
 void CostFit::add(int rows, double seconds) {
-  const auto [it, inserted] = by_rows_.emplace(rows, seconds);
-  if (!inserted) it->second += kNewest * (seconds - it->second);
+  const auto [it, inserted] = by_rows_.emplace(rows, Figure{seconds, 1});
+  if (inserted) return;
+  Figure& f = it->second;
+  f.seconds = f.observations == 1 ? seconds : f.seconds + kNewest * (seconds - f.seconds);
+  ++f.observations;
 }
 
 double CostFit::at(double rows) const {
   if (by_rows_.empty()) return 0;
   if (by_rows_.size() == 1) {
-    const auto& [only_rows, only_seconds] = *by_rows_.begin();
-    return rows >= only_rows ? only_seconds : only_seconds * std::max(0.0, rows) / only_rows;
+    const auto& [only_rows, only] = *by_rows_.begin();
+    return rows >= only_rows ? only.seconds : only.seconds * std::max(0.0, rows) / only_rows;
   }
   // The two observed row counts around `rows`, or the two outermost on its side.
   auto hi = by_rows_.lower_bound(static_cast<int>(std::ceil(rows)));
   if (hi == by_rows_.end()) hi = std::prev(by_rows_.end());
   if (hi == by_rows_.begin()) hi = std::next(hi);
   const auto lo = std::prev(hi);
-  double slope = (hi->second - lo->second) / double(hi->first - lo->first);
+  double slope = (hi->second.seconds - lo->second.seconds) / double(hi->first - lo->first);
   const bool above = rows > hi->first, below = rows < lo->first;
   if (above || below) slope = std::max(0.0, slope);
-  const auto& [from_rows, from_seconds] = above ? *hi : *lo;  // the nearest observed end
-  return std::max(0.0, from_seconds + slope * (rows - from_rows));
+  const auto& [from_rows, from] = above ? *hi : *lo;  // the nearest observed end
+  return std::max(0.0, from.seconds + slope * (rows - from_rows));
 }
 
 double expected_chain_tokens(double alpha, int gamma) {
@@ -108,6 +111,12 @@ int DraftLengthChooser::choose(int other_rows, double other_tokens, std::span<co
     const double seconds = target_.at(other_rows + n * (1 + g)) + g * draft_.at(n);
     const double rate = seconds > 0 ? tokens / seconds : tokens;
     if (rate > best_rate) best = g, best_rate = rate;
+  }
+  if (best == 0) {
+    drafted_steps_ = 0;
+  } else if (++drafted_steps_ == kPlainEvery) {
+    drafted_steps_ = 0;
+    return 0;  // the plain step's cost, measured again
   }
   return best;
 }

@@ -18,7 +18,10 @@ class CostFit {
  public:
   // One observation: a step of `rows` rows took `seconds`. Each row count keeps its own
   // exponentially smoothed figure (the newest observation weighs kNewest), so observations
-  // at one row count never erase what was measured at others.
+  // at one row count never erase what was measured at others; but a row count's second
+  // observation replaces its first, which pays one-time costs (buffers grown and touched for
+  // the first time, cold caches: the first plain step of batch 8 on target-16m took 2.98 ms
+  // where later ones take 1.6-2.0).
   void add(int rows, double seconds);
   // Predicted seconds of `rows` rows: linear between the nearest row counts observed on
   // either side; beyond the observed range, the slope of the two outermost ones (clamped to
@@ -33,12 +36,16 @@ class CostFit {
   bool observed() const { return !by_rows_.empty(); }
   // The figure of the fewest rows observed (0 before any): for costs that grow with rows, an
   // upper bound on a step's fixed part.
-  double fewest() const { return by_rows_.empty() ? 0 : by_rows_.begin()->second; }
+  double fewest() const { return by_rows_.empty() ? 0 : by_rows_.begin()->second.seconds; }
 
   static constexpr double kNewest = 0.25;
 
  private:
-  std::map<int, double> by_rows_;  // row count -> smoothed seconds
+  struct Figure {
+    double seconds;
+    int observations;
+  };
+  std::map<int, Figure> by_rows_;  // row count -> smoothed seconds
 };
 
 // Expected tokens of one chain step with acceptance rate `alpha` and `gamma` drafted tokens:
@@ -110,7 +117,12 @@ class DraftLengthChooser {
   // then probes g = 1 unless even a g = 1 step at its lower bound (the plain step plus n
   // rows at row_floor(), drafting free) loses to plain: then it stays plain without
   // drafting at all (under load, where rows cost what decode steps cost).
+  // Once it drafts, every kPlainEvery-th step it would draft is a plain step instead, so that the
+  // plain step's cost stays measured (it is what drafting is compared with; otherwise it keeps
+  // the figure of the steps before drafting began); at batch 1, where drafting pays 1.3-1.6x,
+  // this costs about 1.5%.
   int choose(int other_rows, double other_tokens, std::span<const std::vector<double>> tokens, int max_gamma);
+  static constexpr int kPlainEvery = 16;
   // The same with independent acceptance: tokens[i][g] = expected_chain_tokens(alphas[i], g).
   int choose(int other_rows, double other_tokens, std::span<const double> alphas, int max_gamma);
 
@@ -119,6 +131,7 @@ class DraftLengthChooser {
 
  private:
   CostFit target_, draft_;
+  int drafted_steps_ = 0;       // steps chosen to draft since the last plain step
   int prefill_rows_ = 0;        // the largest prefill step seen
   double prefill_seconds_ = 0;
 };

@@ -474,9 +474,12 @@ void Scheduler::step() {
   std::vector<DraftCall> draft_calls;
   if (!specs.empty()) run_drafts(specs, depths, &draft_calls);
   const double draft_s = seconds(mark, Clock::now());
-  // The load policy's draft cost: each draft-model call by its rows, or (n-grams, no model)
-  // the mean round over these sequences.
-  for (const DraftCall& c : draft_calls) chooser_.draft_round(c.rows, c.seconds);
+  // The load policy's draft cost: each draft-model call by its rows, with the rest of the draft
+  // phase (starting proposals, the draft distributions, building the trees) shared among the
+  // calls in proportion to their time; or (n-grams, no model) the mean round over these sequences.
+  double calls_s = 0;
+  for (const DraftCall& c : draft_calls) calls_s += c.seconds;
+  for (const DraftCall& c : draft_calls) chooser_.draft_round(c.rows, calls_s > 0 ? c.seconds * draft_s / calls_s : 0);
   if (!specs.empty() && draft_calls.empty())
     chooser_.draft_round(static_cast<int>(specs.size()),
                          draft_s / std::max(1, *std::max_element(depths.begin(), depths.end())));

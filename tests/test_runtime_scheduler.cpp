@@ -590,6 +590,11 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
   DraftLengthChooser idle = measured(6e-3, 2e-5);
   const std::vector<double> one(1, 0.6);
   CHECK(idle.choose(0, 0, one, 4) > 0);
+  // Drafting, every kPlainEvery-th step is plain, so the cost drafting is compared with stays
+  // measured: 2 of 32 steps.
+  int plain_steps = 0;
+  for (int i = 1; i < 2 * DraftLengthChooser::kPlainEvery; ++i) plain_steps += idle.choose(0, 0, one, 4) == 0;
+  CHECK(plain_steps == 2);
   // 500 plain steps at 32 rows later (the policy's own choice) it still knows the longer
   // steps' cost and stays plain, where a fit that forgets would return to alternating.
   for (int i = 0; i < 500; ++i) {
@@ -634,8 +639,10 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
   CHECK(fit.at(6) == Approx(1.5));
   CHECK(fit.at(16) == Approx(4.0));
   CHECK(fit.at(2) == Approx(0.5));
-  fit.add(8, 3.0);  // smoothed: 2 + 0.25 (3 - 2)
-  CHECK(fit.at(8) == Approx(2.25));
+  fit.add(8, 3.0);  // a row count's second figure replaces its first (one-time costs)
+  CHECK(fit.at(8) == Approx(3.0));
+  fit.add(8, 2.0);  // then smoothed: 3 + 0.25 (2 - 3)
+  CHECK(fit.at(8) == Approx(2.75));
   CostFit falling;
   falling.add(1, 2.0);
   falling.add(2, 1.0);
