@@ -148,13 +148,7 @@ TEST_CASE("bf16amx logits stay close to the stored-dtype forward on the bundled 
 
 TEST_CASE("greedy speculative output equals plain greedy output with a bf16amx target", "[engine][bf16amx][speculative]") {
   if (!amx_runs()) return;
-  DraftOptions amx_draft = test::model_draft("draft-4m", 4, {}, 0, false);
-  amx_draft.weights = DType::BF16Amx;
-  DraftOptions ngram;
-  ngram.method = DraftMethod::kNgram;
-  ngram.gamma = 3;
-  const DraftOptions drafts[] = {amx_draft, test::model_draft("draft-1m", 3, {}, 0, false), ngram};
-  test::check_greedy_speculation(DType::BF16Amx, drafts);
+  test::check_greedy_speculation(DType::BF16Amx, test::drafts_in_format(DType::BF16Amx));
 }
 
 }  // namespace specula

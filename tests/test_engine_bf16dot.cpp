@@ -271,13 +271,7 @@ TEST_CASE("bf16dot logits stay close to the stored-dtype forward on the bundled 
 }
 
 TEST_CASE("greedy speculative output equals plain greedy output with a bf16dot target", "[engine][bf16dot][speculative]") {
-  DraftOptions bf16dot_draft = test::model_draft("draft-4m", 4, {}, 0, false);
-  bf16dot_draft.weights = DType::BF16Dot;
-  DraftOptions ngram;
-  ngram.method = DraftMethod::kNgram;
-  ngram.gamma = 3;
-  const DraftOptions drafts[] = {bf16dot_draft, test::model_draft("draft-1m", 3, {}, 0, false), ngram};
-  test::check_greedy_speculation(DType::BF16Dot, drafts);
+  test::check_greedy_speculation(DType::BF16Dot, test::drafts_in_format(DType::BF16Dot));
 }
 
 }  // namespace specula

@@ -104,4 +104,13 @@ void check_greedy_speculation(DType format, std::span<const DraftOptions> drafts
   }
 }
 
+std::vector<DraftOptions> drafts_in_format(DType format) {
+  DraftOptions in_format = model_draft("draft-4m", 4, {}, 0, false);
+  in_format.weights = format;
+  DraftOptions ngram;
+  ngram.method = DraftMethod::kNgram;
+  ngram.gamma = 3;
+  return {in_format, model_draft("draft-1m", 3, {}, 0, false), ngram};
+}
+
 }  // namespace specula::test
