@@ -18,7 +18,6 @@
 #include <string>
 
 #include "bench/bench_support.h"
-#include "engine/cpu/matmul_bf16amx.h"
 #include "runtime/batch_report.h"
 #include "runtime/scheduler.h"
 
@@ -67,11 +66,12 @@ void BM_BatchGenerate(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(1));
   const bool sampled = state.range(2) != 0;
   const Formats format = kFormats[state.range(3)];
-  state.SetLabel(std::string(m.name) + (sampled ? " T=1" : " greedy") +
-                 (format.target ? " " + weights_name(format.target) : "") +
-                 (format.draft ? " draft " + weights_name(format.draft) : ""));
-  if (format.target == DType::BF16Amx && !cpu::bf16amx_unsupported().empty())
-    return state.SkipWithError(("bf16amx: " + cpu::bf16amx_unsupported()).c_str());
+  std::string label = std::string(m.name) + (sampled ? " T=1" : " greedy");
+  if (format.target) label.append(" ").append(weights_name(format.target));
+  if (format.draft) label.append(" draft ").append(weights_name(format.draft));
+  state.SetLabel(label);
+  if (const std::string why = matrices_unsupported(BackendKind::kCpu, format.target); !why.empty())
+    return state.SkipWithError(why.c_str());
   omp_set_num_threads(1);
   const std::vector<int> text = real_prompt(4096);
   const int requests = std::max(8, batch);

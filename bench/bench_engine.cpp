@@ -344,9 +344,14 @@ void decode_against_stored(benchmark::State& state, DType format) {
 }
 void BM_DecodeInt8(benchmark::State& state) { decode_against_stored(state, DType::I8); }
 void BM_DecodeBf16Dot(benchmark::State& state) { decode_against_stored(state, DType::BF16Dot); }
+// True (and the benchmark skipped, saying why) where this process cannot run AMX tiles.
+bool skipped_without_amx(benchmark::State& state) {
+  if (cpu::bf16amx_unsupported().empty()) return false;
+  state.SkipWithError(cpu::bf16amx_unsupported().c_str());
+  return true;
+}
 void BM_DecodeBf16Amx(benchmark::State& state) {
-  if (!cpu::bf16amx_unsupported().empty()) return state.SkipWithError(cpu::bf16amx_unsupported().c_str());
-  decode_against_stored(state, DType::BF16Amx);
+  if (!skipped_without_amx(state)) decode_against_stored(state, DType::BF16Amx);
 }
 BENCHMARK(BM_DecodeInt8)
     ->ArgsProduct({benchmark::CreateDenseRange(0, kLastModel, 1), {1, 8}})
@@ -405,8 +410,7 @@ void verify_forward(benchmark::State& state, std::optional<DType> weights) {
 void BM_VerifyForward(benchmark::State& state) { verify_forward(state, std::nullopt); }
 void BM_VerifyForwardBf16Dot(benchmark::State& state) { verify_forward(state, DType::BF16Dot); }
 void BM_VerifyForwardBf16Amx(benchmark::State& state) {
-  if (!cpu::bf16amx_unsupported().empty()) return state.SkipWithError(cpu::bf16amx_unsupported().c_str());
-  verify_forward(state, DType::BF16Amx);
+  if (!skipped_without_amx(state)) verify_forward(state, DType::BF16Amx);
 }
 const std::vector<std::vector<int64_t>> kVerifyArgs = {
     kLastModel > 2 ? std::vector<int64_t>{0, kLastModel} : std::vector<int64_t>{0}, {128, 512}, {1, 2, 4, 8}};
@@ -605,7 +609,7 @@ void BM_MatmulShapes(benchmark::State& state) {
   const int n = static_cast<int>(state.range(1));
   const bool amx = state.range(2) == 2;
   const DType dtype = state.range(2) == 1 ? DType::F32 : DType::BF16;
-  if (amx && !cpu::bf16amx_unsupported().empty()) return state.SkipWithError(cpu::bf16amx_unsupported().c_str());
+  if (amx && skipped_without_amx(state)) return;
   const int threads = static_cast<int>(state.range(3));
   const std::vector<float>& w = shape_weights(state.range(0));
   const TensorView view{"w", DType::F32, {out, in}, w.data(), "bench"};

@@ -7,7 +7,6 @@
 
 #include "base/error.h"
 #include "draft/model_drafter.h"
-#include "engine/cpu/matmul_bf16amx.h"
 #include "engine/cuda/device.h"
 #include "sampling/sampler.h"
 
@@ -105,9 +104,10 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                 " ", name_of(o.backend), " (its KV pages are bf16; f32 and int8 pages are the cpu backend's)");
   SPECULA_CHECK(o.backend == BackendKind::kCpu || cuda_device_count() > 0, names.at("run.backend"), " ",
                 name_of(o.backend), ": no usable GPU (", cuda_unavailable_reason(), "); use cpu");
-  for (const auto& [key, weights] : {std::pair{"target.weights", o.weights}, std::pair{"draft.weights", o.draft.weights}})
-    SPECULA_CHECK(weights != DType::BF16Amx || o.backend != BackendKind::kCpu || cpu::bf16amx_unsupported().empty(),
-                  names.at(key), " bf16amx: ", cpu::bf16amx_unsupported(), "; bf16dot is the same operands on any CPU");
+  for (const auto& [key, weights] : {std::pair{"target.weights", o.weights}, std::pair{"draft.weights", o.draft.weights}}) {
+    const std::string why = matrices_unsupported(o.backend, weights);
+    SPECULA_CHECK(why.empty(), names.at(key), " ", weights_name(weights), ": ", why);
+  }
   validate_sampling_options(o.sampling, names);
   const SamplingOptions& s = o.sampling;
   SPECULA_CHECK(s.temperature == 0.0f || s.temperature >= kMinTemperature, names.at("sampling.temperature"),

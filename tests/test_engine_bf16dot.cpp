@@ -229,9 +229,6 @@ TEST_CASE("bf16dot: the product is within the bound of its two roundings of the 
     const std::vector<float> x = random_rows(n, in, rng);
     std::vector<float> y(static_cast<std::size_t>(n) * out);
     cpu::matmul_bf16dot(x.data(), pack(w, kernel), y.data(), n, kernel);
-    const double u = std::ldexp(1.0, -24), m = 2.0 * ((in + 1) / 2);
-    const double rounding = std::ldexp(1.0, -7) + std::ldexp(1.0, -16);
-    const double summation = m * u / (1 - m * u) * std::pow(1 + std::ldexp(1.0, -8), 2);
     for (int r = 0; r < n; ++r)
       for (int o = 0; o < out; ++o) {
         double exact = 0, magnitude = 0;
@@ -240,7 +237,8 @@ TEST_CASE("bf16dot: the product is within the bound of its two roundings of the 
           exact += term;
           magnitude += std::fabs(term);
         }
-        const double err = std::fabs(y[r * out + o] - exact), bound = (rounding + summation) * magnitude;
+        const double err = std::fabs(y[r * out + o] - exact);
+        const double bound = cpu::bf16_products_error_bound(magnitude, 2 * ((in + 1) / 2));
         INFO(out << "x" << in << " r=" << r << " o=" << o << ": |error| " << err << " bound " << bound);
         REQUIRE(err <= bound);
         worst_ratio = std::max(worst_ratio, err / bound);

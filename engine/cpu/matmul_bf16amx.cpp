@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -44,10 +43,8 @@ const std::string& bf16amx_unsupported() {
 }
 
 double bf16amx_error_bound(double abs_sum, int64_t in) {
-  const double u = std::ldexp(1.0, -24);
-  const double m = static_cast<double>((in + 2 * kAmxPairsPerTile - 1) / (2 * kAmxPairsPerTile) * 2 * kAmxPairsPerTile);
-  const double gamma = m * u / (1 - m * u), rounding = std::ldexp(1.0, -7) + std::ldexp(1.0, -16);
-  return rounding * abs_sum + gamma * (1 + std::ldexp(1.0, -8)) * (1 + std::ldexp(1.0, -8)) * abs_sum;
+  constexpr int64_t kTileK = 2 * kAmxPairsPerTile;
+  return bf16_products_error_bound(abs_sum, (in + kTileK - 1) / kTileK * kTileK);
 }
 
 void matmul_bf16amx(const float* x, const PackedWeights& w, float* y, int n) {

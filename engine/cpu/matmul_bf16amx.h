@@ -38,7 +38,8 @@ inline constexpr int64_t kAmxPairsPerTile = 16;
 // arch_prctl ARCH_REQ_XCOMP_PERM, asked once). Otherwise which of these is missing.
 const std::string& bf16amx_unsupported();
 
-// The bound above for one element.  abs_sum: Σ |x w| of that element; in: the inner size.
+// The bound above for one element (bf16_products_error_bound with m additions).
+//   abs_sum: Σ |x w| of that element; in: the inner size
 double bf16amx_error_bound(double abs_sum, int64_t in);
 
 // y[n, out] = x[n, in] * W[out, in]^T as above.

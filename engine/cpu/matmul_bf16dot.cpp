@@ -1,9 +1,17 @@
 #include "engine/cpu/matmul_bf16dot.h"
 
+#include <cmath>
+
 #include "base/error.h"
 #include "engine/cpu/matmul.h"
 
 namespace specula::cpu {
+
+double bf16_products_error_bound(double abs_sum, int64_t additions) {
+  const double mu = static_cast<double>(additions) * std::ldexp(1.0, -24);
+  const double rounding = std::ldexp(1.0, -7) + std::ldexp(1.0, -16);
+  return (rounding + mu / (1 - mu) * std::pow(1 + std::ldexp(1.0, -8), 2)) * abs_sum;
+}
 
 void bf16dot_round_rows(const float* x, int n, int64_t in, std::vector<uint32_t>& out) {
   const int64_t pairs = (in + 1) / 2;

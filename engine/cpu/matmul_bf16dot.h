@@ -50,6 +50,11 @@ inline uint16_t bf16dot_round(float v) {
   return bf16_flush_subnormal(static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16));
 }
 
+// The bound above for one element whose rounded products are summed in `additions` f32
+// additions (bf16dot: m = 2 ceil(in / 2); bf16amx's tiles: 32 ceil(in / 32), matmul_bf16amx.h).
+//   abs_sum: Σ |x w| of that element, x and w before rounding
+double bf16_products_error_bound(double abs_sum, int64_t additions);
+
 // Rows of x rounded to BF16 pairs: out[r][s] = x̂[r][2s] | x̂[r][2s + 1] << 16 (an odd in's last
 // high half 0).  x: in [n, in] f32; out: out [n, (in + 1) / 2], resized
 void bf16dot_round_rows(const float* x, int n, int64_t in, std::vector<uint32_t>& out);
