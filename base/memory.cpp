@@ -4,6 +4,7 @@
 
 #include <climits>
 #include <fstream>
+#include <new>
 #include <string>
 
 namespace specula {
@@ -17,6 +18,12 @@ long long available_memory_bytes() {
     meminfo.ignore(LLONG_MAX, '\n');
   }
   return static_cast<long long>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+}
+
+ZeroedFloats::ZeroedFloats(std::size_t count) : size_(count) {
+  if (count == 0) return;
+  data_.reset(static_cast<float*>(std::calloc(count, sizeof(float))));
+  if (!data_) throw std::bad_alloc();
 }
 
 }  // namespace specula

@@ -94,6 +94,9 @@ void BM_BatchGenerate(benchmark::State& state) {
     o.gamma_policy = m.policy;
     options.push_back(o);
   }
+  // The models are loaded before the clock starts (the target's store entry by the scheduler's
+  // constructor, the draft model's here; a request's submission would load it otherwise).
+  if (m.method == DraftMethod::kModel) store().get(options.front().draft.model_dir, format.draft);
   SchedulerLimits limits;
   limits.max_sequences = batch;
   for (const GenerateOptions& o : options) limits.kv_blocks += request_kv_blocks(o, 1);

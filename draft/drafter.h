@@ -37,6 +37,10 @@ class Drafter {
   virtual const SequenceRows* pending_forward() { return nullptr; }
   // The logits of the pending forward: in [logit_rows of it, vocab].
   virtual void forward_done(std::span<const float> /*logits*/) {}
+  // The rows a proposal started after `committed` tokens would feed its model before the
+  // root's (the catch-up: committed tokens its cache does not hold yet); 0 for drafters that
+  // run no model.
+  virtual int catch_up_rows(int /*committed*/) const { return 0; }
   // Where pending forwards run (nullptr for drafters that run no model).
   virtual const ForwardContext* forward_context() const { return nullptr; }
 

@@ -7,6 +7,7 @@
 // catches up on accepted-but-unfed tokens and the bonus token at the next step.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <queue>
@@ -46,6 +47,7 @@ class ModelDrafter : public Drafter {
   void start(std::span<const int> committed, int max_depth, Philox& rng) override;
   const SequenceRows* pending_forward() override { return pending_ ? &*pending_ : nullptr; }
   void forward_done(std::span<const float> logits) override;
+  int catch_up_rows(int committed) const override { return std::max(0, committed - draft_.cache.length(seq_) - 1); }
   const ForwardContext* forward_context() const override { return &draft_; }
   Proposal take_proposal() override;
   void accept(const TokenTree& tree, std::span<const int> accepted_nodes, std::span<const int> committed) override;

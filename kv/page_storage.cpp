@@ -39,10 +39,10 @@ PageStorage::PageStorage(KvLayout layout, int num_blocks)
     return;  // the backend allocates them at its first forward
   }
   const std::size_t elements = block_stride() * static_cast<std::size_t>(num_blocks);
-  layers_.assign(static_cast<std::size_t>(layout.num_layers), std::vector<float>((elements * elem_ + 3) / 4, 0.0f));
-  if (layout.dtype == KvDType::kInt8)
-    scales_.assign(static_cast<std::size_t>(layout.num_layers),
-                   std::vector<float>(elements / static_cast<std::size_t>(layout.head_dim), 0.0f));
+  for (int l = 0; l < layout.num_layers; ++l) {
+    layers_.emplace_back((elements * elem_ + 3) / 4);
+    if (layout.dtype == KvDType::kInt8) scales_.emplace_back(elements / static_cast<std::size_t>(layout.head_dim));
+  }
 }
 
 const float* PageStorage::layer_scales(int l) const {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/enum_names.h"
+#include "base/memory.h"
 #include "kv/kv_plan.h"
 
 namespace specula {
@@ -106,8 +107,8 @@ class PageStorage {
   std::size_t value_offset_;
   std::size_t elem_;  // kv_dtype_size(layout.dtype)
   // [num_layers][num_blocks * block_stride * elem_] bytes, float-aligned; empty with device pages
-  std::vector<std::vector<float>> layers_;
-  std::vector<std::vector<float>> scales_;  // int8: [num_layers][num_blocks * block_stride / head_dim]
+  std::vector<ZeroedFloats> layers_;
+  std::vector<ZeroedFloats> scales_;  // int8: [num_layers][num_blocks * block_stride / head_dim]
   std::vector<KvCopy> device_copies_;        // device pages: copies not yet run, in order
   std::unique_ptr<DevicePages> device_state_;
 };

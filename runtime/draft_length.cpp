@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
 
 namespace specula {
 
@@ -88,37 +89,79 @@ int DraftLengthChooser::choose(int other_rows, double other_tokens, std::span<co
   return choose(other_rows, other_tokens, tokens, max_gamma);
 }
 
-int DraftLengthChooser::choose(int other_rows, double other_tokens, std::span<const std::vector<double>> chains,
+int DraftLengthChooser::choose(int other_rows, double other_tokens, std::span<const std::vector<double>> tokens,
                                int max_gamma) {
-  if (chains.empty() || max_gamma <= 0) return 0;
-  const int n = static_cast<int>(chains.size());
-  const auto chain_at = [](const std::vector<double>& t, int g) { return t.at(static_cast<std::size_t>(g)); };
+  std::vector<LoadSequence> load;
+  for (const std::vector<double>& t : tokens) load.push_back({t, 0, std::numeric_limits<int>::max() / 2});
+  return choose(other_rows, other_tokens, load, max_gamma).gamma;
+}
+
+LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::span<const LoadSequence> load,
+                                      int max_gamma) {
+  if (load.empty() || max_gamma <= 0) return {};
+  const int n = static_cast<int>(load.size());
+  double plain_tokens = other_tokens, remaining = 0;
+  int catch_up_rows = 0;
+  for (const LoadSequence& s : load) {
+    plain_tokens += s.tokens.at(0);
+    remaining += s.remaining_tokens;
+    catch_up_rows += s.catch_up_rows;
+  }
+  const double plain_s = target_.at(other_rows + n);
+  // The draft model's catch-up: its rows at the fitted slope; from one figure, at that
+  // figure's cost per row (its fixed part included: an upper bound).
+  double catch_up_s = 0;
+  if (catch_up_rows > 0 && draft_.observed())
+    catch_up_s = draft_.varied() ? std::max(0.0, draft_.at(n + catch_up_rows) - draft_.at(n))
+                                 : catch_up_rows * draft_.at(draft_.fewest_rows()) / draft_.fewest_rows();
+  // Drafting at `rate` against plain at plain_rate: kMargin faster, and over the remaining
+  // tokens its saving repays the catch-up.
+  const auto repays = [&](double rate, double plain_rate) {
+    return rate > plain_rate * (1 + kMargin) && remaining * (1 / plain_rate - 1 / rate) > catch_up_s;
+  };
   if (!target_.varied() || !draft_.observed()) {
-    if (!target_.observed()) return 0;  // measure the plain step first
-    double plain_tokens = other_tokens, probe_tokens = other_tokens;
-    for (const std::vector<double>& t : chains) plain_tokens += 1, probe_tokens += chain_at(t, 1);
-    const double plain_s = target_.at(other_rows + n);
-    const double probe_floor_s = plain_s + n * row_floor();
-    return probe_tokens * plain_s > plain_tokens * probe_floor_s ? 1 : 0;
+    if (target_.observations(other_rows + n) < 2) return {};  // measure the plain step first (twice)
+    double probe_tokens = other_tokens;
+    for (const LoadSequence& s : load) probe_tokens += s.tokens.at(1);
+    const double probe_floor_s = plain_s + n * row_floor() + (draft_.observed() ? draft_.at(n) : 0);
+    if (!repays(probe_tokens / probe_floor_s, plain_tokens / plain_s)) return {};
+    if (draft_.observed() || n == 1) return {1, -1};
+    const auto fewest = std::min_element(load.begin(), load.end(), [](const LoadSequence& a, const LoadSequence& b) {
+      return a.catch_up_rows < b.catch_up_rows;
+    });
+    return {1, static_cast<int>(fewest - load.begin())};
   }
   int best = 0;
-  double best_rate = -1;
-  for (int g = 0; g <= max_gamma; ++g) {
+  double best_rate = plain_tokens / std::max(plain_s, 1e-12);
+  const double plain_rate = best_rate;
+  for (int g = 1; g <= max_gamma; ++g) {
     double tokens = other_tokens;
-    for (const std::vector<double>& t : chains) tokens += chain_at(t, g);
-    // A chain of g: g draft rounds of n rows (the first also catches up), and g more rows
-    // of each sequence in the target step.
+    for (const LoadSequence& s : load) tokens += s.tokens.at(static_cast<std::size_t>(g));
+    // A chain of g: g draft rounds of n rows, and g more rows of each sequence in the target step.
     const double seconds = target_.at(other_rows + n * (1 + g)) + g * draft_.at(n);
     const double rate = seconds > 0 ? tokens / seconds : tokens;
     if (rate > best_rate) best = g, best_rate = rate;
   }
+  if (best > 0 && !repays(best_rate, plain_rate)) best = 0;
   if (best == 0) {
     drafted_steps_ = 0;
-  } else if (++drafted_steps_ == kPlainEvery) {
-    drafted_steps_ = 0;
-    return 0;  // the plain step's cost, measured again
+    // Exploration: the figures that keep it plain come from a few steps (the first request's
+    // first rejections put an n-gram chain at 1.04 tokens for good at batch 1, where it makes
+    // 1.5). Where one γ = 1 step would pay if every drafted token were accepted, and the
+    // catch-up costs no more than a plain step, every kPlainEvery-th plain step drafts.
+    const double sure_rate = (other_tokens + 2.0 * n) / std::max(target_.at(other_rows + 2 * n) + draft_.at(n), 1e-12);
+    if (++plain_steps_ >= kPlainEvery && sure_rate > plain_rate * (1 + kMargin) && catch_up_s <= plain_s) {
+      plain_steps_ = 0;
+      return {1, -1};
+    }
+    return {};
   }
-  return best;
+  plain_steps_ = 0;
+  if (++drafted_steps_ == kPlainEvery) {
+    drafted_steps_ = 0;
+    return {};  // the plain step's cost, measured again
+  }
+  return {best, -1};
 }
 
 }  // namespace specula

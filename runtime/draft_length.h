@@ -37,6 +37,12 @@ class CostFit {
   // The figure of the fewest rows observed (0 before any): for costs that grow with rows, an
   // upper bound on a step's fixed part.
   double fewest() const { return by_rows_.empty() ? 0 : by_rows_.begin()->second.seconds; }
+  int fewest_rows() const { return by_rows_.empty() ? 0 : by_rows_.begin()->first; }
+  // Observations at exactly `rows` rows (a row count's first is cold: one-time costs).
+  int observations(int rows) const {
+    const auto it = by_rows_.find(rows);
+    return it == by_rows_.end() ? 0 : it->second.observations;
+  }
 
   static constexpr double kNewest = 0.25;
 
@@ -88,10 +94,26 @@ inline double chain_estimate(const ChainAcceptance& own, const ChainAcceptance& 
 std::vector<double> chain_tokens(const ChainAcceptance& own, const ChainAcceptance& pool, int max_gamma,
                                  double prior_trials);
 
+// One load-policy sequence of a step, as the chooser sees it.
+struct LoadSequence {
+  std::vector<double> tokens;  // [max_gamma + 1]: expected tokens of a chain of each length (chain_tokens)
+  int catch_up_rows = 0;       // rows its draft model must still feed before its first proposal, beyond the root
+  int remaining_tokens = 0;    // tokens it may still generate (max_new_tokens less those it has)
+};
+
+// The chooser's answer for a step: the chain length of every load-policy sequence, or, for a
+// scout step, of the one sequence `scout` (an index into the step's LoadSequence list; the
+// others take plain steps).
+struct LoadChoice {
+  int gamma = 0;
+  int scout = -1;
+};
+
 class DraftLengthChooser {
  public:
   // A decode step of `rows` target rows: its forward and the sampling, verification and
-  // commits after it, `seconds` in all.
+  // commits after it, `seconds` in all. (Not a scout step's: its rows are one more than a
+  // plain step's, too close to price a row by.)
   void target_forward(int rows, double seconds) { target_.add(rows, seconds); }
   // One draft round (a tree level): a batched draft-model call of `rows` rows (the first
   // round of a proposal also holds the drafters' catch-up rows), or an n-gram round over
@@ -106,25 +128,45 @@ class DraftLengthChooser {
   // whole prefix); the largest such bound seen, 0 before a prefill step and a decode step.
   double row_floor() const;
 
-  // The chain length in [0, max_gamma] for every speculative sequence of this step:
-  // other_rows / other_tokens: rows and tokens of the step's plain and prefill sequences;
-  // tokens: in [speculative sequences][max_gamma + 1], each one's expected tokens of a chain
-  // of each length (chain_tokens). The length g
-  // maximises (other_tokens + Σ_i tokens[i][g]) / (target.at(other_rows + n (1 + g)) +
-  // g · draft.at(n)). With step costs linear in g and expected tokens concave
-  // in g, a chain that loses to plain at g = 1 loses at every g, so until target steps of
-  // two row counts and a draft round are measured it measures the plain step (0) first,
-  // then probes g = 1 unless even a g = 1 step at its lower bound (the plain step plus n
-  // rows at row_floor(), drafting free) loses to plain: then it stays plain without
-  // drafting at all (under load, where rows cost what decode steps cost).
-  // Once it drafts, every kPlainEvery-th step it would draft is a plain step instead, so that the
-  // plain step's cost stays measured (it is what drafting is compared with; otherwise it keeps
-  // the figure of the steps before drafting began); at batch 1, where drafting pays 1.3-1.6x,
-  // this costs about 1.5%.
-  int choose(int other_rows, double other_tokens, std::span<const std::vector<double>> tokens, int max_gamma);
+  // The chain length in [0, max_gamma] for the step's load-policy sequences `load`, beside
+  // other_rows / other_tokens: rows and tokens of the step's plain, prefill and fixed-length
+  // sequences. A length g > 0 is worth (other_tokens + Σ_i tokens_i[g]) / (target.at(other_rows
+  // + n (1 + g)) + g · draft.at(n)) tokens a second against plain's; the best length is
+  // drafted when it promises kMargin more than plain and its saving over the sequences' remaining tokens, W (1/rate_0 - 1/rate_g) with
+  // W = Σ_i remaining_tokens_i, repays the draft model's catch-up (the draft rows of
+  // Σ_i catch_up_rows_i, once: a sequence's draft model feeds what plain steps committed
+  // before it drafts).
+  // A row count's first figure is cold (one-time costs: the first plain step of batch 16 in
+  // bf16amx took 3.9 ms, later ones 2.1), so before target steps of two row counts and a
+  // draft round are measured, the plain step is measured twice (0).
+  // Before target steps of two row counts and a draft round are measured: the plain step
+  // first (0); then, unless even a γ = 1 step at its lower bound (the plain step plus n rows
+  // at row_floor(), drafting free) loses to plain, a scout: one sequence (the one with the
+  // fewest catch-up rows) drafts γ = 1, so the draft model's cost is measured on one
+  // sequence's rows and not on all n prompts' catch-up (at batch 32, 768 draft rows took 10
+  // ms, 3.6 plain steps); then the probe, γ = 1 for all, where a γ = 1 step at the plain
+  // step plus n rows at row_floor() and the measured draft round repays the catch-up. With
+  // step costs linear in g and expected tokens concave in g, a chain that loses at g = 1
+  // loses at every g. At batch 1 the scout is the probe.
+  // Once it drafts, every kPlainEvery-th step it would draft is a plain step instead, so that
+  // the plain step's cost stays measured (it is what drafting is compared with; otherwise it
+  // keeps the figure of the steps before drafting began); at batch 1, where drafting pays
+  // 1.3-1.6x, this costs about 1.5%. And once it has drafted and stopped, every kPlainEvery-th
+  // plain step drafts γ = 1 where that would pay with every drafted token accepted and the
+  // catch-up costs no more than a plain step: acceptance and cost figures from a few steps
+  // are not a verdict for good.
+  LoadChoice choose(int other_rows, double other_tokens, std::span<const LoadSequence> load, int max_gamma);
   static constexpr int kPlainEvery = 16;
-  // The same with independent acceptance: tokens[i][g] = expected_chain_tokens(alphas[i], g).
+  // Drafting must promise this much more than plain's tokens a second: the model's figures
+  // err (a plain step's cost still falling after its second figure, acceptance from a few
+  // steps), and drafting has costs it does not see (sequences that finish at different steps
+  // leave a tail of thin steps in a batch that nothing refills). At batch 16 in bf16amx,
+  // draft-1m at γ = 1 promised 6.9 tokens a millisecond against plain's 6.4 and made 5.7.
+  static constexpr double kMargin = 0.1;
+  // The same for sequences with nothing to catch up and no end in sight, with independent
+  // acceptance (tokens[i][g] = expected_chain_tokens(alphas[i], g)) or per-depth chains.
   int choose(int other_rows, double other_tokens, std::span<const double> alphas, int max_gamma);
+  int choose(int other_rows, double other_tokens, std::span<const std::vector<double>> tokens, int max_gamma);
 
   const CostFit& target_cost() const { return target_; }
   const CostFit& draft_cost() const { return draft_; }
@@ -132,6 +174,7 @@ class DraftLengthChooser {
  private:
   CostFit target_, draft_;
   int drafted_steps_ = 0;       // steps chosen to draft since the last plain step
+  int plain_steps_ = 0;         // steps chosen plain since the last drafted step
   int prefill_rows_ = 0;        // the largest prefill step seen
   double prefill_seconds_ = 0;
 };

@@ -433,14 +433,16 @@ void Scheduler::step() {
   }
 
   // Chain lengths: the drafter's (fixed), or one length this step for the load policy's
-  // sequences, from the measured costs and acceptance (runtime/draft_length.h).
-  std::vector<const Request*> load_requests;
+  // sequences (or a scout: one of them), from the measured costs and acceptance
+  // (runtime/draft_length.h).
+  std::vector<const Sequence*> load_sequences;
+  std::vector<LoadSequence> load;
   int load_max = 0, other_rows = 0;
   double other_tokens = 0;
   for (const Sequence* s : plan) {
     const Request& r = *s->request;
     if (s->spec && r.options.gamma_policy == GammaPolicy::kLoad) {
-      load_requests.push_back(&r);
+      load_sequences.push_back(s);
       load_max = std::max(load_max, r.options.draft.gamma);
     } else if (s->spec) {
       other_rows += step_rows(*s);
@@ -450,9 +452,11 @@ void Scheduler::step() {
       other_tokens += (cache_.length(s->seq) + s->feed == s->feed_target() && s->wants_logits()) ? 1 : 0;
     }
   }
-  std::vector<std::vector<double>> load_tokens;
-  for (const Request* r : load_requests) load_tokens.push_back(r->chain_tokens(load_max));
-  const int load_gamma = load_tokens.empty() ? 0 : chooser_.choose(other_rows, other_tokens, load_tokens, load_max);
+  for (const Sequence* s : load_sequences)
+    load.push_back({s->request->chain_tokens(load_max), s->spec->draft_catch_up_rows(),
+                    s->request->options.max_new_tokens - s->request->generated(s->sample)});
+  const LoadChoice load_choice = load.empty() ? LoadChoice{} : chooser_.choose(other_rows, other_tokens, load, load_max);
+  const Sequence* scout = load_choice.scout >= 0 ? load_sequences[static_cast<std::size_t>(load_choice.scout)] : nullptr;
 
   // Draft rounds of every speculative sequence (one batched call per draft cache and round).
   auto mark = Clock::now();
@@ -463,7 +467,7 @@ void Scheduler::step() {
     const Request& r = *s->request;
     // The bonus token needs room too: at most remaining - 1 drafted levels.
     int depth = r.options.max_new_tokens - r.generated(s->sample) - 1;
-    if (r.options.gamma_policy == GammaPolicy::kLoad) depth = std::min(depth, load_gamma);
+    if (r.options.gamma_policy == GammaPolicy::kLoad) depth = scout && s != scout ? 0 : std::min(depth, load_choice.gamma);
     if (r.options.gamma_policy == GammaPolicy::kLoad && depth == 0) {
       s->spec->start_plain();
       continue;
@@ -560,10 +564,11 @@ void Scheduler::step() {
   // The load policy's cost model is of decode steps (prefill chunks cost per row otherwise):
   // the forward and the sampling, verification and commits its rows need.
   // Steps with a prefill chunk bound a row's cost from below (DraftLengthChooser::row_floor).
-  if (std::none_of(plan.begin(), plan.end(), [](const Sequence* s) { return s->feed > 1; }))
-    chooser_.target_forward(rows, seconds(mark, Clock::now()));
-  else
+  // A scout step's is not a decode step's figure (DraftLengthChooser::target_forward).
+  if (std::any_of(plan.begin(), plan.end(), [](const Sequence* s) { return s->feed > 1; }))
     chooser_.prefill_step(rows, seconds(mark, Clock::now()));
+  else if (!scout)
+    chooser_.target_forward(rows, seconds(mark, Clock::now()));
   for (Sequence* s : done) finish(*s);
   for (Sequence* root : fed_roots) {
     const std::size_t i = static_cast<std::size_t>(std::find(plan.begin(), plan.end(), root) - plan.begin());

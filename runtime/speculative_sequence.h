@@ -76,6 +76,8 @@ class SpeculativeSequence {
   const std::vector<int>& committed() const { return committed_; }
   KvCache::SeqId seq() const { return seq_; }
   Drafter& drafter() { return *drafter_; }
+  // The rows the drafter's model would feed before the root's if it drafted now (its catch-up).
+  int draft_catch_up_rows() const { return drafter_->catch_up_rows(static_cast<int>(committed_.size())); }
   // Between steps: the random stream where the next step continues it, and the drafter
   // handed out (a preempted sequence keeps both to resume exactly where it stopped).
   const Philox& rng() const { return rng_; }

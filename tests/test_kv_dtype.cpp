@@ -23,6 +23,7 @@
 #include <random>
 #include <vector>
 
+#include "base/memory.h"
 #include "engine/batch.h"
 #include "engine/cpu/attention.h"
 #include "engine/cpu/matmul.h"
@@ -48,6 +49,30 @@ double rounding_bound(KvDType dtype, const std::vector<float>& row, int head_dim
 }
 
 }  // namespace
+
+// Pages come from calloc (ZeroedFloats): zero in every dtype without being written (the int8
+// scales too), and a 1 GiB array reads as zeros (fresh pages, touched only where read).
+TEST_CASE("kv pages start zeroed in every dtype", "[kv][kvdtype]") {
+  for (KvDType dtype : {KvDType::kF32, KvDType::kBF16, KvDType::kInt8}) {
+    INFO(name_of(dtype));
+    const int heads = 2, head_dim = 8, bs = 4, blocks = 5;
+    PageStorage pages(KvLayout{2, heads, head_dim, bs, dtype}, blocks);
+    std::vector<float> row(static_cast<std::size_t>(heads * head_dim), 1.0f);
+    pages.write_row(1, 0, 3, row.data());
+    for (int l = 0; l < 2; ++l)
+      for (int kv = 0; kv < 2; ++kv)
+        for (int slot = 0; slot < blocks * bs; ++slot) {
+          if (l == 1 && kv == 0 && slot == 3) continue;
+          std::vector<float> out(row.size(), -1.0f);
+          pages.read_row(l, kv, slot, out.data());
+          CHECK(std::all_of(out.begin(), out.end(), [](float x) { return x == 0.0f; }));
+        }
+  }
+  const ZeroedFloats big(std::size_t{1} << 28);
+  REQUIRE(big.size() == std::size_t{1} << 28);
+  for (std::size_t i = 0; i < big.size(); i += 1u << 20) CHECK(big.data()[i] == 0.0f);
+  CHECK(ZeroedFloats().data() == nullptr);
+}
 
 TEST_CASE("kv pages in bf16 and int8: rows within the rounding step, copies move data and scales", "[kv][kvdtype]") {
   std::mt19937 rng(21);
