@@ -53,16 +53,28 @@ void ChainAcceptance::add(int drafted, int accepted_tokens, bool chain) {
   }
 }
 
+ChainAcceptance ChainAcceptance::without(const ChainAcceptance& part) const {
+  ChainAcceptance rest = *this;
+  rest.accepted = std::max(0.0, accepted - part.accepted);
+  rest.trials = std::max(0.0, trials - part.trials);
+  for (std::size_t k = 0; k < rest.tried_at.size() && k < part.tried_at.size(); ++k) {
+    rest.tried_at[k] = std::max(0.0, tried_at[k] - part.tried_at[k]);
+    rest.passed_at[k] = std::max(0.0, passed_at[k] - part.passed_at[k]);
+  }
+  return rest;
+}
+
 std::vector<double> chain_tokens(const ChainAcceptance& own, const ChainAcceptance& pool, int max_gamma,
                                  double prior_trials) {
   const double alpha = chain_estimate(own, pool, prior_trials);
+  const ChainAcceptance others = pool.without(own);
   const auto at = [](const std::vector<double>& v, int k) {
     return k < static_cast<int>(v.size()) ? v[static_cast<std::size_t>(k)] : 0.0;
   };
   std::vector<double> tokens(static_cast<std::size_t>(std::max(0, max_gamma)) + 1, 1.0);
   double reach = 1;  // the chance that depth k + 1's token is accepted with all before it
   for (int k = 0; k < max_gamma; ++k) {
-    const double pooled = (at(pool.passed_at, k) + 2 * alpha) / (at(pool.tried_at, k) + 2);
+    const double pooled = (at(others.passed_at, k) + 2 * alpha) / (at(others.tried_at, k) + 2);
     reach *= (at(own.passed_at, k) + prior_trials * pooled) / (at(own.tried_at, k) + prior_trials);
     tokens[static_cast<std::size_t>(k) + 1] = tokens[static_cast<std::size_t>(k)] + reach;
   }

@@ -76,21 +76,26 @@ struct ChainAcceptance {
   double rate(double prior, double prior_trials) const {
     return (accepted + prior_trials * prior) / (trials + prior_trials);
   }
+  // This evidence less `part` (evidence it holds), every count clamped at 0.
+  ChainAcceptance without(const ChainAcceptance& part) const;
 };
 
 // The chain estimate of a per-token acceptance rate for a sequence with evidence `own` among
 // sequences of the same drafter with evidence `pool` (own included): own evidence with
-// `prior_trials` pseudo-trials at the pool's (accepted + 1) / (trials + 2).
+// `prior_trials` pseudo-trials at the others' (pool less own) (accepted + 1) / (trials + 2).
+// The prior is the others' alone: with own counted in it too, a lone request's first two
+// rejections put its first drafted token at 0.08 (twice shrunk towards its own evidence),
+// and T = 1 drafting with draft-1m at batch 1 stayed plain for most of a run.
 inline double chain_estimate(const ChainAcceptance& own, const ChainAcceptance& pool, double prior_trials) {
-  return own.rate(pool.rate(0.5, 2), prior_trials);
+  return own.rate(pool.without(own).rate(0.5, 2), prior_trials);
 }
 
 // Expected tokens of a chain step of length g = 0..max_gamma ([max_gamma + 1]; [0] = 1, a
 // plain step) for a sequence with evidence `own`, among sequences of the same drafter with
 // evidence `pool` (own included): per depth k, p_k = (own passed_k + w q_k) / (own tried_k + w)
-// with w = prior_trials and q_k = (pool passed_k + 2 alpha) / (pool tried_k + 2), alpha =
-// chain_estimate(own, pool, w); tokens(g) = 1 + sum_{k <= g} p_1 ... p_k. With no per-depth evidence every p_k is alpha
-// and tokens(g) is expected_chain_tokens(alpha, g).
+// with w = prior_trials and q_k = (others passed_k + 2 alpha) / (others tried_k + 2), others =
+// pool less own, alpha = chain_estimate(own, pool, w); tokens(g) = 1 + sum_{k <= g} p_1 ... p_k.
+// With no per-depth evidence every p_k is alpha and tokens(g) is expected_chain_tokens(alpha, g).
 std::vector<double> chain_tokens(const ChainAcceptance& own, const ChainAcceptance& pool, int max_gamma,
                                  double prior_trials);
 

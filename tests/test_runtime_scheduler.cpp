@@ -497,6 +497,14 @@ TEST_CASE("the load policy prices chains from acceptance per depth", "[runtime][
   const std::vector<double> flat = chain_tokens(none, pool, 4, 8);
   REQUIRE(flat.size() == 5);
   for (int g = 0; g <= 4; ++g) CHECK(flat[static_cast<std::size_t>(g)] == Approx(expected_chain_tokens(0.6, g)));
+  // A lone request's prior is the other requests' evidence, not its own again: two
+  // rejections of its first drafted token give p_1 = 8 · 0.4 / 10 (α = 4 / 10 from a 0.5
+  // prior worth 8 trials), where counting them in the prior too gave 0.08; a second request
+  // starts from the first's (1 + 0) / (2 + 2).
+  ChainAcceptance rejected;
+  rejected.add(2, 0, true), rejected.add(3, 0, true);
+  CHECK(chain_tokens(rejected, rejected, 1, 8)[1] == Approx(1.32));
+  CHECK(chain_estimate(ChainAcceptance{}, rejected, 8) == Approx(0.25));
   // Correlated acceptance, chains of 4.
   ChainAcceptance steps;
   Philox rng(11);
