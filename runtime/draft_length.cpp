@@ -8,11 +8,15 @@
 namespace specula {
 
 void CostFit::add(int rows, double seconds) {
-  const auto [it, inserted] = by_rows_.emplace(rows, Figure{seconds, 1});
-  if (inserted) return;
-  Figure& f = it->second;
-  f.seconds = f.observations == 1 ? seconds : f.seconds + kNewest * (seconds - f.seconds);
+  Figure& f = by_rows_[rows];
+  if (f.observations == 1) f.recent.clear();  // the first observation is cold
+  if (static_cast<int>(f.recent.size()) == kRecent) f.recent.erase(f.recent.begin());
+  f.recent.push_back(seconds);
   ++f.observations;
+  std::vector<double> sorted = f.recent;
+  const auto middle = sorted.begin() + static_cast<std::ptrdiff_t>((sorted.size() - 1) / 2);
+  std::nth_element(sorted.begin(), middle, sorted.end());
+  f.seconds = *middle;
 }
 
 double CostFit::at(double rows) const {
@@ -132,7 +136,7 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
     return rate > plain_rate * (1 + kMargin) && remaining * (1 / plain_rate - 1 / rate) > catch_up_s;
   };
   if (!target_.varied() || !draft_.observed()) {
-    if (target_.observations(other_rows + n) < 2) return {};  // measure the plain step first (twice)
+    if (target_.observations(other_rows + n) < 3) return {};  // measure the plain step first (three times)
     double probe_tokens = other_tokens;
     for (const LoadSequence& s : load) probe_tokens += s.tokens.at(1);
     const double probe_floor_s = plain_s + n * row_floor() + (draft_.observed() ? draft_.at(n) : 0);
@@ -147,10 +151,15 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
   double best_rate = plain_tokens / std::max(plain_s, 1e-12);
   const double plain_rate = best_rate;
   for (int g = 1; g <= max_gamma; ++g) {
-    double tokens = other_tokens;
-    for (const LoadSequence& s : load) tokens += s.tokens.at(static_cast<std::size_t>(g));
-    // A chain of g: g draft rounds of n rows, and g more rows of each sequence in the target step.
-    const double seconds = target_.at(other_rows + n * (1 + g)) + g * draft_.at(n);
+    double tokens = other_tokens, accepted_rows = 0;
+    for (const LoadSequence& s : load) {
+      tokens += s.tokens.at(static_cast<std::size_t>(g));
+      if (s.feeds_accepted) accepted_rows += s.tokens.at(static_cast<std::size_t>(g)) - 1;
+    }
+    // A chain of g: g draft rounds of n rows (the first also feeds what the last step accepted),
+    // and g more rows of each sequence in the target step.
+    const double seconds =
+        target_.at(other_rows + n * (1 + g)) + draft_.at(n + accepted_rows) + (g - 1) * draft_.at(n);
     const double rate = seconds > 0 ? tokens / seconds : tokens;
     if (rate > best_rate) best = g, best_rate = rate;
   }

@@ -17,11 +17,14 @@ namespace specula {
 class CostFit {
  public:
   // One observation: a step of `rows` rows took `seconds`. Each row count keeps its own
-  // exponentially smoothed figure (the newest observation weighs kNewest), so observations
-  // at one row count never erase what was measured at others; but a row count's second
-  // observation replaces its first, which pays one-time costs (buffers grown and touched for
-  // the first time, cold caches: the first plain step of batch 8 on target-16m took 2.98 ms
-  // where later ones take 1.6-2.0).
+  // figure, so observations at one row count never erase what was measured at others: the
+  // median of its last kRecent observations (the lower middle one of an even count), which
+  // an outlier does not move and which follows a drift (attention over longer contexts)
+  // within kRecent observations; its first observation is dropped once a second arrives
+  // (one-time costs, and the first decode steps after a prefill run slow: plain steps of
+  // batch 16 in bf16amx took 2.30, 2.15, then 1.74-1.88 ms, and an exponentially smoothed
+  // figure still said 2.9 ms twenty steps later, so drafting looked 27% faster than plain
+  // where it was 13% slower).
   void add(int rows, double seconds);
   // Predicted seconds of `rows` rows: linear between the nearest row counts observed on
   // either side; beyond the observed range, the slope of the two outermost ones (clamped to
@@ -44,14 +47,15 @@ class CostFit {
     return it == by_rows_.end() ? 0 : it->second.observations;
   }
 
-  static constexpr double kNewest = 0.25;
+  static constexpr int kRecent = 5;
 
  private:
   struct Figure {
-    double seconds;
-    int observations;
+    std::vector<double> recent;  // the last kRecent observations, oldest first
+    int observations = 0;
+    double seconds = 0;          // the figure: the lower median of `recent`
   };
-  std::map<int, Figure> by_rows_;  // row count -> smoothed seconds
+  std::map<int, Figure> by_rows_;  // row count -> its figure
 };
 
 // Expected tokens of one chain step with acceptance rate `alpha` and `gamma` drafted tokens:
@@ -104,6 +108,10 @@ struct LoadSequence {
   std::vector<double> tokens;  // [max_gamma + 1]: expected tokens of a chain of each length (chain_tokens)
   int catch_up_rows = 0;       // rows its draft model must still feed before its first proposal, beyond the root
   int remaining_tokens = 0;    // tokens it may still generate (max_new_tokens less those it has)
+  // Its draft model feeds the tokens a step accepted in its next proposal's first round (a
+  // model drafter: the drafted tokens were never fed, only their context); an n-gram drafter
+  // feeds nothing.
+  bool feeds_accepted = false;
 };
 
 // The chooser's answer for a step: the chain length of every load-policy sequence, or, for a
@@ -133,26 +141,29 @@ class DraftLengthChooser {
   // whole prefix); the largest such bound seen, 0 before a prefill step and a decode step.
   double row_floor() const;
 
-  // The chain length in [0, max_gamma] for the step's load-policy sequences `load`, beside
-  // other_rows / other_tokens: rows and tokens of the step's plain, prefill and fixed-length
-  // sequences. A length g > 0 is worth (other_tokens + Σ_i tokens_i[g]) / (target.at(other_rows
-  // + n (1 + g)) + g · draft.at(n)) tokens a second against plain's; the best length is
-  // drafted when it promises kMargin more than plain and its saving over the sequences' remaining tokens, W (1/rate_0 - 1/rate_g) with
-  // W = Σ_i remaining_tokens_i, repays the draft model's catch-up (the draft rows of
-  // Σ_i catch_up_rows_i, once: a sequence's draft model feeds what plain steps committed
-  // before it drafts).
-  // A row count's first figure is cold (one-time costs: the first plain step of batch 16 in
-  // bf16amx took 3.9 ms, later ones 2.1), so before target steps of two row counts and a
-  // draft round are measured, the plain step is measured twice (0).
+  // The chain length in [0, max_gamma] for the step's load-policy sequences `load` (n of
+  // them), beside other_rows / other_tokens: rows and tokens of the step's plain, prefill and
+  // fixed-length sequences.
+  // A length g > 0 is worth (other_tokens + Σ_i tokens_i[g]) / (target.at(other_rows +
+  // n (1 + g)) + draft.at(n + A_g) + (g - 1) draft.at(n)) tokens a second, with A_g =
+  // Σ_i (tokens_i[g] - 1) over the sequences that feed accepted tokens: a model drafter's
+  // first round of a step feeds the previous step's accepted tokens beside the roots (at
+  // batch 8, γ = 1 rounds took 0.43-0.6 ms where the 8-row figure said 0.38, and drafting
+  // promised 5.9-6.1 tokens a millisecond and made 4.1-5.2, plain's 5.1). The best length is
+  // drafted when it promises kMargin more than plain and its saving over the sequences'
+  // remaining tokens, W (1/rate_0 - 1/rate_g) with W = Σ_i remaining_tokens_i, repays the
+  // draft model's catch-up (the draft rows of Σ_i catch_up_rows_i, once: a sequence's draft
+  // model feeds what plain steps committed before it drafts).
   // Before target steps of two row counts and a draft round are measured: the plain step
-  // first (0); then, unless even a γ = 1 step at its lower bound (the plain step plus n rows
-  // at row_floor(), drafting free) loses to plain, a scout: one sequence (the one with the
-  // fewest catch-up rows) drafts γ = 1, so the draft model's cost is measured on one
-  // sequence's rows and not on all n prompts' catch-up (at batch 32, 768 draft rows took 10
-  // ms, 3.6 plain steps); then the probe, γ = 1 for all, where a γ = 1 step at the plain
-  // step plus n rows at row_floor() and the measured draft round repays the catch-up. With
-  // step costs linear in g and expected tokens concave in g, a chain that loses at g = 1
-  // loses at every g. At batch 1 the scout is the probe.
+  // first, three times (0; the first decode steps after a prefill run slow: plain steps of
+  // batch 16 in bf16amx took 2.30, 2.15, then 1.74-1.88 ms); then, unless even a γ = 1 step
+  // at its lower bound (the plain step plus n rows at row_floor(), drafting free) loses to
+  // plain, a scout: one sequence (the one with the fewest catch-up rows) drafts γ = 1, so the
+  // draft model's cost is measured on one sequence's rows and not on all n prompts' catch-up
+  // (at batch 32, 768 draft rows took 10 ms, 3.6 plain steps); then the probe, γ = 1 for all,
+  // where a γ = 1 step at the plain step plus n rows at row_floor() and the measured draft
+  // round repays the catch-up. With step costs linear in g and expected tokens concave in g,
+  // a chain that loses at g = 1 loses at every g. At batch 1 the scout is the probe.
   // Once it drafts, every kPlainEvery-th step it would draft is a plain step instead, so that
   // the plain step's cost stays measured (it is what drafting is compared with; otherwise it
   // keeps the figure of the steps before drafting began); at batch 1, where drafting pays
@@ -163,10 +174,9 @@ class DraftLengthChooser {
   LoadChoice choose(int other_rows, double other_tokens, std::span<const LoadSequence> load, int max_gamma);
   static constexpr int kPlainEvery = 16;
   // Drafting must promise this much more than plain's tokens a second: the model's figures
-  // err (a plain step's cost still falling after its second figure, acceptance from a few
-  // steps), and drafting has costs it does not see (sequences that finish at different steps
-  // leave a tail of thin steps in a batch that nothing refills). At batch 16 in bf16amx,
-  // draft-1m at γ = 1 promised 6.9 tokens a millisecond against plain's 6.4 and made 5.7.
+  // err (acceptance from a few steps, costs that drift with the context), and drafting has
+  // costs it does not see (sequences that finish at different steps leave a tail of thin
+  // steps in a batch that nothing refills: 10-12 ms of a 90 ms run at batch 8).
   static constexpr double kMargin = 0.1;
   // The same for sequences with nothing to catch up and no end in sight, with independent
   // acceptance (tokens[i][g] = expected_chain_tokens(alphas[i], g)) or per-depth chains.

@@ -454,7 +454,8 @@ void Scheduler::step() {
   }
   for (const Sequence* s : load_sequences)
     load.push_back({s->request->chain_tokens(load_max), s->spec->draft_catch_up_rows(),
-                    s->request->options.max_new_tokens - s->request->generated(s->sample)});
+                    s->request->options.max_new_tokens - s->request->generated(s->sample),
+                    s->request->options.draft.method == DraftMethod::kModel});
   const LoadChoice load_choice = load.empty() ? LoadChoice{} : chooser_.choose(other_rows, other_tokens, load, load_max);
   const Sequence* scout = load_choice.scout >= 0 ? load_sequences[static_cast<std::size_t>(load_choice.scout)] : nullptr;
 

@@ -447,10 +447,10 @@ TEST_CASE("the load policy picks the chain length of the most tokens per second"
   for (const Costs k : {Costs{6e-3, 1.5e-3, 4e-4, 1e-4}, Costs{6e-3, 1e-5, 4e-4, 1e-5}, Costs{1e-3, 2e-3, 1e-3, 1e-3}}) {
     DraftLengthChooser chooser;
     const std::vector<double> alphas_probe = {0.5};
-    CHECK(chooser.choose(0, 0, alphas_probe, 4) == 0);  // nothing measured: a plain step first,
-    chooser.target_forward(1, k.a + k.b);
-    CHECK(chooser.choose(0, 0, alphas_probe, 4) == 0);  // and again (its first figure is cold),
-    chooser.target_forward(1, k.a + k.b);
+    for (int i = 0; i < 3; ++i) {  // nothing measured: plain steps first (the first ones run slow),
+      CHECK(chooser.choose(0, 0, alphas_probe, 4) == 0);
+      chooser.target_forward(1, k.a + k.b);
+    }
     CHECK(chooser.choose(0, 0, alphas_probe, 4) == 1);  // then the probe (no prefill seen: no row floor)
     for (int rows : {1, 3, 8, 20, 64, 5, 40}) chooser.target_forward(rows, k.a + k.b * rows);
     for (int n : {1, 4, 16, 2}) chooser.draft_round(n, k.c + k.e * n);
@@ -623,10 +623,10 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
     DraftLengthChooser fresh;
     fresh.prefill_step(24 * batch, fixed + per_row * 24 * batch);
     const std::vector<double> alphas(static_cast<std::size_t>(batch), 0.6);
-    CHECK(fresh.choose(0, 0, alphas, 4) == 0);  // the plain step is measured first, twice
-    fresh.target_forward(batch, fixed + per_row * batch);
-    CHECK(fresh.choose(0, 0, alphas, 4) == 0);
-    fresh.target_forward(batch, fixed + per_row * batch);
+    for (int i = 0; i < 3; ++i) {  // the plain step is measured first, three times
+      CHECK(fresh.choose(0, 0, alphas, 4) == 0);
+      fresh.target_forward(batch, fixed + per_row * batch);
+    }
     CHECK(fresh.row_floor() == Approx(per_row * (24 * batch - batch) / (24 * batch)));
     for (int i = 0; i < 3; ++i) CHECK(fresh.choose(0, 0, alphas, 4) == (compute_bound ? 0 : 1));
   }
@@ -656,8 +656,12 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
   CHECK(fit.at(2) == Approx(0.5));
   fit.add(8, 3.0);  // a row count's second figure replaces its first (one-time costs)
   CHECK(fit.at(8) == Approx(3.0));
-  fit.add(8, 2.0);  // then smoothed: 3 + 0.25 (2 - 3)
-  CHECK(fit.at(8) == Approx(2.75));
+  fit.add(8, 2.0);  // then the lower median of the last 5: {3, 2} -> 2
+  CHECK(fit.at(8) == Approx(2.0));
+  fit.add(8, 9.0);  // an outlier does not move it: {3, 2, 9} -> 3
+  CHECK(fit.at(8) == Approx(3.0));
+  for (int i = 0; i < 3; ++i) fit.add(8, 4.0);  // a drift moves it within 5: {2, 9, 4, 4, 4} -> 4
+  CHECK(fit.at(8) == Approx(4.0));
   CostFit falling;
   falling.add(1, 2.0);
   falling.add(2, 1.0);
@@ -678,8 +682,8 @@ TEST_CASE("the load policy scouts on one sequence and prices the draft model's c
   chooser.prefill_step(8 * 24, 2e-3 + 5e-5 * 8 * 24);
   std::vector<LoadSequence> load(8, LoadSequence{tokens(0.8), 23, 40});
   load[5].catch_up_rows = 3;
-  for (int i = 0; i < 2; ++i) {
-    CHECK(chooser.choose(0, 0, load, 4).gamma == 0);  // the plain step, measured twice
+  for (int i = 0; i < 3; ++i) {
+    CHECK(chooser.choose(0, 0, load, 4).gamma == 0);  // the plain step, measured three times
     chooser.target_forward(8, 2e-3 + 5e-5 * 8);
   }
   const LoadChoice scout = chooser.choose(0, 0, load, 4);
