@@ -70,8 +70,8 @@ ChainAcceptance ChainAcceptance::without(const ChainAcceptance& part) const {
 
 std::vector<double> chain_tokens(const ChainAcceptance& own, const ChainAcceptance& pool, int max_gamma,
                                  double prior_trials) {
-  const double alpha = chain_estimate(own, pool, prior_trials);
   const ChainAcceptance others = pool.without(own);
+  const double alpha = chain_estimate_among(own, others, prior_trials);
   const auto at = [](const std::vector<double>& v, int k) {
     return k < static_cast<int>(v.size()) ? v[static_cast<std::size_t>(k)] : 0.0;
   };
@@ -129,7 +129,7 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
   double catch_up_s = 0;
   if (catch_up_rows > 0 && draft_.observed())
     catch_up_s = draft_.varied() ? std::max(0.0, draft_.at(n + catch_up_rows) - draft_.at(n))
-                                 : catch_up_rows * draft_.at(draft_.fewest_rows()) / draft_.fewest_rows();
+                                 : catch_up_rows * draft_.fewest() / draft_.fewest_rows();
   // Drafting at `rate` against plain at plain_rate: kMargin faster, and over the remaining
   // tokens its saving repays the catch-up.
   const auto repays = [&](double rate, double plain_rate) {
@@ -139,7 +139,7 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
     if (target_.observations(other_rows + n) < 3) return {};  // measure the plain step first (three times)
     double probe_tokens = other_tokens;
     for (const LoadSequence& s : load) probe_tokens += s.tokens.at(1);
-    const double probe_floor_s = plain_s + n * row_floor() + (draft_.observed() ? draft_.at(n) : 0);
+    const double probe_floor_s = plain_s + n * row_floor() + draft_.at(n);  // at(): 0 before a round
     if (!repays(probe_tokens / probe_floor_s, plain_tokens / plain_s)) return {};
     if (draft_.observed() || n == 1) return {1, -1};
     const auto fewest = std::min_element(load.begin(), load.end(), [](const LoadSequence& a, const LoadSequence& b) {

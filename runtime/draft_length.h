@@ -85,13 +85,17 @@ struct ChainAcceptance {
 };
 
 // The chain estimate of a per-token acceptance rate for a sequence with evidence `own` among
-// sequences of the same drafter with evidence `pool` (own included): own evidence with
+// sequences of the same drafter with evidence `pool` (own included; chain_estimate_among:
+// `others`, the pool less own): own evidence with
 // `prior_trials` pseudo-trials at the others' (pool less own) (accepted + 1) / (trials + 2).
 // The prior is the others' alone: with own counted in it too, a lone request's first two
 // rejections put its first drafted token at 0.08 (twice shrunk towards its own evidence),
 // and T = 1 drafting with draft-1m at batch 1 stayed plain for most of a run.
+inline double chain_estimate_among(const ChainAcceptance& own, const ChainAcceptance& others, double prior_trials) {
+  return own.rate(others.rate(0.5, 2), prior_trials);
+}
 inline double chain_estimate(const ChainAcceptance& own, const ChainAcceptance& pool, double prior_trials) {
-  return own.rate(pool.without(own).rate(0.5, 2), prior_trials);
+  return chain_estimate_among(own, pool.without(own), prior_trials);
 }
 
 // Expected tokens of a chain step of length g = 0..max_gamma ([max_gamma + 1]; [0] = 1, a
