@@ -17,24 +17,30 @@ void CostFit::add(int rows, double seconds) {
   const auto middle = sorted.begin() + static_cast<std::ptrdiff_t>((sorted.size() - 1) / 2);
   std::nth_element(sorted.begin(), middle, sorted.end());
   f.seconds = *middle;
+  // The figures in use: the settled ones once there are any, else every (single) one.
+  figures_.clear();
+  for (const auto& [r, fig] : by_rows_)
+    if (fig.observations >= 2) figures_[r] = fig.seconds;
+  if (figures_.empty())
+    for (const auto& [r, fig] : by_rows_) figures_[r] = fig.seconds;
 }
 
 double CostFit::at(double rows) const {
-  if (by_rows_.empty()) return 0;
-  if (by_rows_.size() == 1) {
-    const auto& [only_rows, only] = *by_rows_.begin();
-    return rows >= only_rows ? only.seconds : only.seconds * std::max(0.0, rows) / only_rows;
+  if (figures_.empty()) return 0;
+  if (figures_.size() == 1) {
+    const auto& [only_rows, only] = *figures_.begin();
+    return rows >= only_rows ? only : only * std::max(0.0, rows) / only_rows;
   }
-  // The two observed row counts around `rows`, or the two outermost on its side.
-  auto hi = by_rows_.lower_bound(static_cast<int>(std::ceil(rows)));
-  if (hi == by_rows_.end()) hi = std::prev(by_rows_.end());
-  if (hi == by_rows_.begin()) hi = std::next(hi);
+  // The two row counts around `rows`, or the two outermost on its side.
+  auto hi = figures_.lower_bound(static_cast<int>(std::ceil(rows)));
+  if (hi == figures_.end()) hi = std::prev(figures_.end());
+  if (hi == figures_.begin()) hi = std::next(hi);
   const auto lo = std::prev(hi);
-  double slope = (hi->second.seconds - lo->second.seconds) / double(hi->first - lo->first);
+  double slope = (hi->second - lo->second) / double(hi->first - lo->first);
   const bool above = rows > hi->first, below = rows < lo->first;
   if (above || below) slope = std::max(0.0, slope);
-  const auto& [from_rows, from] = above ? *hi : *lo;  // the nearest observed end
-  return std::max(0.0, from.seconds + slope * (rows - from_rows));
+  const auto& [from_rows, from] = above ? *hi : *lo;  // the nearest end in use
+  return std::max(0.0, from + slope * (rows - from_rows));
 }
 
 double expected_chain_tokens(double alpha, int gamma) {
@@ -72,13 +78,17 @@ std::vector<double> chain_tokens(const ChainAcceptance& own, const ChainAcceptan
                                  double prior_trials) {
   const ChainAcceptance others = pool.without(own);
   const double alpha = chain_estimate_among(own, others, prior_trials);
+  const double others_alpha = others.rate(0.5, 2);
+  const auto logit = [](double p) { return std::log(p / (1 - p)); };
+  const double shift = logit(alpha) - logit(others_alpha);
   const auto at = [](const std::vector<double>& v, int k) {
     return k < static_cast<int>(v.size()) ? v[static_cast<std::size_t>(k)] : 0.0;
   };
   std::vector<double> tokens(static_cast<std::size_t>(std::max(0, max_gamma)) + 1, 1.0);
   double reach = 1;  // the chance that depth k + 1's token is accepted with all before it
   for (int k = 0; k < max_gamma; ++k) {
-    const double pooled = (at(others.passed_at, k) + 2 * alpha) / (at(others.tried_at, k) + 2);
+    const double others_k = (at(others.passed_at, k) + 2 * others_alpha) / (at(others.tried_at, k) + 2);
+    const double pooled = 1 / (1 + std::exp(-(logit(others_k) + shift)));
     reach *= (at(own.passed_at, k) + prior_trials * pooled) / (at(own.tried_at, k) + prior_trials);
     tokens[static_cast<std::size_t>(k) + 1] = tokens[static_cast<std::size_t>(k)] + reach;
   }
@@ -132,8 +142,9 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
                                  : catch_up_rows * draft_.fewest() / draft_.fewest_rows();
   // Drafting at `rate` against plain at plain_rate: kMargin faster, and over the remaining
   // tokens its saving repays the catch-up.
+  const double margin = other_rows == 0 && n == 1 ? 0.0 : kMargin;
   const auto repays = [&](double rate, double plain_rate) {
-    return rate > plain_rate * (1 + kMargin) && remaining * (1 / plain_rate - 1 / rate) > catch_up_s;
+    return rate > plain_rate * (1 + margin) && remaining * (1 / plain_rate - 1 / rate) > catch_up_s;
   };
   if (!target_.varied() || !draft_.observed()) {
     if (target_.observations(other_rows + n) < 3) return {};  // measure the plain step first (three times)
@@ -171,7 +182,7 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
     // 1.5). Where one γ = 1 step would pay if every drafted token were accepted, and the
     // catch-up costs no more than a plain step, every kPlainEvery-th plain step drafts.
     const double sure_rate = (other_tokens + 2.0 * n) / std::max(target_.at(other_rows + 2 * n) + draft_.at(n), 1e-12);
-    if (++plain_steps_ >= kPlainEvery && sure_rate > plain_rate * (1 + kMargin) && catch_up_s <= plain_s) {
+    if (++plain_steps_ >= kPlainEvery && sure_rate > plain_rate * (1 + margin) && catch_up_s <= plain_s) {
       plain_steps_ = 0;
       return {1, -1};
     }

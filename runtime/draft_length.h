@@ -35,12 +35,12 @@ class CostFit {
   // request's first draft round holds its whole prompt's catch-up, and taking that round's
   // cost for a one-row round had it stop drafting for good at batch 1).
   double at(double rows) const;
-  bool varied() const { return by_rows_.size() >= 2; }  // two or more row counts observed
+  bool varied() const { return figures_.size() >= 2; }  // two or more row counts in use
   bool observed() const { return !by_rows_.empty(); }
   // The figure of the fewest rows observed (0 before any): for costs that grow with rows, an
   // upper bound on a step's fixed part.
-  double fewest() const { return by_rows_.empty() ? 0 : by_rows_.begin()->second.seconds; }
-  int fewest_rows() const { return by_rows_.empty() ? 0 : by_rows_.begin()->first; }
+  double fewest() const { return figures_.empty() ? 0 : figures_.begin()->second; }
+  int fewest_rows() const { return figures_.empty() ? 0 : figures_.begin()->first; }
   // Observations at exactly `rows` rows (a row count's first is cold: one-time costs).
   int observations(int rows) const {
     const auto it = by_rows_.find(rows);
@@ -56,6 +56,11 @@ class CostFit {
     double seconds = 0;          // the figure: the lower median of `recent`
   };
   std::map<int, Figure> by_rows_;  // row count -> its figure
+  // The figures at() uses, by row count: those of two or more observations once any row count
+  // has two (a single observation is cold, and left alone it would price its row count for
+  // good: a 3-row step at batch 1 measured 1.33 ms once where they take 1.12, and γ = 2 was
+  // never chosen again), else every row count's single one.
+  std::map<int, double> figures_;
 };
 
 // Expected tokens of one chain step with acceptance rate `alpha` and `gamma` drafted tokens:
@@ -101,8 +106,10 @@ inline double chain_estimate(const ChainAcceptance& own, const ChainAcceptance& 
 // Expected tokens of a chain step of length g = 0..max_gamma ([max_gamma + 1]; [0] = 1, a
 // plain step) for a sequence with evidence `own`, among sequences of the same drafter with
 // evidence `pool` (own included): per depth k, p_k = (own passed_k + w q_k) / (own tried_k + w)
-// with w = prior_trials and q_k = (others passed_k + 2 alpha) / (others tried_k + 2), others =
-// pool less own, alpha = chain_estimate(own, pool, w); tokens(g) = 1 + sum_{k <= g} p_1 ... p_k.
+// with w = prior_trials and q_k the others' rate at depth k, (others passed_k + 2 beta) /
+// (others tried_k + 2), moved by the log-odds from their chain estimate beta to this
+// sequence's alpha = chain_estimate(own, pool, w) (others = pool less own): the level from its
+// own evidence, the shape across depths from theirs; tokens(g) = 1 + sum_{k <= g} p_1 ... p_k.
 // With no per-depth evidence every p_k is alpha and tokens(g) is expected_chain_tokens(alpha, g).
 std::vector<double> chain_tokens(const ChainAcceptance& own, const ChainAcceptance& pool, int max_gamma,
                                  double prior_trials);
@@ -180,7 +187,9 @@ class DraftLengthChooser {
   // Drafting must promise this much more than plain's tokens a second: the model's figures
   // err (acceptance from a few steps, costs that drift with the context), and drafting has
   // costs it does not see (sequences that finish at different steps leave a tail of thin
-  // steps in a batch that nothing refills: 10-12 ms of a 90 ms run at batch 8).
+  // steps in a batch that nothing refills: 10-12 ms of a 90 ms run at batch 8). Not for a
+  // lone sequence (no other rows, n = 1): it has no tail and its rows are nearly free; with
+  // the margin, T = 1 draft-1m at batch 1 stayed plain 2 steps in 3 where γ = 1 made 1.2x.
   static constexpr double kMargin = 0.1;
   // The same for sequences with nothing to catch up and no end in sight, with independent
   // acceptance (tokens[i][g] = expected_chain_tokens(alphas[i], g)) or per-depth chains.

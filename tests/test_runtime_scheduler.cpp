@@ -452,8 +452,10 @@ TEST_CASE("the load policy picks the chain length of the most tokens per second"
       chooser.target_forward(1, k.a + k.b);
     }
     CHECK(chooser.choose(0, 0, alphas_probe, 4) == 1);  // then the probe (no prefill seen: no row floor)
-    for (int rows : {1, 3, 8, 20, 64, 5, 40}) chooser.target_forward(rows, k.a + k.b * rows);
-    for (int n : {1, 4, 16, 2}) chooser.draft_round(n, k.c + k.e * n);
+    for (int twice = 0; twice < 2; ++twice) {  // a row count's first figure is cold: each measured twice
+      for (int rows : {1, 3, 8, 20, 64, 5, 40}) chooser.target_forward(rows, k.a + k.b * rows);
+      for (int n : {1, 4, 16, 2}) chooser.draft_round(n, k.c + k.e * n);
+    }
     for (int batch : {1, 4, 16, 32}) {
       for (double alpha : {0.2, 0.6, 0.9}) {
         const std::vector<double> alphas(static_cast<std::size_t>(batch), alpha);
@@ -464,8 +466,9 @@ TEST_CASE("the load policy picks the chain length of the most tokens per second"
           const double rate = tokens / (k.a + k.b * batch * (1 + g) + g * (k.c + k.e * batch));
           if (rate > best_rate) best = g, best_rate = rate;
         }
-        // Drafting must promise kMargin more than plain.
-        if (best_rate <= (1 + DraftLengthChooser::kMargin) * batch / (k.a + k.b * batch)) best = 0;
+        // Drafting must promise kMargin more than plain where the step has more than one sequence.
+        const double margin = batch == 1 ? 0 : DraftLengthChooser::kMargin;
+        if (best_rate <= (1 + margin) * batch / (k.a + k.b * batch)) best = 0;
         INFO("batch " << batch << " alpha " << alpha);
         CHECK(chooser.choose(0, 0, alphas, 4) == best);
       }
@@ -505,6 +508,18 @@ TEST_CASE("the load policy prices chains from acceptance per depth", "[runtime][
   rejected.add(2, 0, true), rejected.add(3, 0, true);
   CHECK(chain_tokens(rejected, rejected, 1, 8)[1] == Approx(1.32));
   CHECK(chain_estimate(ChainAcceptance{}, rejected, 8) == Approx(0.25));
+  // A request's level, the others' shape: the others pass depth 1 three times in ten and
+  // depth 2 half the time after it; this request passed 16 of 20 one-token chains. Its depth-2
+  // prior is the others' depth-2 rate moved by the log-odds between its chain estimate and
+  // theirs (0.79), not the others' 0.50, which priced its second token below its first.
+  ChainAcceptance low, high;
+  for (int i = 0; i < 1000; ++i) low.add(2, i < 150 ? 2 : i < 300 ? 1 : 0, true);
+  for (int i = 0; i < 20; ++i) high.add(1, i < 16 ? 1 : 0, true);
+  ChainAcceptance both = low;  // the pool: both requests' steps
+  for (int i = 0; i < 20; ++i) both.add(1, i < 16 ? 1 : 0, true);
+  const std::vector<double> level = chain_tokens(high, both, 2, 8);
+  CHECK(level[1] == Approx(1.749).margin(0.002));
+  CHECK(level[2] - level[1] == Approx(0.749 * 0.793).margin(0.003));
   // Correlated acceptance, chains of 4.
   ChainAcceptance steps;
   Philox rng(11);
@@ -522,9 +537,9 @@ TEST_CASE("the load policy prices chains from acceptance per depth", "[runtime][
   const std::vector<double> geometric = {alpha};
   // Steps of 1 ms plus `per_row` a chain row, draft rounds of 10 us: cheap rows, where four
   // tokens pay best and the geometric chain stops at three; dear rows, where one drafted
-  // token gains less than the margin (1.5 tokens in 1.46 ms: 3% over plain) and the
-  // geometric chain drafts it (1.73 tokens: 18%).
-  for (const auto& [per_row, best, geometric_choice] : {std::tuple{2e-4, 4, 3}, std::tuple{4.5e-4, 0, 1}}) {
+  // token loses (1.5 tokens in 1.61 ms) and the geometric chain drafts it (1.73 tokens: 7%
+  // over plain; a lone sequence drafts with no margin over plain).
+  for (const auto& [per_row, best, geometric_choice] : {std::tuple{2e-4, 4, 3}, std::tuple{6e-4, 0, 1}}) {
     DraftLengthChooser chooser;
     for (int rows : {1, 2, 3, 5}) chooser.target_forward(rows, 1e-3 + per_row * (rows - 1));
     chooser.draft_round(1, 1e-5);
@@ -591,8 +606,10 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
           "[runtime][scheduler]") {
   const auto measured = [](double fixed, double per_row) {
     DraftLengthChooser chooser;
-    for (int rows : {1, 2, 3, 8, 16, 32, 64, 96, 128}) chooser.target_forward(rows, fixed + per_row * rows);
-    for (int n : {1, 8, 32}) chooser.draft_round(n, 2e-4 + 5e-5 * n);
+    for (int twice = 0; twice < 2; ++twice) {  // a row count's first figure is cold: each measured twice
+      for (int rows : {1, 2, 3, 8, 16, 32, 64, 96, 128}) chooser.target_forward(rows, fixed + per_row * rows);
+      for (int n : {1, 8, 32}) chooser.draft_round(n, 2e-4 + 5e-5 * n);
+    }
     return chooser;
   };
   // Compute-bound rows (a row costs what a decode step costs at batch 32): plain at α = 0.6.
@@ -656,6 +673,11 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
   CHECK(fit.at(2) == Approx(0.5));
   fit.add(8, 3.0);  // a row count's second figure replaces its first (one-time costs)
   CHECK(fit.at(8) == Approx(3.0));
+  // Once a row count has two figures, one seen once (cold) is not used: 4 rows at 8's cost per row.
+  CHECK(fit.at(4) == Approx(1.5));
+  fit.add(4, 1.0);
+  CHECK(fit.at(4) == Approx(1.0));
+  CHECK(fit.at(6) == Approx(2.0));
   fit.add(8, 2.0);  // then the lower median of the last 5: {3, 2} -> 2
   CHECK(fit.at(8) == Approx(2.0));
   fit.add(8, 9.0);  // an outlier does not move it: {3, 2, 9} -> 3
