@@ -5,6 +5,7 @@
 // runs one drafter's forwards on their own.
 #pragma once
 
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -41,6 +42,10 @@ class Drafter {
   // root's (the catch-up: committed tokens its cache does not hold yet); 0 for drafters that
   // run no model.
   virtual int catch_up_rows(int /*committed*/) const { return 0; }
+  // The most tokens a proposal started after `committed` could hold, whatever its max_depth:
+  // what an n-gram drafter's lookup finds (0: no n-gram matches); unbounded for a model
+  // drafter, which always proposes.
+  virtual int proposal_limit(std::span<const int> /*committed*/) { return std::numeric_limits<int>::max(); }
   // Where pending forwards run (nullptr for drafters that run no model).
   virtual const ForwardContext* forward_context() const { return nullptr; }
 

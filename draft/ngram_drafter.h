@@ -12,10 +12,13 @@ class NgramDrafter : public Drafter {
   explicit NgramDrafter(NgramConfig config) : proposer_(config) {}
 
   void start(std::span<const int> committed, int max_depth, Philox& rng) override;
+  int proposal_limit(std::span<const int> committed) override;
   Proposal take_proposal() override { return std::move(proposal_); }
   void accept(const TokenTree&, std::span<const int>, std::span<const int>) override {}
 
  private:
+  void learn(std::span<const int> committed);  // appends what the proposer's context lacks
+
   NgramProposer proposer_;
   Proposal proposal_;
 };

@@ -17,10 +17,11 @@ void CostFit::add(int rows, double seconds) {
   const auto middle = sorted.begin() + static_cast<std::ptrdiff_t>((sorted.size() - 1) / 2);
   std::nth_element(sorted.begin(), middle, sorted.end());
   f.seconds = *middle;
-  // The figures in use: the settled ones once there are any, else every (single) one.
+  // The figures in use: the settled ones once there are any (where cold figures are set
+  // aside), else every one.
   figures_.clear();
   for (const auto& [r, fig] : by_rows_)
-    if (fig.observations >= 2) figures_[r] = fig.seconds;
+    if (settle_ && fig.observations >= 2) figures_[r] = fig.seconds;
   if (figures_.empty())
     for (const auto& [r, fig] : by_rows_) figures_[r] = fig.seconds;
 }
@@ -67,11 +68,19 @@ ChainAcceptance ChainAcceptance::without(const ChainAcceptance& part) const {
   ChainAcceptance rest = *this;
   rest.accepted = std::max(0.0, accepted - part.accepted);
   rest.trials = std::max(0.0, trials - part.trials);
+  rest.lookups = std::max(0.0, lookups - part.lookups);
+  rest.proposals = std::max(0.0, proposals - part.proposals);
   for (std::size_t k = 0; k < rest.tried_at.size() && k < part.tried_at.size(); ++k) {
     rest.tried_at[k] = std::max(0.0, tried_at[k] - part.tried_at[k]);
     rest.passed_at[k] = std::max(0.0, passed_at[k] - part.passed_at[k]);
   }
   return rest;
+}
+
+double proposal_rate(const ChainAcceptance& own, const ChainAcceptance& pool, double prior_trials) {
+  const ChainAcceptance others = pool.without(own);
+  const double prior = (others.proposals + 1) / (others.lookups + 1);
+  return (own.proposals + prior_trials * prior) / (own.lookups + prior_trials);
 }
 
 std::vector<double> chain_tokens(const ChainAcceptance& own, const ChainAcceptance& pool, int max_gamma,
@@ -123,35 +132,60 @@ int DraftLengthChooser::choose(int other_rows, double other_tokens, std::span<co
 }
 
 LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::span<const LoadSequence> load,
-                                      int max_gamma) {
+                                      int max_gamma, bool closed) {
   if (load.empty() || max_gamma <= 0) return {};
   const int n = static_cast<int>(load.size());
-  double plain_tokens = other_tokens, remaining = 0;
+  double remaining = 0;
   int catch_up_rows = 0;
   for (const LoadSequence& s : load) {
-    plain_tokens += s.tokens.at(0);
     remaining += s.remaining_tokens;
     catch_up_rows += s.catch_up_rows;
   }
+  // A sequence's chain of g this step: its length, and the tokens it brings (all drafted
+  // tokens accepted where `sure`).
+  const auto length = [](const LoadSequence& s, int g) { return std::min(g, s.depth_limit); };
+  const auto step_tokens = [&](const LoadSequence& s, int g, bool sure) {
+    return sure ? 1.0 + length(s, g) : s.tokens.at(static_cast<std::size_t>(length(s, g)));
+  };
+  const auto rows_at = [&](int g) {
+    int rows = other_rows;
+    for (const LoadSequence& s : load) rows += 1 + length(s, g);
+    return rows;
+  };
+  // Tokens a second of steps of `seconds` at chain length g: the step's tokens over its time;
+  // in a closed batch, the remaining tokens over the time until its slowest sequence is done.
+  const auto rate = [&](int g, double seconds, bool sure) {
+    seconds = std::max(seconds, 1e-12);
+    if (!closed) {
+      double tokens = other_tokens;
+      for (const LoadSequence& s : load) tokens += step_tokens(s, g, sure);
+      return tokens / seconds;
+    }
+    double steps = 0;  // the slowest sequence's
+    for (const LoadSequence& s : load) {
+      const double drafted = sure ? g : s.tokens.at(static_cast<std::size_t>(g)) - 1;
+      steps = std::max(steps, s.remaining_tokens / (1 + s.proposal_rate * drafted));
+    }
+    return remaining / (seconds * std::max(steps, 1e-12));
+  };
   const double plain_s = target_.at(other_rows + n);
+  const double plain_rate = rate(0, plain_s, false);
   // The draft model's catch-up: its rows at the fitted slope; from one figure, at that
   // figure's cost per row (its fixed part included: an upper bound).
   double catch_up_s = 0;
   if (catch_up_rows > 0 && draft_.observed())
     catch_up_s = draft_.varied() ? std::max(0.0, draft_.at(n + catch_up_rows) - draft_.at(n))
                                  : catch_up_rows * draft_.fewest() / draft_.fewest_rows();
-  // Drafting at `rate` against plain at plain_rate: kMargin faster, and over the remaining
-  // tokens its saving repays the catch-up.
+  // Drafting at `drafting_rate`: kMargin faster than plain, and over the remaining tokens its
+  // saving repays the catch-up.
   const double margin = other_rows == 0 && n == 1 ? 0.0 : kMargin;
-  const auto repays = [&](double rate, double plain_rate) {
-    return rate > plain_rate * (1 + margin) && remaining * (1 / plain_rate - 1 / rate) > catch_up_s;
+  const auto repays = [&](double drafting_rate) {
+    return drafting_rate > plain_rate * (1 + margin) && remaining * (1 / plain_rate - 1 / drafting_rate) > catch_up_s;
   };
   if (!target_.varied() || !draft_.observed()) {
     if (target_.observations(other_rows + n) < 3) return {};  // measure the plain step first (three times)
-    double probe_tokens = other_tokens;
-    for (const LoadSequence& s : load) probe_tokens += s.tokens.at(1);
-    const double probe_floor_s = plain_s + n * row_floor() + draft_.at(n);  // at(): 0 before a round
-    if (!repays(probe_tokens / probe_floor_s, plain_tokens / plain_s)) return {};
+    const double probe_floor_s = plain_s + (rows_at(1) - other_rows - n) * row_floor() + draft_.at(n);  // at(): 0 before a round
+    if (!repays(rate(1, probe_floor_s, false))) return {};
     if (draft_.observed() || n == 1) return {1, -1};
     const auto fewest = std::min_element(load.begin(), load.end(), [](const LoadSequence& a, const LoadSequence& b) {
       return a.catch_up_rows < b.catch_up_rows;
@@ -159,29 +193,25 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
     return {1, static_cast<int>(fewest - load.begin())};
   }
   int best = 0;
-  double best_rate = plain_tokens / std::max(plain_s, 1e-12);
-  const double plain_rate = best_rate;
+  double best_rate = plain_rate;
   for (int g = 1; g <= max_gamma; ++g) {
-    double tokens = other_tokens, accepted_rows = 0;
-    for (const LoadSequence& s : load) {
-      tokens += s.tokens.at(static_cast<std::size_t>(g));
-      if (s.feeds_accepted) accepted_rows += s.tokens.at(static_cast<std::size_t>(g)) - 1;
-    }
+    double accepted_rows = 0;
+    for (const LoadSequence& s : load)
+      if (s.feeds_accepted) accepted_rows += step_tokens(s, g, false) - 1;
     // A chain of g: g draft rounds of n rows (the first also feeds what the last step accepted),
-    // and g more rows of each sequence in the target step.
-    const double seconds =
-        target_.at(other_rows + n * (1 + g)) + draft_.at(n + accepted_rows) + (g - 1) * draft_.at(n);
-    const double rate = seconds > 0 ? tokens / seconds : tokens;
-    if (rate > best_rate) best = g, best_rate = rate;
+    // and each sequence's chain rows in the target step.
+    const double seconds = target_.at(rows_at(g)) + draft_.at(n + accepted_rows) + (g - 1) * draft_.at(n);
+    const double r = rate(g, seconds, false);
+    if (r > best_rate) best = g, best_rate = r;
   }
-  if (best > 0 && !repays(best_rate, plain_rate)) best = 0;
+  if (best > 0 && !repays(best_rate)) best = 0;
   if (best == 0) {
     drafted_steps_ = 0;
     // Exploration: the figures that keep it plain come from a few steps (the first request's
     // first rejections put an n-gram chain at 1.04 tokens for good at batch 1, where it makes
     // 1.5). Where one γ = 1 step would pay if every drafted token were accepted, and the
     // catch-up costs no more than a plain step, every kPlainEvery-th plain step drafts.
-    const double sure_rate = (other_tokens + 2.0 * n) / std::max(target_.at(other_rows + 2 * n) + draft_.at(n), 1e-12);
+    const double sure_rate = rate(1, target_.at(rows_at(1)) + draft_.at(n), true);
     if (++plain_steps_ >= kPlainEvery && sure_rate > plain_rate * (1 + margin) && catch_up_s <= plain_s) {
       plain_steps_ = 0;
       return {1, -1};

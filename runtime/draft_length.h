@@ -8,6 +8,7 @@
 // than the tokens it is expected to gain.
 #pragma once
 
+#include <limits>
 #include <map>
 #include <span>
 #include <vector>
@@ -16,6 +17,9 @@ namespace specula {
 
 class CostFit {
  public:
+  // `settle`: a row count seen once is not used while another has two (below).
+  explicit CostFit(bool settle) : settle_(settle) {}
+
   // One observation: a step of `rows` rows took `seconds`. Each row count keeps its own
   // figure, so observations at one row count never erase what was measured at others: the
   // median of its last kRecent observations (the lower middle one of an even count), which
@@ -56,10 +60,14 @@ class CostFit {
     double seconds = 0;          // the figure: the lower median of `recent`
   };
   std::map<int, Figure> by_rows_;  // row count -> its figure
-  // The figures at() uses, by row count: those of two or more observations once any row count
-  // has two (a single observation is cold, and left alone it would price its row count for
-  // good: a 3-row step at batch 1 measured 1.33 ms once where they take 1.12, and γ = 2 was
-  // never chosen again), else every row count's single one.
+  // With settle_, the figures at() uses, by row count, are those of two or more observations
+  // once any row count has two (a single observation is cold, and left alone it would price
+  // its row count for good: a 3-row step at batch 1 measured 1.33 ms once where they take
+  // 1.12, and γ = 2 was never chosen again), else every row count's; without, every row
+  // count's (draft rounds: a catch-up's row count is seldom seen twice, and without its
+  // figure one row's cost bounds every catch-up row, 40 rows at 6.5 ms, which kept a request
+  // plain for good at batch 1).
+  bool settle_;
   std::map<int, double> figures_;
 };
 
@@ -77,10 +85,14 @@ double expected_chain_tokens(double alpha, int gamma);
 struct ChainAcceptance {
   double accepted = 0, trials = 0;
   std::vector<double> passed_at, tried_at;  // [depth - 1]
+  // Steps whose drafter was asked for a proposal, and those it had one for (an n-gram
+  // lookup that matched); a chain step above is one of the latter.
+  double lookups = 0, proposals = 0;
 
   // A chain step (a tree step: `chain` false, its totals alone; a tree's depths are not a
   // chain's).
   void add(int drafted, int accepted_tokens, bool chain);
+  void add_lookup(bool proposed) { lookups += 1, proposals += proposed ? 1 : 0; }
   // accepted / trials with `prior_trials` pseudo-trials at `prior`.
   double rate(double prior, double prior_trials) const {
     return (accepted + prior_trials * prior) / (trials + prior_trials);
@@ -103,6 +115,11 @@ inline double chain_estimate(const ChainAcceptance& own, const ChainAcceptance& 
   return chain_estimate_among(own, pool.without(own), prior_trials);
 }
 
+// The share of steps a sequence's drafter has a proposal for: its own lookups with
+// `prior_trials` pseudo-lookups at the others' (pool less own) (proposals + 1) / (lookups + 1),
+// so 1 until a lookup fails (a model drafter always proposes).
+double proposal_rate(const ChainAcceptance& own, const ChainAcceptance& pool, double prior_trials);
+
 // Expected tokens of a chain step of length g = 0..max_gamma ([max_gamma + 1]; [0] = 1, a
 // plain step) for a sequence with evidence `own`, among sequences of the same drafter with
 // evidence `pool` (own included): per depth k, p_k = (own passed_k + w q_k) / (own tried_k + w)
@@ -123,6 +140,13 @@ struct LoadSequence {
   // model drafter: the drafted tokens were never fed, only their context); an n-gram drafter
   // feeds nothing.
   bool feeds_accepted = false;
+  // The most tokens its proposal can hold this step (an n-gram drafter's lookup found this
+  // many; a model drafter's is unbounded): a chain of g drafts min(g, depth_limit).
+  int depth_limit = std::numeric_limits<int>::max();
+  // The share of its steps whose drafter has a proposal at all (an n-gram drafter's lookups
+  // that match; 1 for a model drafter): over the steps to come, a chain of g brings
+  // 1 + proposal_rate (tokens[g] - 1).
+  double proposal_rate = 1;
 };
 
 // The chooser's answer for a step: the chain length of every load-policy sequence, or, for a
@@ -154,7 +178,8 @@ class DraftLengthChooser {
 
   // The chain length in [0, max_gamma] for the step's load-policy sequences `load` (n of
   // them), beside other_rows / other_tokens: rows and tokens of the step's plain, prefill and
-  // fixed-length sequences.
+  // fixed-length sequences. (A sequence's chain of g is min(g, depth_limit_i) long; below,
+  // tokens_i[g] and the rows n (1 + g) are taken at that length.)
   // A length g > 0 is worth (other_tokens + Σ_i tokens_i[g]) / (target.at(other_rows +
   // n (1 + g)) + draft.at(n + A_g) + (g - 1) draft.at(n)) tokens a second, with A_g =
   // Σ_i (tokens_i[g] - 1) over the sequences that feed accepted tokens: a model drafter's
@@ -165,6 +190,14 @@ class DraftLengthChooser {
   // remaining tokens, W (1/rate_0 - 1/rate_g) with W = Σ_i remaining_tokens_i, repays the
   // draft model's catch-up (the draft rows of Σ_i catch_up_rows_i, once: a sequence's draft
   // model feeds what plain steps committed before it drafts).
+  // A `closed` batch (nothing waits to take a finished sequence's place) is done when its
+  // slowest sequence is: there a length g is worth W / (seconds_g max_i(remaining_i /
+  // steady_i[g])), with steady_i[g] = 1 + proposal_rate_i (tokens_i[g] - 1) the tokens a step
+  // brings it on average, against plain's W / (seconds_0 max_i remaining_i). Drafting that
+  // speeds up all but one sequence only thins the batch's last steps: at batch 8, n-gram
+  // load drafting finished most sequences in 24 steps and ran 24 more for the one whose
+  // lookups rarely matched, 34-37 ms of a 90 ms run, 0.93-0.95x plain. (Other sequences'
+  // remaining tokens are not weighed.)
   // Before target steps of two row counts and a draft round are measured: the plain step
   // first, three times (0; the first decode steps after a prefill run slow: plain steps of
   // batch 16 in bf16amx took 2.30, 2.15, then 1.74-1.88 ms); then, unless even a γ = 1 step
@@ -182,7 +215,8 @@ class DraftLengthChooser {
   // plain step drafts γ = 1 where that would pay with every drafted token accepted and the
   // catch-up costs no more than a plain step: acceptance and cost figures from a few steps
   // are not a verdict for good.
-  LoadChoice choose(int other_rows, double other_tokens, std::span<const LoadSequence> load, int max_gamma);
+  LoadChoice choose(int other_rows, double other_tokens, std::span<const LoadSequence> load, int max_gamma,
+                    bool closed = false);
   static constexpr int kPlainEvery = 16;
   // Drafting must promise this much more than plain's tokens a second: the model's figures
   // err (acceptance from a few steps, costs that drift with the context), and drafting has
@@ -200,7 +234,7 @@ class DraftLengthChooser {
   const CostFit& draft_cost() const { return draft_; }
 
  private:
-  CostFit target_, draft_;
+  CostFit target_{true}, draft_{false};
   int drafted_steps_ = 0;       // steps chosen to draft since the last plain step
   int plain_steps_ = 0;         // steps chosen plain since the last drafted step
   int prefill_rows_ = 0;        // the largest prefill step seen

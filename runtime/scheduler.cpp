@@ -67,8 +67,15 @@ struct Scheduler::Request {
   std::vector<double> chain_tokens(int max_gamma) const {
     return specula::chain_tokens(own, *pool, max_gamma, kPriorTrials);
   }
+  // The share of its steps its drafter has a proposal for (n-gram lookups that match).
+  double proposal_rate() const { return specula::proposal_rate(own, *pool, kPriorTrials); }
 
   bool speculative() const { return options.draft.method != DraftMethod::kNone; }
+  // Its samples' first token is drawn from the prompt's logits (plain and load-policy
+  // requests), not verified in a first speculative step (fixed-length studies: every token
+  // through the drafter and verifier). That step spends a target forward on what the prefill
+  // gives: one step in 49 for 48 new tokens.
+  bool first_token_from_prompt() const { return !speculative() || options.gamma_policy == GammaPolicy::kLoad; }
   // A load-policy request's draft model gets the prompt only when the policy first drafts
   // for it (its drafter catches up then, batched with the others' first rounds), not at
   // admission: a request the policy never drafts for never runs a draft forward.
@@ -89,10 +96,14 @@ struct Scheduler::Sequence {
   int feed = 0;                   // rows fed this step (prefill chunk or decode row)
   std::vector<int> positions;     // [feed] of this step's fed rows
 
-  // Tokens the target must hold before the next action: all (plain: the logits of the last
-  // give the next token) or all but the root (speculative: the root leads the verify rows).
-  int feed_target() const { return static_cast<int>(tokens.size()) - (request->speculative() ? 1 : 0); }
-  bool wants_logits() const { return !request->speculative(); }
+  // Tokens the target must hold before the next action: all (the logits of the last give the
+  // next token) or all but the root (a speculative sample being recomputed, or the prompt of
+  // a request whose first token is verified: the root leads the verify rows).
+  bool holds_root_back() const {
+    return request->speculative() && (sample >= 0 || !request->first_token_from_prompt());
+  }
+  int feed_target() const { return static_cast<int>(tokens.size()) - (holds_root_back() ? 1 : 0); }
+  bool wants_logits() const { return !holds_root_back(); }
 };
 
 Scheduler::Scheduler(ModelStore& models, const GenerateOptions& shared, SchedulerLimits limits)
@@ -186,23 +197,20 @@ void Scheduler::start_root(Request& r) {
   root->seq = cache_.create();
   Sequence& s = *root;
   live_.push_back(std::move(root));
-  if (s.feed_target() == 0) root_fed(s, {});  // a one-token prompt of a speculative request
+  if (s.feed_target() == 0) root_fed(s, {});  // a one-token prompt whose first token is verified
 }
 
 void Scheduler::root_fed(Sequence& root, std::span<const float> logits) {
   Request& r = *root.request;
   if (r.out.prefilled_s == 0) r.out.prefilled_s = now();
   r.root_target = root.seq;
-  if (r.speculative()) {
-    // The draft model's copy of the prompt, forked by every sample's drafter (a lazy one's
-    // drafters start empty and catch up).
-    if (r.draft && !r.lazy_draft() && root.feed_target() > 0) {
-      std::vector<float> unused;
-      r.root_draft = prefill(r.draft->context, std::span(root.tokens).first(static_cast<std::size_t>(root.feed_target())), unused);
-    }
-  } else {
-    r.root_logits.assign(logits.begin(), logits.end());
+  // The draft model's copy of the prompt, forked by every sample's drafter (a lazy one's
+  // drafters start empty and catch up).
+  if (r.draft && !r.lazy_draft() && root.feed_target() > 0) {
+    std::vector<float> unused;
+    r.root_draft = prefill(r.draft->context, std::span(root.tokens).first(static_cast<std::size_t>(root.feed_target())), unused);
   }
+  r.root_logits.assign(logits.begin(), logits.end());
   const auto it = std::find_if(live_.begin(), live_.end(), [&](const auto& p) { return p.get() == &root; });
   live_.erase(it);
   parked_.push_back(&r);
@@ -224,9 +232,12 @@ void Scheduler::fork_samples(Request& r) {
     s.rng = Philox(r.options.seed, sample_stream(r.key, s.sample));
     ++r.unfinished;
     live_.push_back(std::move(sample));
-    if (r.speculative()) {
-      make_speculative(s, r.root_draft >= 0 ? r.draft->cache.fork(r.root_draft)
-                                            : r.draft ? r.draft->cache.create() : -1);
+    // Its drafter's draft-model sequence: the prompt's copy, or an empty one that catches up.
+    const auto draft_seq = [&r] {
+      return r.root_draft >= 0 ? r.draft->cache.fork(r.root_draft) : r.draft ? r.draft->cache.create() : -1;
+    };
+    if (!r.first_token_from_prompt()) {
+      make_speculative(s, draft_seq());
       continue;
     }
     std::vector<float> probs(r.root_logits.size());
@@ -235,7 +246,11 @@ void Scheduler::fork_samples(Request& r) {
     s.tokens.push_back(token);
     bool done = false;
     emit(s, std::span(&token, 1), done);
-    if (done) finish(s);
+    if (done) {
+      finish(s);
+    } else if (r.speculative()) {
+      make_speculative(s, draft_seq());
+    }
   }
   if (r.forked < r.options.num_samples) return;
   cache_.free(r.root_target);
@@ -435,14 +450,26 @@ void Scheduler::step() {
   // Chain lengths: the drafter's (fixed), or one length this step for the load policy's
   // sequences (or a scout: one of them), from the measured costs and acceptance
   // (runtime/draft_length.h).
-  std::vector<const Sequence*> load_sequences;
-  std::vector<LoadSequence> load;
+  // A load-policy sequence whose drafter has nothing to propose (no n-gram matches) takes a
+  // plain step beside the others; every lookup counts towards its proposal rate.
+  std::vector<const Sequence*> load_sequences, no_proposal;
+  std::vector<int> load_limits;
   int load_max = 0, other_rows = 0;
   double other_tokens = 0;
-  for (const Sequence* s : plan) {
-    const Request& r = *s->request;
+  for (Sequence* s : plan) {
+    Request& r = *s->request;
     if (s->spec && r.options.gamma_policy == GammaPolicy::kLoad) {
+      const int limit = s->spec->proposal_limit();
+      r.own.add_lookup(limit > 0);
+      r.pool->add_lookup(limit > 0);
+      if (limit == 0) {
+        no_proposal.push_back(s);
+        other_rows += 1;
+        other_tokens += 1;
+        continue;
+      }
       load_sequences.push_back(s);
+      load_limits.push_back(std::min(limit, r.options.max_new_tokens - r.generated(s->sample) - 1));
       load_max = std::max(load_max, r.options.draft.gamma);
     } else if (s->spec) {
       other_rows += step_rows(*s);
@@ -452,11 +479,18 @@ void Scheduler::step() {
       other_tokens += (cache_.length(s->seq) + s->feed == s->feed_target() && s->wants_logits()) ? 1 : 0;
     }
   }
-  for (const Sequence* s : load_sequences)
-    load.push_back({s->request->chain_tokens(load_max), s->spec->draft_catch_up_rows(),
-                    s->request->options.max_new_tokens - s->request->generated(s->sample),
-                    s->request->options.draft.method == DraftMethod::kModel});
-  const LoadChoice load_choice = load.empty() ? LoadChoice{} : chooser_.choose(other_rows, other_tokens, load, load_max);
+  std::vector<LoadSequence> load;
+  for (std::size_t i = 0; i < load_sequences.size(); ++i) {
+    const Sequence& s = *load_sequences[i];
+    const Request& r = *s.request;
+    load.push_back({r.chain_tokens(load_max), s.spec->draft_catch_up_rows(),
+                    r.options.max_new_tokens - r.generated(s.sample), r.options.draft.method == DraftMethod::kModel,
+                    load_limits[i], r.proposal_rate()});
+  }
+  // Closed: nothing waits to take a finished sequence's place.
+  const bool closed = waiting_.empty() && parked_.empty() && preempted_.empty();
+  const LoadChoice load_choice =
+      load.empty() ? LoadChoice{} : chooser_.choose(other_rows, other_tokens, load, load_max, closed);
   const Sequence* scout = load_choice.scout >= 0 ? load_sequences[static_cast<std::size_t>(load_choice.scout)] : nullptr;
 
   // Draft rounds of every speculative sequence (one batched call per draft cache and round).
@@ -468,7 +502,9 @@ void Scheduler::step() {
     const Request& r = *s->request;
     // The bonus token needs room too: at most remaining - 1 drafted levels.
     int depth = r.options.max_new_tokens - r.generated(s->sample) - 1;
-    if (r.options.gamma_policy == GammaPolicy::kLoad) depth = scout && s != scout ? 0 : std::min(depth, load_choice.gamma);
+    if (r.options.gamma_policy == GammaPolicy::kLoad)
+      depth = (scout && s != scout) || std::count(no_proposal.begin(), no_proposal.end(), s) ? 0
+                                                                                          : std::min(depth, load_choice.gamma);
     if (r.options.gamma_policy == GammaPolicy::kLoad && depth == 0) {
       s->spec->start_plain();
       continue;

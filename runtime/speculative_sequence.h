@@ -78,6 +78,8 @@ class SpeculativeSequence {
   Drafter& drafter() { return *drafter_; }
   // The rows the drafter's model would feed before the root's if it drafted now (its catch-up).
   int draft_catch_up_rows() const { return drafter_->catch_up_rows(static_cast<int>(committed_.size())); }
+  // The most tokens the drafter could propose now (Drafter::proposal_limit).
+  int proposal_limit() { return drafter_->proposal_limit(committed_); }
   // Between steps: the random stream where the next step continues it, and the drafter
   // handed out (a preempted sequence keeps both to resume exactly where it stopped).
   const Philox& rng() const { return rng_; }

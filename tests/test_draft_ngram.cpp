@@ -1,8 +1,9 @@
 // NgramProposer: hand-made contexts, the incremental index against a brute-force scan,
-// configuration errors, and losslessness of its point-mass proposals under stochastic
+// the drafter's proposal limit, configuration errors, and losslessness of its point-mass proposals under stochastic
 // verification (the chi-square harness of test_verify_lossless.cpp).
 #include <catch2/catch.hpp>
 
+#include "draft/ngram_drafter.h"
 #include "draft/ngram_proposer.h"
 #include "base/error.h"
 #include "test_verify_support.h"
@@ -82,6 +83,23 @@ TEST_CASE("n-gram proposer: the incremental index proposes what a full scan find
     CHECK(proposer.propose().size() == 0);
     proposer.append(context);
     CHECK(proposer.propose().tokens == brute_force(config, context));
+  }
+}
+
+// The drafter's proposal limit is the size of the proposal it would start now (the scheduler
+// prices a load-policy chain by it, and takes a plain step where it is 0), whatever context
+// it has learnt so far.
+TEST_CASE("n-gram drafter: the proposal limit is what a proposal started now holds", "[draft]") {
+  NgramDrafter drafter({1, 3, 4});
+  Philox rng(3);
+  const Ints committed = {5, 1, 7, 9, 1, 8, 2, 1, 8};
+  for (std::size_t length = 0; length <= committed.size(); ++length) {
+    const std::span<const int> seen(committed.data(), length);
+    const int limit = drafter.proposal_limit(seen);
+    drafter.start(seen, 100, rng);
+    INFO("context length " << length);
+    CHECK(limit == drafter.take_proposal().tree.size());
+    CHECK(limit == static_cast<int>(brute_force({1, 3, 4}, Ints(seen.begin(), seen.end())).size()));
   }
 }
 

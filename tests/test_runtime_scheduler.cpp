@@ -662,7 +662,7 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
   // Other sequences' rows count: 31 plain rows beside one chain at α = 0.6 under the busy costs.
   CHECK(busy.choose(31, 31, one, 4) == 0);
   // CostFit: smoothed per row count, interpolated, extrapolated with a slope >= 0.
-  CostFit fit;
+  CostFit fit(true);
   CHECK(fit.at(5) == 0);
   fit.add(4, 1.0);
   CHECK(fit.at(100) == 1.0);
@@ -684,7 +684,7 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
   CHECK(fit.at(8) == Approx(3.0));
   for (int i = 0; i < 3; ++i) fit.add(8, 4.0);  // a drift moves it within 5: {2, 9, 4, 4, 4} -> 4
   CHECK(fit.at(8) == Approx(4.0));
-  CostFit falling;
+  CostFit falling(true);
   falling.add(1, 2.0);
   falling.add(2, 1.0);
   CHECK(falling.at(10) == Approx(1.0));  // no negative slope beyond the observed range
@@ -726,6 +726,36 @@ TEST_CASE("the load policy scouts on one sequence and prices the draft model's c
   CHECK(chooser.choose(0, 0, load, 4).gamma == 1);
 }
 
+// A closed batch (nothing waits to take a finished sequence's place) is done when its slowest
+// sequence is. Batch 8, steps of 1 ms + 50 us a row, draft rounds of 10 us, 40 tokens left
+// each, chains at α = 0.8: open, drafting pays; closed, it pays only while every sequence
+// gains — one whose n-gram lookups match one step in ten gains 8% a step, so the batch's last
+// steps run for it alone and drafting only adds rows to the others' (γ = 1: 37 steps of 1.81
+// ms against 40 of 1.4).
+TEST_CASE("the load policy weighs a closed batch by its slowest sequence", "[runtime][scheduler]") {
+  DraftLengthChooser chooser;
+  for (int twice = 0; twice < 2; ++twice) {
+    for (int rows = 8; rows <= 40; rows += 8) chooser.target_forward(rows, 1e-3 + 5e-5 * rows);
+    chooser.draft_round(8, 1e-5);
+  }
+  std::vector<double> tokens;
+  for (int g = 0; g <= 4; ++g) tokens.push_back(expected_chain_tokens(0.8, g));
+  std::vector<LoadSequence> load(8, LoadSequence{tokens, 0, 40});
+  CHECK(chooser.choose(0, 0, load, 4, false).gamma > 0);
+  CHECK(chooser.choose(0, 0, load, 4, true).gamma > 0);  // every sequence gains
+  load[3].proposal_rate = 0.1;
+  CHECK(chooser.choose(0, 0, load, 4, false).gamma > 0);
+  CHECK(chooser.choose(0, 0, load, 4, true).gamma == 0);
+  // A proposal rate: own lookups with 8 pseudo-lookups at the others' (proposals + 1) /
+  // (lookups + 1); 1 before any lookup failed (a model drafter always proposes).
+  ChainAcceptance own, pool;
+  CHECK(proposal_rate(own, pool, 8) == 1);
+  for (int i = 0; i < 9; ++i) pool.add_lookup(i < 2);
+  CHECK(proposal_rate(own, pool, 8) == Approx(0.3));
+  for (int i = 0; i < 4; ++i) own.add_lookup(true), pool.add_lookup(true);
+  CHECK(proposal_rate(own, pool, 8) == Approx((4 + 8 * 0.3) / 12));
+}
+
 // Once it has drafted and stopped, the policy drafts every kPlainEvery-th plain step where a
 // step would pay with every drafted token accepted: acceptance measured on a few steps (an
 // n-gram chain's first rejections) is no verdict for good.
@@ -745,10 +775,10 @@ TEST_CASE("the load policy explores after it stops drafting", "[runtime][schedul
   for (int i = 0; i < 4 * DraftLengthChooser::kPlainEvery; ++i) CHECK(busy.choose(0, 0, batch32, 4) == 0);
 }
 
-// A load-policy request's draft model sees nothing until the policy first drafts for it. One
-// new token: a plain step (no room for a draft) after the prefill, so no draft forward runs
-// and no draft block is ever taken (the prompt's draft prefill at admission is gone); the
-// token is plain greedy's.
+// A load-policy request's draft model sees nothing until the policy first drafts for it, and
+// its first token comes from the prompt's logits. One new token: the prefill alone, so no
+// draft forward runs and no draft block is ever taken (the prompt's draft prefill at
+// admission is gone); the token is plain greedy's.
 TEST_CASE("a load-policy request the policy never drafts for runs no draft forward and decodes as plain",
           "[runtime][scheduler]") {
   const auto prompts = reference_prompts();
@@ -771,7 +801,7 @@ TEST_CASE("a load-policy request the policy never drafts for runs no draft forwa
       CHECK(scheduler.draft_blocks_in_use() == 0);
     }
     CHECK(scheduler.outcome(r).draft_forwards == 0);
-    CHECK(scheduler.stats().steps == 2);  // the prefill and one plain step
+    CHECK(scheduler.stats().steps == 1);  // the prefill, no verify step
     CHECK(scheduler.outcome(r).samples == alone(plain, 0));
   }
 }
