@@ -55,12 +55,32 @@ void Residual::subtract(const Residual& q) {
   removed_.clear();
 }
 
-int Residual::sample(double u) const {
+namespace {
+
+// The sum of `values` in double: 8 interleaved partial sums (they vectorise), then the tail.
+template <typename T>
+double sum(std::span<const T> values) {
+  double partial[8] = {};
+  std::size_t i = 0;
+  for (; i + 8 <= values.size(); i += 8)
+    for (std::size_t lane = 0; lane < 8; ++lane) partial[lane] += values[i + lane];
   double total = 0.0;
-  for_each_weight([&](int, double w) {
-    total += w;
-    return true;
-  });
+  for (double p : partial) total += p;
+  for (; i < values.size(); ++i) total += values[i];
+  return total;
+}
+
+}  // namespace
+
+double Residual::total() const {
+  if (!dense_.empty()) return sum(std::span<const double>(dense_));
+  double total = sum(row_);
+  for (int token : removed_) total -= row_[token];
+  return total;
+}
+
+int Residual::sample(double u) const {
+  const double total = this->total();
   if (total <= 0.0) return -1;
   const double target = u * total;
   double cumulative = 0.0;

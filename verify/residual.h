@@ -29,13 +29,17 @@ class Residual {
   // Nothing happens when either mass is 0 (the update is undefined there).
   void subtract(const Residual& q);
 
-  // The smallest token t with sum_{v <= t} weight(v) > u * total, where total is the sum of
-  // all weights accumulated in double in token order (the same order as the prefix sums).
-  // When rounding leaves no such t, the last token of positive weight. -1 if total is 0.
-  // u: in [0, 1).
+  // The smallest token t with sum_{v <= t} weight(v) > u * total() (prefix sums in double,
+  // in token order). When rounding leaves no such t, the last token of positive weight. -1 if
+  // total() is 0. u: in [0, 1).
   int sample(double u) const;
 
  private:
+  // The sum of all weights in double, in an order that vectorises (while the residual is a
+  // view: the row's sum less the removed tokens' weights). Summed in token order, one add
+  // waiting on the last, it made sample() 2.2% of a batch-32 T = 1 run whose speculative
+  // sequences all took plain steps, against the plain sampler's draw at 1.1% (now 0.9%).
+  double total() const;
   // Calls visit(token, weight) for every token in order until visit returns false.
   template <typename Visit>
   void for_each_weight(Visit visit) const;
