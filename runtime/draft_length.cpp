@@ -77,15 +77,13 @@ ChainAcceptance ChainAcceptance::without(const ChainAcceptance& part) const {
   return rest;
 }
 
-double proposal_rate(const ChainAcceptance& own, const ChainAcceptance& pool, double prior_trials) {
-  const ChainAcceptance others = pool.without(own);
+double proposal_rate_among(const ChainAcceptance& own, const ChainAcceptance& others, double prior_trials) {
   const double prior = (others.proposals + 1) / (others.lookups + 1);
   return (own.proposals + prior_trials * prior) / (own.lookups + prior_trials);
 }
 
-std::vector<double> chain_tokens(const ChainAcceptance& own, const ChainAcceptance& pool, int max_gamma,
-                                 double prior_trials) {
-  const ChainAcceptance others = pool.without(own);
+std::vector<double> chain_tokens_among(const ChainAcceptance& own, const ChainAcceptance& others, int max_gamma,
+                                       double prior_trials) {
   const double alpha = chain_estimate_among(own, others, prior_trials);
   const double others_alpha = others.rate(0.5, 2);
   const auto logit = [](double p) { return std::log(p / (1 - p)); };

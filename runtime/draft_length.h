@@ -116,9 +116,12 @@ inline double chain_estimate(const ChainAcceptance& own, const ChainAcceptance& 
 }
 
 // The share of steps a sequence's drafter has a proposal for: its own lookups with
-// `prior_trials` pseudo-lookups at the others' (pool less own) (proposals + 1) / (lookups + 1),
-// so 1 until a lookup fails (a model drafter always proposes).
-double proposal_rate(const ChainAcceptance& own, const ChainAcceptance& pool, double prior_trials);
+// `prior_trials` pseudo-lookups at the others' (pool less own: proposal_rate_among takes them)
+// (proposals + 1) / (lookups + 1), so 1 until a lookup fails (a model drafter always proposes).
+double proposal_rate_among(const ChainAcceptance& own, const ChainAcceptance& others, double prior_trials);
+inline double proposal_rate(const ChainAcceptance& own, const ChainAcceptance& pool, double prior_trials) {
+  return proposal_rate_among(own, pool.without(own), prior_trials);
+}
 
 // Expected tokens of a chain step of length g = 0..max_gamma ([max_gamma + 1]; [0] = 1, a
 // plain step) for a sequence with evidence `own`, among sequences of the same drafter with
@@ -128,8 +131,13 @@ double proposal_rate(const ChainAcceptance& own, const ChainAcceptance& pool, do
 // sequence's alpha = chain_estimate(own, pool, w) (others = pool less own): the level from its
 // own evidence, the shape across depths from theirs; tokens(g) = 1 + sum_{k <= g} p_1 ... p_k.
 // With no per-depth evidence every p_k is alpha and tokens(g) is expected_chain_tokens(alpha, g).
-std::vector<double> chain_tokens(const ChainAcceptance& own, const ChainAcceptance& pool, int max_gamma,
-                                 double prior_trials);
+// chain_tokens_among takes the others' evidence (pool less own) itself.
+std::vector<double> chain_tokens_among(const ChainAcceptance& own, const ChainAcceptance& others, int max_gamma,
+                                       double prior_trials);
+inline std::vector<double> chain_tokens(const ChainAcceptance& own, const ChainAcceptance& pool, int max_gamma,
+                                        double prior_trials) {
+  return chain_tokens_among(own, pool.without(own), max_gamma, prior_trials);
+}
 
 // One load-policy sequence of a step, as the chooser sees it.
 struct LoadSequence {

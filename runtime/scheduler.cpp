@@ -63,12 +63,14 @@ struct Scheduler::Request {
   // it chooses plain steps).
   static constexpr double kPriorTrials = 8;
   double alpha() const { return chain_estimate(own, *pool, kPriorTrials); }
-  // Expected tokens of chains of 0..max_gamma tokens, from the same evidence per depth.
-  std::vector<double> chain_tokens(int max_gamma) const {
-    return specula::chain_tokens(own, *pool, max_gamma, kPriorTrials);
+  // Expected tokens of chains of 0..max_gamma tokens, from the same evidence per depth, and
+  // the share of its steps its drafter has a proposal for (n-gram lookups that match); the
+  // others' evidence (pool less own) taken once for both.
+  void price(int max_gamma, LoadSequence& load) const {
+    const ChainAcceptance others = pool->without(own);
+    load.tokens = chain_tokens_among(own, others, max_gamma, kPriorTrials);
+    load.proposal_rate = proposal_rate_among(own, others, kPriorTrials);
   }
-  // The share of its steps its drafter has a proposal for (n-gram lookups that match).
-  double proposal_rate() const { return specula::proposal_rate(own, *pool, kPriorTrials); }
 
   bool speculative() const { return options.draft.method != DraftMethod::kNone; }
   // Its samples' first token is drawn from the prompt's logits (plain and load-policy
@@ -94,6 +96,7 @@ struct Scheduler::Sequence {
   int gamma = 0;                  // adaptive chain length to resume with (0: the configured one)
   std::unique_ptr<SpeculativeSequence> spec;  // a speculative sample whose target holds all but the root
   int feed = 0;                   // rows fed this step (prefill chunk or decode row)
+  int draft_limit = 0;            // a load-policy sequence's proposal limit this step (Drafter::proposal_limit)
   std::vector<int> positions;     // [feed] of this step's fed rows
 
   // Tokens the target must hold before the next action: all (the logits of the last give the
@@ -452,24 +455,21 @@ void Scheduler::step() {
   // (runtime/draft_length.h).
   // A load-policy sequence whose drafter has nothing to propose (no n-gram matches) takes a
   // plain step beside the others; every lookup counts towards its proposal rate.
-  std::vector<const Sequence*> load_sequences, no_proposal;
-  std::vector<int> load_limits;
+  std::vector<const Sequence*> load_sequences;
   int load_max = 0, other_rows = 0;
   double other_tokens = 0;
   for (Sequence* s : plan) {
     Request& r = *s->request;
     if (s->spec && r.options.gamma_policy == GammaPolicy::kLoad) {
-      const int limit = s->spec->proposal_limit();
-      r.own.add_lookup(limit > 0);
-      r.pool->add_lookup(limit > 0);
-      if (limit == 0) {
-        no_proposal.push_back(s);
+      s->draft_limit = s->spec->proposal_limit();
+      r.own.add_lookup(s->draft_limit > 0);
+      r.pool->add_lookup(s->draft_limit > 0);
+      if (s->draft_limit == 0) {
         other_rows += 1;
         other_tokens += 1;
         continue;
       }
       load_sequences.push_back(s);
-      load_limits.push_back(std::min(limit, r.options.max_new_tokens - r.generated(s->sample) - 1));
       load_max = std::max(load_max, r.options.draft.gamma);
     } else if (s->spec) {
       other_rows += step_rows(*s);
@@ -480,12 +480,14 @@ void Scheduler::step() {
     }
   }
   std::vector<LoadSequence> load;
-  for (std::size_t i = 0; i < load_sequences.size(); ++i) {
-    const Sequence& s = *load_sequences[i];
-    const Request& r = *s.request;
-    load.push_back({r.chain_tokens(load_max), s.spec->draft_catch_up_rows(),
-                    r.options.max_new_tokens - r.generated(s.sample), r.options.draft.method == DraftMethod::kModel,
-                    load_limits[i], r.proposal_rate()});
+  for (const Sequence* s : load_sequences) {
+    const Request& r = *s->request;
+    LoadSequence& l = load.emplace_back();
+    r.price(load_max, l);
+    l.catch_up_rows = s->spec->draft_catch_up_rows();
+    l.remaining_tokens = r.options.max_new_tokens - r.generated(s->sample);
+    l.feeds_accepted = r.options.draft.method == DraftMethod::kModel;
+    l.depth_limit = std::min(s->draft_limit, l.remaining_tokens - 1);  // the bonus token needs room too
   }
   // Closed: nothing waits to take a finished sequence's place.
   const bool closed = waiting_.empty() && parked_.empty() && preempted_.empty();
@@ -503,8 +505,7 @@ void Scheduler::step() {
     // The bonus token needs room too: at most remaining - 1 drafted levels.
     int depth = r.options.max_new_tokens - r.generated(s->sample) - 1;
     if (r.options.gamma_policy == GammaPolicy::kLoad)
-      depth = (scout && s != scout) || std::count(no_proposal.begin(), no_proposal.end(), s) ? 0
-                                                                                          : std::min(depth, load_choice.gamma);
+      depth = (scout && s != scout) || s->draft_limit == 0 ? 0 : std::min(depth, load_choice.gamma);
     if (r.options.gamma_policy == GammaPolicy::kLoad && depth == 0) {
       s->spec->start_plain();
       continue;

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "base/lane_sum.h"
 #include "sampling/greedy_sampler.h"
 #include "sampling/stochastic_sampler.h"
 
@@ -42,19 +43,10 @@ int greedy_token(std::span<const float> logits) {
 }
 
 int inverse_cdf(std::span<const float> probs, double u) {
-  // The total in a fixed order that vectorises: 8 interleaved partial sums, then the tail.
-  double partial[8] = {};
-  size_t i = 0;
-  for (; i + 8 <= probs.size(); i += 8) {
-    for (int lane = 0; lane < 8; ++lane) partial[lane] += probs[i + lane];
-  }
-  double total = 0.0;
-  for (double p : partial) total += p;
-  for (; i < probs.size(); ++i) total += probs[i];
-  const double target = u * total;
+  const double target = u * lane_sum(probs);
   double cumulative = 0.0;
   int last = -1;
-  for (i = 0; i < probs.size(); ++i) {
+  for (size_t i = 0; i < probs.size(); ++i) {
     if (probs[i] <= 0.0f) continue;
     cumulative += probs[i];
     last = int(i);

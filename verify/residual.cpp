@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/lane_sum.h"
+
 namespace specula {
 
 template <typename Visit>
@@ -55,26 +57,9 @@ void Residual::subtract(const Residual& q) {
   removed_.clear();
 }
 
-namespace {
-
-// The sum of `values` in double: 8 interleaved partial sums (they vectorise), then the tail.
-template <typename T>
-double sum(std::span<const T> values) {
-  double partial[8] = {};
-  std::size_t i = 0;
-  for (; i + 8 <= values.size(); i += 8)
-    for (std::size_t lane = 0; lane < 8; ++lane) partial[lane] += values[i + lane];
-  double total = 0.0;
-  for (double p : partial) total += p;
-  for (; i < values.size(); ++i) total += values[i];
-  return total;
-}
-
-}  // namespace
-
 double Residual::total() const {
-  if (!dense_.empty()) return sum(std::span<const double>(dense_));
-  double total = sum(row_);
+  if (!dense_.empty()) return lane_sum(std::span<const double>(dense_));
+  double total = lane_sum(row_);
   for (int token : removed_) total -= row_[token];
   return total;
 }
