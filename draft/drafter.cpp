@@ -2,8 +2,8 @@
 
 namespace specula {
 
-Proposal propose(Drafter& drafter, std::span<const int> committed, int max_depth, Philox& rng) {
-  drafter.start(committed, max_depth, rng);
+Proposal propose(Drafter& drafter, std::span<const int> committed, DraftBound bound, Philox& rng) {
+  drafter.start(committed, bound, rng);
   std::vector<float> logits;
   while (const SequenceRows* rows = drafter.pending_forward()) {
     const ForwardContext& context = *drafter.forward_context();

@@ -21,6 +21,19 @@ struct Proposal {
   // Draft distribution at each context, [tree.num_contexts(), vocab] row-major; empty when
   // the tree has no context whose children were sampled (greedy or point-mass proposals).
   std::vector<float> q;
+  // The chain ended short of its max_depth at DraftBound::stop_below.
+  bool stopped = false;
+};
+
+// How far a proposal may grow: at most max_depth tokens deep; and a chain drawn from a draft
+// distribution ends after a token once the product of its tokens' draft probabilities is
+// below stop_below (0: never), the draft's own estimate that the chain so far is accepted
+// (drafters without a distribution, n-grams, and trees ignore it). Every token drawn is
+// proposed; the stop saves the draft forwards and verify rows of the tokens after it.
+// The stop reads only what the draft has drawn, so verification stays exact.
+struct DraftBound {
+  int max_depth = 0;
+  double stop_below = 0;
 };
 
 class Drafter {
@@ -28,9 +41,9 @@ class Drafter {
   virtual ~Drafter() = default;
 
   // Starts a proposal. committed: in, every token of the sequence so far; the last one (the
-  // root) is not yet in the target's cache. The tree is at most max_depth deep. `rng` is
-  // used until take_proposal() and must outlive it.
-  virtual void start(std::span<const int> committed, int max_depth, Philox& rng) = 0;
+  // root) is not yet in the target's cache. The tree grows within `bound`. `rng` is used
+  // until take_proposal() and must outlive it.
+  virtual void start(std::span<const int> committed, DraftBound bound, Philox& rng) = 0;
 
   // The forward the proposal needs next, on forward_context(), or nullptr once the proposal
   // is complete. Drafters that share a context (one draft model and cache) can run their
@@ -60,6 +73,6 @@ class Drafter {
 
 // The trivial driver: start, each pending forward run alone on the drafter's context, the
 // proposal.
-Proposal propose(Drafter& drafter, std::span<const int> committed, int max_depth, Philox& rng);
+Proposal propose(Drafter& drafter, std::span<const int> committed, DraftBound bound, Philox& rng);
 
 }  // namespace specula

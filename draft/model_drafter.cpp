@@ -33,12 +33,14 @@ ModelDrafter::ModelDrafter(const ForwardContext& draft, KvCache::SeqId seq, Dist
 
 ModelDrafter::~ModelDrafter() { draft_.cache.free(seq_); }
 
-void ModelDrafter::start(std::span<const int> committed, int max_depth, Philox& rng) {
+void ModelDrafter::start(std::span<const int> committed, DraftBound bound, Philox& rng) {
   const int cached = draft_.cache.length(seq_);
   const int total = static_cast<int>(committed.size());
   assert(cached < total);
   rng_ = &rng;
-  max_depth_ = max_depth;
+  max_depth_ = bound.max_depth;
+  stop_below_ = bound.stop_below;
+  confidence_ = 1;
   root_position_ = total - 1;
   prefix_end_ = total;
   fed_nodes_ = 0;
@@ -115,14 +117,22 @@ void ModelDrafter::advance_static() {
     const int first = tree.size();
     for (int context : frontier_) {
       const auto q_row = std::span<const float>(proposal_.q).subspan(static_cast<std::size_t>(context) * v, v);
-      for (int token : draw_siblings(q_row, branching_[level_], tree.draw[static_cast<std::size_t>(context)], *rng_))
+      for (int token : draw_siblings(q_row, branching_[level_], tree.draw[static_cast<std::size_t>(context)], *rng_)) {
         tree.add_node(context - 1, token);
+        confidence_ *= q_row[static_cast<std::size_t>(token)];
+      }
     }
     const int last = tree.size();
     frontier_.clear();
     for (int node = first; node < last; ++node) frontier_.push_back(node + 1);
     ++level_;
-    if (level_ < branching_.size() && last > first) return request_feed(first, last);
+    if (level_ == branching_.size() || last == first) break;
+    // A chain (one node a level so far) whose draft doubts it stops here.
+    if (last == static_cast<int>(level_) && confidence_ < stop_below_) {
+      proposal_.stopped = true;
+      break;
+    }
+    return request_feed(first, last);
   }
   phase_ = Phase::kDone;
 }

@@ -44,7 +44,7 @@ class ModelDrafter : public Drafter {
   ModelDrafter(const ModelDrafter&) = delete;
   ModelDrafter& operator=(const ModelDrafter&) = delete;
 
-  void start(std::span<const int> committed, int max_depth, Philox& rng) override;
+  void start(std::span<const int> committed, DraftBound bound, Philox& rng) override;
   const SequenceRows* pending_forward() override { return pending_ ? &*pending_ : nullptr; }
   void forward_done(std::span<const float> logits) override;
   int catch_up_rows(int committed) const override { return std::max(0, committed - draft_.cache.length(seq_) - 1); }
@@ -86,6 +86,8 @@ class ModelDrafter : public Drafter {
   Phase phase_ = Phase::kIdle;
   Philox* rng_ = nullptr;
   int max_depth_ = 0;
+  double stop_below_ = 0;    // DraftBound::stop_below
+  double confidence_ = 1;    // a chain's product of its tokens' draft probabilities so far
   int root_position_ = 0;
   int prefix_end_ = 0;       // cache length before the proposal's tree nodes
   int fed_nodes_ = 0;        // nodes fed to the draft (a prefix of node order)

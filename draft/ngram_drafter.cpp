@@ -13,10 +13,10 @@ int NgramDrafter::proposal_limit(std::span<const int> committed) {
   return proposer_.propose().size();
 }
 
-void NgramDrafter::start(std::span<const int> committed, int max_depth, Philox&) {
+void NgramDrafter::start(std::span<const int> committed, DraftBound bound, Philox&) {
   learn(committed);
   const TokenTree chain = proposer_.propose();
-  const int keep = std::min(chain.size(), std::max(max_depth, 0));
+  const int keep = std::min(chain.size(), std::max(bound.max_depth, 0));
   proposal_ = {TokenTree::chain(std::span(chain.tokens).first(keep), SiblingDraw::kTopK), {}};
 }
 

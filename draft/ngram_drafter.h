@@ -11,7 +11,7 @@ class NgramDrafter : public Drafter {
  public:
   explicit NgramDrafter(NgramConfig config) : proposer_(config) {}
 
-  void start(std::span<const int> committed, int max_depth, Philox& rng) override;
+  void start(std::span<const int> committed, DraftBound bound, Philox& rng) override;
   int proposal_limit(std::span<const int> committed) override;
   Proposal take_proposal() override { return std::move(proposal_); }
   void accept(const TokenTree&, std::span<const int>, std::span<const int>) override {}

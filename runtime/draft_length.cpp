@@ -49,19 +49,37 @@ double expected_chain_tokens(double alpha, int gamma) {
   return (1 - std::pow(alpha, gamma + 1)) / (1 - alpha);
 }
 
-void ChainAcceptance::add(int drafted, int accepted_tokens, bool chain) {
+namespace {
+
+// counts[k] += 1 for k in [first, last), growing `counts` as needed.
+void count(std::vector<double>& counts, int first, int last) {
+  if (static_cast<int>(counts.size()) < last) counts.resize(static_cast<std::size_t>(last));
+  for (int k = first; k < last; ++k) counts[static_cast<std::size_t>(k)] += 1;
+}
+
+// counts less part's, clamped at 0.
+void subtract(std::vector<double>& counts, const std::vector<double>& part) {
+  for (std::size_t k = 0; k < counts.size() && k < part.size(); ++k) counts[k] = std::max(0.0, counts[k] - part[k]);
+}
+
+double at(const std::vector<double>& counts, int k) {
+  return k < static_cast<int>(counts.size()) ? counts[static_cast<std::size_t>(k)] : 0.0;
+}
+
+}  // namespace
+
+void ChainAcceptance::add(int drafted, int accepted_tokens, bool chain, bool stopped) {
   accepted += accepted_tokens;
   trials += accepted_tokens + (accepted_tokens < drafted ? 1 : 0);
   if (!chain) return;
   const int tried = std::min(accepted_tokens + 1, drafted);
-  if (static_cast<int>(tried_at.size()) < tried) {
-    tried_at.resize(static_cast<std::size_t>(tried));
-    passed_at.resize(tried_at.size());
-  }
-  for (int k = 0; k < tried; ++k) {
-    tried_at[static_cast<std::size_t>(k)] += 1;
-    if (k < accepted_tokens) passed_at[static_cast<std::size_t>(k)] += 1;
-  }
+  count(tried_at, 0, tried);
+  count(passed_at, 0, accepted_tokens);
+  if (passed_at.size() < tried_at.size()) passed_at.resize(tried_at.size());
+  count(drafted_at, 0, drafted);
+  if (!stopped) return;
+  count(stopped_at, drafted, drafted + 1);
+  if (accepted_tokens == drafted) count(stopped_passed_at, drafted, drafted + 1);
 }
 
 ChainAcceptance ChainAcceptance::without(const ChainAcceptance& part) const {
@@ -70,10 +88,11 @@ ChainAcceptance ChainAcceptance::without(const ChainAcceptance& part) const {
   rest.trials = std::max(0.0, trials - part.trials);
   rest.lookups = std::max(0.0, lookups - part.lookups);
   rest.proposals = std::max(0.0, proposals - part.proposals);
-  for (std::size_t k = 0; k < rest.tried_at.size() && k < part.tried_at.size(); ++k) {
-    rest.tried_at[k] = std::max(0.0, tried_at[k] - part.tried_at[k]);
-    rest.passed_at[k] = std::max(0.0, passed_at[k] - part.passed_at[k]);
-  }
+  subtract(rest.tried_at, part.tried_at);
+  subtract(rest.passed_at, part.passed_at);
+  subtract(rest.drafted_at, part.drafted_at);
+  subtract(rest.stopped_at, part.stopped_at);
+  subtract(rest.stopped_passed_at, part.stopped_passed_at);
   return rest;
 }
 
@@ -82,24 +101,36 @@ double proposal_rate_among(const ChainAcceptance& own, const ChainAcceptance& ot
   return (own.proposals + prior_trials * prior) / (own.lookups + prior_trials);
 }
 
-std::vector<double> chain_tokens_among(const ChainAcceptance& own, const ChainAcceptance& others, int max_gamma,
-                                       double prior_trials) {
+ChainPrice chain_price_among(const ChainAcceptance& own, const ChainAcceptance& others, int max_gamma,
+                             double prior_trials) {
   const double alpha = chain_estimate_among(own, others, prior_trials);
   const double others_alpha = others.rate(0.5, 2);
   const auto logit = [](double p) { return std::log(p / (1 - p)); };
   const double shift = logit(alpha) - logit(others_alpha);
-  const auto at = [](const std::vector<double>& v, int k) {
-    return k < static_cast<int>(v.size()) ? v[static_cast<std::size_t>(k)] : 0.0;
+  // Own `hits` of `trials` with prior_trials pseudo-trials at the others' rate (2 pseudo-trials
+  // at `prior` under theirs).
+  const auto rate = [&](double hits, double trials, double others_hits, double others_trials, double prior) {
+    return (hits + prior_trials * (others_hits + 2 * prior) / (others_trials + 2)) / (trials + prior_trials);
   };
-  std::vector<double> tokens(static_cast<std::size_t>(std::max(0, max_gamma)) + 1, 1.0);
-  double reach = 1;  // the chance that depth k + 1's token is accepted with all before it
+  const std::size_t size = static_cast<std::size_t>(std::max(0, max_gamma)) + 1;
+  ChainPrice price{std::vector<double>(size, 1.0), std::vector<double>(size, 1.0)};
+  double passes = 1;  // the chance that depth k + 1's token is drafted and accepted with all before it
   for (int k = 0; k < max_gamma; ++k) {
     const double others_k = (at(others.passed_at, k) + 2 * others_alpha) / (at(others.tried_at, k) + 2);
     const double pooled = 1 / (1 + std::exp(-(logit(others_k) + shift)));
-    reach *= (at(own.passed_at, k) + prior_trials * pooled) / (at(own.tried_at, k) + prior_trials);
-    tokens[static_cast<std::size_t>(k) + 1] = tokens[static_cast<std::size_t>(k)] + reach;
+    const double passed = (at(own.passed_at, k) + prior_trials * pooled) / (at(own.tried_at, k) + prior_trials);
+    const double drafted_after_pass =
+        rate(at(own.tried_at, k), at(own.tried_at, k) + at(own.stopped_passed_at, k), at(others.tried_at, k),
+             at(others.tried_at, k) + at(others.stopped_passed_at, k), 1.0);
+    const double drafted =
+        rate(at(own.drafted_at, k), at(own.drafted_at, k) + at(own.stopped_at, k), at(others.drafted_at, k),
+             at(others.drafted_at, k) + at(others.stopped_at, k), 1.0);
+    passes *= drafted_after_pass * passed;
+    const std::size_t g = static_cast<std::size_t>(k) + 1;
+    price.tokens[g] = price.tokens[g - 1] + passes;
+    price.reaches[g] = price.reaches[g - 1] * drafted;
   }
-  return tokens;
+  return price;
 }
 
 void DraftLengthChooser::prefill_step(int rows, double seconds) {
@@ -145,10 +176,30 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
   const auto step_tokens = [&](const LoadSequence& s, int g, bool sure) {
     return sure ? 1.0 + length(s, g) : s.tokens.at(static_cast<std::size_t>(length(s, g)));
   };
+  // The chance that a sequence's chain of g drafts its k-th token (k <= g).
+  const auto reach = [&](const LoadSequence& s, int g, int k) {
+    if (k > length(s, g)) return 0.0;
+    return s.reaches.empty() ? 1.0 : s.reaches.at(static_cast<std::size_t>(k));
+  };
+  // Target rows of a step at chain length g: the roots and the tokens expected to be drafted.
   const auto rows_at = [&](int g) {
-    int rows = other_rows;
-    for (const LoadSequence& s : load) rows += 1 + length(s, g);
+    double rows = other_rows;
+    for (const LoadSequence& s : load) {
+      rows += 1;
+      for (int k = 1; k <= g; ++k) rows += reach(s, g, k);
+    }
     return rows;
+  };
+  // Draft rounds 2..g (round k draws the k-th tokens): the chance that any sequence drafts
+  // that far, times a round of the rows expected when one does.
+  const auto later_rounds_s = [&](int g) {
+    double seconds = 0;
+    for (int k = 2; k <= g; ++k) {
+      double rows = 0, none = 1;
+      for (const LoadSequence& s : load) rows += reach(s, g, k), none *= 1 - reach(s, g, k);
+      if (none < 1) seconds += (1 - none) * draft_.at(rows / (1 - none));
+    }
+    return seconds;
   };
   // Tokens a second of steps of `seconds` at chain length g: the step's tokens over its time;
   // in a closed batch, the remaining tokens over the time until its slowest sequence is done.
@@ -161,7 +212,7 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
     }
     double steps = 0;  // the slowest sequence's
     for (const LoadSequence& s : load) {
-      const double drafted = sure ? g : s.tokens.at(static_cast<std::size_t>(g)) - 1;
+      const double drafted = step_tokens(s, g, sure) - 1;
       steps = std::max(steps, s.remaining_tokens / (1 + s.proposal_rate * drafted));
     }
     return remaining / (seconds * std::max(steps, 1e-12));
@@ -190,15 +241,18 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
     });
     return {1, static_cast<int>(fewest - load.begin())};
   }
+  // Chains that end at their draft's doubt are allowed the longest length or none: their stop
+  // sets each one's depth from what the draft sees of it, which per-depth averages do not.
+  const bool stops = std::all_of(load.begin(), load.end(), [](const LoadSequence& s) { return s.confidence_stop; });
   int best = 0;
   double best_rate = plain_rate;
-  for (int g = 1; g <= max_gamma; ++g) {
+  for (int g = stops ? max_gamma : 1; g <= max_gamma; ++g) {
     double accepted_rows = 0;
     for (const LoadSequence& s : load)
       if (s.feeds_accepted) accepted_rows += step_tokens(s, g, false) - 1;
-    // A chain of g: g draft rounds of n rows (the first also feeds what the last step accepted),
-    // and each sequence's chain rows in the target step.
-    const double seconds = target_.at(rows_at(g)) + draft_.at(n + accepted_rows) + (g - 1) * draft_.at(n);
+    // A chain of g: up to g draft rounds (the first of all n sequences, which also feeds what
+    // the last step accepted), and each sequence's chain rows in the target step.
+    const double seconds = target_.at(rows_at(g)) + draft_.at(n + accepted_rows) + later_rounds_s(g);
     const double r = rate(g, seconds, false);
     if (r > best_rate) best = g, best_rate = r;
   }
@@ -221,7 +275,11 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
     drafted_steps_ = 0;
     return {};  // the plain step's cost, measured again
   }
-  return {best, -1};
+  // A drafted token costs a target row and a draft round's row; it is worth one token at the
+  // chosen rate where the chain so far passes.
+  const double rows = rows_at(best);
+  const double token_cost_s = std::max(0.0, target_.at(rows + 1) - target_.at(rows)) + draft_.at(n) / n;
+  return {best, -1, std::min(1.0, token_cost_s * best_rate)};
 }
 
 }  // namespace specula

@@ -85,13 +85,20 @@ double expected_chain_tokens(double alpha, int gamma);
 struct ChainAcceptance {
   double accepted = 0, trials = 0;
   std::vector<double> passed_at, tried_at;  // [depth - 1]
+  // Chains that end early at a confidence stop (DraftBound::stop_below), per depth k:
+  // drafted_at[k-1], the steps whose chain drafted a k-th token; stopped_at[k-1], those
+  // allowed one that stopped after k-1; stopped_passed_at[k-1], those of them whose k-1
+  // tokens were all accepted. A chain drafts its k-th token with chance drafted / (drafted
+  // + stopped) once it has k-1, and with tried / (tried + stopped_passed) once those k-1
+  // passed (a stop follows doubt, doubt follows tokens that fail: the two differ).
+  std::vector<double> drafted_at, stopped_at, stopped_passed_at;
   // Steps whose drafter was asked for a proposal, and those it had one for (an n-gram
   // lookup that matched); a chain step above is one of the latter.
   double lookups = 0, proposals = 0;
 
   // A chain step (a tree step: `chain` false, its totals alone; a tree's depths are not a
-  // chain's).
-  void add(int drafted, int accepted_tokens, bool chain);
+  // chain's); `stopped`: the chain ended at its confidence stop, short of what it was allowed.
+  void add(int drafted, int accepted_tokens, bool chain, bool stopped = false);
   void add_lookup(bool proposed) { lookups += 1, proposals += proposed ? 1 : 0; }
   // accepted / trials with `prior_trials` pseudo-trials at `prior`.
   double rate(double prior, double prior_trials) const {
@@ -123,25 +130,33 @@ inline double proposal_rate(const ChainAcceptance& own, const ChainAcceptance& p
   return proposal_rate_among(own, pool.without(own), prior_trials);
 }
 
-// Expected tokens of a chain step of length g = 0..max_gamma ([max_gamma + 1]; [0] = 1, a
-// plain step) for a sequence with evidence `own`, among sequences of the same drafter with
-// evidence `pool` (own included): per depth k, p_k = (own passed_k + w q_k) / (own tried_k + w)
-// with w = prior_trials and q_k the others' rate at depth k, (others passed_k + 2 beta) /
-// (others tried_k + 2), moved by the log-odds from their chain estimate beta to this
+// What a chain allowed g = 0..max_gamma tokens brings and costs ([max_gamma + 1] each).
+struct ChainPrice {
+  std::vector<double> tokens;   // expected tokens of its step ([0] = 1, a plain step)
+  std::vector<double> reaches;  // the chance it drafts a g-th token ([0] = [1] = 1; < 1 past a confidence stop)
+};
+
+// The chain price of a sequence with evidence `own`, among sequences of the same drafter
+// with evidence `pool` (own included). Per depth k, p_k = (own passed_k + w q_k) / (own
+// tried_k + w) with w = prior_trials and q_k the others' rate at depth k, (others passed_k +
+// 2 beta) / (others tried_k + 2), moved by the log-odds from their chain estimate beta to this
 // sequence's alpha = chain_estimate(own, pool, w) (others = pool less own): the level from its
-// own evidence, the shape across depths from theirs; tokens(g) = 1 + sum_{k <= g} p_1 ... p_k.
+// own evidence, the shape across depths from theirs. The chances of drafting the k-th token,
+// c_k after k-1 drafted and c'_k after k-1 accepted (ChainAcceptance), are own counts with
+// w pseudo-counts at the others' (with 2 at 1: no stop seen, every token drafted).
+// tokens(g) = 1 + sum_{k <= g} c'_1 p_1 ... c'_k p_k, reaches(g) = c_1 ... c_g.
 // With no per-depth evidence every p_k is alpha and tokens(g) is expected_chain_tokens(alpha, g).
-// chain_tokens_among takes the others' evidence (pool less own) itself.
-std::vector<double> chain_tokens_among(const ChainAcceptance& own, const ChainAcceptance& others, int max_gamma,
-                                       double prior_trials);
-inline std::vector<double> chain_tokens(const ChainAcceptance& own, const ChainAcceptance& pool, int max_gamma,
-                                        double prior_trials) {
-  return chain_tokens_among(own, pool.without(own), max_gamma, prior_trials);
+// chain_price_among takes the others' evidence (pool less own) itself.
+ChainPrice chain_price_among(const ChainAcceptance& own, const ChainAcceptance& others, int max_gamma,
+                             double prior_trials);
+inline ChainPrice chain_price(const ChainAcceptance& own, const ChainAcceptance& pool, int max_gamma,
+                              double prior_trials) {
+  return chain_price_among(own, pool.without(own), max_gamma, prior_trials);
 }
 
 // One load-policy sequence of a step, as the chooser sees it.
 struct LoadSequence {
-  std::vector<double> tokens;  // [max_gamma + 1]: expected tokens of a chain of each length (chain_tokens)
+  std::vector<double> tokens;  // [max_gamma + 1]: expected tokens of a chain of each length (ChainPrice::tokens)
   int catch_up_rows = 0;       // rows its draft model must still feed before its first proposal, beyond the root
   int remaining_tokens = 0;    // tokens it may still generate (max_new_tokens less those it has)
   // Its draft model feeds the tokens a step accepted in its next proposal's first round (a
@@ -155,6 +170,11 @@ struct LoadSequence {
   // that match; 1 for a model drafter): over the steps to come, a chain of g brings
   // 1 + proposal_rate (tokens[g] - 1).
   double proposal_rate = 1;
+  // [max_gamma + 1]: the chance its chain drafts a k-th token when allowed k (ChainPrice::
+  // reaches; a confidence stop ends chains early); empty: every allowed token is drafted.
+  std::vector<double> reaches{};
+  // Its drafter ends a chain where the draft doubts it (a draft model: DraftBound::stop_below).
+  bool confidence_stop = false;
 };
 
 // The chooser's answer for a step: the chain length of every load-policy sequence, or, for a
@@ -163,6 +183,10 @@ struct LoadSequence {
 struct LoadChoice {
   int gamma = 0;
   int scout = -1;
+  // The chains' confidence stop (DraftBound::stop_below): a drafted token is worth one
+  // more, in the step's seconds per token, when the draft expects the chain so far to pass
+  // with at least the chance its row and draft-round share cost (0 for a scout or a probe).
+  double stop_below = 0;
 };
 
 class DraftLengthChooser {
@@ -187,10 +211,13 @@ class DraftLengthChooser {
   // The chain length in [0, max_gamma] for the step's load-policy sequences `load` (n of
   // them), beside other_rows / other_tokens: rows and tokens of the step's plain, prefill and
   // fixed-length sequences. (A sequence's chain of g is min(g, depth_limit_i) long; below,
-  // tokens_i[g] and the rows n (1 + g) are taken at that length.)
+  // tokens_i[g] and reaches_i are taken at that length.)
   // A length g > 0 is worth (other_tokens + Σ_i tokens_i[g]) / (target.at(other_rows +
-  // n (1 + g)) + draft.at(n + A_g) + (g - 1) draft.at(n)) tokens a second, with A_g =
-  // Σ_i (tokens_i[g] - 1) over the sequences that feed accepted tokens: a model drafter's
+  // Σ_i (1 + R_i)) + draft.at(n + A_g) + Σ_{k=2..g} P_k draft.at(E_k / P_k)) tokens a
+  // second, with R_i = Σ_{k <= g} reaches_i[k] the tokens sequence i is expected to draft,
+  // E_k = Σ_i reaches_i[k] the rows of draft round k and P_k = 1 - Π_i (1 - reaches_i[k])
+  // the chance that it runs at all, and A_g = Σ_i (tokens_i[g] - 1) over the sequences that
+  // feed accepted tokens: a model drafter's
   // first round of a step feeds the previous step's accepted tokens beside the roots (at
   // batch 8, γ = 1 rounds took 0.43-0.6 ms where the 8-row figure said 0.38, and drafting
   // promised 5.9-6.1 tokens a millisecond and made 4.1-5.2, plain's 5.1). The best length is
@@ -216,6 +243,10 @@ class DraftLengthChooser {
   // where a γ = 1 step at the plain step plus n rows at row_floor() and the measured draft
   // round repays the catch-up. With step costs linear in g and expected tokens concave in g,
   // a chain that loses at g = 1 loses at every g. At batch 1 the scout is the probe.
+  // Where every sequence's drafter has a confidence stop, only g = max_gamma is weighed
+  // against plain: the stop sets each chain's depth. A chosen length comes with its stop
+  // (LoadChoice::stop_below): (target.at(rows + 1) - target.at(rows) + draft.at(n) / n) times
+  // the chosen rate, a drafted token's cost in tokens, capped at 1.
   // Once it drafts, every kPlainEvery-th step it would draft is a plain step instead, so that
   // the plain step's cost stays measured (it is what drafting is compared with; otherwise it
   // keeps the figure of the steps before drafting began); at batch 1, where drafting pays

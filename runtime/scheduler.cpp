@@ -63,12 +63,15 @@ struct Scheduler::Request {
   // it chooses plain steps).
   static constexpr double kPriorTrials = 8;
   double alpha() const { return chain_estimate(own, *pool, kPriorTrials); }
-  // Expected tokens of chains of 0..max_gamma tokens, from the same evidence per depth, and
+  // Expected tokens of chains of 0..max_gamma tokens and their chances of drafting each
+  // (ChainPrice), from the same evidence per depth, and
   // the share of its steps its drafter has a proposal for (n-gram lookups that match); the
   // others' evidence (pool less own) taken once for both.
   void price(int max_gamma, LoadSequence& load) const {
     const ChainAcceptance others = pool->without(own);
-    load.tokens = chain_tokens_among(own, others, max_gamma, kPriorTrials);
+    ChainPrice price = chain_price_among(own, others, max_gamma, kPriorTrials);
+    load.tokens = std::move(price.tokens);
+    load.reaches = std::move(price.reaches);
     load.proposal_rate = proposal_rate_among(own, others, kPriorTrials);
   }
 
@@ -486,7 +489,7 @@ void Scheduler::step() {
     r.price(load_max, l);
     l.catch_up_rows = s->spec->draft_catch_up_rows();
     l.remaining_tokens = r.options.max_new_tokens - r.generated(s->sample);
-    l.feeds_accepted = r.options.draft.method == DraftMethod::kModel;
+    l.feeds_accepted = l.confidence_stop = r.options.draft.method == DraftMethod::kModel;
     l.depth_limit = std::min(s->draft_limit, l.remaining_tokens - 1);  // the bonus token needs room too
   }
   // Closed: nothing waits to take a finished sequence's place.
@@ -498,23 +501,27 @@ void Scheduler::step() {
   // Draft rounds of every speculative sequence (one batched call per draft cache and round).
   auto mark = Clock::now();
   std::vector<SpeculativeSequence*> specs;
-  std::vector<int> depths;
+  std::vector<DraftBound> bounds;
+  int deepest = 0;
   for (Sequence* s : plan) {
     if (!s->spec) continue;
     const Request& r = *s->request;
     // The bonus token needs room too: at most remaining - 1 drafted levels.
-    int depth = r.options.max_new_tokens - r.generated(s->sample) - 1;
-    if (r.options.gamma_policy == GammaPolicy::kLoad)
-      depth = (scout && s != scout) || s->draft_limit == 0 ? 0 : std::min(depth, load_choice.gamma);
-    if (r.options.gamma_policy == GammaPolicy::kLoad && depth == 0) {
-      s->spec->start_plain();
-      continue;
+    DraftBound bound{r.options.max_new_tokens - r.generated(s->sample) - 1};
+    if (r.options.gamma_policy == GammaPolicy::kLoad) {
+      bound.max_depth = (scout && s != scout) || s->draft_limit == 0 ? 0 : std::min(bound.max_depth, load_choice.gamma);
+      bound.stop_below = load_choice.stop_below;
+      if (bound.max_depth == 0) {
+        s->spec->start_plain();
+        continue;
+      }
     }
     specs.push_back(s->spec.get());
-    depths.push_back(depth);
+    bounds.push_back(bound);
+    deepest = std::max(deepest, bound.max_depth);
   }
   std::vector<DraftCall> draft_calls;
-  if (!specs.empty()) run_drafts(specs, depths, &draft_calls);
+  if (!specs.empty()) run_drafts(specs, bounds, &draft_calls);
   const double draft_s = seconds(mark, Clock::now());
   // The load policy's draft cost: each draft-model call by its rows, with the rest of the draft
   // phase (starting proposals, the draft distributions, building the trees) shared among the
@@ -523,8 +530,7 @@ void Scheduler::step() {
   for (const DraftCall& c : draft_calls) calls_s += c.seconds;
   for (const DraftCall& c : draft_calls) chooser_.draft_round(c.rows, calls_s > 0 ? c.seconds * draft_s / calls_s : 0);
   if (!specs.empty() && draft_calls.empty())
-    chooser_.draft_round(static_cast<int>(specs.size()),
-                         draft_s / std::max(1, *std::max_element(depths.begin(), depths.end())));
+    chooser_.draft_round(static_cast<int>(specs.size()), draft_s / std::max(1, deepest));
 
   // ONE target forward with every planned sequence's rows.
   std::vector<SequenceRows> parts;
@@ -577,8 +583,9 @@ void Scheduler::step() {
       const VerifyResult& result = s.spec->finish(own, r.out.spec);
       const long drafted = r.out.spec.drafted - drafted_before;
       const int accepted = static_cast<int>(result.accepted_nodes.size());
-      r.own.add(static_cast<int>(drafted), accepted, r.options.draft.drafts_chain());
-      r.pool->add(static_cast<int>(drafted), accepted, r.options.draft.drafts_chain());
+      const bool chain = r.options.draft.drafts_chain(), stopped = s.spec->stopped_short();
+      r.own.add(static_cast<int>(drafted), accepted, chain, stopped);
+      r.pool->add(static_cast<int>(drafted), accepted, chain, stopped);
       bool complete = false;
       emit(s, result.tokens, complete);
       if (complete) done.push_back(&s);

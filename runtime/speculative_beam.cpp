@@ -97,7 +97,7 @@ std::span<Drafter* const> SpeculativeBeam::start_drafts() {
   const int max_depth = search_.max_new_tokens() - search_.steps() - 1;
   drafter_ptrs_.clear();
   for (Beam& beam : beams_) {
-    beam.drafter->start(beam.committed, max_depth, unused_rng_);
+    beam.drafter->start(beam.committed, {max_depth}, unused_rng_);
     drafter_ptrs_.push_back(beam.drafter.get());
   }
   return drafter_ptrs_;

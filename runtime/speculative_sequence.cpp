@@ -34,11 +34,11 @@ void run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCal
   }
 }
 
-void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const int> max_depths,
+void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
                 std::vector<DraftCall>* calls) {
   std::vector<Drafter*> drafters;
   for (std::size_t i = 0; i < seqs.size(); ++i) {
-    seqs[i]->start_draft(max_depths[i]);
+    seqs[i]->start_draft(bounds[i]);
     drafters.push_back(&seqs[i]->drafter());
   }
   run_draft_forwards(drafters, calls);
@@ -118,16 +118,16 @@ const VerifyResult& SpeculativeSequence::finish(std::span<const float> logits, S
   return result_;
 }
 
-const VerifyResult& SpeculativeSequence::step(int max_depth, SpeculativeStats& stats) {
+const VerifyResult& SpeculativeSequence::step(DraftBound bound, SpeculativeStats& stats) {
   SpeculativeSequence* self = this;
-  return *speculative_step(std::span(&self, 1), std::span(&max_depth, 1), target_, stats).front();
+  return *speculative_step(std::span(&self, 1), std::span(&bound, 1), target_, stats).front();
 }
 
 std::vector<const VerifyResult*> speculative_step(std::span<SpeculativeSequence* const> seqs,
-                                                  std::span<const int> max_depths, const ForwardContext& target,
+                                                  std::span<const DraftBound> bounds, const ForwardContext& target,
                                                   SpeculativeStats& stats) {
   auto mark = Clock::now();
-  run_drafts(seqs, max_depths);
+  run_drafts(seqs, bounds);
   stats.draft_s += lap(mark);
 
   std::vector<SequenceRows> parts;

@@ -58,13 +58,13 @@ class SpeculativeSequence {
   SpeculativeSequence(const SpeculativeSequence&) = delete;
   SpeculativeSequence& operator=(const SpeculativeSequence&) = delete;
 
-  // One speculative step with a tree at most max_depth deep, this sequence alone. Returns the
+  // One speculative step with a tree grown within `bound`, this sequence alone. Returns the
   // emitted tokens (accepted + one bonus/corrected), already appended to committed().
-  const VerifyResult& step(int max_depth, SpeculativeStats& stats);
+  const VerifyResult& step(DraftBound bound, SpeculativeStats& stats);
 
   // The phases of a step, for speculative_step():
   // 1. the drafter's proposal (Drafter::start; its pending forwards run by the driver),
-  void start_draft(int max_depth) { drafter_->start(committed_, max_depth, rng_); }
+  void start_draft(DraftBound bound) { drafter_->start(committed_, bound, rng_); }
   //    or a plain step instead: no proposal, the root row alone (the drafter sleeps through
   //    it and catches up at its next start),
   void start_plain() { plain_ = true; }
@@ -74,6 +74,8 @@ class SpeculativeSequence {
   const VerifyResult& finish(std::span<const float> logits, SpeculativeStats& stats);
 
   const std::vector<int>& committed() const { return committed_; }
+  // The last proposal ended short of its max_depth at its bound's stop_below (Proposal::stopped).
+  bool stopped_short() const { return proposal_.stopped; }
   KvCache::SeqId seq() const { return seq_; }
   Drafter& drafter() { return *drafter_; }
   // The rows the drafter's model would feed before the root's if it drafted now (its catch-up).
@@ -103,18 +105,18 @@ class SpeculativeSequence {
   std::vector<int> argmaxes_, path_;
 };
 
-// Starts a proposal of at most max_depths[i] levels for every sequence of `seqs` and runs
-// their drafters' forwards round by round, those sharing a forward context (one draft cache)
-// as one batched call (each appended to `calls` when given); afterwards every verify_rows() is ready.
-void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const int> max_depths,
+// Starts a proposal within bounds[i] for every sequence of `seqs` and runs their drafters'
+// forwards round by round, those sharing a forward context (one draft cache) as one batched
+// call (each appended to `calls` when given); afterwards every verify_rows() is ready.
+void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
                 std::vector<DraftCall>* calls = nullptr);
 
-// One step of every sequence in `seqs` (their trees at most max_depths[i] deep), batched:
+// One step of every sequence in `seqs` (their trees grown within bounds[i]), batched:
 // draft forwards of drafters sharing a forward context run as one call per round, and all
 // verify rows as one forward of `target` (every sequence's target cache). Returns each
 // sequence's result in order.
 std::vector<const VerifyResult*> speculative_step(std::span<SpeculativeSequence* const> seqs,
-                                                  std::span<const int> max_depths, const ForwardContext& target,
+                                                  std::span<const DraftBound> bounds, const ForwardContext& target,
                                                   SpeculativeStats& stats);
 
 }  // namespace specula

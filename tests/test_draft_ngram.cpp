@@ -96,7 +96,7 @@ TEST_CASE("n-gram drafter: the proposal limit is what a proposal started now hol
   for (std::size_t length = 0; length <= committed.size(); ++length) {
     const std::span<const int> seen(committed.data(), length);
     const int limit = drafter.proposal_limit(seen);
-    drafter.start(seen, 100, rng);
+    drafter.start(seen, {100}, rng);
     INFO("context length " << length);
     CHECK(limit == drafter.take_proposal().tree.size());
     CHECK(limit == static_cast<int>(brute_force({1, 3, 4}, Ints(seen.begin(), seen.end())).size()));

@@ -497,7 +497,7 @@ TEST_CASE("the load policy prices chains from acceptance per depth", "[runtime][
   // No per-depth evidence: the geometric chain at the chain estimate.
   ChainAcceptance none, pool;
   pool.add(1, 1, false), pool.add(1, 1, false), pool.add(1, 0, false);  // chain evidence only: (2 + 1) / (3 + 2)
-  const std::vector<double> flat = chain_tokens(none, pool, 4, 8);
+  const std::vector<double> flat = chain_price(none, pool, 4, 8).tokens;
   REQUIRE(flat.size() == 5);
   for (int g = 0; g <= 4; ++g) CHECK(flat[static_cast<std::size_t>(g)] == Approx(expected_chain_tokens(0.6, g)));
   // A lone request's prior is the other requests' evidence, not its own again: two
@@ -506,7 +506,7 @@ TEST_CASE("the load policy prices chains from acceptance per depth", "[runtime][
   // starts from the first's (1 + 0) / (2 + 2).
   ChainAcceptance rejected;
   rejected.add(2, 0, true), rejected.add(3, 0, true);
-  CHECK(chain_tokens(rejected, rejected, 1, 8)[1] == Approx(1.32));
+  CHECK(chain_price(rejected, rejected, 1, 8).tokens[1] == Approx(1.32));
   CHECK(chain_estimate(ChainAcceptance{}, rejected, 8) == Approx(0.25));
   // A request's level, the others' shape: the others pass depth 1 three times in ten and
   // depth 2 half the time after it; this request passed 16 of 20 one-token chains. Its depth-2
@@ -517,7 +517,7 @@ TEST_CASE("the load policy prices chains from acceptance per depth", "[runtime][
   for (int i = 0; i < 20; ++i) high.add(1, i < 16 ? 1 : 0, true);
   ChainAcceptance both = low;  // the pool: both requests' steps
   for (int i = 0; i < 20; ++i) both.add(1, i < 16 ? 1 : 0, true);
-  const std::vector<double> level = chain_tokens(high, both, 2, 8);
+  const std::vector<double> level = chain_price(high, both, 2, 8).tokens;
   CHECK(level[1] == Approx(1.749).margin(0.002));
   CHECK(level[2] - level[1] == Approx(0.749 * 0.793).margin(0.003));
   // Correlated acceptance, chains of 4.
@@ -530,7 +530,7 @@ TEST_CASE("the load policy prices chains from acceptance per depth", "[runtime][
   }
   const double alpha = steps.rate(0.5, 0);
   CHECK(alpha == Approx(0.73).margin(0.01));
-  const std::vector<double> depth_tokens = chain_tokens(steps, steps, 4, 8);
+  const std::vector<double> depth_tokens = chain_price(steps, steps, 4, 8).tokens;
   const double truth[] = {1, 1.5, 1.95, 2.355, 2.7195};
   for (int g = 0; g <= 4; ++g) CHECK(depth_tokens[static_cast<std::size_t>(g)] == Approx(truth[g]).margin(0.02));
   const std::vector<std::vector<double>> by_depth = {depth_tokens};
@@ -724,6 +724,55 @@ TEST_CASE("the load policy scouts on one sequence and prices the draft model's c
   // Nothing to catch up: the per-step gain alone decides.
   for (LoadSequence& s : load) s.catch_up_rows = 0;
   CHECK(chooser.choose(0, 0, load, 4).gamma == 1);
+}
+
+// Chains that end at a confidence stop (DraftBound::stop_below): the counts a stopped step
+// adds, the chances of drafting each depth they give, and the chooser on them. A lone
+// sequence, steps of 1 ms + 50 us a drafted row, draft rounds of 0.3 ms (0.35 for 2 rows),
+// chains of 1.5 tokens at γ = 1 up to 1.68 at γ = 4.
+TEST_CASE("the load policy prices chains that stop where their draft doubts them", "[runtime][scheduler]") {
+  ChainAcceptance a;
+  a.add(1, 1, true, true);   // drafted 1 and passed it, then stopped before a second
+  a.add(1, 0, true, true);   // drafted 1, rejected, stopped
+  a.add(3, 2, true, false);  // drafted all 3 it was allowed, passed 2
+  CHECK(a.drafted_at == std::vector<double>{3, 1, 1});
+  CHECK(a.stopped_at == std::vector<double>{0, 2});
+  CHECK(a.stopped_passed_at == std::vector<double>{0, 1});
+  CHECK(a.tried_at == std::vector<double>{3, 1, 1});
+  CHECK(a.passed_at == std::vector<double>{2, 1, 0});
+  // Its own counts with 8 pseudo-counts at the others' rate (none: 1). Drafting a second token:
+  // 1 of 3 chains that had a first, 1 of 2 whose first passed.
+  const ChainPrice price = chain_price(a, a, 3, 8);
+  CHECK(price.reaches[1] == 1);
+  CHECK(price.reaches[2] == Approx(9.0 / 11));
+  CHECK(price.reaches[3] == Approx(9.0 / 11));
+  const double alpha = (3 + 8 * 0.5) / (5 + 8.0);  // 3 accepted of 5 trials
+  const double p1 = (2 + 8 * alpha) / (3 + 8), p2 = (1 + 8 * alpha) / (1 + 8);
+  CHECK(price.tokens[1] == Approx(1 + p1));
+  CHECK(price.tokens[2] == Approx(1 + p1 + p1 * (9.0 / 10) * p2));
+  // Without stops, every allowed token is drafted.
+  ChainAcceptance plain_chains;
+  plain_chains.add(3, 1, true), plain_chains.add(3, 3, true);
+  for (double r : chain_price(plain_chains, plain_chains, 3, 8).reaches) CHECK(r == 1);
+
+  DraftLengthChooser chooser;
+  for (int twice = 0; twice < 2; ++twice) {
+    for (int rows = 1; rows <= 6; ++rows) chooser.target_forward(rows, 1e-3 + 5e-5 * (rows - 1));
+    chooser.draft_round(1, 3e-4), chooser.draft_round(2, 3.5e-4);
+  }
+  LoadSequence s{{1, 1.5, 1.6, 1.65, 1.68}, 0, 40};
+  // Every allowed token drafted: γ = 1 pays (1.5 tokens in 1.35 ms against 1 in 1), longer
+  // chains do not; with a confidence stop only the longest is weighed, and it loses (1.68 in 2.4 ms).
+  CHECK(chooser.choose(0, 0, std::span(&s, 1), 4).gamma == 1);
+  s.confidence_stop = true;
+  CHECK(chooser.choose(0, 0, std::span(&s, 1), 4).gamma == 0);
+  // Chains that mostly stop after their first token: 2.25 rows expected, rounds 2-4 run one
+  // step in 5, 25 and 100. γ = 4 makes 1.68 tokens in 1.4375 ms, and the stop is a drafted
+  // token's 0.05 ms row and 0.3 ms round in tokens at that rate.
+  s.reaches = {1, 1, 0.2, 0.04, 0.01};
+  const LoadChoice stopped = chooser.choose(0, 0, std::span(&s, 1), 4);
+  CHECK(stopped.gamma == 4);
+  CHECK(stopped.stop_below == Approx(0.35e-3 * 1.68 / 1.4375e-3));
 }
 
 // A closed batch (nothing waits to take a finished sequence's place) is done when its slowest

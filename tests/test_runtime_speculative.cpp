@@ -8,6 +8,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <fstream>
+#include <numeric>
 
 #include "draft/model_drafter.h"
 #include "draft/ngram_drafter.h"
@@ -99,7 +100,7 @@ TEST_CASE("drafters sharing a draft cache run one batched call per round and pro
       const int seq = test::plain_prefill(draft, cache, std::span(committed.back()).first(19));
       drafters.push_back(std::make_unique<ModelDrafter>(ForwardContext{draft, cache, *workspace}, seq, argmax_order,
                                                         false, chain));
-      drafters.back()->start(committed.back(), 3, rng);
+      drafters.back()->start(committed.back(), {3}, rng);
       pointers.push_back(drafters.back().get());
     }
     run_draft_forwards(pointers, &calls);
@@ -156,7 +157,7 @@ TEST_CASE("after any accept/reject pattern both caches equal a plain run's cache
   long rejections = 0, widest = 0;
   for (int step = 0; step < (test::kSanitized ? 5 : 12); ++step) {
     const long drafted_before = stats.drafted;
-    const VerifyResult& result = sequence.step(4, stats);
+    const VerifyResult& result = sequence.step({4}, stats);
     rejections += static_cast<long>(result.accepted_nodes.size()) < stats.drafted - drafted_before;
     widest = std::max(widest, stats.drafted - drafted_before);
     const std::vector<int>& committed = sequence.committed();
@@ -255,6 +256,167 @@ TEST_CASE("speculative sampling on the shared models: first tokens follow the ta
     CHECK(chi.p_value > 1e-3);
     CHECK(result["stats"]["accepted"].get<long>() > 0);
   }
+}
+
+}  // namespace specula
+
+namespace specula {
+
+// The confidence stop (DraftBound::stop_below): a sampled draft chain ends after the first
+// token at which the product of its tokens' draft probabilities falls below the bound; every
+// token drawn is proposed, the same tokens as the unbounded chain's (the same random stream);
+// a bound of 0 never stops and trees ignore it.
+TEST_CASE("a draft chain stops after the token where its draft probabilities' product falls below the bound",
+          "[runtime][speculative]") {
+  const Backend& draft = store().get(test::model_dir("draft-1m"));
+  const auto softmax = make_sampler(SamplingOptions::sample());
+  const DistributionFn distribution = [&](std::span<const float> l, std::span<float> p) { softmax->distribution(l, p); };
+  const std::vector<int> reference = reference_prompts()[3];
+  const std::vector<int> committed(reference.begin(), reference.begin() + 20);
+  const int vocab = draft.config().vocab_size;
+  const auto drafted = [&](std::vector<int> branching, DraftBound bound) {
+    KvCache cache(draft.model().kv_layout(16), 16);
+    const auto workspace = draft.make_workspace();
+    const int seq = test::plain_prefill(draft, cache, std::span(committed).first(committed.size() - 1));
+    TreeShape shape;
+    shape.branching = std::move(branching);
+    ModelDrafter drafter(ForwardContext{draft, cache, *workspace}, seq, distribution, /*stochastic=*/true, shape);
+    Philox rng(21);
+    return propose(drafter, committed, bound, rng);
+  };
+  const int depth = 6;
+  const Proposal full = drafted(std::vector<int>(depth, 1), {depth});
+  REQUIRE(full.tree.size() == depth);
+  CHECK(!full.stopped);
+  // products[k]: the draft's probability of the chain's first k + 1 tokens.
+  std::vector<double> products;
+  double product = 1;
+  for (int k = 0; k < depth; ++k) {
+    product *= full.q[static_cast<std::size_t>(k) * vocab + static_cast<std::size_t>(full.tree.tokens[static_cast<std::size_t>(k)])];
+    products.push_back(product);
+  }
+  int bounds_tried = 0;
+  for (int k = 0; k + 1 < depth; ++k) {
+    if (!(products[static_cast<std::size_t>(k) + 1] < products[static_cast<std::size_t>(k)])) continue;
+    // Between the products after tokens k + 1 and k + 2: it goes on after k + 1, stops after k + 2.
+    const double bound = (products[static_cast<std::size_t>(k)] + products[static_cast<std::size_t>(k) + 1]) / 2;
+    const Proposal p = drafted(std::vector<int>(depth, 1), {depth, bound});
+    INFO("bound " << bound << " between tokens " << k + 1 << " and " << k + 2);
+    REQUIRE(p.tree.size() == k + 2);
+    CHECK(p.stopped == (k + 2 < depth));
+    CHECK(std::equal(p.tree.tokens.begin(), p.tree.tokens.end(), full.tree.tokens.begin()));
+    ++bounds_tried;
+  }
+  CHECK(bounds_tried >= 2);
+  // A bound of 1: one token (unless the draft is certain of it); trees grow whole.
+  const Proposal one = drafted(std::vector<int>(depth, 1), {depth, 1.0});
+  CHECK(one.tree.size() == (products[0] < 1 ? 1 : 2));
+  CHECK(one.stopped);
+  const Proposal tree = drafted({2, 1, 1}, {depth, 1.0});
+  CHECK(tree.tree.size() == 6);
+  CHECK(!tree.stopped);
+}
+
+// The stop reads only what the draft drew, so speculative sampling stays exact. The second
+// token of a sequence, given its first token x (the target's most probable after the prompt),
+// must follow p(· | prompt, x). Bounds just above and just below the draft's probability of x:
+// a chain that drafts x stops after it (the second token is the bonus row's draw, or the next
+// step's) or goes on (the second token is its second drafted token's verification). Pearson
+// chi-square at alpha = 1e-3 over the samples whose first token is x, N = 2000 sequences on
+// the reference prompt prefix (16-32 tokens) of largest p(x) times the entropy of p(· | x)
+// (p(x) = 0.99, q(x) = 0.18: about 1980 samples, 50 degrees of freedom after pooling,
+// critical value 86.7). Power: moving 5% of the mass between the two most probable second
+// tokens (p = 0.14 and 0.08) has noncentrality 1980 · 0.05^2 (1/0.14 + 1/0.08) = 97, rejected
+// with probability above 0.99; the test runs that planted distribution too and requires the
+// rejection where 1000 or more samples have x first. Under the sanitizers N = 200.
+TEST_CASE("speculative sampling with a confidence stop: second tokens follow the target distribution",
+          "[runtime][speculative][statistical]") {
+  const Backend& target = store().get(test::model_dir("target-16m"));
+  const Backend& draft = store().get(test::model_dir("draft-1m"));
+  const int vocab = target.config().vocab_size;
+  const auto sampler = make_sampler(SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f));
+  const DistributionFn distribution = [&](std::span<const float> l, std::span<float> p) { sampler->distribution(l, p); };
+  const auto next = [&](const Backend& model, std::span<const int> tokens) {
+    KvCache cache(model.model().kv_layout(16), 16);
+    std::vector<float> logits(static_cast<std::size_t>(vocab)), p(logits.size());
+    const auto workspace = model.make_workspace();
+    cache.free(prefill(ForwardContext{model, cache, *workspace}, tokens, logits));
+    sampler->distribution(logits, p);
+    return p;
+  };
+  // Of the reference prompts' first 16-32 tokens, the one whose most probable next token x
+  // and the spread after it give the test the most: p(x) times the entropy of p(· | x).
+  std::vector<int> prompt;
+  int first = -1;
+  double best_score = -1;
+  std::vector<float> second_p;
+  for (const auto& reference : reference_prompts()) {
+    for (std::size_t length = 16; length <= 32 && length < reference.size(); length += 4) {
+      std::vector<int> candidate(reference.begin(), reference.begin() + static_cast<std::ptrdiff_t>(length));
+      const std::vector<float> p = next(target, candidate);
+      const int top = static_cast<int>(std::max_element(p.begin(), p.end()) - p.begin());
+      candidate.push_back(top);
+      std::vector<float> after = next(target, candidate);
+      candidate.pop_back();
+      double entropy = 0;
+      for (float x : after) entropy -= x > 0 ? x * std::log(double(x)) : 0.0;
+      const double score = p[static_cast<std::size_t>(top)] * entropy;
+      if (score > best_score) best_score = score, first = top, prompt = candidate, second_p = std::move(after);
+    }
+  }
+  const double first_p = next(target, prompt)[static_cast<std::size_t>(first)];
+  const double q_first = next(draft, prompt)[static_cast<std::size_t>(first)];
+  INFO("p(x) " << first_p << ", q(x) " << q_first);
+
+  KvCache cache(target.model().kv_layout(16), 4096), draft_cache(draft.model().kv_layout(16), 4096);
+  const auto workspace = target.make_workspace(), draft_workspace = draft.make_workspace();
+  const auto body = std::span(prompt).first(prompt.size() - 1);
+  const int prompt_seq = test::plain_prefill(target, cache, body);
+  const int draft_prompt_seq = test::plain_prefill(draft, draft_cache, body);
+  TreeShape chain;
+  chain.branching = {1, 1, 1};
+  const int samples = test::kSanitized ? 200 : 2000;
+  std::vector<long> drafted;  // per bound
+  for (const double bound : {q_first * 1.001, q_first * 0.999}) {
+    INFO("bound " << bound << (bound > q_first ? ": stops after x" : ": goes on after x"));
+    std::vector<long> counts(static_cast<std::size_t>(vocab), 0);
+    long stops = 0;
+    SpeculativeStats stats;
+    for (int i = 0; i < samples; ++i) {
+      auto drafter = std::make_unique<ModelDrafter>(ForwardContext{draft, draft_cache, *draft_workspace},
+                                                    draft_cache.fork(draft_prompt_seq), distribution, true, chain);
+      SpeculativeSequence sequence(ForwardContext{target, cache, *workspace}, cache.fork(prompt_seq), std::move(drafter),
+                                   *sampler, prompt, Philox(2024, static_cast<uint64_t>(i)));
+      while (sequence.committed().size() < prompt.size() + 2) {
+        sequence.step({3, bound}, stats);
+        stops += sequence.stopped_short();
+      }
+      if (sequence.committed()[prompt.size()] == first) ++counts[static_cast<std::size_t>(sequence.committed()[prompt.size() + 1])];
+    }
+    drafted.push_back(stats.drafted);
+    const long n = std::accumulate(counts.begin(), counts.end(), 0L);
+    INFO(n << " samples with first token x, " << stops << " stopped chains");
+    CHECK(stops > 0);
+    const std::vector<double> probs(second_p.begin(), second_p.end());
+    const test::ChiSquare chi = test::chi_square(counts, probs);
+    INFO("chi2 " << chi.statistic << " df " << chi.df << " p-value " << chi.p_value);
+    CHECK(chi.impossible == 0);
+    CHECK(chi.p_value > 1e-3);
+    if (n >= 1000) {
+      std::vector<std::size_t> top(probs.size());
+      std::iota(top.begin(), top.end(), 0);
+      std::partial_sort(top.begin(), top.begin() + 2, top.end(), [&](std::size_t a, std::size_t b) { return probs[a] > probs[b]; });
+      std::vector<double> biased = probs;
+      const double shift = std::min(0.05, biased[top[0]]);
+      biased[top[0]] -= shift;
+      biased[top[1]] += shift;
+      INFO("top second-token probabilities " << probs[top[0]] << ", " << probs[top[1]]);
+      CHECK(test::chi_square(counts, biased).p_value < 1e-3);
+    }
+  }
+  CHECK(drafted[0] < drafted[1]);  // below q(x), chains that draft x go on
+  cache.free(prompt_seq);
+  draft_cache.free(draft_prompt_seq);
 }
 
 }  // namespace specula
