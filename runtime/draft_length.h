@@ -192,7 +192,7 @@ struct LoadChoice {
 class DraftLengthChooser {
  public:
   // A decode step of `rows` target rows: its forward and the sampling, verification and
-  // commits after it, `seconds` in all. (Not a scout step's: its rows are one more than a
+  // commits after it, `seconds` in all. (Not a scout step's: its rows are two more than a
   // plain step's, too close to price a row by.)
   void target_forward(int rows, double seconds) { target_.add(rows, seconds); }
   // One draft round (a tree level): a batched draft-model call of `rows` rows (the first
@@ -237,12 +237,15 @@ class DraftLengthChooser {
   // first, three times (0; the first decode steps after a prefill run slow: plain steps of
   // batch 16 in bf16amx took 2.30, 2.15, then 1.74-1.88 ms); then, unless even a γ = 1 step
   // at its lower bound (the plain step plus n rows at row_floor(), drafting free) loses to
-  // plain, a scout: one sequence (the one with the fewest catch-up rows) drafts γ = 1, so the
-  // draft model's cost is measured on one sequence's rows and not on all n prompts' catch-up
-  // (at batch 32, 768 draft rows took 10 ms, 3.6 plain steps); then the probe, γ = 1 for all,
-  // where a γ = 1 step at the plain step plus n rows at row_floor() and the measured draft
-  // round repays the catch-up. With step costs linear in g and expected tokens concave in g,
-  // a chain that loses at g = 1 loses at every g. At batch 1 the scout is the probe.
+  // plain, or its saving does not repay the scout's catch-up with each draft row at
+  // row_floor(), a scout: one sequence (the one with the fewest catch-up rows) drafts γ = 2,
+  // so the draft model's cost is measured on one sequence's rows and not on all n prompts'
+  // catch-up (at batch 32, 768 draft rows took 10 ms, 3.6 plain steps), its second round of
+  // one row; then the probe, γ = 1 for all, where a γ = 1 step at the plain step plus n rows
+  // at row_floor() and n of the scout's one-row rounds repays the catch-up (a round's cost is
+  // mostly per sequence: logits, draft distribution and draw each). With step costs linear in
+  // g and expected tokens concave in g, a chain that loses at g = 1 loses at every g. At
+  // batch 1 the scout is the probe.
   // Where every sequence's drafter has a confidence stop, only g = max_gamma is weighed
   // against plain: the stop sets each chain's depth. A chosen length comes with its stop
   // (LoadChoice::stop_below): (target.at(rows + 1) - target.at(rows) + draft.at(n) / n) times

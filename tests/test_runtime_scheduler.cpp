@@ -451,7 +451,7 @@ TEST_CASE("the load policy picks the chain length of the most tokens per second"
       CHECK(chooser.choose(0, 0, alphas_probe, 4) == 0);
       chooser.target_forward(1, k.a + k.b);
     }
-    CHECK(chooser.choose(0, 0, alphas_probe, 4) == 1);  // then the probe (no prefill seen: no row floor)
+    CHECK(chooser.choose(0, 0, alphas_probe, 4) == 2);  // then the probe, at batch 1 the scout's two tokens (no prefill seen: no row floor)
     for (int twice = 0; twice < 2; ++twice) {  // a row count's first figure is cold: each measured twice
       for (int rows : {1, 3, 8, 20, 64, 5, 40}) chooser.target_forward(rows, k.a + k.b * rows);
       for (int n : {1, 4, 16, 2}) chooser.draft_round(n, k.c + k.e * n);
@@ -633,7 +633,8 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
   }
   // Before any probe: a prefill step bounds a row's cost from below, and where even a γ = 1
   // step at that bound loses to plain (compute-bound rows, batch 32) it never drafts to find
-  // out; where rows are nearly free (batch 1) it probes γ = 1.
+  // out; where rows are nearly free (batch 1) it probes (the scout's γ = 2: at batch 1 the
+  // scout is the probe).
   for (const bool compute_bound : {true, false}) {
     const double fixed = compute_bound ? 1e-3 : 6e-3, per_row = compute_bound ? 1e-3 : 2e-5;
     const int batch = compute_bound ? 32 : 1;
@@ -645,7 +646,7 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
       fresh.target_forward(batch, fixed + per_row * batch);
     }
     CHECK(fresh.row_floor() == Approx(per_row * (24 * batch - batch) / (24 * batch)));
-    for (int i = 0; i < 3; ++i) CHECK(fresh.choose(0, 0, alphas, 4) == (compute_bound ? 0 : 1));
+    for (int i = 0; i < 3; ++i) CHECK(fresh.choose(0, 0, alphas, 4) == (compute_bound ? 0 : 2));
   }
   // Batch 1, rows nearly free: the first draft round caught up on a 24-token prompt (25 rows,
   // 0.6 ms) after a γ = 1 probe that was rejected. Taken as the cost of every round (the old
@@ -691,9 +692,10 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
 }
 
 // Before it drafts for a batch, the load policy scouts: one sequence (the one with the least
-// to catch up) drafts, which prices the draft model on its rows; the probe then drafts for
-// all only where the saving over the tokens left repays the others' catch-up. Batch 8, a
-// step of 2 ms + 50 us a row, a draft model at 100 us a row, chains of 1.8 tokens at γ = 1.
+// to catch up) drafts two tokens, which prices the draft model on its rows and on a round of
+// one row; the probe then drafts for all only where the saving over the tokens left repays
+// the others' catch-up, its round of n sequences priced at n one-row rounds. Batch 8, a step
+// of 2 ms + 50 us a row, a draft model at 100 us a row, chains of 1.8 tokens at γ = 1.
 TEST_CASE("the load policy scouts on one sequence and prices the draft model's catch-up", "[runtime][scheduler]") {
   const auto tokens = [](double alpha) {
     std::vector<double> t;
@@ -708,14 +710,21 @@ TEST_CASE("the load policy scouts on one sequence and prices the draft model's c
     CHECK(chooser.choose(0, 0, load, 4).gamma == 0);  // the plain step, measured three times
     chooser.target_forward(8, 2e-3 + 5e-5 * 8);
   }
+  // A late scout does not pay for itself: with 300 rows each to catch up (30 ms at 100 us a
+  // row, bounded by the prefill's 48 us a row: 14 ms) and 4 tokens left, a γ = 1 step even with
+  // free drafting saves 3.4 ms.
+  std::vector<LoadSequence> late(8, LoadSequence{tokens(0.8), 300, 4});
+  CHECK(chooser.choose(0, 0, late, 4).gamma == 0);
   const LoadChoice scout = chooser.choose(0, 0, load, 4);
-  CHECK(scout.gamma == 1);
+  CHECK(scout.gamma == 2);
   CHECK(scout.scout == 5);
   chooser.draft_round(4, 4e-4);  // its catch-up and root: 100 us a row
+  chooser.draft_round(1, 1e-4);  // its second token's round
   load[5].catch_up_rows = 0;
-  // A γ = 1 step at its floor: 2.4 ms + 8 rows at the prefill's 48 us + a 0.4 ms round, 14.4
-  // tokens: 36% over plain. The others' 161 catch-up rows: 16 ms. 40 tokens left each: the
-  // saving is 25 ms, so it probes; 20 left: 13 ms, so it stays plain.
+  // A γ = 1 step at its floor: 2.4 ms + 8 rows at the prefill's 48 us + 8 one-row rounds of
+  // 0.1 ms, 14.4 tokens: 20% over plain. The others' 161 catch-up rows: 16.1 ms. 48 tokens
+  // left each: the saving is 19.7 ms, so it probes; 20 left: 8.2 ms, so it stays plain.
+  for (LoadSequence& s : load) s.remaining_tokens = 48;
   const LoadChoice probe = chooser.choose(0, 0, load, 4);
   CHECK(probe.gamma == 1);
   CHECK(probe.scout == -1);
