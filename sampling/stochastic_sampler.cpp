@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/exp_shifted.h"
+#include "base/lane_sum.h"
 
 namespace specula {
 namespace {
@@ -96,24 +98,22 @@ void StochasticSampler::distribution(std::span<const float> logits, std::span<fl
   const float x_max = x[argmax({x, size_t(vocab)})];
   SPECULA_CHECK(x_max > -kInf, "sampler: every logit is -inf");
 
-  // Top-k: the k best, then every other token tied with the k-th.
-  std::iota(ids, ids + vocab, 0);
+  // Softmax numerators (the best one is exp(0) = 1) of the candidates: every token, or with
+  // top-k the k best and every other token tied with the k-th.
   int n = vocab;
+  double mass = 0.0;
   if (top_k_ > 0 && top_k_ < n) {
+    std::iota(ids, ids + vocab, 0);
     std::nth_element(ids, ids + top_k_ - 1, ids + n, Before{x});
     const float kth = x[ids[top_k_ - 1]];
     n = int(std::partition(ids + top_k_, ids + n, [&](int i) { return x[i] >= kth; }) - ids);
+    std::fill(probs.begin(), probs.end(), 0.0f);
+    for (int r = 0; r < n; ++r) mass += probs[ids[r]] = exp_nonpositive(x[ids[r]] - x_max);
+  } else {
+    exp_shifted({x, size_t(vocab)}, x_max, probs);
+    mass = lane_sum(std::span<const float>(probs));
+    if (top_p_ < 1.0f || min_p_ > 0.0f) std::iota(ids, ids + vocab, 0);
   }
-
-  // Softmax numerators of the candidates; the best one is exp(0) = 1.
-  std::fill(probs.begin(), probs.end(), 0.0f);
-  double mass = 0.0;
-  for (int r = 0; r < n; ++r) {
-    const float e = std::exp(x[ids[r]] - x_max);
-    probs[ids[r]] = e;
-    mass += e;
-  }
-
   if (top_p_ < 1.0f) {
     const int kept = nucleus(ids, n, x, x_max, probs.data(), double(top_p_) * mass, mass);
     for (int r = kept; r < n; ++r) probs[ids[r]] = 0.0f;
@@ -136,7 +136,12 @@ void StochasticSampler::distribution(std::span<const float> logits, std::span<fl
     n = kept;
   }
 
-  for (int r = 0; r < n; ++r) probs[ids[r]] = float(probs[ids[r]] / mass);
+  if (n == vocab) {  // every token kept: one pass over the row, a product that vectorises
+    const double scale = 1.0 / mass;
+    for (float& q : probs) q = float(q * scale);
+  } else {
+    for (int r = 0; r < n; ++r) probs[ids[r]] = float(probs[ids[r]] / mass);
+  }
 }
 
 }  // namespace specula

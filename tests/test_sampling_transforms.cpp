@@ -1,16 +1,19 @@
 // Hand-computed tables for every transform of Sampler::distribution and their compositions
 // (llama.cpp's test-sampling style: a 4-token vocabulary with probabilities 0.1..0.4, so
-// each expected row is a fraction written by hand), the option validation, and the partial
-// top-p selection against a plain full-sort reference on random inputs.
+// each expected row is a fraction written by hand), the option validation, the partial
+// top-p selection against a plain full-sort reference on random inputs, and the softmax
+// numerators' exp against std::exp.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <vector>
 
 #include "base/error.h"
+#include "base/exp_shifted.h"
 #include "sampling/sampler.h"
 
 using namespace specula;
@@ -266,4 +269,32 @@ TEST_CASE("partial top-p selection equals a full sort on random logits", "[sampl
     }
   }
   CHECK(cases == 84);
+}
+
+// The samplers' softmax numerators (base/exp_shifted.h) against std::exp: within 1 ulp where
+// the result is a normal float (every 4096th float of [-87.3, 0]), within 2 of the smallest
+// denormal below that, 0 where std::exp is 0 and for -inf; and exp_shifted is the same
+// function of x - shift.
+TEST_CASE("the softmax numerators' exp is within 1 ulp of std::exp", "[sampling]") {
+  long checked = 0, off = 0;
+  float worst = 0;
+  for (uint32_t bits = 0x80000000u; bits <= std::bit_cast<uint32_t>(-103.97f); bits += 4096, ++checked) {
+    const float d = std::bit_cast<float>(bits);
+    const double ours = exp_nonpositive(d), libm = std::exp(d);
+    const double allowed = libm >= std::numeric_limits<float>::min()
+                               ? std::nextafter(float(libm), kInf) - float(libm)
+                               : 2.0 * std::numeric_limits<float>::denorm_min();
+    if (std::fabs(ours - libm) > allowed) ++off, worst = d;
+  }
+  INFO("last argument out of bounds: " << worst);
+  CHECK(off == 0);
+  CHECK(checked > 250000);
+  CHECK(exp_nonpositive(0.0f) == 1.0f);
+  CHECK(exp_nonpositive(-104.0f) == 0.0f);
+  CHECK(exp_nonpositive(-1e30f) == 0.0f);
+  CHECK(exp_nonpositive(-kInf) == 0.0f);
+  const std::vector<float> x = {3.0f, -kInf, 1.5f, 2.25f};
+  std::vector<float> out(x.size());
+  exp_shifted(x, 3.0f, out);
+  for (std::size_t i = 0; i < x.size(); ++i) CHECK(out[i] == exp_nonpositive(x[i] - 3.0f));
 }
