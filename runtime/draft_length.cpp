@@ -102,7 +102,7 @@ double proposal_rate_among(const ChainAcceptance& own, const ChainAcceptance& ot
 }
 
 ChainPrice chain_price_among(const ChainAcceptance& own, const ChainAcceptance& others, int max_gamma,
-                             double prior_trials) {
+                             double prior_trials, bool confidence_stop) {
   const double alpha = chain_estimate_among(own, others, prior_trials);
   const double others_alpha = others.rate(0.5, 2);
   const auto logit = [](double p) { return std::log(p / (1 - p)); };
@@ -116,15 +116,18 @@ ChainPrice chain_price_among(const ChainAcceptance& own, const ChainAcceptance& 
   ChainPrice price{std::vector<double>(size, 1.0), std::vector<double>(size, 1.0)};
   double passes = 1;  // the chance that depth k + 1's token is drafted and accepted with all before it
   for (int k = 0; k < max_gamma; ++k) {
+    // The chance of drafting a token before any stop is seen: 1 at depth 1 (a stop follows a
+    // token) and for chains without a stop; past it, alpha for chains with one.
+    const double drafts_prior = confidence_stop && k > 0 ? alpha : 1.0;
     const double others_k = (at(others.passed_at, k) + 2 * others_alpha) / (at(others.tried_at, k) + 2);
     const double pooled = 1 / (1 + std::exp(-(logit(others_k) + shift)));
     const double passed = (at(own.passed_at, k) + prior_trials * pooled) / (at(own.tried_at, k) + prior_trials);
     const double drafted_after_pass =
         rate(at(own.tried_at, k), at(own.tried_at, k) + at(own.stopped_passed_at, k), at(others.tried_at, k),
-             at(others.tried_at, k) + at(others.stopped_passed_at, k), 1.0);
+             at(others.tried_at, k) + at(others.stopped_passed_at, k), drafts_prior);
     const double drafted =
         rate(at(own.drafted_at, k), at(own.drafted_at, k) + at(own.stopped_at, k), at(others.drafted_at, k),
-             at(others.drafted_at, k) + at(others.stopped_at, k), 1.0);
+             at(others.drafted_at, k) + at(others.stopped_at, k), drafts_prior);
     passes *= drafted_after_pass * passed;
     const std::size_t g = static_cast<std::size_t>(k) + 1;
     price.tokens[g] = price.tokens[g - 1] + passes;
@@ -238,21 +241,27 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
     // priced one sequence's round, and a round's cost is mostly per sequence (each has its
     // own logits, draft distribution and draw: 8 sequences of f32 draft-1m took 0.5 ms where
     // one took 0.17 and the scout's 25 catch-up rows 0.69); batching saves no more than that.
-    const double probe_floor_s = plain_s + (rows_at(1) - other_rows - n) * row_floor() + n * draft_.fewest();
+    // A lone sequence's probe is its own scout and commits no one else's catch-up: its draft
+    // rounds stay free in this bound until its step is measured twice (priced at the scout's
+    // round, a batch-1 run whose first prefill set the row floor at 0.2 ms stopped probing
+    // after one step and stayed plain for all 8 requests, 1 run in 4 at T = 1).
+    const double probe_draft_s = n == 1 ? 0.0 : n * draft_.fewest();
+    const double probe_floor_s = plain_s + (rows_at(1) - other_rows - n) * row_floor() + probe_draft_s;
     const auto fewest = std::min_element(load.begin(), load.end(), [](const LoadSequence& a, const LoadSequence& b) {
       return a.catch_up_rows < b.catch_up_rows;
     });
     // Before any draft round, the scout's own catch-up with each draft row at row_floor(): a
     // scout late in a batch feeds every token committed so far to the draft model for the
-    // few tokens left (at batch 8 in bf16amx, 50 rows of f32 draft-1m, 5 ms of a 95 ms run).
+    // few tokens left (at batch 8 in bf16amx, 50 rows of f32 draft-1m: over 4 ms of a 95 ms run).
     const double first_catch_up_s = draft_.observed() ? catch_up_s : fewest->catch_up_rows * row_floor();
     if (!repays(rate(1, probe_floor_s, false), first_catch_up_s)) return {};
-    if (draft_.observed()) return {1, -1};
     // The scout drafts two tokens: its second round, of one row, prices a round's fixed part
-    // (from the catch-up round alone, 8 rows of f32 draft-1m were priced at a third of their
-    // 0.5 ms, and the probe that followed at batch 8 cost 7 ms of a 95 ms run).
+    // (from the catch-up round alone, a round of 8 sequences of f32 draft-1m was priced at
+    // under half of its 0.5 ms, and the probe that followed at batch 8 cost 7 ms of a 95 ms run).
     const int scout_gamma = std::min(2, max_gamma);
-    return {scout_gamma, n == 1 ? -1 : static_cast<int>(fewest - load.begin())};
+    if (n == 1) return {scout_gamma, -1};
+    if (draft_.observed()) return {1, -1};
+    return {scout_gamma, static_cast<int>(fewest - load.begin())};
   }
   // Chains that end at their draft's doubt are allowed the longest length or none: their stop
   // sets each one's depth from what the draft sees of it, which per-depth averages do not.

@@ -143,15 +143,17 @@ struct ChainPrice {
 // sequence's alpha = chain_estimate(own, pool, w) (others = pool less own): the level from its
 // own evidence, the shape across depths from theirs. The chances of drafting the k-th token,
 // c_k after k-1 drafted and c'_k after k-1 accepted (ChainAcceptance), are own counts with
-// w pseudo-counts at the others' (with 2 at 1: no stop seen, every token drafted).
+// w pseudo-counts at the others' (with 2 at 1: no stop seen, every token drafted; or, for
+// chains with a confidence stop, at alpha past depth 1 — priced at full length until a
+// stop was seen, such chains lost to plain at batch 1 and never drafted to see one).
 // tokens(g) = 1 + sum_{k <= g} c'_1 p_1 ... c'_k p_k, reaches(g) = c_1 ... c_g.
 // With no per-depth evidence every p_k is alpha and tokens(g) is expected_chain_tokens(alpha, g).
 // chain_price_among takes the others' evidence (pool less own) itself.
 ChainPrice chain_price_among(const ChainAcceptance& own, const ChainAcceptance& others, int max_gamma,
-                             double prior_trials);
+                             double prior_trials, bool confidence_stop = false);
 inline ChainPrice chain_price(const ChainAcceptance& own, const ChainAcceptance& pool, int max_gamma,
-                              double prior_trials) {
-  return chain_price_among(own, pool.without(own), max_gamma, prior_trials);
+                              double prior_trials, bool confidence_stop = false) {
+  return chain_price_among(own, pool.without(own), max_gamma, prior_trials, confidence_stop);
 }
 
 // One load-policy sequence of a step, as the chooser sees it.

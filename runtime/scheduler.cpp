@@ -69,13 +69,15 @@ struct Scheduler::Request {
   // others' evidence (pool less own) taken once for both.
   void price(int max_gamma, LoadSequence& load) const {
     const ChainAcceptance others = pool->without(own);
-    ChainPrice price = chain_price_among(own, others, max_gamma, kPriorTrials);
+    ChainPrice price = chain_price_among(own, others, max_gamma, kPriorTrials, confidence_stop());
     load.tokens = std::move(price.tokens);
     load.reaches = std::move(price.reaches);
     load.proposal_rate = proposal_rate_among(own, others, kPriorTrials);
   }
 
   bool speculative() const { return options.draft.method != DraftMethod::kNone; }
+  // Its chains end where the draft doubts them (a draft model's: DraftBound::stop_below).
+  bool confidence_stop() const { return options.draft.method == DraftMethod::kModel; }
   // Its samples' first token is drawn from the prompt's logits (plain and load-policy
   // requests), not verified in a first speculative step (fixed-length studies: every token
   // through the drafter and verifier). That step spends a target forward on what the prefill
@@ -489,7 +491,8 @@ void Scheduler::step() {
     r.price(load_max, l);
     l.catch_up_rows = s->spec->draft_catch_up_rows();
     l.remaining_tokens = r.options.max_new_tokens - r.generated(s->sample);
-    l.feeds_accepted = l.confidence_stop = r.options.draft.method == DraftMethod::kModel;
+    l.feeds_accepted = r.options.draft.method == DraftMethod::kModel;
+    l.confidence_stop = r.confidence_stop();
     l.depth_limit = std::min(s->draft_limit, l.remaining_tokens - 1);  // the bonus token needs room too
   }
   // Closed: nothing waits to take a finished sequence's place.

@@ -763,6 +763,13 @@ TEST_CASE("the load policy prices chains that stop where their draft doubts them
   ChainAcceptance plain_chains;
   plain_chains.add(3, 1, true), plain_chains.add(3, 3, true);
   for (double r : chain_price(plain_chains, plain_chains, 3, 8).reaches) CHECK(r == 1);
+  // Chains with a confidence stop that has not fired yet: past depth 1 each token is drafted
+  // with the chain estimate's chance, not priced at full length (which kept a batch-1 run plain).
+  const ChainPrice unseen = chain_price(plain_chains, plain_chains, 3, 8, true);
+  const double chain_alpha = chain_estimate(plain_chains, plain_chains, 8);
+  CHECK(unseen.reaches[1] == 1);
+  CHECK(unseen.reaches[2] == Approx((2 + 8 * chain_alpha) / (2 + 8)));  // own: 2 drafted a second, none stopped
+  CHECK(unseen.reaches[3] == Approx(unseen.reaches[2] * (2 + 8 * chain_alpha) / (2 + 8)));
 
   DraftLengthChooser chooser;
   for (int twice = 0; twice < 2; ++twice) {
