@@ -23,6 +23,9 @@ struct Proposal {
   std::vector<float> q;
   // The chain ended short of its max_depth at DraftBound::stop_below.
   bool stopped = false;
+  // The tree's last `siblings` nodes are other candidates for the chain's first token
+  // (DraftBound::siblings); the nodes before them are the chain.
+  int siblings = 0;
 };
 
 // How far a proposal may grow: at most max_depth tokens deep; and a chain drawn from a draft
@@ -31,9 +34,16 @@ struct Proposal {
 // (drafters without a distribution, n-grams, and trees ignore it). Every token drawn is
 // proposed; the stop saves the draft forwards and verify rows of the tokens after it.
 // The stop reads only what the draft has drawn, so verification stays exact.
+// A draft model's chain may also carry up to `siblings` other candidates for its first token,
+// drawn once the chain is complete from the root's draft distribution without the tokens
+// before them (sampled drafting; the verifier's kWithoutReplacement rule) or the next most
+// probable ones (greedy), within max_depth nodes in all: leaves the draft model never feeds,
+// tried by the verifier where the chain's first token is rejected. They cost a verify row
+// each and no draft forward.
 struct DraftBound {
   int max_depth = 0;
   double stop_below = 0;
+  int siblings = 0;
 };
 
 class Drafter {

@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "draft/sibling_draw.h"
+#include "verify/residual.h"
 
 namespace specula {
 namespace {
@@ -40,6 +41,7 @@ void ModelDrafter::start(std::span<const int> committed, DraftBound bound, Philo
   rng_ = &rng;
   max_depth_ = bound.max_depth;
   stop_below_ = bound.stop_below;
+  siblings_ = bound.siblings;
   confidence_ = 1;
   root_position_ = total - 1;
   prefix_end_ = total;
@@ -135,6 +137,36 @@ void ModelDrafter::advance_static() {
     return request_feed(first, last);
   }
   phase_ = Phase::kDone;
+  add_siblings();
+}
+
+void ModelDrafter::add_siblings() {
+  TokenTree& tree = proposal_.tree;
+  const int chain = tree.size();
+  const bool is_chain = std::all_of(branching_.begin(), branching_.end(), [](int b) { return b == 1; });
+  const int wanted = std::min(siblings_, max_depth_ - chain);
+  if (!is_chain || chain == 0 || wanted <= 0) return;
+  const auto root_q = std::span<const float>(proposal_.q).first(static_cast<std::size_t>(vocab()));
+  std::vector<int> others;
+  if (stochastic_) {
+    // x_1 was drawn from q: the next ones from q less the tokens before them.
+    Residual remaining(root_q);
+    remaining.remove(tree.tokens.front());
+    for (int j = 0; j < wanted; ++j) {
+      const int x = remaining.sample(rng_->uniform());
+      if (x < 0) break;
+      remaining.remove(x);
+      others.push_back(x);
+    }
+    if (!others.empty()) tree.draw.front() = SiblingDraw::kWithoutReplacement;
+  } else {
+    // x_1 is the most probable token: the next most probable ones.
+    others = draw_siblings(root_q, wanted + 1, SiblingDraw::kTopK, *rng_);
+    others.erase(std::remove(others.begin(), others.end(), tree.tokens.front()), others.end());
+    others.resize(std::min<std::size_t>(others.size(), static_cast<std::size_t>(wanted)));
+  }
+  for (int x : others) tree.add_node(-1, x);
+  proposal_.siblings = static_cast<int>(others.size());
 }
 
 void ModelDrafter::push_children(int context, double base) {

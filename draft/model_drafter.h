@@ -72,6 +72,9 @@ class ModelDrafter : public Drafter {
   // Grows the tree until it needs a forward (pending_ set) or is complete (phase kDone).
   void advance_static();
   void advance_dynamic();
+  // Appends up to siblings_ other candidates for a finished chain's first token, within
+  // max_depth_ nodes in all.
+  void add_siblings();
   void push_children(int context, double base);
 
   ForwardContext draft_;
@@ -87,6 +90,7 @@ class ModelDrafter : public Drafter {
   Philox* rng_ = nullptr;
   int max_depth_ = 0;
   double stop_below_ = 0;    // DraftBound::stop_below
+  int siblings_ = 0;         // DraftBound::siblings
   double confidence_ = 1;    // a chain's product of its tokens' draft probabilities so far
   int root_position_ = 0;
   int prefix_end_ = 0;       // cache length before the proposal's tree nodes

@@ -88,6 +88,8 @@ ChainAcceptance ChainAcceptance::without(const ChainAcceptance& part) const {
   rest.trials = std::max(0.0, trials - part.trials);
   rest.lookups = std::max(0.0, lookups - part.lookups);
   rest.proposals = std::max(0.0, proposals - part.proposals);
+  rest.sibling_rows = std::max(0.0, sibling_rows - part.sibling_rows);
+  rest.sibling_passed = std::max(0.0, sibling_passed - part.sibling_passed);
   subtract(rest.tried_at, part.tried_at);
   subtract(rest.passed_at, part.passed_at);
   subtract(rest.drafted_at, part.drafted_at);
@@ -99,6 +101,11 @@ ChainAcceptance ChainAcceptance::without(const ChainAcceptance& part) const {
 double proposal_rate_among(const ChainAcceptance& own, const ChainAcceptance& others, double prior_trials) {
   const double prior = (others.proposals + 1) / (others.lookups + 1);
   return (own.proposals + prior_trials * prior) / (own.lookups + prior_trials);
+}
+
+double sibling_rate_among(const ChainAcceptance& own, const ChainAcceptance& others, double prior_trials) {
+  const double prior = (others.sibling_passed + 1) / (others.sibling_rows + 2);
+  return (own.sibling_passed + prior_trials * prior) / (own.sibling_rows + prior_trials);
 }
 
 ChainPrice chain_price_among(const ChainAcceptance& own, const ChainAcceptance& others, int max_gamma,
@@ -173,22 +180,29 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
     remaining += s.remaining_tokens;
     catch_up_rows += s.catch_up_rows;
   }
-  // A sequence's chain of g this step: its length, and the tokens it brings (all drafted
-  // tokens accepted where `sure`).
+  // A sequence's chain of g this step: its length.
   const auto length = [](const LoadSequence& s, int g) { return std::min(g, s.depth_limit); };
-  const auto step_tokens = [&](const LoadSequence& s, int g, bool sure) {
-    return sure ? 1.0 + length(s, g) : s.tokens.at(static_cast<std::size_t>(length(s, g)));
-  };
   // The chance that a sequence's chain of g drafts its k-th token (k <= g).
   const auto reach = [&](const LoadSequence& s, int g, int k) {
     if (k > length(s, g)) return 0.0;
     return s.reaches.empty() ? 1.0 : s.reaches.at(static_cast<std::size_t>(k));
   };
+  // The sibling rows of a sequence's chain of g, with `siblings`: one where the chain stops
+  // short of its length (a sibling fits within the length's nodes).
+  const auto sibling_rows = [&](const LoadSequence& s, int g, bool siblings) {
+    const int l = length(s, g);
+    return siblings && l > 0 && s.sibling_tokens > 0 ? 1 - reach(s, g, l) : 0.0;
+  };
+  // The tokens a sequence's chain of g brings (all drafted tokens accepted where `sure`).
+  const auto step_tokens = [&](const LoadSequence& s, int g, bool sure, bool siblings = false) {
+    if (sure) return 1.0 + length(s, g);
+    return s.tokens.at(static_cast<std::size_t>(length(s, g))) + sibling_rows(s, g, siblings) * s.sibling_tokens;
+  };
   // Target rows of a step at chain length g: the roots and the tokens expected to be drafted.
-  const auto rows_at = [&](int g) {
+  const auto rows_at = [&](int g, bool siblings = false) {
     double rows = other_rows;
     for (const LoadSequence& s : load) {
-      rows += 1;
+      rows += 1 + sibling_rows(s, g, siblings);
       for (int k = 1; k <= g; ++k) rows += reach(s, g, k);
     }
     return rows;
@@ -206,16 +220,16 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
   };
   // Tokens a second of steps of `seconds` at chain length g: the step's tokens over its time;
   // in a closed batch, the remaining tokens over the time until its slowest sequence is done.
-  const auto rate = [&](int g, double seconds, bool sure) {
+  const auto rate = [&](int g, double seconds, bool sure, bool siblings = false) {
     seconds = std::max(seconds, 1e-12);
     if (!closed) {
       double tokens = other_tokens;
-      for (const LoadSequence& s : load) tokens += step_tokens(s, g, sure);
+      for (const LoadSequence& s : load) tokens += step_tokens(s, g, sure, siblings);
       return tokens / seconds;
     }
     double steps = 0;  // the slowest sequence's
     for (const LoadSequence& s : load) {
-      const double drafted = step_tokens(s, g, sure) - 1;
+      const double drafted = step_tokens(s, g, sure, siblings) - 1;
       steps = std::max(steps, s.remaining_tokens / (1 + s.proposal_rate * drafted));
     }
     return remaining / (seconds * std::max(steps, 1e-12));
@@ -266,17 +280,24 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
   // Chains that end at their draft's doubt are allowed the longest length or none: their stop
   // sets each one's depth from what the draft sees of it, which per-depth averages do not.
   const bool stops = std::all_of(load.begin(), load.end(), [](const LoadSequence& s) { return s.confidence_stop; });
+  const bool any_siblings =
+      std::any_of(load.begin(), load.end(), [](const LoadSequence& s) { return s.sibling_tokens > 0; });
   int best = 0;
+  bool best_siblings = false;
   double best_rate = plain_rate;
   for (int g = stops ? max_gamma : 1; g <= max_gamma; ++g) {
-    double accepted_rows = 0;
-    for (const LoadSequence& s : load)
-      if (s.feeds_accepted) accepted_rows += step_tokens(s, g, false) - 1;
-    // A chain of g: up to g draft rounds (the first of all n sequences, which also feeds what
-    // the last step accepted), and each sequence's chain rows in the target step.
-    const double seconds = target_.at(rows_at(g)) + draft_.at(n + accepted_rows) + later_rounds_s(g);
-    const double r = rate(g, seconds, false);
-    if (r > best_rate) best = g, best_rate = r;
+    for (const bool siblings : {false, true}) {
+      if (siblings && !any_siblings) continue;
+      double accepted_rows = 0;
+      for (const LoadSequence& s : load)
+        if (s.feeds_accepted) accepted_rows += step_tokens(s, g, false, siblings) - 1;
+      // A chain of g: up to g draft rounds (the first of all n sequences, which also feeds
+      // what the last step accepted), and each sequence's chain and sibling rows in the
+      // target step (siblings need no draft round).
+      const double seconds = target_.at(rows_at(g, siblings)) + draft_.at(n + accepted_rows) + later_rounds_s(g);
+      const double r = rate(g, seconds, false, siblings);
+      if (r > best_rate) best = g, best_siblings = siblings, best_rate = r;
+    }
   }
   if (best > 0 && !repays(best_rate, catch_up_s)) best = 0;
   if (best == 0) {
@@ -299,9 +320,9 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
   }
   // A drafted token costs a target row and a draft round's row; it is worth one token at the
   // chosen rate where the chain so far passes.
-  const double rows = rows_at(best);
+  const double rows = rows_at(best, best_siblings);
   const double token_cost_s = std::max(0.0, target_.at(rows + 1) - target_.at(rows)) + draft_.at(n) / n;
-  return {best, -1, std::min(1.0, token_cost_s * best_rate)};
+  return {best, -1, std::min(1.0, token_cost_s * best_rate), best_siblings ? 1 : 0};
 }
 
 }  // namespace specula

@@ -95,11 +95,15 @@ struct ChainAcceptance {
   // Steps whose drafter was asked for a proposal, and those it had one for (an n-gram
   // lookup that matched); a chain step above is one of the latter.
   double lookups = 0, proposals = 0;
+  // Siblings proposed beside chains' first tokens (DraftBound::siblings), and those accepted.
+  double sibling_rows = 0, sibling_passed = 0;
 
   // A chain step (a tree step: `chain` false, its totals alone; a tree's depths are not a
   // chain's); `stopped`: the chain ended at its confidence stop, short of what it was allowed.
   void add(int drafted, int accepted_tokens, bool chain, bool stopped = false);
   void add_lookup(bool proposed) { lookups += 1, proposals += proposed ? 1 : 0; }
+  // A step with `siblings` siblings of its chain's first token; `accepted`: one of them was.
+  void add_siblings(int siblings, bool accepted) { sibling_rows += siblings, sibling_passed += accepted ? 1 : 0; }
   // accepted / trials with `prior_trials` pseudo-trials at `prior`.
   double rate(double prior, double prior_trials) const {
     return (accepted + prior_trials * prior) / (trials + prior_trials);
@@ -129,6 +133,12 @@ double proposal_rate_among(const ChainAcceptance& own, const ChainAcceptance& ot
 inline double proposal_rate(const ChainAcceptance& own, const ChainAcceptance& pool, double prior_trials) {
   return proposal_rate_among(own, pool.without(own), prior_trials);
 }
+
+// The tokens one sibling of a chain's first token brings (accepted siblings over siblings
+// proposed): own evidence with `prior_trials` pseudo-siblings at the others' (pool less own)
+// (passed + 1) / (rows + 2). Its row is a token where the chain's first token is rejected
+// and the sibling accepted, so it folds in how often the first token fails.
+double sibling_rate_among(const ChainAcceptance& own, const ChainAcceptance& others, double prior_trials);
 
 // What a chain allowed g = 0..max_gamma tokens brings and costs ([max_gamma + 1] each).
 struct ChainPrice {
@@ -177,6 +187,9 @@ struct LoadSequence {
   std::vector<double> reaches{};
   // Its drafter ends a chain where the draft doubts it (a draft model: DraftBound::stop_below).
   bool confidence_stop = false;
+  // The tokens a sibling of its chain's first token brings (sibling_rate_among); 0 where its
+  // drafter proposes none (n-grams).
+  double sibling_tokens = 0;
 };
 
 // The chooser's answer for a step: the chain length of every load-policy sequence, or, for a
@@ -189,6 +202,8 @@ struct LoadChoice {
   // more, in the step's seconds per token, when the draft expects the chain so far to pass
   // with at least the chance its row and draft-round share cost (0 for a scout or a probe).
   double stop_below = 0;
+  // Siblings of each chain's first token (DraftBound::siblings), 0 or 1.
+  int siblings = 0;
 };
 
 class DraftLengthChooser {
@@ -249,7 +264,11 @@ class DraftLengthChooser {
   // g and expected tokens concave in g, a chain that loses at g = 1 loses at every g. At
   // batch 1 the scout is the probe.
   // Where every sequence's drafter has a confidence stop, only g = max_gamma is weighed
-  // against plain: the stop sets each chain's depth. A chosen length comes with its stop
+  // against plain: the stop sets each chain's depth. Where a sequence's drafter proposes
+  // siblings of its chain's first token (sibling_tokens > 0), each length is weighed with
+  // one too (LoadChoice::siblings): a target row where the chain stops short of its length,
+  // 1 - reaches_i[g] (within the length's nodes), bringing sibling_tokens_i tokens, and no
+  // draft round. A chosen length comes with its stop
   // (LoadChoice::stop_below): (target.at(rows + 1) - target.at(rows) + draft.at(n) / n) times
   // the chosen rate, a drafted token's cost in tokens, capped at 1.
   // Once it drafts, every kPlainEvery-th step it would draft is a plain step instead, so that

@@ -64,15 +64,17 @@ struct Scheduler::Request {
   static constexpr double kPriorTrials = 8;
   double alpha() const { return chain_estimate(own, *pool, kPriorTrials); }
   // Expected tokens of chains of 0..max_gamma tokens and their chances of drafting each
-  // (ChainPrice), from the same evidence per depth, and
-  // the share of its steps its drafter has a proposal for (n-gram lookups that match); the
-  // others' evidence (pool less own) taken once for both.
+  // (ChainPrice), from the same evidence per depth,
+  // the share of its steps its drafter has a proposal for (n-gram lookups that match) and,
+  // for a draft model, the tokens a sibling of its chain's first token brings; the
+  // others' evidence (pool less own) taken once for all.
   void price(int max_gamma, LoadSequence& load) const {
     const ChainAcceptance others = pool->without(own);
     ChainPrice price = chain_price_among(own, others, max_gamma, kPriorTrials, confidence_stop());
     load.tokens = std::move(price.tokens);
     load.reaches = std::move(price.reaches);
     load.proposal_rate = proposal_rate_among(own, others, kPriorTrials);
+    if (options.draft.method == DraftMethod::kModel) load.sibling_tokens = sibling_rate_among(own, others, kPriorTrials);
   }
 
   bool speculative() const { return options.draft.method != DraftMethod::kNone; }
@@ -514,6 +516,7 @@ void Scheduler::step() {
     if (r.options.gamma_policy == GammaPolicy::kLoad) {
       bound.max_depth = (scout && s != scout) || s->draft_limit == 0 ? 0 : std::min(bound.max_depth, load_choice.gamma);
       bound.stop_below = load_choice.stop_below;
+      bound.siblings = scout ? 0 : load_choice.siblings;
       if (bound.max_depth == 0) {
         s->spec->start_plain();
         continue;
@@ -582,13 +585,12 @@ void Scheduler::step() {
     r.out.target_rows += static_cast<int>(parts[i].tokens.size());
     if (s.spec) {
       r.out.spec.target_rows += static_cast<long>(parts[i].tokens.size());
-      const long drafted_before = r.out.spec.drafted;
       const VerifyResult& result = s.spec->finish(own, r.out.spec);
-      const long drafted = r.out.spec.drafted - drafted_before;
-      const int accepted = static_cast<int>(result.accepted_nodes.size());
-      const bool chain = r.options.draft.drafts_chain(), stopped = s.spec->stopped_short();
-      r.own.add(static_cast<int>(drafted), accepted, chain, stopped);
-      r.pool->add(static_cast<int>(drafted), accepted, chain, stopped);
+      const ChainStep chain = s.spec->last_chain();
+      for (ChainAcceptance* evidence : {&r.own, r.pool}) {
+        evidence->add(chain.drafted, chain.accepted, r.options.draft.drafts_chain(), chain.stopped);
+        if (chain.siblings > 0) evidence->add_siblings(chain.siblings, chain.sibling_accepted);
+      }
       bool complete = false;
       emit(s, result.tokens, complete);
       if (complete) done.push_back(&s);

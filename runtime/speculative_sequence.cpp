@@ -118,6 +118,14 @@ const VerifyResult& SpeculativeSequence::finish(std::span<const float> logits, S
   return result_;
 }
 
+ChainStep SpeculativeSequence::last_chain() const {
+  const int chain = proposal_.tree.size() - proposal_.siblings;
+  const std::vector<int>& path = result_.accepted_nodes;
+  const bool sibling_accepted = !path.empty() && path.front() >= chain;
+  return {chain, sibling_accepted ? 0 : static_cast<int>(path.size()), proposal_.stopped, proposal_.siblings,
+          sibling_accepted};
+}
+
 const VerifyResult& SpeculativeSequence::step(DraftBound bound, SpeculativeStats& stats) {
   SpeculativeSequence* self = this;
   return *speculative_step(std::span(&self, 1), std::span(&bound, 1), target_, stats).front();

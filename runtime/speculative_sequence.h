@@ -48,6 +48,16 @@ struct DraftCall {
 // one batched call; each call is appended to `calls` when given.
 void run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls = nullptr);
 
+// A step's chain, its first token's siblings (Proposal::siblings) apart: the tokens it drafted
+// and accepted, whether it stopped short of its max_depth at its bound's stop_below, and the
+// siblings proposed beside its first token and whether one of them was accepted.
+struct ChainStep {
+  int drafted = 0, accepted = 0;
+  bool stopped = false;
+  int siblings = 0;
+  bool sibling_accepted = false;
+};
+
 class SpeculativeSequence {
  public:
   // `seq` (owned, freed on destruction) of target.cache holds every committed token but the
@@ -74,8 +84,8 @@ class SpeculativeSequence {
   const VerifyResult& finish(std::span<const float> logits, SpeculativeStats& stats);
 
   const std::vector<int>& committed() const { return committed_; }
-  // The last proposal ended short of its max_depth at its bound's stop_below (Proposal::stopped).
-  bool stopped_short() const { return proposal_.stopped; }
+  // The last step's chain (after finish()).
+  ChainStep last_chain() const;
   KvCache::SeqId seq() const { return seq_; }
   Drafter& drafter() { return *drafter_; }
   // The rows the drafter's model would feed before the root's if it drafted now (its catch-up).

@@ -789,6 +789,40 @@ TEST_CASE("the load policy prices chains that stop where their draft doubts them
   const LoadChoice stopped = chooser.choose(0, 0, std::span(&s, 1), 4);
   CHECK(stopped.gamma == 4);
   CHECK(stopped.stop_below == Approx(0.35e-3 * 1.68 / 1.4375e-3));
+  CHECK(stopped.siblings == 0);  // its drafter proposes none
+
+  // A sibling of the first token (DraftBound::siblings) adds a target row where the chain stops
+  // short of 4 (0.99 of steps) and no draft round: at 0.2 tokens a 0.05 ms row it pays (1.88
+  // tokens in 1.487 ms against 1.68 in 1.4375), at 0.03 it does not.
+  s.sibling_tokens = 0.2;
+  const LoadChoice sibling = chooser.choose(0, 0, std::span(&s, 1), 4);
+  CHECK(sibling.gamma == 4);
+  CHECK(sibling.siblings == 1);
+  CHECK(sibling.stop_below == Approx(0.35e-3 * (1.68 + 0.99 * 0.2) / (1.4375e-3 + 0.99 * 0.05e-3)));
+  s.sibling_tokens = 0.03;
+  CHECK(chooser.choose(0, 0, std::span(&s, 1), 4).siblings == 0);
+  // Rows at 0.5 ms: not even at 0.2 tokens a row.
+  DraftLengthChooser dear;
+  for (int twice = 0; twice < 2; ++twice) {
+    for (int rows = 1; rows <= 6; ++rows) dear.target_forward(rows, 1e-3 + 5e-4 * (rows - 1));
+    dear.draft_round(1, 3e-4), dear.draft_round(2, 3.5e-4);
+  }
+  s.sibling_tokens = 0.2;
+  CHECK(dear.choose(0, 0, std::span(&s, 1), 4).siblings == 0);
+
+  // Sibling evidence: rows proposed and those accepted, own with 8 pseudo-rows at the others'
+  // (passed + 1) / (rows + 2).
+  ChainAcceptance own, others;
+  own.add_siblings(1, true), own.add_siblings(1, false), own.add_siblings(2, false);
+  CHECK(own.sibling_rows == 4);
+  CHECK(own.sibling_passed == 1);
+  CHECK(sibling_rate_among(own, others, 8) == Approx((1 + 8 * 0.5) / (4 + 8)));
+  others.add_siblings(1, true), others.add_siblings(7, true);
+  CHECK(sibling_rate_among(own, others, 8) == Approx((1 + 8 * (3.0 / 10)) / (4 + 8)));
+  ChainAcceptance pool = own;
+  pool.add_siblings(1, true), pool.add_siblings(7, true);
+  CHECK(pool.without(own).sibling_rows == 8);
+  CHECK(pool.without(own).sibling_passed == 2);
 }
 
 // A closed batch (nothing waits to take a finished sequence's place) is done when its slowest

@@ -35,6 +35,37 @@ GenerateOptions base_options(const std::vector<int>& prompt, int max_new_tokens)
   return o;
 }
 
+// Draft-1m's proposal after `committed` (all but its last token, the root, prefilled into a
+// fresh draft cache) for tree `branching`, sampled (`stochastic`) or greedy from its softmax,
+// within `bound`, with Philox(21).
+Proposal draft_1m_proposal(std::span<const int> committed, std::vector<int> branching, bool stochastic,
+                           DraftBound bound) {
+  const Backend& draft = store().get(test::model_dir("draft-1m"));
+  const auto softmax = make_sampler(SamplingOptions::sample());
+  const DistributionFn distribution = [&](std::span<const float> l, std::span<float> p) { softmax->distribution(l, p); };
+  KvCache cache(draft.model().kv_layout(16), 16);
+  const auto workspace = draft.make_workspace();
+  const int seq = test::plain_prefill(draft, cache, committed.first(committed.size() - 1));
+  TreeShape shape;
+  shape.branching = std::move(branching);
+  ModelDrafter drafter(ForwardContext{draft, cache, *workspace}, seq, distribution, stochastic, shape);
+  Philox rng(21);
+  return propose(drafter, committed, bound, rng);
+}
+
+// The planted bias a statistical test must reject: `probs` with up to `shift` of the mass moved
+// from its most probable token to its second (as much as the first has).
+std::vector<double> planted_shift(std::vector<double> probs, double shift) {
+  std::vector<std::size_t> top(probs.size());
+  std::iota(top.begin(), top.end(), 0);
+  std::partial_sort(top.begin(), top.begin() + 2, top.end(),
+                    [&](std::size_t a, std::size_t b) { return probs[a] > probs[b]; });
+  shift = std::min(shift, probs[top[0]]);
+  probs[top[0]] -= shift;
+  probs[top[1]] += shift;
+  return probs;
+}
+
 }  // namespace
 
 TEST_CASE("greedy speculative output equals plain greedy output for every drafter", "[runtime][speculative]") {
@@ -268,21 +299,11 @@ namespace specula {
 // a bound of 0 never stops and trees ignore it.
 TEST_CASE("a draft chain stops after the token where its draft probabilities' product falls below the bound",
           "[runtime][speculative]") {
-  const Backend& draft = store().get(test::model_dir("draft-1m"));
-  const auto softmax = make_sampler(SamplingOptions::sample());
-  const DistributionFn distribution = [&](std::span<const float> l, std::span<float> p) { softmax->distribution(l, p); };
   const std::vector<int> reference = reference_prompts()[3];
   const std::vector<int> committed(reference.begin(), reference.begin() + 20);
-  const int vocab = draft.config().vocab_size;
+  const int vocab = store().get(test::model_dir("draft-1m")).config().vocab_size;
   const auto drafted = [&](std::vector<int> branching, DraftBound bound) {
-    KvCache cache(draft.model().kv_layout(16), 16);
-    const auto workspace = draft.make_workspace();
-    const int seq = test::plain_prefill(draft, cache, std::span(committed).first(committed.size() - 1));
-    TreeShape shape;
-    shape.branching = std::move(branching);
-    ModelDrafter drafter(ForwardContext{draft, cache, *workspace}, seq, distribution, /*stochastic=*/true, shape);
-    Philox rng(21);
-    return propose(drafter, committed, bound, rng);
+    return draft_1m_proposal(committed, std::move(branching), /*stochastic=*/true, bound);
   };
   const int depth = 6;
   const Proposal full = drafted(std::vector<int>(depth, 1), {depth});
@@ -389,7 +410,7 @@ TEST_CASE("speculative sampling with a confidence stop: second tokens follow the
                                    *sampler, prompt, Philox(2024, static_cast<uint64_t>(i)));
       while (sequence.committed().size() < prompt.size() + 2) {
         sequence.step({3, bound}, stats);
-        stops += sequence.stopped_short();
+        stops += sequence.last_chain().stopped;
       }
       if (sequence.committed()[prompt.size()] == first) ++counts[static_cast<std::size_t>(sequence.committed()[prompt.size() + 1])];
     }
@@ -402,21 +423,184 @@ TEST_CASE("speculative sampling with a confidence stop: second tokens follow the
     INFO("chi2 " << chi.statistic << " df " << chi.df << " p-value " << chi.p_value);
     CHECK(chi.impossible == 0);
     CHECK(chi.p_value > 1e-3);
-    if (n >= 1000) {
-      std::vector<std::size_t> top(probs.size());
-      std::iota(top.begin(), top.end(), 0);
-      std::partial_sort(top.begin(), top.begin() + 2, top.end(), [&](std::size_t a, std::size_t b) { return probs[a] > probs[b]; });
-      std::vector<double> biased = probs;
-      const double shift = std::min(0.05, biased[top[0]]);
-      biased[top[0]] -= shift;
-      biased[top[1]] += shift;
-      INFO("top second-token probabilities " << probs[top[0]] << ", " << probs[top[1]]);
-      CHECK(test::chi_square(counts, biased).p_value < 1e-3);
-    }
+    if (n >= 1000) CHECK(test::chi_square(counts, planted_shift(probs, 0.05)).p_value < 1e-3);
   }
   CHECK(drafted[0] < drafted[1]);  // below q(x), chains that draft x go on
   cache.free(prompt_seq);
   draft_cache.free(draft_prompt_seq);
+}
+
+}  // namespace specula
+
+namespace specula {
+
+// Siblings (DraftBound::siblings): once a chain is complete, other candidates for its first
+// token, children of the root after the chain's nodes, within max_depth nodes in all. Sampled
+// drafting draws them from the root's draft distribution without the tokens before them (the
+// chain itself is the one drawn without siblings: the same random stream up to them); greedy
+// drafting takes the next most probable tokens.
+TEST_CASE("a draft chain's siblings are other candidates for its first token, within its max_depth nodes",
+          "[runtime][speculative]") {
+  const Backend& draft = store().get(test::model_dir("draft-1m"));
+  const auto softmax = make_sampler(SamplingOptions::sample());
+  const std::vector<int> reference = reference_prompts()[3];
+  const std::vector<int> committed(reference.begin(), reference.begin() + 20);
+  const int vocab = draft.config().vocab_size;
+  const auto drafted = [&](bool stochastic, DraftBound bound) {
+    return draft_1m_proposal(committed, std::vector<int>(6, 1), stochastic, bound);
+  };
+  // The draft's distribution at the root, and its tokens by descending probability.
+  std::vector<float> root_q(static_cast<std::size_t>(vocab));
+  {
+    KvCache cache(draft.model().kv_layout(16), 16);
+    const auto workspace = draft.make_workspace();
+    std::vector<float> logits(root_q.size());
+    cache.free(prefill(ForwardContext{draft, cache, *workspace}, committed, logits));
+    softmax->distribution(logits, root_q);
+  }
+  std::vector<int> ranked(root_q.size());
+  std::iota(ranked.begin(), ranked.end(), 0);
+  std::stable_sort(ranked.begin(), ranked.end(), [&](int a, int b) { return root_q[a] > root_q[b]; });
+  REQUIRE(root_q[ranked[0]] < 0.9f);  // a bound of 1 stops the chain after its first token
+
+  for (const bool stochastic : {true, false}) {
+    INFO((stochastic ? "sampled" : "greedy"));
+    const Proposal alone = drafted(stochastic, {6, 1.0});
+    REQUIRE(alone.tree.size() == 1);
+    const Proposal with = drafted(stochastic, {6, 1.0, 2});
+    REQUIRE(with.tree.size() == 3);
+    CHECK(with.siblings == 2);
+    CHECK(with.stopped);
+    CHECK(with.tree.tokens[0] == alone.tree.tokens[0]);
+    CHECK(with.tree.children(0) == std::vector<int>{0, 1, 2});
+    with.tree.validate(vocab);  // distinct root children
+    if (stochastic) {
+      CHECK(with.tree.draw[0] == SiblingDraw::kWithoutReplacement);
+      for (int node : {1, 2})
+        CHECK(root_q[static_cast<std::size_t>(with.tree.tokens[static_cast<std::size_t>(node)])] > 0);
+      REQUIRE(with.q.size() == 4 * static_cast<std::size_t>(vocab));
+      CHECK(std::equal(root_q.begin(), root_q.end(), with.q.begin()));
+    } else {
+      CHECK(with.tree.tokens == std::vector<int>{ranked[0], ranked[1], ranked[2]});
+    }
+    // Within max_depth nodes: room for one sibling beside a chain of one, none beside a full chain.
+    const Proposal capped = drafted(stochastic, {2, 1.0, 3});
+    CHECK(capped.tree.size() == 2);
+    CHECK(capped.siblings == 1);
+    const Proposal full = drafted(stochastic, {2, 0.0, 3});
+    CHECK(full.tree.size() == 2);
+    CHECK(full.tree.depth == std::vector<int>{1, 2});
+    CHECK(full.siblings == 0);
+  }
+}
+
+// With siblings, speculative decoding keeps the target's output: greedy, plain greedy's
+// tokens; sampled, first tokens that follow p = transform(target logits after the prompt)
+// (the verifier's kWithoutReplacement rule over the chain's first token and its siblings).
+// Chains stop after their first token (bound 1) and carry 2 siblings, on the reference prompt
+// whose next token is least predictable (there 38% of first tokens are siblings). Pearson
+// chi-square at alpha = 1e-3, N = 2000 sequences. Power: moving 0.1 of the mass between the
+// two most probable tokens (probabilities p_a, p_b <= 0.5) has noncentrality
+// N 0.1^2 (1/p_a + 1/p_b) >= 80 (98 here: 0.42 and 0.40, 8 degrees of freedom after pooling,
+// critical value 26.1), rejected with probability above 0.99; the test runs that planted
+// distribution too and requires its rejection. (Siblings declared under the wrong rule,
+// kSampled, bias this prompt's first tokens too little for N = 2000; the structural test
+// above checks the rule.) Under the sanitizers N = 200 and the greedy run is 8 tokens.
+TEST_CASE("speculative decoding with siblings keeps the target's output: greedy tokens, sampled distribution",
+          "[runtime][speculative][statistical]") {
+  const Backend& target = store().get(test::model_dir("target-16m"));
+  const Backend& draft = store().get(test::model_dir("draft-1m"));
+  const int vocab = target.config().vocab_size;
+  const auto prompts = reference_prompts();
+  KvCache cache(target.model().kv_layout(16), 4096), draft_cache(draft.model().kv_layout(16), 4096);
+  const auto workspace = target.make_workspace(), draft_workspace = draft.make_workspace();
+  TreeShape chain;
+  chain.branching = {1, 1, 1};
+  // A speculative sequence after `prompt`, its caches forked from the prompt's (less its last
+  // token, the root) in both caches.
+  struct Prefilled {
+    KvCache::SeqId target = -1, draft = -1;
+  };
+  const auto prefilled = [&](const std::vector<int>& prompt) {
+    const auto body = std::span(prompt).first(prompt.size() - 1);
+    return Prefilled{test::plain_prefill(target, cache, body), test::plain_prefill(draft, draft_cache, body)};
+  };
+  const auto sequence = [&](const std::vector<int>& prompt, Prefilled from, const SamplingOptions& sampling,
+                            const Sampler& sampler, uint64_t stream) {
+    auto drafter = std::make_unique<ModelDrafter>(ForwardContext{draft, draft_cache, *draft_workspace},
+                                                  draft_cache.fork(from.draft), draft_distribution(sampling, {}),
+                                                  !sampler.is_greedy(), chain);
+    return std::make_unique<SpeculativeSequence>(ForwardContext{target, cache, *workspace}, cache.fork(from.target),
+                                                 std::move(drafter), sampler, prompt, Philox(77, stream));
+  };
+  const auto release = [&](Prefilled from) {
+    cache.free(from.target);
+    draft_cache.free(from.draft);
+  };
+
+  SECTION("greedy: plain greedy's tokens") {
+    const int tokens = test::kSanitized ? 8 : 32;
+    const SamplingOptions greedy_options;
+    const auto greedy = make_sampler(greedy_options);
+    long siblings_accepted = 0;
+    for (std::size_t i = 0; i < prompts.size(); i += test::kSanitized ? 6 : 2) {
+      INFO("prompt " << i);
+      const auto expected = generate(store(), base_options(prompts[i], tokens))["ids"].get<std::vector<int>>();
+      const Prefilled from = prefilled(prompts[i]);
+      auto s = sequence(prompts[i], from, greedy_options, *greedy, i);
+      release(from);
+      SpeculativeStats stats;
+      while (static_cast<int>(s->committed().size()) < static_cast<int>(prompts[i].size()) + tokens) {
+        s->step({3, 1.0, 2}, stats);
+        siblings_accepted += s->last_chain().sibling_accepted;
+      }
+      const std::vector<int> got(s->committed().begin() + static_cast<std::ptrdiff_t>(prompts[i].size()),
+                                 s->committed().begin() + static_cast<std::ptrdiff_t>(prompts[i].size()) + tokens);
+      CHECK(got == expected);
+    }
+    CHECK(siblings_accepted > 0);
+  }
+
+  SECTION("sampled: first tokens follow the target distribution") {
+    const SamplingOptions sampling = SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f);
+    const auto sampler = make_sampler(sampling);
+    // The reference prompt whose next token is least predictable.
+    std::vector<int> prompt;
+    std::vector<float> p(static_cast<std::size_t>(vocab));
+    double best_entropy = -1;
+    for (const auto& candidate : prompts) {
+      std::vector<float> logits(p.size()), candidate_p(p.size());
+      cache.free(prefill(ForwardContext{target, cache, *workspace}, candidate, logits));
+      sampler->distribution(logits, candidate_p);
+      double entropy = 0;
+      for (float x : candidate_p) entropy -= x > 0 ? x * std::log(double(x)) : 0.0;
+      if (entropy > best_entropy) best_entropy = entropy, prompt = candidate, p = candidate_p;
+    }
+    const int samples = test::kSanitized ? 200 : 2000;
+    std::vector<long> counts(static_cast<std::size_t>(vocab), 0);
+    long siblings_accepted = 0;
+    SpeculativeStats stats;
+    const Prefilled from = prefilled(prompt);
+    for (int i = 0; i < samples; ++i) {
+      auto s = sequence(prompt, from, sampling, *sampler, static_cast<uint64_t>(i));
+      s->step({3, 1.0, 2}, stats);
+      const ChainStep step = s->last_chain();
+      REQUIRE(step.drafted == 1);
+      REQUIRE(step.siblings == 2);
+      siblings_accepted += step.sibling_accepted;
+      ++counts[static_cast<std::size_t>(s->committed()[prompt.size()])];
+    }
+    release(from);
+    INFO(siblings_accepted << " of " << samples << " first tokens were siblings");
+    CHECK(siblings_accepted > samples / 50);
+    const std::vector<double> probs(p.begin(), p.end());
+    const test::ChiSquare chi = test::chi_square(counts, probs);
+    INFO("chi2 " << chi.statistic << " df " << chi.df << " p-value " << chi.p_value);
+    CHECK(chi.impossible == 0);
+    CHECK(chi.p_value > 1e-3);
+    if (!test::kSanitized) CHECK(test::chi_square(counts, planted_shift(probs, 0.1)).p_value < 1e-3);
+  }
+  CHECK(cache.stats().blocks_in_use == 0);
 }
 
 }  // namespace specula
