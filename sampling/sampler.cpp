@@ -1,7 +1,9 @@
 #include "sampling/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 
@@ -16,13 +18,17 @@ int Sampler::draw(std::span<const float> probs, Philox& rng) const { return inve
 
 int argmax(std::span<const float> values) {
   assert(!values.empty());
-  // The maximum over 8 interleaved lanes (vectorises), then its first occurrence.
+  // The maximum over 8 interleaved lanes, then its first occurrence. The lanes select by bit
+  // mask, so that the loop vectorises (GCC does not if-convert a float `?:` without
+  // -ffast-math: it ran one float at a time).
   constexpr float kLowest = -std::numeric_limits<float>::infinity();
   float lanes[8] = {kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest};
-  size_t i = 0;
+  std::size_t i = 0;
   for (; i + 8 <= values.size(); i += 8) {
     for (int lane = 0; lane < 8; ++lane) {
-      lanes[lane] = values[i + lane] > lanes[lane] ? values[i + lane] : lanes[lane];
+      const float v = values[i + static_cast<std::size_t>(lane)];
+      const uint32_t take = 0u - static_cast<uint32_t>(v > lanes[lane]);
+      lanes[lane] = std::bit_cast<float>((std::bit_cast<uint32_t>(v) & take) | (std::bit_cast<uint32_t>(lanes[lane]) & ~take));
     }
   }
   float max = kLowest;
@@ -34,8 +40,9 @@ int argmax(std::span<const float> values) {
 
 int greedy_token(std::span<const float> logits) {
   const int best = argmax(logits);
-  if (!(logits[static_cast<std::size_t>(best)] < std::numeric_limits<float>::infinity()) ||
-      std::any_of(logits.begin(), logits.end(), [](float v) { return std::isnan(v); })) {
+  unsigned any_nan = 0;  // an integer OR, so that the check vectorises
+  for (float v : logits) any_nan |= std::isnan(v) ? 1u : 0u;
+  if (!(logits[static_cast<std::size_t>(best)] < std::numeric_limits<float>::infinity()) || any_nan != 0) {
     const auto bad = std::find_if(logits.begin(), logits.end(), [](float v) { return !(v < std::numeric_limits<float>::infinity()); });
     throw SpeculaError(detail::concat("sampler: logit ", bad - logits.begin(), " is ", *bad));
   }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "base/error.h"
@@ -59,6 +60,26 @@ TEST_CASE("greedy is the one-hot argmax, ties to the lowest id", "[sampling]") {
   CHECK(argmax(std::vector<float>{2, 5, 5, 1}) == 1);
   CHECK(argmax(std::vector<float>{std::nanf(""), 1, 3, 3, 2, 0, 0, 0, 0, 3.5f, 1}) == 9);  // NaN ignored
   CHECK(argmax(std::vector<float>{-kInf, -kInf}) == 0);
+  // Against the plain scan (the first value greater than every one before it that is the
+  // maximum, NaN never), on lengths across the 8-lane blocks and their tails, with ties, NaN,
+  // -inf and signed zeros drawn from a few values.
+  std::mt19937 gen(9);
+  const float pool[] = {std::nanf(""), -kInf, -0.0f, 0.0f, 1.0f, 1.0f, 2.0f, -3.0f};
+  for (int length = 1; length <= 70; ++length) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> values(static_cast<std::size_t>(length));
+      for (float& v : values) v = pool[gen() % std::size(pool)];
+      int want = 0;
+      float best = -kInf;
+      bool found = false;
+      for (int i = 0; i < length; ++i) {
+        const float v = values[static_cast<std::size_t>(i)];
+        if (v > best || (!found && v == best)) want = i, best = v, found = true;
+      }
+      INFO("length " << length << ", trial " << trial);
+      REQUIRE(argmax(values) == want);
+    }
+  }
   // Temperature 0 is greedy; greedy ignores the other transforms (the argmax survives them).
   check_row(distribution(SamplingOptions::sample(0.0f, 2, 0.5f, 0.5f), {0.3f, 0.9f, 0.9f, 0.1f}), {0, 1, 0, 0});
   CHECK(make_sampler(SamplingOptions::sample(0.0f))->is_greedy());
