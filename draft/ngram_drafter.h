@@ -18,9 +18,14 @@ class NgramDrafter : public Drafter {
 
  private:
   void learn(std::span<const int> committed);  // appends what the proposer's context lacks
+  // The proposer's chain after its context as it is: looked up once per context length
+  // (proposal_limit and the start after it ask about the same context).
+  const TokenTree& lookup();
 
   NgramProposer proposer_;
   Proposal proposal_;
+  TokenTree looked_up_;
+  std::size_t looked_up_at_ = 0;  // the context length looked_up_ is for (0: none yet)
 };
 
 }  // namespace specula
