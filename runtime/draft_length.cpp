@@ -174,35 +174,44 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
                                       int max_gamma, bool closed) {
   if (load.empty() || max_gamma <= 0) return {};
   const int n = static_cast<int>(load.size());
+  // The sequences that can draft this step (the others, depth_limit 0, take a plain step).
+  const int drafting = static_cast<int>(
+      std::count_if(load.begin(), load.end(), [](const LoadSequence& s) { return s.depth_limit > 0; }));
+  if (drafting == 0) return {};
   double remaining = 0;
   int catch_up_rows = 0;
   for (const LoadSequence& s : load) {
     remaining += s.remaining_tokens;
-    catch_up_rows += s.catch_up_rows;
+    if (s.depth_limit > 0) catch_up_rows += s.catch_up_rows;
   }
-  // A sequence's chain of g this step: its length.
+  // A sequence's chain of g this step: its length; and over the steps to come, where this
+  // step's n-gram lookup does not bound it, only the tokens it has left do.
   const auto length = [](const LoadSequence& s, int g) { return std::min(g, s.depth_limit); };
+  const auto future_length = [](const LoadSequence& s, int g) { return std::max(0, std::min(g, s.remaining_tokens - 1)); };
   // The chance that a sequence's chain of g drafts its k-th token (k <= g).
   const auto reach = [&](const LoadSequence& s, int g, int k) {
     if (k > length(s, g)) return 0.0;
     return s.reaches.empty() ? 1.0 : s.reaches.at(static_cast<std::size_t>(k));
   };
-  // The sibling rows of a sequence's chain of g, with `siblings`: one where the chain stops
-  // short of its length (a sibling fits within the length's nodes).
-  const auto sibling_rows = [&](const LoadSequence& s, int g, bool siblings) {
-    const int l = length(s, g);
-    return siblings && l > 0 && s.sibling_tokens > 0 ? 1 - reach(s, g, l) : 0.0;
+  // The sibling rows of a sequence's chain of `l` tokens, with `siblings`: one where the chain
+  // stops short of l (a sibling fits within its nodes).
+  const auto sibling_rows = [&](const LoadSequence& s, int l, bool siblings) {
+    if (!siblings || l <= 0 || s.sibling_tokens <= 0) return 0.0;
+    return 1 - (s.reaches.empty() ? 1.0 : s.reaches.at(static_cast<std::size_t>(l)));
   };
-  // The tokens a sequence's chain of g brings (all drafted tokens accepted where `sure`).
+  // The tokens a sequence's chain of `l` tokens brings (all of them accepted where `sure`).
+  const auto chain_tokens = [&](const LoadSequence& s, int l, bool sure, bool siblings) {
+    if (sure) return 1.0 + l;
+    return s.tokens.at(static_cast<std::size_t>(l)) + sibling_rows(s, l, siblings) * s.sibling_tokens;
+  };
   const auto step_tokens = [&](const LoadSequence& s, int g, bool sure, bool siblings = false) {
-    if (sure) return 1.0 + length(s, g);
-    return s.tokens.at(static_cast<std::size_t>(length(s, g))) + sibling_rows(s, g, siblings) * s.sibling_tokens;
+    return chain_tokens(s, length(s, g), sure, siblings);
   };
   // Target rows of a step at chain length g: the roots and the tokens expected to be drafted.
   const auto rows_at = [&](int g, bool siblings = false) {
     double rows = other_rows;
     for (const LoadSequence& s : load) {
-      rows += 1 + sibling_rows(s, g, siblings);
+      rows += 1 + sibling_rows(s, length(s, g), siblings);
       for (int k = 1; k <= g; ++k) rows += reach(s, g, k);
     }
     return rows;
@@ -227,9 +236,12 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
       for (const LoadSequence& s : load) tokens += step_tokens(s, g, sure, siblings);
       return tokens / seconds;
     }
-    double steps = 0;  // the slowest sequence's
+    // The slowest sequence's steps, every load-policy sequence's counted, those without an
+    // n-gram match this step too: at batch 8, with them left out, n-gram drafting finished
+    // the others early and lost 4% to plain over the thin steps after.
+    double steps = 0;
     for (const LoadSequence& s : load) {
-      const double drafted = step_tokens(s, g, sure, siblings) - 1;
+      const double drafted = chain_tokens(s, future_length(s, g), sure, siblings) - 1;
       steps = std::max(steps, s.remaining_tokens / (1 + s.proposal_rate * drafted));
     }
     return remaining / (seconds * std::max(steps, 1e-12));
@@ -240,7 +252,7 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
   // figure's cost per row (its fixed part included: an upper bound).
   double catch_up_s = 0;
   if (catch_up_rows > 0 && draft_.observed())
-    catch_up_s = draft_.varied() ? std::max(0.0, draft_.at(n + catch_up_rows) - draft_.at(n))
+    catch_up_s = draft_.varied() ? std::max(0.0, draft_.at(drafting + catch_up_rows) - draft_.at(drafting))
                                  : catch_up_rows * draft_.fewest() / draft_.fewest_rows();
   // Drafting at `drafting_rate`: kMargin faster than plain, and over the remaining tokens its
   // saving repays the catch-up.
@@ -259,10 +271,10 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
     // rounds stay free in this bound until its step is measured twice (priced at the scout's
     // round, a batch-1 run whose first prefill set the row floor at 0.2 ms stopped probing
     // after one step and stayed plain for all 8 requests, 1 run in 4 at T = 1).
-    const double probe_draft_s = n == 1 ? 0.0 : n * draft_.fewest();
+    const double probe_draft_s = n == 1 ? 0.0 : drafting * draft_.fewest();
     const double probe_floor_s = plain_s + (rows_at(1) - other_rows - n) * row_floor() + probe_draft_s;
     const auto fewest = std::min_element(load.begin(), load.end(), [](const LoadSequence& a, const LoadSequence& b) {
-      return a.catch_up_rows < b.catch_up_rows;
+      return (a.depth_limit > 0) != (b.depth_limit > 0) ? a.depth_limit > 0 : a.catch_up_rows < b.catch_up_rows;
     });
     // Before any draft round, the scout's own catch-up with each draft row at row_floor(): a
     // scout late in a batch feeds every token committed so far to the draft model for the
@@ -294,7 +306,7 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
       // A chain of g: up to g draft rounds (the first of all n sequences, which also feeds
       // what the last step accepted), and each sequence's chain and sibling rows in the
       // target step (siblings need no draft round).
-      const double seconds = target_.at(rows_at(g, siblings)) + draft_.at(n + accepted_rows) + later_rounds_s(g);
+      const double seconds = target_.at(rows_at(g, siblings)) + draft_.at(drafting + accepted_rows) + later_rounds_s(g);
       const double r = rate(g, seconds, false, siblings);
       if (r > best_rate) best = g, best_siblings = siblings, best_rate = r;
     }
@@ -306,7 +318,7 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
     // first rejections put an n-gram chain at 1.04 tokens for good at batch 1, where it makes
     // 1.5). Where one γ = 1 step would pay if every drafted token were accepted, and the
     // catch-up costs no more than a plain step, every kPlainEvery-th plain step drafts.
-    const double sure_rate = rate(1, target_.at(rows_at(1)) + draft_.at(n), true);
+    const double sure_rate = rate(1, target_.at(rows_at(1)) + draft_.at(drafting), true);
     if (++plain_steps_ >= kPlainEvery && sure_rate > plain_rate * (1 + margin) && catch_up_s <= plain_s) {
       plain_steps_ = 0;
       return {1, -1};
@@ -321,7 +333,7 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
   // A drafted token costs a target row and a draft round's row; it is worth one token at the
   // chosen rate where the chain so far passes.
   const double rows = rows_at(best, best_siblings);
-  const double token_cost_s = std::max(0.0, target_.at(rows + 1) - target_.at(rows)) + draft_.at(n) / n;
+  const double token_cost_s = std::max(0.0, target_.at(rows + 1) - target_.at(rows)) + draft_.at(drafting) / drafting;
   return {best, -1, std::min(1.0, token_cost_s * best_rate), best_siblings ? 1 : 0};
 }
 

@@ -176,7 +176,8 @@ struct LoadSequence {
   // feeds nothing.
   bool feeds_accepted = false;
   // The most tokens its proposal can hold this step (an n-gram drafter's lookup found this
-  // many; a model drafter's is unbounded): a chain of g drafts min(g, depth_limit).
+  // many, 0 where none matched: it takes a plain step; a model drafter's is unbounded): a
+  // chain of g drafts min(g, depth_limit).
   int depth_limit = std::numeric_limits<int>::max();
   // The share of its steps whose drafter has a proposal at all (an n-gram drafter's lookups
   // that match; 1 for a model drafter): over the steps to come, a chain of g brings
@@ -226,11 +227,12 @@ class DraftLengthChooser {
   double row_floor() const;
 
   // The chain length in [0, max_gamma] for the step's load-policy sequences `load` (n of
-  // them), beside other_rows / other_tokens: rows and tokens of the step's plain, prefill and
-  // fixed-length sequences. (A sequence's chain of g is min(g, depth_limit_i) long; below,
-  // tokens_i[g] and reaches_i are taken at that length.)
+  // them, m of which can draft: depth_limit > 0; plain where m = 0), beside other_rows /
+  // other_tokens: rows and tokens of the step's plain, prefill and fixed-length sequences.
+  // (A sequence's chain of g is min(g, depth_limit_i) long; below, tokens_i[g] and reaches_i
+  // are taken at that length.)
   // A length g > 0 is worth (other_tokens + Σ_i tokens_i[g]) / (target.at(other_rows +
-  // Σ_i (1 + R_i)) + draft.at(n + A_g) + Σ_{k=2..g} P_k draft.at(E_k / P_k)) tokens a
+  // Σ_i (1 + R_i)) + draft.at(m + A_g) + Σ_{k=2..g} P_k draft.at(E_k / P_k)) tokens a
   // second, with R_i = Σ_{k <= g} reaches_i[k] the tokens sequence i is expected to draft,
   // E_k = Σ_i reaches_i[k] the rows of draft round k and P_k = 1 - Π_i (1 - reaches_i[k])
   // the chance that it runs at all, and A_g = Σ_i (tokens_i[g] - 1) over the sequences that
@@ -245,7 +247,11 @@ class DraftLengthChooser {
   // A `closed` batch (nothing waits to take a finished sequence's place) is done when its
   // slowest sequence is: there a length g is worth W / (seconds_g max_i(remaining_i /
   // steady_i[g])), with steady_i[g] = 1 + proposal_rate_i (tokens_i[g] - 1) the tokens a step
-  // brings it on average, against plain's W / (seconds_0 max_i remaining_i). Drafting that
+  // brings it on average (tokens_i at min(g, remaining_i - 1): this step's depth_limit does
+  // not bound the steps to come), against plain's W / (seconds_0 max_i remaining_i); every
+  // load-policy sequence counts, those with depth_limit 0 this step too (with them left out,
+  // n-gram drafting at batch 8 finished the sequences that matched early and lost 4% to plain
+  // over the thin steps after). Drafting that
   // speeds up all but one sequence only thins the batch's last steps: at batch 8, n-gram
   // load drafting finished most sequences in 24 steps and ran 24 more for the one whose
   // lookups rarely matched, 34-37 ms of a 90 ms run, 0.93-0.95x plain. (Other sequences'
@@ -259,7 +265,7 @@ class DraftLengthChooser {
   // so the draft model's cost is measured on one sequence's rows and not on all n prompts'
   // catch-up (at batch 32, 768 draft rows took 10 ms, 3.6 plain steps), its second round of
   // one row; then the probe, γ = 1 for all, where a γ = 1 step at the plain step plus n rows
-  // at row_floor() and n of the scout's one-row rounds repays the catch-up (a round's cost is
+  // at row_floor() and m of the scout's one-row rounds repays the catch-up (a round's cost is
   // mostly per sequence: logits, draft distribution and draw each). With step costs linear in
   // g and expected tokens concave in g, a chain that loses at g = 1 loses at every g. At
   // batch 1 the scout is the probe.
@@ -269,7 +275,7 @@ class DraftLengthChooser {
   // one too (LoadChoice::siblings): a target row where the chain stops short of its length,
   // 1 - reaches_i[g] (within the length's nodes), bringing sibling_tokens_i tokens, and no
   // draft round. A chosen length comes with its stop
-  // (LoadChoice::stop_below): (target.at(rows + 1) - target.at(rows) + draft.at(n) / n) times
+  // (LoadChoice::stop_below): (target.at(rows + 1) - target.at(rows) + draft.at(m) / m) times
   // the chosen rate, a drafted token's cost in tokens, capped at 1.
   // Once it drafts, every kPlainEvery-th step it would draft is a plain step instead, so that
   // the plain step's cost stays measured (it is what drafting is compared with; otherwise it

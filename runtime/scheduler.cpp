@@ -461,7 +461,8 @@ void Scheduler::step() {
   // sequences (or a scout: one of them), from the measured costs and acceptance
   // (runtime/draft_length.h).
   // A load-policy sequence whose drafter has nothing to propose (no n-gram matches) takes a
-  // plain step beside the others; every lookup counts towards its proposal rate.
+  // plain step beside the others (depth_limit 0), still weighed in a closed batch's end;
+  // every lookup counts towards its proposal rate.
   std::vector<const Sequence*> load_sequences;
   int load_max = 0, other_rows = 0;
   double other_tokens = 0;
@@ -471,11 +472,6 @@ void Scheduler::step() {
       s->draft_limit = s->spec->proposal_limit();
       r.own.add_lookup(s->draft_limit > 0);
       r.pool->add_lookup(s->draft_limit > 0);
-      if (s->draft_limit == 0) {
-        other_rows += 1;
-        other_tokens += 1;
-        continue;
-      }
       load_sequences.push_back(s);
       load_max = std::max(load_max, r.options.draft.gamma);
     } else if (s->spec) {

@@ -845,6 +845,16 @@ TEST_CASE("the load policy weighs a closed batch by its slowest sequence", "[run
   load[3].proposal_rate = 0.1;
   CHECK(chooser.choose(0, 0, load, 4, false).gamma > 0);
   CHECK(chooser.choose(0, 0, load, 4, true).gamma == 0);
+  // The slow sequence has no n-gram match this step (depth_limit 0: a plain step): it still
+  // sets the closed batch's end, and its chain over the steps to come is not bounded by
+  // this step's lookup. Nothing can draft: plain.
+  load[3].depth_limit = 0;
+  CHECK(chooser.choose(0, 0, load, 4, false).gamma > 0);
+  CHECK(chooser.choose(0, 0, load, 4, true).gamma == 0);
+  load[3].proposal_rate = 1;  // it gains as the others do once it matches
+  CHECK(chooser.choose(0, 0, load, 4, true).gamma > 0);
+  for (LoadSequence& s : load) s.depth_limit = 0;
+  CHECK(chooser.choose(0, 0, load, 4, false).gamma == 0);
   // A proposal rate: own lookups with 8 pseudo-lookups at the others' (proposals + 1) /
   // (lookups + 1); 1 before any lookup failed (a model drafter always proposes).
   ChainAcceptance own, pool;
