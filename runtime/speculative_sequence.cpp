@@ -115,6 +115,9 @@ const VerifyResult& SpeculativeSequence::finish(std::span<const float> logits, S
   if (stats.accepted_at_depth.size() < result_.accepted_nodes.size())
     stats.accepted_at_depth.resize(result_.accepted_nodes.size());
   for (std::size_t d = 0; d < result_.accepted_nodes.size(); ++d) ++stats.accepted_at_depth[d];
+  const ChainStep chain = last_chain();
+  stats.siblings += chain.siblings;
+  stats.siblings_accepted += chain.sibling_accepted ? 1 : 0;
   return result_;
 }
 

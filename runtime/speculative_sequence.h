@@ -23,6 +23,8 @@ struct SpeculativeStats {
   long drafted = 0;                     // tree nodes proposed
   long accepted = 0;                    // tree nodes accepted
   std::vector<long> accepted_at_depth;  // [depth - 1] steps whose accepted path reached depth
+  long siblings = 0;                    // of the drafted nodes, siblings of a chain's first token (DraftBound::siblings)
+  long siblings_accepted = 0;           // steps whose accepted path began with such a sibling
   long target_forwards = 0;             // batched target forwards
   long target_rows = 0;                 // rows of those forwards
   double draft_s = 0, verify_forward_s = 0, sample_verify_s = 0, commit_s = 0;

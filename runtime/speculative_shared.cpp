@@ -31,6 +31,8 @@ nlohmann::json speculative_stats_json(const DraftOptions& d, const SpeculativeSt
       {"acceptance_rate", stats.drafted ? double(stats.accepted) / double(stats.drafted) : 0.0},
       {"mean_accepted_tokens", stats.steps ? double(emitted) / double(stats.steps) : 0.0},
       {"accepted_per_depth", per_depth},
+      {"siblings", stats.siblings},
+      {"siblings_accepted", stats.siblings_accepted},
       {"time_breakdown", {{"draft_s", stats.draft_s}, {"verify_forward_s", stats.verify_forward_s},
                           {"sample_verify_s", stats.sample_verify_s}, {"commit_s", stats.commit_s}}},
   };

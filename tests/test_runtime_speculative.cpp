@@ -593,6 +593,9 @@ TEST_CASE("speculative decoding with siblings keeps the target's output: greedy 
     release(from);
     INFO(siblings_accepted << " of " << samples << " first tokens were siblings");
     CHECK(siblings_accepted > samples / 50);
+    CHECK(stats.siblings == 2L * samples);
+    CHECK(stats.siblings_accepted == siblings_accepted);
+    CHECK(stats.drafted == 3L * samples);
     const std::vector<double> probs(p.begin(), p.end());
     const test::ChiSquare chi = test::chi_square(counts, probs);
     INFO("chi2 " << chi.statistic << " df " << chi.df << " p-value " << chi.p_value);
