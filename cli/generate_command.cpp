@@ -94,6 +94,9 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_option("--gamma", d.gamma, "Drafted tokens per step (chain, n-gram)")->default_val(4);
   cmd_->add_option("--tree", tree_, "Static tree branching, e.g. 3,2,1,1");
   cmd_->add_option("--tree-budget", d.tree_budget, "Dynamic tree with this many nodes")->default_val(0);
+  cmd_->add_option("--siblings", d.siblings,
+                   "Other candidates for a draft-model chain's first token, fixed length (the load policy chooses its own)")
+      ->default_val(0);
   cmd_->add_option("--ngram-min", d.ngram_min, "Shortest n-gram matched")->default_val(1);
   cmd_->add_option("--ngram-max", d.ngram_max, "Longest n-gram matched")->default_val(3);
   cmd_->add_flag("--adaptive", d.adaptive, "Adapt the chain length to acceptance");

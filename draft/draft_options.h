@@ -29,6 +29,7 @@ struct DraftOptions {
   int gamma = 4;                      // chain length (and n-gram proposal length)
   std::vector<int> tree;              // static tree branching, e.g. {3,2,1,1}; empty = chain
   int tree_budget = 0;                // > 0: dynamic tree with this many nodes
+  int siblings = 0;                   // fixed-length draft-model chains: other candidates for the first token (DraftBound::siblings)
   int ngram_min = 1;
   int ngram_max = 3;
   bool adaptive = false;              // adaptive chain length

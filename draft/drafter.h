@@ -37,13 +37,14 @@ struct Proposal {
 // A draft model's chain may also carry up to `siblings` other candidates for its first token,
 // drawn once the chain is complete from the root's draft distribution without the tokens
 // before them (sampled drafting; the verifier's kWithoutReplacement rule) or the next most
-// probable ones (greedy), within max_depth nodes in all: leaves the draft model never feeds,
-// tried by the verifier where the chain's first token is rejected. They cost a verify row
-// each and no draft forward.
+// probable ones (greedy), within max_nodes nodes in all (0: no bound): leaves the draft model
+// never feeds, tried by the verifier where the chain's first token is rejected. They cost a
+// verify row each and no draft forward.
 struct DraftBound {
   int max_depth = 0;
   double stop_below = 0;
   int siblings = 0;
+  int max_nodes = 0;
 };
 
 class Drafter {

@@ -42,6 +42,7 @@ void ModelDrafter::start(std::span<const int> committed, DraftBound bound, Philo
   max_depth_ = bound.max_depth;
   stop_below_ = bound.stop_below;
   siblings_ = bound.siblings;
+  max_nodes_ = bound.max_nodes;
   confidence_ = 1;
   root_position_ = total - 1;
   prefix_end_ = total;
@@ -144,7 +145,7 @@ void ModelDrafter::add_siblings() {
   TokenTree& tree = proposal_.tree;
   const int chain = tree.size();
   const bool is_chain = std::all_of(branching_.begin(), branching_.end(), [](int b) { return b == 1; });
-  const int wanted = std::min(siblings_, max_depth_ - chain);
+  const int wanted = max_nodes_ > 0 ? std::min(siblings_, max_nodes_ - chain) : siblings_;
   if (!is_chain || chain == 0 || wanted <= 0) return;
   const auto root_q = std::span<const float>(proposal_.q).first(static_cast<std::size_t>(vocab()));
   std::vector<int> others;

@@ -73,7 +73,7 @@ class ModelDrafter : public Drafter {
   void advance_static();
   void advance_dynamic();
   // Appends up to siblings_ other candidates for a finished chain's first token, within
-  // max_depth_ nodes in all.
+  // max_nodes_ nodes in all (0: no bound).
   void add_siblings();
   void push_children(int context, double base);
 
@@ -91,6 +91,7 @@ class ModelDrafter : public Drafter {
   int max_depth_ = 0;
   double stop_below_ = 0;    // DraftBound::stop_below
   int siblings_ = 0;         // DraftBound::siblings
+  int max_nodes_ = 0;        // DraftBound::max_nodes
   double confidence_ = 1;    // a chain's product of its tokens' draft probabilities so far
   int root_position_ = 0;
   int prefix_end_ = 0;       // cache length before the proposal's tree nodes

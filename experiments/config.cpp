@@ -87,6 +87,7 @@ nlohmann::json canonical_settings(const PointConfig& p) {
           {"backend", name_of(p.backend)}};
   // Keys with their defaults are left out, so the runs of configs written before them keep their ids.
   if (p.gamma_policy != GammaPolicy::kFixed) settings["draft"]["gamma_policy"] = name_of(p.gamma_policy);
+  if (d.siblings != 0) settings["draft"]["siblings"] = d.siblings;
   if (p.batch_size > 0) {
     settings["batch_size"] = p.batch_size;
     settings["request_rate"] = p.request_rate;

@@ -336,6 +336,7 @@ std::vector<ConfigField> make_fields() {
       int_field("draft.gamma", [](auto& s) -> auto& { return s.point.draft.gamma; }, 1),
       int_list_field<int>("draft.tree", [](auto& s) -> auto& { return s.point.draft.tree; }, 1, true, true),
       int_field("draft.budget", [](auto& s) -> auto& { return s.point.draft.tree_budget; }, 0),
+      int_field("draft.siblings", [](auto& s) -> auto& { return s.point.draft.siblings; }, 0),
       bool_field("draft.adaptive", [](auto& s) -> auto& { return s.point.draft.adaptive; }),
       int_field("draft.ngram_min", [](auto& s) -> auto& { return s.point.draft.ngram_min; }, 1),
       int_field("draft.ngram_max", [](auto& s) -> auto& { return s.point.draft.ngram_max; }, 1),

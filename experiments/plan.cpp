@@ -71,8 +71,9 @@ RunInfo describe(const PointConfig& p, const nlohmann::json& coords) {
     info.variant = "dynamic " + std::to_string(d.tree_budget);
   } else {
     info.shape = d.adaptive ? "adaptive" : "chain";
-    info.nodes = d.gamma;
+    info.nodes = d.gamma + d.siblings;
     info.variant = (d.adaptive ? "adaptive γ≤" : "γ=") + std::to_string(d.gamma);
+    if (d.siblings > 0) info.variant += " +" + std::to_string(d.siblings) + " sibling" + (d.siblings > 1 ? "s" : "");
     if (p.gamma_policy == GammaPolicy::kLoad) info.variant = "load γ≤" + std::to_string(d.gamma);
   }
   for (const auto& [axis, value] : coords.items()) {

@@ -37,6 +37,7 @@ OptionNames cli_option_names() {
       {"draft.gamma", "--gamma"},
       {"draft.tree", "--tree"},
       {"draft.budget", "--tree-budget"},
+      {"draft.siblings", "--siblings"},
       {"draft.adaptive", "--adaptive"},
       {"draft.gamma_policy", "--gamma-policy"},
       {"draft.ngram_min", "--ngram-min"},
@@ -64,8 +65,9 @@ KvLayout request_kv_layout(const Backend& backend, const GenerateOptions& option
 int draft_tree_nodes(const DraftOptions& d) {
   if (d.method == DraftMethod::kNgram) return d.gamma;
   if (d.tree_budget > 0) return d.tree_budget;
-  // An adaptive chain starts at gamma and grows up to kMaxAdaptiveGamma.
-  if (d.tree.empty()) return d.adaptive ? std::max(d.gamma, ModelDrafter::kMaxAdaptiveGamma) : d.gamma;
+  // An adaptive chain starts at gamma and grows up to kMaxAdaptiveGamma; a fixed one carries
+  // its first token's siblings beside it.
+  if (d.tree.empty()) return d.adaptive ? std::max(d.gamma, ModelDrafter::kMaxAdaptiveGamma) : d.gamma + d.siblings;
   return static_tree_nodes(d.tree);
 }
 
@@ -117,6 +119,13 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   const DraftOptions& d = o.draft;
   in_range("draft.gamma", d.gamma, 1, kMaxGamma);
   in_range("draft.budget", d.tree_budget, 0, kMaxTreeNodes);
+  in_range("draft.siblings", d.siblings, 0, kMaxTreeNodes);
+  SPECULA_CHECK(d.siblings == 0 || (d.method == DraftMethod::kModel && d.drafts_chain() && !d.adaptive &&
+                                    o.gamma_policy == GammaPolicy::kFixed && o.sampling.strategy != Strategy::kBeam),
+                names.at("draft.siblings"), " ", d.siblings, " adds candidates for the first token of a draft model's ",
+                "fixed-length chain: it needs ", names.name("draft.path"), " DIR and excludes ", names.name("draft.tree"),
+                ", ", names.name("draft.budget"), ", ", names.name("draft.adaptive"), ", ", names.name("draft.gamma_policy"),
+                " load (which chooses its own) and ", names.name("sampling.strategy"), " beam");
   for (int b : d.tree) SPECULA_CHECK(b >= 1, names.at("draft.tree"), ": every branching factor must be >= 1, got ", b);
   SPECULA_CHECK(d.tree.size() <= static_cast<std::size_t>(kMaxGamma), names.at("draft.tree"), " has ", d.tree.size(),
                 " levels, more than ", kMaxGamma);

@@ -508,11 +508,12 @@ void Scheduler::step() {
     if (!s->spec) continue;
     const Request& r = *s->request;
     // The bonus token needs room too: at most remaining - 1 drafted levels.
-    DraftBound bound{r.options.max_new_tokens - r.generated(s->sample) - 1};
+    DraftBound bound{r.options.max_new_tokens - r.generated(s->sample) - 1, 0, r.options.draft.siblings};
     if (r.options.gamma_policy == GammaPolicy::kLoad) {
       bound.max_depth = (scout && s != scout) || s->draft_limit == 0 ? 0 : std::min(bound.max_depth, load_choice.gamma);
       bound.stop_below = load_choice.stop_below;
       bound.siblings = scout ? 0 : load_choice.siblings;
+      bound.max_nodes = bound.max_depth;  // its rows: 1 + the chosen length
       if (bound.max_depth == 0) {
         s->spec->start_plain();
         continue;

@@ -23,7 +23,7 @@ nlohmann::json speculative_stats_json(const DraftOptions& d, const SpeculativeSt
   for (long count : stats.accepted_at_depth) per_depth.push_back(double(count) / double(stats.steps));
   return {
       {"draft", {{"method", name_of(d.method)}, {"model", d.model_dir}, {"gamma", d.gamma}, {"tree", d.tree},
-                 {"tree_budget", d.tree_budget}, {"adaptive", d.adaptive}, {"ngram_min", d.ngram_min},
+                 {"tree_budget", d.tree_budget}, {"siblings", d.siblings}, {"adaptive", d.adaptive}, {"ngram_min", d.ngram_min},
                  {"ngram_max", d.ngram_max}, {"draft_forwards", draft_forwards}}},
       {"steps", stats.steps},
       {"drafted", stats.drafted},

@@ -318,6 +318,11 @@ std::vector<Case> catalogue() {
   flag_case("block size above the cap", "--kv-block-size 100000", {"--kv-block-size", "100000"});
   flag_case("max new tokens near INT_MAX", "--max-new-tokens 2147483647", {"--max-new-tokens", "2147483647"});
   flag_case("zero samples", "--num-samples 0", {"--num-samples", "0"});
+  flag_case("negative siblings", "--draft '" + kModel + "' --siblings -1", {"--siblings", "-1"});
+  flag_case("siblings with n-grams", "--draft-method ngram --siblings 1", {"--siblings", "--draft"});
+  flag_case("siblings with a static tree", "--draft '" + kModel + "' --tree 2,2 --siblings 1", {"--siblings", "--tree"});
+  flag_case("siblings under the load policy", "--draft '" + kModel + "' --gamma-policy load --siblings 1",
+            {"--siblings", "--gamma-policy"});
   flag_case("tree with a tree budget", "--draft '" + kModel + "' --tree 2,2 --tree-budget 8", {"--tree", "--tree-budget"});
   flag_case("tree with adaptive", "--draft '" + kModel + "' --tree 2,2 --adaptive", {"--adaptive", "--tree"});
   flag_case("tree with n-grams", "--draft-method ngram --tree 2,2", {"--draft-method", "ngram", "--tree"});

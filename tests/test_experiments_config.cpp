@@ -92,7 +92,7 @@ TEST_CASE("unknown keys are errors naming file:line and the closest valid key", 
   require_error(minimal("", "gamma = 4\n"), {"@:5:1: unknown key 'run.gamma'; did you mean 'draft.gamma'?"});
   require_error(minimal("[draft]\nxyzzy_plugh = 4\n"),
                 {"@:6:1: unknown key 'draft.xyzzy_plugh'; valid: draft.name, draft.method, draft.path, draft.weights, draft.gamma, "
-                 "draft.tree, draft.budget, draft.adaptive, draft.ngram_min, draft.ngram_max"});
+                 "draft.tree, draft.budget, draft.siblings, draft.adaptive, draft.ngram_min, draft.ngram_max"});
   require_error("xyzzy_plugh = 4\n" + minimal(""),
                 {"@:1:1: unknown key 'xyzzy_plugh'; valid: title, target, draft, sampling, run, output, sweep"});
   require_error(minimal("", "prompts_per_domian = 2\n"), {"@:5:1: unknown key 'run.prompts_per_domian'; did you mean 'run.prompts_per_domain'?"});
@@ -193,6 +193,8 @@ TEST_CASE("checks across fields name the key, the file:line and the sweep point"
   require_error(minimal(draft + "tree = [2, 2]\nbudget = 8\n"),
                 {"@:9:10: draft.tree (a static tree) and draft.budget (a dynamic tree) exclude each other"});
   require_error(minimal("[draft]\nmethod = \"model\"\n"), {"@:6:10: draft.method model needs draft.path"});
+  require_error(minimal(draft + "siblings = 2\ngamma_policy = \"load\"\n"),
+                {"draft.siblings 2 adds candidates for the first token", "draft.gamma_policy load"});
   require_error(minimal("[draft]\nngram_min = 3\nngram_max = 2\n"), {"@:7:", "draft.ngram_max (2) must be >= draft.ngram_min (3)"});
   require_error(minimal(draft + "tree = [2, 2]\n[sweep]\n\"draft.budget\" = [0, 8]\n"),
                 {"@:10:22: draft.tree (a static tree) and draft.budget", "(sweep point draft.budget=8)"});
@@ -373,6 +375,28 @@ TEST_CASE("run.batch_size, run.request_rate and draft.gamma_policy parse, refuse
   require_error(minimal("[draft]\nmethod = \"ngram\"\ntree = [2, 1]\ngamma_policy = \"load\"\n", ""),
           {"draft.gamma_policy", "load chooses a chain's length each step: it needs a chain drafter"});
   require_error(minimal("[sweep]\n\"run.batch_size\" = [1, -4]\n", ""), {"run.batch_size must be an integer in [0, 4096], got -4"});
+}
+
+TEST_CASE("draft.siblings parses, joins the run's settings and names its variant", "[experiments]") {
+  ScratchDir dir;
+  const std::string draft = "[draft]\nmethod = \"model\"\npath = \"" + model_dir("draft-1m") + "\"\ngamma = 2\n";
+  const ExperimentConfig c = load_config(dir.write("ok.toml", minimal(draft + "siblings = 1\n", "")));
+  CHECK(c.base.point.draft.siblings == 1);
+  CHECK(request_options(c.base.point).draft.siblings == 1);
+  CHECK(canonical_settings(c.base.point).at("draft").at("siblings") == 1);
+  CHECK(canonical_settings(load_config(dir.write("resolved.toml", c.resolved_toml)).base.point) ==
+        canonical_settings(c.base.point));
+  // The default leaves the settings (and so every earlier run id) as they were.
+  CHECK_FALSE(canonical_settings(load_config(dir.write("none.toml", minimal(draft, ""))).base.point)
+                  .at("draft")
+                  .contains("siblings"));
+  const Plan plan = make_plan(c);
+  REQUIRE(plan.runs.size() == 2);
+  CHECK(plan.runs[1].info.variant == "γ=2 +1 sibling");
+  CHECK(plan.runs[1].info.nodes == 3);
+  require_error(minimal(draft + "siblings = -1\n", ""), {"draft.siblings must be an integer >= 0, got -1"});
+  require_error(minimal("[draft]\nmethod = \"ngram\"\nsiblings = 1\n", ""),
+                {"draft.siblings 1 adds candidates for the first token of a draft model's fixed-length chain"});
 }
 
 }  // namespace specula

@@ -79,6 +79,8 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
   ngram.gamma = 5;
   DraftOptions bf16_draft = model_draft("draft-1m", 2, {}, 0, false);
   bf16_draft.weights = DType::BF16;  // the F32 draft read as BF16: other proposals, the same output
+  DraftOptions siblings = model_draft("draft-1m", 2, {}, 0, false);
+  siblings.siblings = 2;
   const std::vector<Drafting> draftings = {
       {"draft-4m chain 4", model_draft("draft-4m", 4, {}, 0, false)},
       {"draft-1m chain 1", model_draft("draft-1m", 1, {}, 0, false)},
@@ -87,6 +89,7 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
       {"draft-1m adaptive chain", model_draft("draft-1m", 3, {}, 0, true)},
       {"ngram 1..3, gamma 5", ngram},
       {"draft-1m read as bf16, chain 2", bf16_draft},
+      {"draft-1m chain 2, 2 siblings", siblings},
   };
   // All 12 reference prompts and 64 tokens; the sanitizer build checks 3 prompts, 32 tokens.
   const auto prompts = reference_prompts();
@@ -102,6 +105,7 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
       CHECK(result["ids"] == expected);
       CHECK(result["stats"]["kv"]["blocks_in_use_at_end"] == 0);
       CHECK(result["stats"]["drafted"].get<long>() >= result["stats"]["accepted"].get<long>());
+      if (drafting.options.siblings > 0) CHECK(result["stats"]["siblings"].get<long>() > 0);
       if (!drafting.options.tree.empty()) {  // a real tree: more nodes per round than levels (a chain)
         CHECK(result["stats"]["drafted"].get<long>() >
               static_cast<long>(drafting.options.tree.size()) * result["stats"]["steps"].get<long>());
@@ -233,11 +237,14 @@ TEST_CASE("speculative sampling on the shared models: first tokens follow the ta
     d.tree_budget = budget;
     return d;
   };
+  DraftOptions with_siblings = drafting({}, 0);
+  with_siblings.siblings = 2;
   const std::vector<Case> cases = {
       {"chain, temperature 1", SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f), drafting({}, 0)},
       {"static tree 3,2, top-k 20", SamplingOptions::sample(1.0f, 20, 1.0f, 0.0f), drafting({3, 2}, 0)},
       {"dynamic tree 8, top-p 0.9", SamplingOptions::sample(0.8f, 0, 0.9f, 0.0f), drafting({}, 8)},
       {"static tree 2,2, min-p 0.05", SamplingOptions::sample(1.2f, 0, 1.0f, 0.05f), drafting({2, 2}, 0)},
+      {"chain and 2 siblings, temperature 1", SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f), with_siblings},
   };
   const Backend& target = store().get(test::model_dir("target-16m"));
   const int vocab = target.config().vocab_size;
@@ -286,6 +293,7 @@ TEST_CASE("speculative sampling on the shared models: first tokens follow the ta
     CHECK(chi.impossible == 0);
     CHECK(chi.p_value > 1e-3);
     CHECK(result["stats"]["accepted"].get<long>() > 0);
+    if (c.draft.siblings > 0) CHECK(result["stats"]["siblings_accepted"].get<long>() > 0);
   }
 }
 
@@ -435,11 +443,11 @@ TEST_CASE("speculative sampling with a confidence stop: second tokens follow the
 namespace specula {
 
 // Siblings (DraftBound::siblings): once a chain is complete, other candidates for its first
-// token, children of the root after the chain's nodes, within max_depth nodes in all. Sampled
+// token, children of the root after the chain's nodes, within max_nodes nodes in all. Sampled
 // drafting draws them from the root's draft distribution without the tokens before them (the
 // chain itself is the one drawn without siblings: the same random stream up to them); greedy
 // drafting takes the next most probable tokens.
-TEST_CASE("a draft chain's siblings are other candidates for its first token, within its max_depth nodes",
+TEST_CASE("a draft chain's siblings are other candidates for its first token, within its node budget",
           "[runtime][speculative]") {
   const Backend& draft = store().get(test::model_dir("draft-1m"));
   const auto softmax = make_sampler(SamplingOptions::sample());
@@ -483,14 +491,18 @@ TEST_CASE("a draft chain's siblings are other candidates for its first token, wi
     } else {
       CHECK(with.tree.tokens == std::vector<int>{ranked[0], ranked[1], ranked[2]});
     }
-    // Within max_depth nodes: room for one sibling beside a chain of one, none beside a full chain.
-    const Proposal capped = drafted(stochastic, {2, 1.0, 3});
+    // Within max_nodes nodes: room for one sibling beside a chain of one, none beside a full
+    // chain; with no node bound, every sibling asked for beside the full chain.
+    const Proposal capped = drafted(stochastic, {2, 1.0, 3, 2});
     CHECK(capped.tree.size() == 2);
     CHECK(capped.siblings == 1);
-    const Proposal full = drafted(stochastic, {2, 0.0, 3});
+    const Proposal full = drafted(stochastic, {2, 0.0, 3, 2});
     CHECK(full.tree.size() == 2);
     CHECK(full.tree.depth == std::vector<int>{1, 2});
     CHECK(full.siblings == 0);
+    const Proposal unbounded = drafted(stochastic, {2, 0.0, 3});
+    CHECK(unbounded.tree.depth == std::vector<int>{1, 2, 1, 1, 1});
+    CHECK(unbounded.siblings == 3);
   }
 }
 
