@@ -6,7 +6,6 @@
 
 #include "base/error.h"
 #include "draft/sibling_draw.h"
-#include "verify/residual.h"
 
 namespace specula {
 namespace {
@@ -143,29 +142,15 @@ void ModelDrafter::advance_static() {
 
 void ModelDrafter::add_siblings() {
   TokenTree& tree = proposal_.tree;
-  const int chain = tree.size();
-  const bool is_chain = std::all_of(branching_.begin(), branching_.end(), [](int b) { return b == 1; });
+  const int chain = tree.size();  // one node a level: a chain
   const int wanted = max_nodes_ > 0 ? std::min(siblings_, max_nodes_ - chain) : siblings_;
-  if (!is_chain || chain == 0 || wanted <= 0) return;
+  if (chain != static_cast<int>(level_) || chain == 0 || wanted <= 0) return;
+  // x_1 was drawn from q (sampled) or is its most probable token (greedy): the others are the
+  // next draws without replacement, or the next most probable.
   const auto root_q = std::span<const float>(proposal_.q).first(static_cast<std::size_t>(vocab()));
-  std::vector<int> others;
-  if (stochastic_) {
-    // x_1 was drawn from q: the next ones from q less the tokens before them.
-    Residual remaining(root_q);
-    remaining.remove(tree.tokens.front());
-    for (int j = 0; j < wanted; ++j) {
-      const int x = remaining.sample(rng_->uniform());
-      if (x < 0) break;
-      remaining.remove(x);
-      others.push_back(x);
-    }
-    if (!others.empty()) tree.draw.front() = SiblingDraw::kWithoutReplacement;
-  } else {
-    // x_1 is the most probable token: the next most probable ones.
-    others = draw_siblings(root_q, wanted + 1, SiblingDraw::kTopK, *rng_);
-    others.erase(std::remove(others.begin(), others.end(), tree.tokens.front()), others.end());
-    others.resize(std::min<std::size_t>(others.size(), static_cast<std::size_t>(wanted)));
-  }
+  const SiblingDraw mode = stochastic_ ? SiblingDraw::kWithoutReplacement : SiblingDraw::kTopK;
+  const std::vector<int> others = draw_siblings(root_q, wanted, mode, *rng_, tree.tokens.front());
+  if (stochastic_ && !others.empty()) tree.draw.front() = SiblingDraw::kWithoutReplacement;
   for (int x : others) tree.add_node(-1, x);
   proposal_.siblings = static_cast<int>(others.size());
 }

@@ -19,7 +19,8 @@ namespace specula {
 //                        renormalised, one uniform each; fewer than k once q is exhausted;
 //   kTopK:               the k most probable tokens, most probable first, ties to the
 //                        lowest id; no uniforms; only tokens with q > 0, so possibly fewer.
-// Draws are inverse-CDF (Residual::sample) with rng.uniform(). k must be >= 0.
-std::vector<int> draw_siblings(std::span<const float> q, int k, SiblingDraw mode, Philox& rng);
+// Draws are inverse-CDF (Residual::sample) with rng.uniform(). k must be >= 0. `exclude`: a
+// token never drawn, as if q held it at 0 (-1: none): the children after one already drawn.
+std::vector<int> draw_siblings(std::span<const float> q, int k, SiblingDraw mode, Philox& rng, int exclude = -1);
 
 }  // namespace specula
