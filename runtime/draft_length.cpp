@@ -256,7 +256,8 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
                                  : catch_up_rows * draft_.fewest() / draft_.fewest_rows();
   // Drafting at `drafting_rate`: kMargin faster than plain, and over the remaining tokens its
   // saving repays the catch-up.
-  const double margin = other_rows == 0 && n == 1 ? 0.0 : kMargin;
+  const bool lone = other_rows == 0 && n == 1;
+  const double margin = lone ? 0.0 : kMargin;
   const auto repays = [&](double drafting_rate, double catch_up_seconds) {
     return drafting_rate > plain_rate * (1 + margin) &&
            remaining * (1 / plain_rate - 1 / drafting_rate) > catch_up_seconds;
@@ -326,7 +327,7 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
     return {};
   }
   plain_steps_ = 0;
-  if (++drafted_steps_ == kPlainEvery) {
+  if (++drafted_steps_ >= (lone ? kLonePlainEvery : kPlainEvery)) {
     drafted_steps_ = 0;
     return {};  // the plain step's cost, measured again
   }

@@ -279,14 +279,17 @@ class DraftLengthChooser {
   // the chosen rate, a drafted token's cost in tokens, capped at 1.
   // Once it drafts, every kPlainEvery-th step it would draft is a plain step instead, so that
   // the plain step's cost stays measured (it is what drafting is compared with; otherwise it
-  // keeps the figure of the steps before drafting began); at batch 1, where drafting pays
-  // 1.3-1.6x, this costs about 1.5%. And once it has drafted and stopped, every kPlainEvery-th
+  // keeps the figure of the steps before drafting began); for a lone sequence (no other rows,
+  // n = 1) every kLonePlainEvery-th: its plain step drifts only with attention over its
+  // growing context, and at batch 1, where drafting pays 1.3-1.6x, each plain step in 16
+  // cost about 1.4%. And once it has drafted and stopped, every kPlainEvery-th
   // plain step drafts γ = 1 where that would pay with every drafted token accepted and the
   // catch-up costs no more than a plain step: acceptance and cost figures from a few steps
   // are not a verdict for good.
   LoadChoice choose(int other_rows, double other_tokens, std::span<const LoadSequence> load, int max_gamma,
                     bool closed = false);
   static constexpr int kPlainEvery = 16;
+  static constexpr int kLonePlainEvery = 64;
   // Drafting must promise this much more than plain's tokens a second: the model's figures
   // err (acceptance from a few steps, costs that drift with the context), and drafting has
   // costs it does not see (sequences that finish at different steps leave a tail of thin

@@ -621,10 +621,14 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
   const std::vector<double> one(1, 0.6);
   CHECK(idle.choose(0, 0, one, 4) > 0);
   // Drafting, every kPlainEvery-th step is plain, so the cost drafting is compared with stays
-  // measured: 2 of 32 steps.
-  int plain_steps = 0;
-  for (int i = 1; i < 2 * DraftLengthChooser::kPlainEvery; ++i) plain_steps += idle.choose(0, 0, one, 4) == 0;
-  CHECK(plain_steps == 2);
+  // measured: 2 of 32 steps beside another row; a lone sequence's every kLonePlainEvery-th.
+  for (const bool lone : {true, false}) {
+    DraftLengthChooser drafting = measured(6e-3, 2e-5);
+    const int every = lone ? DraftLengthChooser::kLonePlainEvery : DraftLengthChooser::kPlainEvery;
+    int plain_steps = 0;
+    for (int i = 0; i < 2 * every; ++i) plain_steps += drafting.choose(lone ? 0 : 1, lone ? 0 : 1, one, 4) == 0;
+    CHECK(plain_steps == 2);
+  }
   // 500 plain steps at 32 rows later (the policy's own choice) it still knows the longer
   // steps' cost and stays plain, where a fit that forgets would return to alternating.
   for (int i = 0; i < 500; ++i) {
