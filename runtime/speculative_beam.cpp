@@ -177,14 +177,7 @@ int speculative_beam_step(SpeculativeBeam& beam, const ForwardContext& target, S
   run_draft_forwards(beam.start_drafts());
   stats.draft_s += lap(mark);
 
-  const std::span<const SequenceRows> parts = beam.verify_rows();
-  const std::size_t vocab = static_cast<std::size_t>(target.backend.config().vocab_size);
-  std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * vocab);
-  target.run(parts, logits);
-  ++stats.target_forwards;
-  stats.target_rows += batch_rows(parts);
-  stats.verify_forward_s += lap(mark);
-  return beam.finish(logits, stats);
+  return beam.finish(verify_forward(beam.verify_rows(), target, stats, mark), stats);
 }
 
 }  // namespace specula

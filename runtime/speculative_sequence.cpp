@@ -134,6 +134,17 @@ const VerifyResult& SpeculativeSequence::step(DraftBound bound, SpeculativeStats
   return *speculative_step(std::span(&self, 1), std::span(&bound, 1), target_, stats).front();
 }
 
+std::vector<float> verify_forward(std::span<const SequenceRows> parts, const ForwardContext& target,
+                                  SpeculativeStats& stats, Clock::time_point start) {
+  const std::size_t vocab = static_cast<std::size_t>(target.backend.config().vocab_size);
+  std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * vocab);
+  target.run(parts, logits);
+  ++stats.target_forwards;
+  stats.target_rows += batch_rows(parts);
+  stats.verify_forward_s += lap(start);
+  return logits;
+}
+
 std::vector<const VerifyResult*> speculative_step(std::span<SpeculativeSequence* const> seqs,
                                                   std::span<const DraftBound> bounds, const ForwardContext& target,
                                                   SpeculativeStats& stats) {
@@ -143,12 +154,8 @@ std::vector<const VerifyResult*> speculative_step(std::span<SpeculativeSequence*
 
   std::vector<SequenceRows> parts;
   for (SpeculativeSequence* s : seqs) parts.push_back(s->verify_rows());
+  const std::vector<float> logits = verify_forward(parts, target, stats, mark);
   const std::size_t vocab = static_cast<std::size_t>(target.backend.config().vocab_size);
-  std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * vocab);
-  target.run(parts, logits);
-  ++stats.target_forwards;
-  stats.target_rows += batch_rows(parts);
-  stats.verify_forward_s += lap(mark);
 
   std::vector<const VerifyResult*> results;
   std::size_t row = 0;

@@ -1,6 +1,7 @@
 // defines: SpeculativeSequence, one sequence decoded speculatively step by step (draft,
 // verify forward, sampling + verification, commit) in phases a batched driver can
-// interleave with other sequences'; run_drafts, their batched draft phase; speculative_step,
+// interleave with other sequences'; run_drafts, their batched draft phase; verify_forward,
+// the target forward they share with speculative beam search; speculative_step,
 // a driver of whole steps: the draft forwards of all
 // sequences round by round (one call per draft cache), then one target forward with every
 // sequence's root and tree; and SpeculativeStats, the counters and times the steps accumulate.
@@ -8,6 +9,7 @@
 // target forward; tests drive sequences directly to inspect the caches between steps.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -122,6 +124,12 @@ class SpeculativeSequence {
 // call (each appended to `calls` when given); afterwards every verify_rows() is ready.
 void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
                 std::vector<DraftCall>* calls = nullptr);
+
+// The verify forward of a speculative step: `target`'s logits of `parts` (returned, [logit
+// rows of parts, vocab]), counted in `stats` (a target forward, its rows, and the seconds
+// from `start` in verify_forward_s).
+std::vector<float> verify_forward(std::span<const SequenceRows> parts, const ForwardContext& target,
+                                  SpeculativeStats& stats, std::chrono::steady_clock::time_point start);
 
 // One step of every sequence in `seqs` (their trees grown within bounds[i]), batched:
 // draft forwards of drafters sharing a forward context run as one call per round, and all
