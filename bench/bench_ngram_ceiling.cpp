@@ -25,13 +25,13 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <numeric>
 
 #include "base/rng.h"
 #include "bench/bench_support.h"
 #include "draft/ngram_proposer.h"
 #include "kv/kv_cache.h"
+#include "runtime/lap_timer.h"
 #include "sampling/sampler.h"
 
 namespace specula {
@@ -54,10 +54,6 @@ std::vector<int> continuations(std::span<const int> context) {
   return found;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // args: sampled (0 greedy, 1 T = 1)
 void BM_NgramCeiling(benchmark::State& state) {
   const bool sampled = state.range(0) != 0;
@@ -73,13 +69,13 @@ void BM_NgramCeiling(benchmark::State& state) {
   // One forward of `tokens` after `seq`'s cached slots, with the logits and target distribution
   // of `logit_rows` rows (all, or the last); its seconds.
   auto step = [&](KvCache& cache, int seq, std::span<const int> tokens, RowLogits rows) {
-    const auto t0 = std::chrono::steady_clock::now();
+    Clock::time_point mark = Clock::now();
     const std::size_t n = rows == RowLogits::kAll ? tokens.size() : 1;
     m.forward(cache, seq, tokens, std::span<const int>(positions).subspan(cache.length(seq), tokens.size()), rows,
               std::span(logits).first(n * vocab));
     for (std::size_t r = 0; r < n; ++r)
       sampler->distribution(std::span(logits).subspan(r * vocab, vocab), std::span(probs).subspan(r * vocab, vocab));
-    return seconds_since(t0);
+    return lap(mark);
   };
 
   static uint64_t runs = 0;
@@ -117,15 +113,7 @@ void BM_NgramCeiling(benchmark::State& state) {
       std::vector<bool> hit_first(kNewTokens), hit_all(kNewTokens);  // [position among the new tokens]
       for (int t = 0; t < kNewTokens; ++t) {
         if (t > 0) step(cache, seq, std::span(context).last(1), RowLogits::kLast);
-        int token;
-        if (sampled) {
-          const double u = rng.uniform();
-          double cdf = 0;
-          token = 0;
-          while (token + 1 < static_cast<int>(vocab) && (cdf += probs[static_cast<std::size_t>(token)]) <= u) ++token;
-        } else {
-          token = static_cast<int>(std::max_element(logits.begin(), logits.begin() + vocab) - logits.begin());
-        }
+        const int token = sampled ? sampler->draw(std::span(probs).first(vocab), rng) : argmax(std::span(logits).first(vocab));
         const TokenTree proposal = lookup.propose();
         const std::vector<int> offered = continuations(context);
         if (proposal.size() > 0 && (offered.empty() || offered.front() != proposal.tokens.front()))

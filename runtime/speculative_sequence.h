@@ -9,12 +9,12 @@
 // target forward; tests drive sequences directly to inspect the caches between steps.
 #pragma once
 
-#include <chrono>
 #include <memory>
 #include <vector>
 
 #include "draft/drafter.h"
 #include "engine/forward.h"
+#include "runtime/lap_timer.h"
 #include "sampling/sampler.h"
 #include "verify/verifier.h"
 
@@ -129,7 +129,7 @@ void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const Draf
 // rows of parts, vocab]), counted in `stats` (a target forward, its rows, and the seconds
 // from `start` in verify_forward_s).
 std::vector<float> verify_forward(std::span<const SequenceRows> parts, const ForwardContext& target,
-                                  SpeculativeStats& stats, std::chrono::steady_clock::time_point start);
+                                  SpeculativeStats& stats, Clock::time_point start);
 
 // One step of every sequence in `seqs` (their trees grown within bounds[i]), batched:
 // draft forwards of drafters sharing a forward context run as one call per round, and all
