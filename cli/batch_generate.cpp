@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
-#include "engine/chat_template.h"
+#include "text/chat_template.h"
 #include "experiments/prompts.h"
 #include "runtime/batch_run.h"
 #include "runtime/generate.h"

@@ -8,7 +8,7 @@
 
 #include "base/enum_names.h"
 #include "base/error.h"
-#include "engine/chat_template.h"
+#include "text/chat_template.h"
 #include "runtime/generate.h"
 
 namespace specula::cli {

@@ -2,7 +2,7 @@
 
 #include <iostream>
 
-#include "engine/checkpoint_writer.h"
+#include "model/checkpoint_writer.h"
 #include "base/error.h"
 
 namespace specula::cli {

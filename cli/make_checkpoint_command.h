@@ -1,5 +1,5 @@
 // defines: MakeCheckpointCommand, `specula make-checkpoint --out DIR`: a random-weight LLaMA
-// checkpoint of a named or given shape (engine/checkpoint_writer.h), for speed work at sizes
+// checkpoint of a named or given shape (model/checkpoint_writer.h), for speed work at sizes
 // the bundled models do not reach.
 #pragma once
 

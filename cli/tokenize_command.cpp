@@ -3,9 +3,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "engine/chat_template.h"
+#include "text/chat_template.h"
 #include "base/error.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace specula::cli {
 

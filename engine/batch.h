@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/model_config.h"
+#include "model/model_config.h"
 #include "kv/block_tables.h"
 
 namespace specula {

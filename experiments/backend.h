@@ -25,7 +25,7 @@ class GenerationBackend {
  public:
   virtual ~GenerationBackend() = default;
   // Token ids of `prompt` for the model in `model_dir`: its text under the model's tokenizer,
-  // BOS first, its messages rendered with the model's chat_template (engine/chat_template.h
+  // BOS first, its messages rendered with the model's chat_template (text/chat_template.h
   // encode_chat), or its ids as given.
   virtual std::vector<int> tokenize(const std::string& model_dir, const Prompt& prompt) = 0;
   // Throws SpeculaError when `options` cannot run (an unsupported combination, a prompt

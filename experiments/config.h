@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/chat_template.h"
+#include "text/chat_template.h"
 #include "runtime/generate_options.h"
 
 namespace specula {

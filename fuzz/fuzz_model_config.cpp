@@ -1,7 +1,7 @@
 // Fuzz target: config.json as parse_model_config reads it, then the same text as a
 // generation_config.json over the bundled draft's config. Seeds: the bundled config.json and
 // generation_config.json files.
-#include "engine/model_config.h"
+#include "model/model_config.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

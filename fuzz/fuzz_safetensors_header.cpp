@@ -1,6 +1,6 @@
 // Fuzz target: a safetensors file (8-byte header length, JSON header, data) as
 // SafetensorsFile maps and validates it. Seeds: the bundled models' headers.
-#include "engine/safetensors.h"
+#include "model/safetensors.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -3,7 +3,7 @@
 // Seeds: models/target-16m/model.safetensors.index.json.
 #include <filesystem>
 
-#include "engine/safetensors.h"
+#include "model/safetensors.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -10,7 +10,7 @@
 #include <tuple>
 
 #include "engine/backend.h"
-#include "engine/model.h"
+#include "model/model.h"
 
 namespace specula {
 

@@ -9,8 +9,8 @@ import pathlib
 import re
 import sys
 
-RANK = {"base": 0, "kv": 1, "sampling": 1, "verify": 1, "engine": 2, "draft": 3, "runtime": 4,
-        "experiments": 5, "cli": 6}
+RANK = {"base": 0, "kv": 1, "sampling": 1, "verify": 1, "text": 1, "model": 2, "engine": 3, "draft": 4,
+        "runtime": 5, "experiments": 6, "cli": 7}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/')
 
 def main(root: pathlib.Path) -> int:

@@ -14,11 +14,11 @@
 #include <sys/resource.h>
 #include <vector>
 
-#include "engine/checkpoint_writer.h"
+#include "model/checkpoint_writer.h"
 #include "base/error.h"
-#include "engine/model.h"
-#include "engine/model_config.h"
-#include "engine/safetensors.h"
+#include "model/model.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
 #include "tests/test_engine_support.h"
 #include "tests/test_support.h"
 

@@ -9,9 +9,9 @@
 #include <cmath>
 #include <vector>
 
-#include "engine/checkpoint_writer.h"
+#include "model/checkpoint_writer.h"
 #include "engine/cpu/matmul.h"
-#include "engine/model.h"
+#include "model/model.h"
 #include "tests/test_engine_support.h"
 #include "tests/test_support.h"
 

@@ -10,7 +10,7 @@
 #include <numeric>
 #include <vector>
 
-#include "engine/model.h"
+#include "model/model.h"
 #include "tests/test_engine_support.h"
 #include "tests/test_support.h"
 

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "base/error.h"
-#include "engine/model.h"
-#include "engine/model_config.h"
-#include "engine/safetensors.h"
+#include "model/model.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
 #include "tests/test_engine_support.h"
 #include "tests/test_support.h"
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_config.h"
-#include "engine/tokenizer.h"
+#include "model/model_config.h"
+#include "text/tokenizer.h"
 #include "tests/test_support.h"
 
 namespace specula {

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/chat_template.h"
+#include "text/chat_template.h"
 #include "base/error.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tests/test_support.h"
 
 namespace specula {

@@ -15,7 +15,7 @@
 #include "base/dtype.h"
 #include "engine/backend.h"
 #include "draft/draft_options.h"
-#include "engine/safetensors.h"
+#include "model/safetensors.h"
 
 namespace specula::test {
 

@@ -17,7 +17,7 @@
 
 #include "engine/cpu/matmul_isa.h"
 #include "engine/cpu/packed_weights.h"
-#include "engine/safetensors.h"
+#include "model/safetensors.h"
 
 namespace specula::cpu {
 

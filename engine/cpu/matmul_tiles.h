@@ -39,7 +39,7 @@
 #include "engine/cpu/threads.h"
 #include "base/error.h"
 #include "base/region_check.h"
-#include "engine/safetensors.h"
+#include "model/safetensors.h"
 
 namespace specula::cpu {
 namespace {

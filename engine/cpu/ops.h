@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/model_config.h"
+#include "model/model_config.h"
 
 namespace specula::cpu {
 

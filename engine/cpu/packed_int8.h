@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "engine/safetensors.h"
+#include "model/safetensors.h"
 
 namespace specula::cpu {
 

@@ -21,7 +21,7 @@
 #include <optional>
 
 #include "engine/cpu/matmul_isa.h"
-#include "engine/safetensors.h"
+#include "model/safetensors.h"
 
 namespace specula::cpu {
 

@@ -5,7 +5,7 @@
 
 #include <immintrin.h>
 
-#include "engine/safetensors.h"
+#include "model/safetensors.h"
 
 namespace specula::cpu {
 namespace {

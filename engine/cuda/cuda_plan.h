@@ -17,7 +17,7 @@
 
 #include "base/dtype.h"
 #include "engine/batch.h"
-#include "engine/model.h"
+#include "model/model.h"
 #include "kv/kv_plan.h"
 #include "kv/page_storage.h"
 

@@ -11,7 +11,7 @@
 
 #include "base/dtype.h"
 #include "engine/batch.h"
-#include "engine/safetensors.h"
+#include "model/safetensors.h"
 #include "kv/kv_plan.h"
 #include "kv/page_storage.h"
 

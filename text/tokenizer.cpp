@@ -1,11 +1,11 @@
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
-#include "engine/tokenizer_backend.h"
+#include "text/tokenizer_backend.h"
 
 namespace specula {
 

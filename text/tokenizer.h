@@ -11,8 +11,8 @@
 
 namespace specula {
 
-// The implementations (engine/tokenizer_sentencepiece.cpp, engine/tokenizer_bpe.cpp) behind
-// Tokenizer; see engine/tokenizer_backend.h.
+// The implementations (text/tokenizer_sentencepiece.cpp, text/tokenizer_bpe.cpp) behind
+// Tokenizer; see text/tokenizer_backend.h.
 class TokenizerBackend;
 
 class Tokenizer {

@@ -1,4 +1,4 @@
-#include "engine/chat_template.h"
+#include "text/chat_template.h"
 
 #include <ctime>
 #include <filesystem>
@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "base/error.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace specula {
 namespace {

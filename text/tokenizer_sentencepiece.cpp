@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "base/error.h"
-#include "engine/tokenizer_backend.h"
+#include "text/tokenizer_backend.h"
 
 namespace specula {
 namespace {

@@ -1,4 +1,4 @@
-#include "engine/model_config.h"
+#include "model/model_config.h"
 
 #include <algorithm>
 #include <array>

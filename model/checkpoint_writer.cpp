@@ -1,4 +1,4 @@
-#include "engine/checkpoint_writer.h"
+#include "model/checkpoint_writer.h"
 
 #include <algorithm>
 #include <array>
@@ -9,7 +9,7 @@
 
 #include "base/error.h"
 #include "base/memory.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "base/rng.h"
 
 namespace specula {

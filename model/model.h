@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_config.h"
-#include "engine/safetensors.h"
-#include "engine/tokenizer.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
+#include "text/tokenizer.h"
 #include "kv/page_storage.h"
 
 namespace specula {

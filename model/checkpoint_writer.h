@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_config.h"
-#include "engine/safetensors.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
 
 namespace specula {
 

@@ -1,7 +1,7 @@
 // defines: BpeSpec (a BPE tokenizer as Hugging Face tokenizer.json describes it, the parts
 // this code implements: normaliser, pre-tokeniser, model, post-processor and decoder steps)
-// and make_bpe_tokenizer, its TokenizerBackend (engine/tokenizer_bpe.cpp). Loading and
-// validating the JSON is engine/tokenizer_json.cpp's.
+// and make_bpe_tokenizer, its TokenizerBackend (text/tokenizer_bpe.cpp). Loading and
+// validating the JSON is text/tokenizer_json.cpp's.
 #pragma once
 
 #include <memory>
@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/tokenizer_backend.h"
+#include "text/tokenizer_backend.h"
 
 namespace specula {
 

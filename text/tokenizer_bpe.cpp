@@ -2,7 +2,7 @@
 // (added tokens split out, normaliser, pre-tokeniser, BPE merges by rank, post-processor;
 // decoder steps on the way back), checked against @huggingface/tokenizers by
 // tests/test_engine_tokenizer_json.cpp.
-#include "engine/tokenizer_bpe.h"
+#include "text/tokenizer_bpe.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

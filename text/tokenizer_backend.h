@@ -28,11 +28,11 @@ class TokenizerBackend {
   virtual uint64_t fingerprint() const = 0;
 };
 
-// A SentencePiece tokenizer.model (engine/tokenizer_sentencepiece.cpp); `legacy` is
+// A SentencePiece tokenizer.model (text/tokenizer_sentencepiece.cpp); `legacy` is
 // tokenizer_config.json's (how text after a special token is encoded; true when unset).
 std::unique_ptr<TokenizerBackend> load_sentencepiece_tokenizer(const std::string& model_path, bool legacy = true);
 // A Hugging Face tokenizer.json and, when `config_path` exists, its tokenizer_config.json
-// (engine/tokenizer_json.cpp, over engine/tokenizer_bpe.h).
+// (text/tokenizer_json.cpp, over text/tokenizer_bpe.h).
 std::unique_ptr<TokenizerBackend> load_json_tokenizer(const std::string& json_path, const std::string& config_path);
 
 // 64-bit FNV-1a; each add() hashes the length first, so field boundaries count.

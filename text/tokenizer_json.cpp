@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "base/error.h"
-#include "engine/tokenizer_bpe.h"
+#include "text/tokenizer_bpe.h"
 
 namespace specula {
 namespace {
