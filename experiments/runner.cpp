@@ -103,12 +103,16 @@ std::string result_notes(const SummaryDigest& digest, const nlohmann::json& reco
 }
 
 // What every results line of this session records about the machine and the build (the
-// line adds its threads and the load average when it started).
-nlohmann::json session_machine(GenerationBackend& backend) {
+// line adds its threads and the load average when it started). The GPU is asked for only
+// where a run uses one: a CPU session never loads the CUDA module.
+nlohmann::json session_machine(GenerationBackend& backend, const Plan& plan) {
+  const bool uses_gpu = std::any_of(plan.runs.begin(), plan.runs.end(), [](const PlannedRun& r) {
+    return request_options(r.config).backend != BackendKind::kCpu;
+  });
   return {{"cpu", cpu_model()},        {"logical_cores", std::thread::hardware_concurrency()},
           {"isa", matmul_isa_name()},  {"compiler", compiler_name()},
           {"build_type", build_type()}, {"version", specula_version()},
-          {"gpu", backend.device_name()}};
+          {"gpu", uses_gpu ? backend.device_name() : "none"}};
 }
 
 // experiment.json, with this session appended to those of earlier runs into `dir`.
@@ -300,7 +304,7 @@ int run_experiment(const std::string& config_path, GenerationBackend& backend, c
     fs::copy_file(config.file, dir / "config.toml", fs::copy_options::overwrite_existing);
   }
   write_file(dir / "config.resolved.toml", config.resolved_toml);
-  const nlohmann::json machine = session_machine(backend);
+  const nlohmann::json machine = session_machine(backend, plan);
   record_session(dir, config, machine, plan.jobs.size());
   if (existing.cut_line) log << "results.jsonl: dropped a last line cut short by a crash; it is redone\n";
 

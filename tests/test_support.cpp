@@ -34,12 +34,12 @@ std::string slurp(const std::filesystem::path& path) {
   return text.str();
 }
 
-Outcome run_specula(const std::string& args) {
+Outcome run_specula(const std::string& args, const std::string& env) {
   static int counter = 0;
   namespace fs = std::filesystem;
   const fs::path base = fs::temp_directory_path() /
                         ("specula-test-cli-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-  const std::string command = std::string("'") + SPECULA_BINARY + "' " + args + " >'" + base.string() +
+  const std::string command = env + (env.empty() ? "" : " ") + "'" + SPECULA_BINARY + "' " + args + " >'" + base.string() +
                               ".out' 2>'" + base.string() + ".err' </dev/null";
   const int raw = std::system(command.c_str());
   Outcome o;

@@ -40,7 +40,8 @@ struct Outcome {
   std::string out, err;
 };
 
-// Runs `specula <args>` (args are shell words, already quoted where needed), stdin empty.
-Outcome run_specula(const std::string& args);
+// Runs `specula <args>` (args are shell words, already quoted where needed), stdin empty, with
+// the environment's assignments in `env` ("NAME=value ...", shell words) added.
+Outcome run_specula(const std::string& args, const std::string& env = "");
 
 }  // namespace specula::test

@@ -1,8 +1,8 @@
 // defines: make_cuda_backend, the CUDA backend behind the engine seam (engine/backend.h), in a
 // CUDA-free header: weights uploaded once in bf16, KV pages in device memory (kv_layout()
 // says device_pages), the forward pass of engine/cuda/*.cu, decode steps replayed as CUDA
-// graphs, memory planned at construction (cuda_plan.h). A build without CUDA links
-// device_stub.cpp's version, which refuses.
+// graphs, memory planned at construction (cuda_plan.h). The program's version (cuda_loader.cpp)
+// forwards to the CUDA module and refuses where it cannot be loaded or the build has no CUDA.
 #pragma once
 
 #include <memory>

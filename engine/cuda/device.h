@@ -1,6 +1,7 @@
 // defines: cuda_device_count and cuda_unavailable_reason, the CUDA-free host view of
 // whether a GPU can be used (any error from the CUDA runtime means "no GPU"); cuda_device_name
-// and cuda_copy_bandwidth, what the benchmarks report of the card.
+// and cuda_copy_bandwidth, what the benchmarks report of the card. The first call loads the
+// CUDA module (cuda_loader.cpp).
 #pragma once
 
 #include <cstddef>
@@ -8,8 +9,8 @@
 
 namespace specula {
 
-// Number of usable CUDA devices; 0 when the build has no CUDA or the runtime reports an
-// error (no driver, no device).
+// Number of usable CUDA devices; 0 when the build has no CUDA, the module cannot be loaded or
+// the runtime reports an error (no driver, no device).
 int cuda_device_count();
 // Why no device is usable ("" when one is).
 std::string cuda_unavailable_reason();

@@ -2,7 +2,8 @@
 // fills the device outputs with NaN first (so an unwritten element fails), runs one launcher on
 // a stream of its own and returns what the kernel wrote, so that tests compare every kernel
 // with the CPU function it must equal. Pages travel as a host PageStorage (F32), converted to
-// `page_dtype` on the device and back. Without CUDA (device_stub.cpp) every function throws.
+// `page_dtype` on the device and back. Without the CUDA module (cuda_loader.cpp) every function
+// throws.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,29 @@
+// The module's one exported symbol: the table of its entry points (cuda_module.h).
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/cuda_module.h"
+#include "engine/cuda/device.h"
+
+namespace {
+
+constexpr specula::cuda::CudaModule kModule = {
+    specula::cuda::kCudaModuleAbi,
+    sizeof(specula::cuda::CudaModule),
+    &specula::cuda_device_count,
+    &specula::cuda_unavailable_reason,
+    &specula::cuda_device_name,
+    &specula::cuda_copy_bandwidth,
+    &specula::cuda::make_cuda_backend,
+    &specula::cuda::harness::embed,
+    &specula::cuda::harness::rms_norm,
+    &specula::cuda::harness::silu_mul,
+    &specula::cuda::harness::matmul,
+    &specula::cuda::harness::qk_rope_store,
+    &specula::cuda::harness::attention,
+    &specula::cuda::harness::kv_copies,
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const specula::cuda::CudaModule* specula_cuda_module() {
+  return &kModule;
+}
