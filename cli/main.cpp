@@ -39,6 +39,11 @@ int main(int argc, char** argv) {
   specula::cli::ReportCommand report(app);
   specula::cli::MakeCheckpointCommand make_checkpoint(app);
   specula::cli::TokenizeCommand tokenize(app);
+  // The first argument that is not a flag names the command.
+  if (argc > 1 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* c) { return c->check_name(argv[1]); }).empty()) {
+    std::fprintf(stderr, "specula: error: unknown command '%s'\n", argv[1]);
+    return 1;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
