@@ -58,9 +58,9 @@ struct RunSummary {
   double cpu_share = 0;                 // Σ machine.cpu_s / Σ (machine.wall_s · machine.threads):
                                         //   the share of the jobs' time their threads had a CPU
                                         //   (1 with one thread on a core of its own; NaN when absent)
-  double draft_share = 0;               // Σ time_breakdown.draft_s / Σ decode time (new_tokens /
-                                        //   decode_tokens_per_s: prefill left out), etc., over
-                                        //   the lines that have a time_breakdown
+  double draft_share = 0;               // Σ time_breakdown.draft_s / Σ stats.decode_s (prefill
+                                        //   left out), etc., over the lines that have a
+                                        //   time_breakdown
   double verify_share = 0;
   double sample_share = 0;
   double commit_share = 0;

@@ -48,8 +48,7 @@ void fold(SummaryDigest::Group& g, const nlohmann::json& line, int gamma) {
   g.rounds += steps;
   g.tau_sum += stat(s, "mean_accepted_tokens") * steps;
   if (const auto b = s.find("time_breakdown"); b != s.end()) {
-    const double rate = stat(s, "decode_tokens_per_s");
-    if (rate > 0) g.decode_time += stat(s, "new_tokens") / rate;
+    g.decode_time += stat(s, "decode_s");
     g.draft_s += b->value("draft_s", 0.0);
     g.verify_s += b->value("verify_forward_s", 0.0);
     g.sample_s += b->value("sample_verify_s", 0.0);

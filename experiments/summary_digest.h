@@ -26,7 +26,7 @@ struct SummaryDigest {
     double drafted = 0, accepted = 0, rounds = 0, tau_sum = 0;  // tau_sum: Σ mean_accepted_tokens · rounds
     double full_rounds = 0;   // rounds whose accepted path reached depth γ
     double draft_s = 0, verify_s = 0, sample_s = 0, commit_s = 0;  // stats.time_breakdown
-    double decode_time = 0;   // Σ new_tokens / decode_tokens_per_s of the lines with a time_breakdown
+    double decode_time = 0;   // Σ stats.decode_s of the lines with a time_breakdown
     double cpu_s = 0, thread_wall_s = 0;  // Σ machine.cpu_s, Σ machine.wall_s · threads
     std::vector<double> reached;           // [d]: rounds whose accepted path reached depth d + 1
   };

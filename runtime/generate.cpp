@@ -117,7 +117,9 @@ nlohmann::json request_json(const Model& target, const GenerateOptions& options,
   int new_tokens = 0;
   for (const auto& ids : out.samples) new_tokens += static_cast<int>(ids.size());
   const int prompt_len = static_cast<int>(options.prompt_ids.size());
-  const double prefill_s = out.prefilled_s - out.submitted_s, decode_s = out.finished_s - out.prefilled_s;
+  const double queue_s = out.started_s - out.submitted_s, prefill_s = out.prefilled_s - out.started_s,
+               decode_s = out.finished_s - out.prefilled_s;
+  const int decoded_tokens = new_tokens - out.tokens_from_prompt;
   const KvStats& reported_kv = out.own_kv ? *out.own_kv : kv;  // a beam search ran in a cache of its own
   const SamplingOptions& s = options.sampling;
   nlohmann::json sampler = {{"strategy", name_of(s.strategy)}};
@@ -130,9 +132,11 @@ nlohmann::json request_json(const Model& target, const GenerateOptions& options,
   nlohmann::json stats = {
       {"prompt_tokens", prompt_len},
       {"new_tokens", new_tokens},
-      {"time_s", prefill_s + decode_s},
+      {"time_s", queue_s + prefill_s + decode_s},
+      {"queue_s", queue_s},
+      {"decode_s", decode_s},
       {"prefill_tokens_per_s", prefill_s > 0 ? prompt_len / prefill_s : 0.0},
-      {"decode_tokens_per_s", decode_s > 0 ? new_tokens / decode_s : 0.0},
+      {"decode_tokens_per_s", decode_s > 0 ? decoded_tokens / decode_s : 0.0},
       {"target_forwards", out.target_forwards},
       {"target_rows", out.target_rows},
       {"sampler", sampler},

@@ -205,6 +205,7 @@ void Scheduler::start_root(Request& r) {
   root->order = next_order_++;
   root->tokens = r.options.prompt_ids;
   root->seq = cache_.create();
+  if (r.out.started_s == 0) r.out.started_s = now();
   Sequence& s = *root;
   live_.push_back(std::move(root));
   if (s.feed_target() == 0) root_fed(s, {});  // a one-token prompt whose first token is verified
@@ -212,7 +213,6 @@ void Scheduler::start_root(Request& r) {
 
 void Scheduler::root_fed(Sequence& root, std::span<const float> logits) {
   Request& r = *root.request;
-  if (r.out.prefilled_s == 0) r.out.prefilled_s = now();
   r.root_target = root.seq;
   // The draft model's copy of the prompt, forked by every sample's drafter (a lazy one's
   // drafters start empty and catch up).
@@ -220,6 +220,7 @@ void Scheduler::root_fed(Sequence& root, std::span<const float> logits) {
     std::vector<float> unused;
     r.root_draft = prefill(r.draft->context, std::span(root.tokens).first(static_cast<std::size_t>(root.feed_target())), unused);
   }
+  if (r.out.prefilled_s == 0) r.out.prefilled_s = now();
   r.root_logits.assign(logits.begin(), logits.end());
   const auto it = std::find_if(live_.begin(), live_.end(), [&](const auto& p) { return p.get() == &root; });
   live_.erase(it);
@@ -255,7 +256,9 @@ void Scheduler::fork_samples(Request& r) {
     const int token = r.sampler->draw(probs, s.rng);
     s.tokens.push_back(token);
     bool done = false;
+    const std::size_t before = r.out.samples[static_cast<std::size_t>(s.sample)].size();
     emit(s, std::span(&token, 1), done);
+    r.out.tokens_from_prompt += static_cast<int>(r.out.samples[static_cast<std::size_t>(s.sample)].size() - before);
     if (done) {
       finish(s);
     } else if (r.speculative()) {
@@ -354,8 +357,13 @@ void Scheduler::run_beam(Request& r) {
   DecodeRun run = r.options.draft.method == DraftMethod::kNone
                       ? decode_beam(target_, r.options, r.sink)
                       : decode_speculative_beam(models_, target_, r.options, r.sink);
+  r.out.started_s = start;
   r.out.prefilled_s = start + run.prefill_s;
   r.out.samples = std::move(run.samples);
+  // Plain beam search draws every hypothesis's first token from the prompt's logits; the
+  // speculative one verifies it in its first step.
+  if (r.options.draft.method == DraftMethod::kNone)
+    for (const auto& hypothesis : r.out.samples) r.out.tokens_from_prompt += hypothesis.empty() ? 0 : 1;
   r.out.target_forwards = run.target_forwards;
   r.out.target_rows = run.target_forwards_rows;
   r.out.extra = std::move(run.extra);

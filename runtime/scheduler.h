@@ -29,13 +29,15 @@ struct RequestOutcome {
   std::vector<std::vector<int>> samples;  // new tokens of each sample (beam: the n-best)
   // Times in seconds on the scheduler's clock (Scheduler::now()).
   double submitted_s = 0;
-  double prefilled_s = 0;    // its prompt is in the cache (first tokens can be drawn)
+  double started_s = 0;      // first admitted: its prefill began (queue wait = started - submitted)
+  double prefilled_s = 0;    // its prompt is in the target's cache and the draft model's (when fed at admission)
   double first_token_s = 0;  // its first token was emitted
   double finished_s = 0;     // every sample complete, every block freed
   std::vector<double> token_s;  // when each of sample 0's tokens was emitted
   int target_forwards = 0;      // target forwards that held rows of this request
   int target_rows = 0;          // its rows in them
   int preemptions = 0;          // times one of its sequences was preempted (and later recomputed)
+  int tokens_from_prompt = 0;   // new tokens drawn from the prefill's logits, not from a decode forward
   SpeculativeStats spec;        // speculative requests: drafts, acceptance; times are step wall times
   long draft_forwards = 0;
   nlohmann::json extra;         // beam search: its hypotheses' scores

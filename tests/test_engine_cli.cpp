@@ -67,8 +67,16 @@ TEST_CASE("cli: generate --json prints ids, text and stats", "[engine][cli]") {
   const auto j = nlohmann::json::parse(o.out);
   CHECK(j.at("ids").size() == 5);
   CHECK(j.at("text").is_string());
-  for (const char* key : {"prompt_tokens", "new_tokens", "time_s", "prefill_tokens_per_s", "decode_tokens_per_s"})
-    CHECK(j.at("stats").contains(key));
+  const nlohmann::json& stats = j.at("stats");
+  for (const char* key : {"prompt_tokens", "new_tokens", "time_s", "queue_s", "decode_s", "prefill_tokens_per_s", "decode_tokens_per_s"})
+    REQUIRE(stats.contains(key));
+  // The first token comes from the prefill's logits: the decode rate counts the other four
+  // over their forwards' time, and the time is the queue wait, the prefill and the decode.
+  const double queue = stats.at("queue_s"), decode = stats.at("decode_s"), time = stats.at("time_s");
+  CHECK(stats.at("decode_tokens_per_s").get<double>() * decode == Approx(4));
+  const double prefill = 3 / stats.at("prefill_tokens_per_s").get<double>();
+  CHECK(queue >= 0);
+  CHECK(queue + prefill + decode == Approx(time).epsilon(1e-6));
   CHECK(j.at("stats").at("prompt_tokens") == 3);
   CHECK(j.at("stats").at("kv").at("block_size") == 16);
   CHECK(j.at("stats").at("kv").at("blocks_in_use_at_end") == 0);
@@ -110,7 +118,8 @@ std::vector<nlohmann::json> stable_lines(const fs::path& path) {
     nlohmann::json j = nlohmann::json::parse(line);
     j.erase("machine");
     nlohmann::json& stats = j["stats"];
-    for (const char* timing : {"time_s", "prefill_tokens_per_s", "decode_tokens_per_s", "time_breakdown"}) stats.erase(timing);
+    for (const char* timing : {"time_s", "queue_s", "decode_s", "prefill_tokens_per_s", "decode_tokens_per_s", "time_breakdown"})
+      stats.erase(timing);
     lines.push_back(std::move(j));
   }
   return lines;

@@ -79,19 +79,19 @@ nlohmann::json line(const RunInfo& r, const std::string& prompt, int prompt_inde
 // One second of decoding after 0.5 s of prefill.
 nlohmann::json plain(double tps) {
   return {{"decode_tokens_per_s", tps}, {"target_forwards", 9}, {"drafted", 0}, {"accepted", 0},
-          {"new_tokens", tps}, {"time_s", 1.5}};
+          {"new_tokens", tps}, {"decode_s", 1.0}, {"time_s", 1.5}};
 }
 
 // `reached[d]`: rounds whose accepted path reached depth d + 1 (the engine reports shares).
-// `time`: the decode time (new_tokens / decode_tokens_per_s); time_s adds 0.5 s of prefill,
-// which the time shares leave out.
+// `time`: the decode time (decode_s); time_s adds 0.5 s of prefill, which the time shares
+// leave out.
 nlohmann::json spec(double tps, int drafted, int accepted, int steps, const std::vector<int>& reached, double tau,
                     double time) {
   std::vector<double> shares;
   for (int r : reached) shares.push_back(static_cast<double>(r) / steps);
   return {{"decode_tokens_per_s", tps}, {"drafted", drafted}, {"accepted", accepted}, {"steps", steps},
           {"target_forwards", steps + 1}, {"accepted_per_depth", shares}, {"mean_accepted_tokens", tau},
-          {"new_tokens", tps * time}, {"time_s", time + 0.5},
+          {"new_tokens", tps * time}, {"decode_s", time}, {"time_s", time + 0.5},
           {"time_breakdown", {{"draft_s", 0.02 * time}, {"verify_forward_s", 0.5 * time}, {"sample_verify_s", 0.1 * time},
                               {"commit_s", 0.05 * time}}}};
 }

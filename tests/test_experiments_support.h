@@ -94,7 +94,8 @@ class FakeBackend : public GenerationBackend {
     nlohmann::json stats = {{"prompt_tokens", o.prompt_ids.size()}, {"new_tokens", o.max_new_tokens},
                             {"prefill_tokens_per_s", 1000.0}};
     if (o.draft.method == DraftMethod::kNone) {
-      stats.update({{"decode_tokens_per_s", base_tps}, {"time_s", 0.01 + o.max_new_tokens / base_tps},
+      stats.update({{"decode_tokens_per_s", base_tps}, {"decode_s", o.max_new_tokens / base_tps},
+                    {"time_s", 0.01 + o.max_new_tokens / base_tps},
                     {"target_forwards", o.max_new_tokens}, {"drafted", 0}, {"accepted", 0},
                     {"accepted_per_depth", nlohmann::json::array()}});
     } else {
@@ -110,6 +111,7 @@ class FakeBackend : public GenerationBackend {
       const double tau = static_cast<double>(accepted + rounds) / rounds;
       const double tps = base_tps * tau / (1 + 0.1 * o.draft.gamma);
       stats.update({{"decode_tokens_per_s", tps},
+                    {"decode_s", o.max_new_tokens / tps},
                     {"time_s", 0.02 + o.max_new_tokens / tps},
                     {"target_forwards", rounds + 1},
                     {"steps", rounds},

@@ -434,6 +434,39 @@ TEST_CASE("cli: generate --prompts-file --batch-size prints each prompt's object
   CHECK(stray.err.find("--batch-size requires --prompts-file") != std::string::npos);
 }
 
+// A queued request's prefill rate is its own prefill's: identical prompts run one at a time
+// prefill at much the same rate whatever their place in the queue, and the wait before each
+// is reported apart (queue_s), growing with its place.
+TEST_CASE("cli: generate --prompts-file reports each request's prefill rate and queue wait apart",
+          "[runtime][scheduler][cli]") {
+  const std::string model = test::model_dir("target-16m");
+  test::TempDir dir;
+  const std::string file = dir.file("prompts.jsonl");
+  nlohmann::json ids = nlohmann::json::array({1});
+  for (int i = 1; i < 192; ++i) ids.push_back(100 + 37 * i % 900);
+  {
+    std::ofstream out(file);
+    for (int i = 0; i < 4; ++i) out << nlohmann::json{{"id", std::to_string(i)}, {"prompt_ids", ids}}.dump() << "\n";
+  }
+  const test::Outcome o = test::run_specula("generate --model '" + model + "' --prompts-file '" + file +
+                                            "' --batch-size 1 --max-new-tokens 8 --threads 1 --json");
+  INFO("stderr: " << o.err);
+  REQUIRE(o.status == 0);
+  std::vector<nlohmann::json> stats;
+  std::istringstream out(o.out);
+  for (std::string line; std::getline(out, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("stats")) stats.push_back(j.at("stats"));
+  }
+  REQUIRE(stats.size() == 4);
+  for (std::size_t i = 0; i < 4; ++i) {
+    INFO("request " << i << ": " << stats[i].dump());
+    CHECK(stats[i].at("prefill_tokens_per_s").get<double>() / stats[0].at("prefill_tokens_per_s").get<double>() > 0.5);
+    // Each waits for the whole run of every request before it (a prefill and 8 decode steps).
+    if (i > 0) CHECK(stats[i].at("queue_s").get<double>() > stats[i - 1].at("queue_s").get<double>());
+  }
+}
+
 }  // namespace specula
 
 namespace specula {
