@@ -66,6 +66,10 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
       ->needs(file);
   cmd_->add_option("--max-new-tokens", options_.max_new_tokens, "Tokens to generate")->default_val(64);
   cmd_->add_option("--kv-block-size", options_.kv_block_size, "KV cache block size in token slots")->default_val(16);
+  cmd_->add_option("--kv-pool-blocks", options_.kv_pool_blocks,
+                   "Target KV pool in blocks, the draft's following it (default 0: sized for the run; "
+                   "smaller pools preempt)")
+      ->default_val(0);
   cmd_->add_flag("--json", json_, "Print one JSON object with ids, text and stats");
   cmd_->add_option("--threads", options_.threads, "CPU threads (0 = all cores)")->default_val(0);
   cmd_->add_option("--backend", backend_, "cpu | cuda")->capture_default_str();

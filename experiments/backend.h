@@ -40,7 +40,7 @@ class GenerationBackend {
   // "latency": {"ttft_s", "inter_token_s": {"mean", "p50", "p99"}, "latency_s"}], "summary":
   // {"requests", "new_tokens", "time_s", "throughput_tokens_per_s", "latency_s" / "ttft_s" /
   // "inter_token_s": {"mean", "p50", "p90", "p99"}, "target_forwards", "rows_per_forward",
-  // "mean_occupancy", "preemptions", "batch_size"}} (runtime/batch_run.h).
+  // "mean_occupancy", "kv_pool_blocks", "preemptions", "batch_size"}} (runtime/batch_run.h).
   virtual nlohmann::json generate_batch(const std::vector<GenerateOptions>& requests, int batch_size,
                                         const std::vector<double>& arrivals_s) = 0;
   // The accelerator the runs use, for the machine record; "none" on CPU.

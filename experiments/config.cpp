@@ -54,6 +54,7 @@ GenerateOptions request_options(const PointConfig& p) {
   o.weights = p.target_weights;
   o.max_new_tokens = p.max_new_tokens;
   o.kv_block_size = p.kv_block_size;
+  o.kv_pool_blocks = p.kv_pool_blocks;
   o.kv_dtype = p.kv_dtype;
   o.threads = p.threads;
   o.backend = p.backend;
@@ -92,7 +93,8 @@ nlohmann::json canonical_settings(const PointConfig& p) {
     settings["batch_size"] = p.batch_size;
     settings["request_rate"] = p.request_rate;
   }
-  // Only when set, so that the keys of results written before run.kv_dtype existed still match.
+  // Only when set, so that the keys of results written before these existed still match.
+  if (p.kv_pool_blocks > 0) settings["kv_pool_blocks"] = p.kv_pool_blocks;
   if (p.kv_dtype) settings["kv_dtype"] = name_of(*p.kv_dtype);
   // Only when set, so the ids of runs on stored weights stay what they were.
   if (p.target_weights) settings["target_weights"] = weights_name(p.target_weights);

@@ -42,6 +42,7 @@ struct PointConfig {
   SamplingOptions sampling;
   int max_new_tokens = 64;    // run.max_new_tokens
   int kv_block_size = 16;     // run.kv_block_size
+  int kv_pool_blocks = 0;     // run.kv_pool_blocks: 0 = sized for the run
   std::optional<KvDType> kv_dtype;  // run.kv_dtype; nullopt: the backend's own
   int threads = 0;            // run.threads, 0 = all cores
   BackendKind backend = BackendKind::kCpu;  // run.backend

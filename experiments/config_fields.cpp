@@ -362,6 +362,7 @@ std::vector<ConfigField> make_fields() {
       enum_field("run.backend", [](auto& s) -> auto& { return s.point.backend; }),
       int_field("run.threads", [](auto& s) -> auto& { return s.point.threads; }, 0),
       int_field("run.kv_block_size", [](auto& s) -> auto& { return s.point.kv_block_size; }, 1),
+      int_field("run.kv_pool_blocks", [](auto& s) -> auto& { return s.point.kv_pool_blocks; }, 0),
       int_field("run.batch_size", [](auto& s) -> auto& { return s.point.batch_size; }, 0, true, kMaxBatchSize),
       double_field("run.request_rate", [](auto& s) -> auto& { return s.point.request_rate; }, 0, kMaxRequestRate),
       kv_dtype_field("run.kv_dtype", [](auto& s) -> auto& { return s.point.kv_dtype; }),

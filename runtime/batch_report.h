@@ -23,7 +23,7 @@ nlohmann::json request_latency(const RequestOutcome& outcome);
 // The summary of `requests` (indices into `scheduler`, all finished) that ran in `wall_s`:
 // {"requests", "new_tokens", "time_s", "throughput_tokens_per_s", "latency_s" / "ttft_s" /
 // "inter_token_s": {"mean", "p50", "p90", "p99"}, "target_forwards", "rows_per_forward",
-// "mean_occupancy", "preemptions"}.
+// "mean_occupancy", "kv_pool_blocks" (the target pool), "preemptions"}.
 nlohmann::json batch_summary(const Scheduler& scheduler, std::span<const int> requests, double wall_s);
 
 }  // namespace specula

@@ -34,7 +34,8 @@ BatchRun run_requests(ModelStore& models, std::span<const GenerateOptions> reque
     largest = std::max(largest, request_kv_blocks(requests[i], 1));
     limits.max_rows = std::max(limits.max_rows, 1 + max_tree_nodes(requests[i].draft));
   }
-  limits.kv_blocks = largest * batch_size;  // a pool for batch_size sequences of the largest request
+  // The pool set, or one for batch_size sequences of the largest request.
+  limits.kv_blocks = kv_pool_blocks_or(requests.front(), largest * batch_size);
   omp_set_num_threads(request_threads(requests.front()));
   Scheduler scheduler(models, requests.front(), limits);
   std::vector<int> index;

@@ -76,8 +76,13 @@ void validate_generate_options(ModelStore& models, const GenerateOptions& o, con
   const Model* draft = o.draft.method == DraftMethod::kModel ? &draft_model(models, o.draft).model() : nullptr;
   if (draft) check_draft_compatible(target, *draft, names);
 
+  // A pool set by the user holds at least what one request needs alone.
+  SPECULA_CHECK(o.kv_pool_blocks == 0 || o.kv_pool_blocks >= request_min_kv_blocks(o), names.at("run.kv_pool_blocks"), " ",
+                o.kv_pool_blocks, " is below the ", request_min_kv_blocks(o), " blocks a request of ", prompt_len,
+                " prompt tokens and ", o.max_new_tokens, " new tokens needs alone (", names.name("run.kv_block_size"),
+                " ", o.kv_block_size, ")");
   // The KV pools (target, and the draft's of the same size) must fit in the memory there is.
-  const long long blocks = request_kv_blocks(o, std::min(o.num_samples, kSampleWave));
+  const long long blocks = kv_pool_blocks_or(o, request_kv_blocks(o, std::min(o.num_samples, kSampleWave)));
   long long bytes = kv_pool_bytes(target, o, blocks);
   if (draft) bytes = std::min(bytes, LLONG_MAX / 2) + std::min(kv_pool_bytes(*draft, o, blocks), LLONG_MAX / 2);
   // Host memory bounds the CPU's pools (a device backend plans its own memory up front).
@@ -107,7 +112,7 @@ std::string accelerator_name() { return cuda_device_count() > 0 ? "cuda" : "none
 SchedulerLimits single_request_limits(const GenerateOptions& options) {
   SchedulerLimits limits;
   limits.max_sequences = std::min(options.num_samples, kSampleWave);
-  limits.kv_blocks = request_kv_blocks(options, limits.max_sequences);
+  limits.kv_blocks = kv_pool_blocks_or(options, request_kv_blocks(options, limits.max_sequences));
   limits.max_rows = std::max(limits.max_rows, 1 + max_tree_nodes(options.draft));
   return limits;
 }
@@ -140,11 +145,12 @@ nlohmann::json request_json(const Model& target, const GenerateOptions& options,
       {"target_forwards", out.target_forwards},
       {"target_rows", out.target_rows},
       {"sampler", sampler},
-      {"kv", {{"block_size", options.kv_block_size}, {"blocks_peak", reported_kv.blocks_peak},
+      {"kv", {{"block_size", options.kv_block_size}, {"pool_blocks", reported_kv.blocks_total},
+              {"blocks_peak", reported_kv.blocks_peak},
               {"blocks_in_use_at_end", reported_kv.blocks_in_use}}},
   };
   if (options.kv_dtype) stats["kv"]["dtype"] = name_of(*options.kv_dtype);
-  if (out.preemptions > 0) stats["preemptions"] = out.preemptions;
+  stats["preemptions"] = out.preemptions;
   if (out.extra.is_object()) stats.update(out.extra);
   const auto& defaults = target.config().generation_defaults;
   if (!defaults.empty()) {  // reported so a user sees what the model suggests; never applied

@@ -21,6 +21,7 @@ OptionNames cli_option_names() {
       {"run.num_samples", "--num-samples"},
       {"run.seeds", "--seed"},
       {"run.kv_block_size", "--kv-block-size"},
+      {"run.kv_pool_blocks", "--kv-pool-blocks"},
       {"run.kv_dtype", "--kv-dtype"},
       {"run.threads", "--threads"},
       {"run.backend", "--backend"},
@@ -99,6 +100,10 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   in_range("run.max_new_tokens", o.max_new_tokens, 1, INT_MAX);
   in_range("run.num_samples", o.num_samples, 1, kMaxNumSamples);
   in_range("run.kv_block_size", o.kv_block_size, 1, kMaxKvBlockSize);
+  in_range("run.kv_pool_blocks", o.kv_pool_blocks, 0, INT_MAX);
+  SPECULA_CHECK(o.kv_pool_blocks == 0 || o.sampling.strategy != Strategy::kBeam, names.at("run.kv_pool_blocks"), " ",
+                o.kv_pool_blocks, " does not apply to ", names.name("sampling.strategy"),
+                " beam (a beam search runs in a cache of its own)");
   in_range("run.threads", o.threads, 0, kMaxThreads);
   // The CUDA backend made for a request keeps its pages in bf16 (CudaOptions::kv_dtype).
   SPECULA_CHECK(!o.kv_dtype || o.backend == BackendKind::kCpu || *o.kv_dtype == KvDType::kBF16,

@@ -37,6 +37,10 @@ struct GenerateOptions {
   uint64_t seed = 0;
   int num_samples = 1;
   int kv_block_size = 16;
+  // run.kv_pool_blocks: the target's KV pool in blocks (each draft model's pool follows it);
+  // 0 = sized for the run (every sample of a lone request, or a batch's sequences at the
+  // largest request's length). A smaller pool preempts sequences when it runs short.
+  int kv_pool_blocks = 0;
   // run.kv_dtype: the KV pages' element type, target and draft caches alike; nullopt: the
   // backend's own (cpu f32, cuda bf16). Host pages take any KvDType, device pages the backend's.
   std::optional<KvDType> kv_dtype;

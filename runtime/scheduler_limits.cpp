@@ -61,14 +61,20 @@ int request_kv_blocks(const GenerateOptions& o, int sequences) {
   return static_cast<int>(std::min<long long>(blocks, INT_MAX));  // validation refuses what saturates
 }
 
+int request_min_kv_blocks(const GenerateOptions& o) {
+  const long long prompt = static_cast<long long>(o.prompt_ids.size());
+  const long long full = prompt + o.max_new_tokens + 1 + max_tree_nodes(o.draft);
+  const long long bs = o.kv_block_size;
+  const long long need = (prompt + bs - 1) / bs + (full + bs - 1) / bs + 2;
+  return static_cast<int>(std::min<long long>(need, INT_MAX));
+}
+
 void check_request_fits(const GenerateOptions& o, const SchedulerLimits& limits) {
   const int prompt = static_cast<int>(o.prompt_ids.size());
   const int step_rows = 1 + max_tree_nodes(o.draft);
   SPECULA_CHECK(step_rows <= limits.max_rows, "scheduler: a request's step needs ", step_rows,
                 " rows (the root and a tree of ", step_rows - 1, " nodes), over max_rows (", limits.max_rows, ")");
-  // The parked shared prompt and one sample recomputed from scratch at its longest.
-  const int full = prompt + o.max_new_tokens + step_rows;
-  const int need = blocks_for(prompt, o.kv_block_size) + blocks_for(full, o.kv_block_size) + 2;
+  const int need = request_min_kv_blocks(o);
   SPECULA_CHECK(need <= limits.kv_blocks, "scheduler: a request of ", prompt, " prompt tokens and ", o.max_new_tokens,
                 " new tokens needs ", need, " KV blocks of ", o.kv_block_size, " slots alone, over the pool (",
                 limits.kv_blocks, " blocks)");

@@ -44,6 +44,13 @@ long long kv_blocks_for(long long shared_tokens, long long own_tokens, long long
 // refuses (the pool must fit in memory).
 int request_kv_blocks(const GenerateOptions& o, int sequences);
 
+// KV blocks the smallest pool that runs `o` alone holds: its parked prompt and one sample
+// recomputed from scratch at its longest.
+int request_min_kv_blocks(const GenerateOptions& o);
+
+// The target pool a scheduler for `o` gets: o.kv_pool_blocks when set, else `sized`.
+inline int kv_pool_blocks_or(const GenerateOptions& o, int sized) { return o.kv_pool_blocks > 0 ? o.kv_pool_blocks : sized; }
+
 // Throws SpeculaError (naming the limit and the request's sizes) when `o` cannot run even
 // alone under `limits`: one sample's rows in one step over max_rows, or the blocks of its
 // prompt plus one recomputed sample over kv_blocks.

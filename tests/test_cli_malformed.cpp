@@ -311,6 +311,9 @@ std::vector<Case> catalogue() {
   flag_case("flag value not a number", "--gamma many", {"--gamma", "many"});
   flag_case("threads far above the cap", "--threads 100000", {"--threads", "100000"});
   flag_case("negative threads", "--threads -1", {"--threads", "-1"});
+  flag_case("negative KV pool", "--kv-pool-blocks -3", {"--kv-pool-blocks", "-3"});
+  flag_case("KV pool below one request's need", "--kv-pool-blocks 2", {"--kv-pool-blocks", "2", "alone"});
+  flag_case("KV pool with beam search", "--sampler beam --kv-pool-blocks 100", {"--kv-pool-blocks", "100", "beam"});
   flag_case("gamma of a million", "--draft '" + kModel + "' --gamma 1000000", {"--gamma", "1000000"});
   flag_case("a tree of 266304 nodes", "--draft '" + kModel + "' --tree 64,64,64", {"--tree", "266304"});
   flag_case("tree budget above the cap", "--draft '" + kModel + "' --tree-budget 100000", {"--tree-budget", "100000"});
@@ -379,6 +382,9 @@ std::vector<Case> catalogue() {
   toml_case("a swept draft path with a 300-character name",
             experiment("", "[sweep]\ndraft = [{ name = \"d\", method = \"model\", path = \"" + too_long + "\" }]\n"),
             {"config.toml:", "draft.path", too_long});
+  toml_case("KV pool negative", experiment("kv_pool_blocks = -1\n"), {"config.toml:", "run.kv_pool_blocks", "-1"});
+  toml_case("KV pool below one request's need", experiment("kv_pool_blocks = 2\n"),
+            {"config.toml:", "run.kv_pool_blocks", "2", "alone"});
   toml_case("batch size far above the cap", experiment("batch_size = 100000\n"), {"config.toml:", "run.batch_size", "100000"});
   toml_case("request rate NaN", experiment("batch_size = 2\nrequest_rate = nan\n"), {"config.toml:", "run.request_rate", "nan"});
   toml_case("request rate without a batch", experiment("request_rate = 3\n"), {"config.toml:", "run.request_rate", "run.batch_size"});

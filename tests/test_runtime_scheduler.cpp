@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -432,6 +433,82 @@ TEST_CASE("cli: generate --prompts-file --batch-size prints each prompt's object
   const test::Outcome stray = test::run_specula("generate --model '" + model + "' --prompt hi --batch-size 4");
   CHECK(stray.status != 0);
   CHECK(stray.err.find("--batch-size requires --prompts-file") != std::string::npos);
+}
+
+namespace {
+
+// The JSON lines of a --prompts-file run: the requests' objects, then the summary.
+std::vector<nlohmann::json> json_lines(const std::string& text) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+}  // namespace
+
+// A KV pool too small for the batch's sequences, set by --kv-pool-blocks or run.kv_pool_blocks,
+// preempts them, and every request still gets the tokens it gets alone (greedy), plain and
+// with a draft model.
+TEST_CASE("cli: a tight --kv-pool-blocks or run.kv_pool_blocks preempts and keeps each request's lone tokens",
+          "[runtime][scheduler][cli]") {
+  const std::string model = test::model_dir("target-16m"), draft = test::model_dir("draft-1m");
+  const std::vector<std::string> prompts = {"def main():", "static int x", "for i in range(10):"};
+  constexpr int kPool = 12;  // blocks of 4 slots: one request alone needs 10 at most
+  test::TempDir dir;
+  const std::string file = dir.file("prompts.jsonl");
+  {
+    std::ofstream out(file);
+    for (std::size_t i = 0; i < prompts.size(); ++i)
+      out << nlohmann::json{{"id", std::to_string(i)}, {"prompt", prompts[i]}}.dump() << "\n";
+  }
+  const std::string common = "generate --model '" + model + "' --prompts-file '" + file +
+                             "' --max-new-tokens 16 --kv-block-size 4 --threads 1 --json";
+  const std::string drafting = " --draft '" + draft + "' --gamma 2";
+  std::map<std::string, std::vector<nlohmann::json>> alone;  // draft method -> the requests alone
+  for (const std::string& mode : {std::string(), drafting}) {
+    INFO("mode:" << mode);
+    const test::Outcome one = test::run_specula(common + mode + " --batch-size 1");
+    const test::Outcome tight = test::run_specula(common + mode + " --batch-size 3 --kv-pool-blocks " + std::to_string(kPool));
+    INFO("stderr: " << one.err << tight.err);
+    REQUIRE(one.status == 0);
+    REQUIRE(tight.status == 0);
+    const std::vector<nlohmann::json> a = json_lines(one.out), t = json_lines(tight.out);
+    REQUIRE(a.size() == prompts.size() + 1);
+    REQUIRE(t.size() == prompts.size() + 1);
+    CHECK(a.back().at("preemptions") == 0);
+    CHECK(t.back().at("preemptions").get<int>() > 0);
+    CHECK(t.back().at("kv_pool_blocks") == kPool);
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      CHECK(t[i].at("ids") == a[i].at("ids"));
+      CHECK(t[i].at("stats").at("kv").at("pool_blocks") == kPool);
+    }
+    alone[mode.empty() ? "none" : "model"] = a;
+  }
+  // The same pool from a config: the job's line records it and its preemptions.
+  const std::string config = dir.file("tight.toml");
+  std::ofstream(config) << "[target]\npath = \"" << model << "\"\n[draft]\nmethod = \"model\"\npath = \"" << draft
+                        << "\"\ngamma = 2\n[run]\nprompts = " << nlohmann::json(prompts).dump()
+                        << "\nmax_new_tokens = 16\nkv_block_size = 4\nthreads = 1\nbatch_size = 3\nkv_pool_blocks = " << kPool
+                        << "\nrepetitions = 1\n[output]\nformats = [\"csv\"]\n";
+  const test::Outcome run = test::run_specula("run '" + config + "' --quiet --out '" + dir.file("out") + "'");
+  INFO("stderr: " << run.err);
+  REQUIRE(run.status == 0);
+  std::vector<nlohmann::json> lines;
+  {
+    std::ifstream in(dir.file("out") + "/results.jsonl");
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  }
+  REQUIRE(lines.size() == 2);  // the drafting run's job and its plain baseline's
+  for (const nlohmann::json& job : lines) {
+    const std::string method = job.at("settings").at("draft").at("method");
+    INFO("draft method " << method);
+    CHECK(job.at("settings").at("kv_pool_blocks") == kPool);
+    CHECK(job.at("stats").at("kv_pool_blocks") == kPool);
+    CHECK(job.at("stats").at("preemptions").get<int>() > 0);
+    REQUIRE(job.at("requests").size() == prompts.size());
+    for (std::size_t i = 0; i < prompts.size(); ++i) CHECK(job.at("requests")[i].at("ids") == alone.at(method)[i].at("ids"));
+  }
 }
 
 // A queued request's prefill rate is its own prefill's: identical prompts run one at a time
