@@ -44,7 +44,8 @@ TEST_CASE("shipped configs load, and their resolved form loads to the same runs"
                            Shipped{"configs/sampler-comparison.toml", 24, 16, 3}, Shipped{"configs/tree-shapes.toml", 10, 16, 1},
                            Shipped{"configs/beam-speculative.toml", 24, 6, 1},
                            Shipped{"configs/speedup-cpu.toml", 42, 9, 1}, Shipped{"configs/speedup-goals.toml", 3, 28, 1},
-                           Shipped{"configs/batch-sizes.toml", 32, 35, 1}, Shipped{"configs/kv-dtype.toml", 6, 2, 1}}) {
+                           Shipped{"configs/batch-sizes.toml", 32, 35, 1}, Shipped{"configs/kv-dtype.toml", 6, 2, 1},
+                           Shipped{"configs/tight-pool.toml", 4, 16, 1}}) {
     INFO(s.file);
     const ExperimentConfig c = load_config(source_path(s.file));
     CHECK(c.grid.size() == s.grid);
