@@ -1,48 +1,69 @@
 #!/usr/bin/env bash
 # compare-llamacpp.sh: specula against llama.cpp on the same checkpoints, decode and prefill
-# tokens/s, one and two threads, runs alternated (llama.cpp, specula, llama.cpp, ...) so that
-# both engines see the same machine state; prints medians and the ratio specula / llama.cpp.
+# tokens/s, runs alternated (llama.cpp first on even repetitions, specula first on odd ones);
+# prints both engines' medians, their ratio specula / llama.cpp and every run's ratio.
 #
 # Nothing of llama.cpp is in this repository: build it and convert the checkpoints outside,
-# from the ggerganov/llama.cpp sources (cmake -B build -DGGML_NATIVE=ON; cmake --build build
-# --target llama-bench) and its convert_hf_to_gguf.py (--outtype bf16 for the bf16 rows).
+# from the ggerganov/llama.cpp sources (cmake -B build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF;
+# cmake --build build --target llama-bench) and its convert_hf_to_gguf.py (--outtype f32 or
+# bf16, matched by specula's --weights).
 #
 # usage: bench/compare-llamacpp.sh --llama-build DIR [--specula BIN] [--threads "1 2"]
-#          [--reps N] [--prompt N] [--gen N] HF_DIR=FILE.gguf [HF_DIR=FILE.gguf ...]
+#          [--reps N] [--prompt N] [--gen N] [--weights MODE] [--wait POLICY] [--first-core N]
+#          [--out DIR] HF_DIR=FILE.gguf [HF_DIR=FILE.gguf ...]
 #   --llama-build  llama.cpp build folder (holds bin/llama-bench)
 #   --specula      the specula binary (default: build/cli/specula)
 #   --threads      thread counts to measure (default "1 2")
 #   --reps         alternated repetitions per measurement (default 3)
 #   --prompt       prompt tokens of the prefill measurement (default 512)
-#   --gen          new tokens of the decode measurement (default 128)
-#   --weights      specula's --weights for the target (default: stored; e.g. int8 beside a
-#                  Q8_0 file)
-#   --wait         specula's OpenMP wait policy, active or passive (default active: llama.cpp's
-#                  thread pool spins between its barriers, so both engines spin; `specula`
-#                  alone waits passively unless told, docs/architecture.md, Threads)
-# Decode is measured from a one-token prompt (llama-bench's tg: -p 0 -n GEN), prefill as one
-# prompt of PROMPT tokens (llama-bench's pp: -p PROMPT -n 0). Both engines use their default
-# KV caches (llama.cpp f16, specula f32 unless told otherwise).
+#   --gen          decode forwards of the decode measurement (default 128)
+#   --weights      specula's target.weights (default stored): f32 beside an f32 GGUF, bf16
+#                  beside a bf16 one, int8 beside Q8_0
+#   --wait         specula's OMP_WAIT_POLICY, active or passive (default active: llama.cpp's
+#                  thread pool spins between its barriers, llama-bench --poll 50)
+#   --first-core   a run of T threads is pinned (taskset) to cores FIRST .. FIRST+T-1
+#                  (default 0)
+#   --out          folder for every run's output, new or empty (default: a new /tmp folder);
+#                  kept, with raw.tsv holding every run's figure
+#
+# The timed process runs alone: each engine's process is pinned and writes its output to a
+# file; nothing else of this script runs until it exits, and bench/compare_llamacpp.py reads
+# the files after the last run.
+#
+# Both figures are warm, and count the same tokens:
+#   decode   llama-bench tg GEN (-p 0 -n GEN, after a one-token warm-up): GEN one-token
+#            forwards from BOS, GEN tokens over their time. specula: `specula run` of the
+#            prompt [BOS] with GEN + 1 new tokens, timed after the runner's unrecorded warm-up
+#            generation of the same request; stats.decode_tokens_per_s = (new_tokens - 1) /
+#            decode_s, the GEN tokens of the GEN decode forwards over their time (the first
+#            new token comes from the prefill forward).
+#   prefill  llama-bench pp PROMPT (-p PROMPT -n 0): one pass over PROMPT tokens, timed after
+#            a pass over PROMPT tokens. specula: `specula run` of a PROMPT-token prompt (BOS,
+#            then ids cycling through [100, 3100)) with one new token, after the warm-up
+#            generation of the same request; stats.prefill_tokens_per_s.
+# Both engines use their default KV caches (llama.cpp f16, specula f32).
 set -euo pipefail
 
 die() { echo "compare-llamacpp.sh: error: $*" >&2; exit 1; }
+here="$(cd "$(dirname "$0")" && pwd)"
 
-llama_build="" specula="build/cli/specula" threads="1 2" reps=3 prompt=512 gen=128 weights="" wait=active
+llama_build="" specula="build/cli/specula" threads="1 2" reps=3 prompt=512 gen=128 weights=stored wait=active
+first_core=0 out=""
 pairs=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --llama-build) llama_build="${2:?--llama-build needs a folder}"; shift 2 ;;
-    --specula) specula="${2:?--specula needs a path}"; shift 2 ;;
-    --threads) threads="${2:?--threads needs a list}"; shift 2 ;;
-    --reps) reps="${2:?--reps needs a number}"; shift 2 ;;
-    --prompt) prompt="${2:?--prompt needs a number}"; shift 2 ;;
-    --gen) gen="${2:?--gen needs a number}"; shift 2 ;;
-    --weights) weights="${2:?--weights needs a mode}"; shift 2 ;;
-    --wait) wait="${2:?--wait needs active or passive}"; shift 2 ;;
+    --llama-build|--specula|--threads|--reps|--prompt|--gen|--weights|--wait|--first-core|--out)
+      [[ $# -ge 2 ]] || die "$1 needs a value"
+      case "$1" in
+        --llama-build) llama_build="$2" ;; --specula) specula="$2" ;; --threads) threads="$2" ;;
+        --reps) reps="$2" ;; --prompt) prompt="$2" ;; --gen) gen="$2" ;; --weights) weights="$2" ;;
+        --wait) wait="$2" ;; --first-core) first_core="$2" ;; --out) out="$2" ;;
+      esac
+      shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     -*) die "unknown option '$1'" ;;
     *=*) pairs+=("$1"); shift ;;
-    *) die "'$1' is not HF_DIR=FILE.gguf" ;;
+    *) die "argument '$1' is not HF_DIR=FILE.gguf" ;;
   esac
 done
 bench="$llama_build/bin/llama-bench"
@@ -51,57 +72,106 @@ bench="$llama_build/bin/llama-bench"
 [[ -x "$specula" ]] || die "--specula '$specula' is not an executable"
 [[ ${#pairs[@]} -gt 0 ]] || die "no HF_DIR=FILE.gguf pair given"
 [[ "$wait" == active || "$wait" == passive ]] || die "--wait '$wait' is not active or passive"
-for n in "$reps" "$prompt" "$gen" $threads; do
-  [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive integer (--reps, --prompt, --gen, --threads)"
+case "$weights" in stored|f32|f16|bf16|int8|bf16dot|bf16amx) ;; *) die "--weights '$weights' is not stored, f32, f16, bf16, int8, bf16dot or bf16amx" ;; esac
+for flag in reps prompt gen; do
+  [[ "${!flag}" =~ ^[1-9][0-9]*$ ]] || die "--$flag '${!flag}' is not a positive integer"
+done
+[[ "$first_core" =~ ^(0|[1-9][0-9]*)$ ]] || die "--first-core '$first_core' is not a core number"
+[[ -n "$threads" ]] || die "--threads '' names no thread count"
+cores_online=$(getconf _NPROCESSORS_ONLN)
+for t in $threads; do
+  [[ "$t" =~ ^[1-9][0-9]*$ ]] || die "--threads '$threads': '$t' is not a positive integer"
+  (( first_core + t <= cores_online )) ||
+    die "--threads '$threads': $t threads from --first-core $first_core need cores up to $((first_core + t - 1)), this machine has 0-$((cores_online - 1))"
 done
 for pair in "${pairs[@]}"; do
-  [[ -f "${pair%%=*}/config.json" ]] || die "'${pair%%=*}' holds no config.json"
-  [[ -f "${pair#*=}" ]] || die "'${pair#*=}' does not exist"
+  [[ -f "${pair%%=*}/config.json" ]] || die "argument '$pair': '${pair%%=*}' holds no config.json"
+  [[ -f "${pair#*=}" ]] || die "argument '$pair': '${pair#*=}' does not exist"
 done
+command -v taskset >/dev/null || die "taskset (util-linux) is needed to pin the runs"
+command -v python3 >/dev/null || die "python3 is needed to read the outputs after the runs"
+if [[ -z "$out" ]]; then
+  out=$(mktemp -d /tmp/compare-llamacpp.XXXXXX)
+else
+  [[ ! -e "$out" || -d "$out" && -z "$(ls -A "$out")" ]] || die "--out '$out' is not a new or empty folder"
+  mkdir -p "$out"
+fi
+out="$(cd "$out" && pwd)"
+mkdir -p "$out/runs" "$out/configs"
 
-python=$(command -v python3) || die "python3 is needed to read the JSON outputs"
-# A prompt of N ids: BOS, then ids cycling through [100, 3100) (inside every vocabulary here).
-prompt_ids() { "$python" -c "import sys; n=int(sys.argv[1]); print(','.join(['1']+[str(100+i%3000) for i in range(n-1)]))" "$1"; }
-# tokens/s of one llama-bench run (-r 1: the alternation supplies the repetitions).
-llama_rate() {  # gguf threads p n
-  "$bench" -m "$1" -t "$2" -p "$3" -n "$4" -r 1 -o json 2>/dev/null |
-    "$python" -c "import json,sys; print(json.load(sys.stdin)[0]['avg_ts'])"
-}
-specula_rate() {  # hf_dir threads ids new_tokens key
-  local extra=()
-  [[ -n "$weights" ]] && extra=(--weights "$weights")
-  OMP_WAIT_POLICY="$wait" "$specula" generate --model "$1" --threads "$2" --prompt-ids "$3" --max-new-tokens "$4" --json "${extra[@]}" |
-    "$python" -c "import json,sys; print(json.load(sys.stdin)['stats']['$5'])"
+# The requests of specula's runs: one prompt each, as token ids.
+ids="1"
+for ((i = 0; i < prompt - 1; ++i)); do ids+=",$((100 + i % 3000))"; done
+echo "{\"id\": \"prefill\", \"domain\": \"bench\", \"prompt_ids\": [$ids]}" > "$out/configs/prefill.jsonl"
+echo '{"id": "decode", "domain": "bench", "prompt_ids": [1]}' > "$out/configs/decode.jsonl"
+# specula_config HF_DIR MEASURE THREADS FILE: a one-job experiment (one seed, one repetition).
+specula_config() {
+  local new_tokens=1
+  [[ "$2" == decode ]] && new_tokens=$((gen + 1))
+  cat > "$4" <<EOF
+title = "compare-llamacpp $2"
+[target]
+path = "$(cd "$1" && pwd)"
+weights = "$weights"
+[sampling]
+strategy = "greedy"
+[run]
+prompts_file = "$out/configs/$2.jsonl"
+max_new_tokens = $new_tokens
+seeds = [0]
+repetitions = 1
+threads = $3
+[output]
+formats = []
+EOF
 }
 
-long_prompt=$(prompt_ids "$prompt")
-results=$(mktemp)
-trap 'rm -f "$results"' EXIT
-echo "specula $(git -C "$(dirname "$0")" log -1 --format='%h %cs' 2>/dev/null || echo '(no git)') against llama.cpp ($(git -C "$llama_build/.." log -1 --format='%h %cs' 2>/dev/null || echo 'unknown build'))"
-echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg); specula with OMP_WAIT_POLICY=$wait"
+n=0
+# run_llama MODEL GGUF THREADS MEASURE REP CORES
+run_llama() {
+  n=$((n + 1))
+  local file; file=$(printf 'runs/%03d-llama-bench.json' "$n")
+  local pn=(-p 0 -n "$gen")
+  [[ "$4" == prefill ]] && pn=(-p "$prompt" -n 0)
+  taskset -c "$6" "$bench" -m "$2" -t "$3" "${pn[@]}" -r 1 -o json > "$out/$file" 2> "$out/$file.log" ||
+    die "llama-bench failed on '$2' (its output: $out/$file.log)"
+  printf '%s\t%s\t%s\tllama.cpp\t%s\t%s\n' "$1" "$3" "$4" "$5" "$file" >> "$out/index.tsv"
+}
+# run_specula MODEL CONFIG THREADS MEASURE REP CORES
+run_specula() {
+  n=$((n + 1))
+  local dir; dir=$(printf 'runs/%03d-specula' "$n")
+  OMP_WAIT_POLICY="$wait" taskset -c "$6" "$specula" run "$2" --out "$out/$dir" --quiet > "$out/$dir.log" 2>&1 ||
+    die "specula run failed on '$2' (its output: $out/$dir.log)"
+  printf '%s\t%s\t%s\tspecula\t%s\t%s\n' "$1" "$3" "$4" "$5" "$dir/results.jsonl" >> "$out/index.tsv"
+}
+
+echo "specula $(git -C "$here" log -1 --format='%h %cs' 2>/dev/null || echo '(no git)') ($specula) against llama.cpp $(git -C "$llama_build/.." log -1 --format='%h %cs' 2>/dev/null || echo '(unknown commit)') ($bench)"
+echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $cores_online cores online; load before $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "pinning: taskset, T threads on cores $first_core..$first_core+T-1 (1 thread: core $first_core); specula OMP_WAIT_POLICY=$wait; llama.cpp's thread pool polls at llama-bench's --poll (raw.tsv)"
+echo "decode: $gen forwards from BOS, warm (llama-bench tg$gen; specula run, [BOS] + $((gen + 1)) new tokens, after its warm-up generation)"
+echo "prefill: $prompt tokens, warm (llama-bench pp$prompt after a pp$prompt warm-up; specula run after its warm-up generation of the same prompt)"
+echo "every run's output: $out"
 for pair in "${pairs[@]}"; do
   hf="${pair%%=*}" gguf="${pair#*=}"
+  model="$(basename "$hf")/$(basename "$gguf")"
   for t in $threads; do
-    for ((r = 1; r <= reps; ++r)); do
-      echo "$hf $t decode llama.cpp $(llama_rate "$gguf" "$t" 0 "$gen")" >> "$results"
-      echo "$hf $t decode specula $(specula_rate "$hf" "$t" 1 "$gen" decode_tokens_per_s)" >> "$results"
-      echo "$hf $t prefill llama.cpp $(llama_rate "$gguf" "$t" "$prompt" 0)" >> "$results"
-      echo "$hf $t prefill specula $(specula_rate "$hf" "$t" "$long_prompt" 1 prefill_tokens_per_s)" >> "$results"
+    cores="$first_core"
+    (( t > 1 )) && cores="$first_core-$((first_core + t - 1))"
+    for measure in decode prefill; do
+      config="$out/configs/$(basename "$hf")-$measure-t$t.toml"
+      specula_config "$hf" "$measure" "$t" "$config"
+      for ((r = 0; r < reps; ++r)); do
+        if (( r % 2 == 0 )); then
+          run_llama "$model" "$gguf" "$t" "$measure" "$r" "$cores"
+          run_specula "$model" "$config" "$t" "$measure" "$r" "$cores"
+        else
+          run_specula "$model" "$config" "$t" "$measure" "$r" "$cores"
+          run_llama "$model" "$gguf" "$t" "$measure" "$r" "$cores"
+        fi
+      done
     done
   done
 done
-echo "load after: $(cut -d' ' -f1-3 /proc/loadavg); decode: $gen new tokens from BOS; prefill: $prompt tokens; $reps alternated runs each, medians"
-"$python" - "$results" <<'EOF'
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    model, threads, what, engine, rate = line.split()
-    rows.setdefault((model, int(threads), what), {}).setdefault(engine, []).append(float(rate))
-print("| model | threads | measure | llama.cpp tok/s | specula tok/s | specula / llama.cpp | per-run ratios |")
-print("|---|---|---|---|---|---|---|")
-for (model, threads, what), r in rows.items():
-    a, b = r["llama.cpp"], r["specula"]
-    ratios = " ".join(f"{y / x:.2f}" for x, y in zip(a, b))
-    print(f"| {model} | {threads} | {what} | {statistics.median(a):.1f} | {statistics.median(b):.1f} | "
-          f"{statistics.median(b) / statistics.median(a):.2f}x | {ratios} |")
-EOF
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg); $reps alternated runs each, medians"
+python3 "$here/compare_llamacpp.py" "$out"
