@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # compare-llamacpp.sh: specula against llama.cpp on the same checkpoints, decode and prefill
 # tokens/s, runs alternated (llama.cpp first on even repetitions, specula first on odd ones);
-# prints both engines' medians, their ratio specula / llama.cpp and every run's ratio.
+# prints both engines' medians, their ratio specula / llama.cpp and every run's ratio. With
+# --ngram K also each engine's n-gram speculation against its own plain decoding.
 #
 # Nothing of llama.cpp is in this repository: build it and convert the checkpoints outside,
 # from the ggerganov/llama.cpp sources (cmake -B build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF;
-# cmake --build build --target llama-bench) and its convert_hf_to_gguf.py (--outtype f32 or
+# cmake --build build --target llama-bench llama-lookup) and its convert_hf_to_gguf.py (--outtype f32 or
 # bf16, matched by specula's --weights).
 #
 # usage: bench/compare-llamacpp.sh --llama-build DIR [--specula BIN] [--threads "1 2"]
 #          [--reps N] [--prompt N] [--gen N] [--weights MODE] [--wait POLICY] [--first-core N]
-#          [--out DIR] HF_DIR=FILE.gguf [HF_DIR=FILE.gguf ...]
-#   --llama-build  llama.cpp build folder (holds bin/llama-bench)
+#          [--out DIR] [--ngram K --ngram-prompt FILE] HF_DIR=FILE.gguf [HF_DIR=FILE.gguf ...]
+#   --llama-build  llama.cpp build folder (holds bin/llama-bench, and bin/llama-lookup for --ngram)
 #   --specula      the specula binary (default: build/cli/specula)
 #   --threads      thread counts to measure (default "1 2")
 #   --reps         alternated repetitions per measurement (default 3)
@@ -25,6 +26,11 @@
 #                  (default 0)
 #   --out          folder for every run's output, new or empty (default: a new /tmp folder);
 #                  kept, with raw.tsv holding every run's figure
+#   --ngram        n-gram drafts of up to K tokens (llama-lookup --draft-max K, specula's ngram
+#                  drafter with gamma K and n-grams of 1-4 tokens as llama-lookup's), greedy, GEN
+#                  new tokens after the text of --ngram-prompt; 0 (the default) measures none
+#   --ngram-prompt the prompt of the n-gram runs, a text file without its last newline (encoded
+#                  by each engine, with BOS)
 #
 # The timed process runs alone: each engine's process is pinned and writes its output to a
 # file; nothing else of this script runs until it exits, and bench/compare_llamacpp.py reads
@@ -41,6 +47,12 @@
 #            a pass over PROMPT tokens. specula: `specula run` of a PROMPT-token prompt (BOS,
 #            then ids cycling through [100, 3100)) with one new token, after the warm-up
 #            generation of the same request; stats.prefill_tokens_per_s.
+#   n-gram   llama-lookup --draft-max K, and --draft-max 0 as its plain decoding (the same
+#            loop, one token a forward), -n GEN: (n_predict - 1) tokens over the decode loop's
+#            time, in a fresh process after the prompt's forwards. specula: one `specula run`
+#            of the ngram drafter and its plain baseline, GEN + 1 new tokens, each after its
+#            warm-up generation; stats.decode_tokens_per_s. Each engine's figure is its speedup
+#            over its own plain decoding.
 # Both engines use their default KV caches (llama.cpp f16, specula f32).
 set -euo pipefail
 
@@ -48,16 +60,17 @@ die() { echo "compare-llamacpp.sh: error: $*" >&2; exit 1; }
 here="$(cd "$(dirname "$0")" && pwd)"
 
 llama_build="" specula="build/cli/specula" threads="1 2" reps=3 prompt=512 gen=128 weights=stored wait=active
-first_core=0 out=""
+first_core=0 out="" ngram=0 ngram_prompt=""
 pairs=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --llama-build|--specula|--threads|--reps|--prompt|--gen|--weights|--wait|--first-core|--out)
+    --llama-build|--specula|--threads|--reps|--prompt|--gen|--weights|--wait|--first-core|--out|--ngram|--ngram-prompt)
       [[ $# -ge 2 ]] || die "$1 needs a value"
       case "$1" in
         --llama-build) llama_build="$2" ;; --specula) specula="$2" ;; --threads) threads="$2" ;;
         --reps) reps="$2" ;; --prompt) prompt="$2" ;; --gen) gen="$2" ;; --weights) weights="$2" ;;
         --wait) wait="$2" ;; --first-core) first_core="$2" ;; --out) out="$2" ;;
+        --ngram) ngram="$2" ;; --ngram-prompt) ngram_prompt="$2" ;;
       esac
       shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
@@ -77,6 +90,14 @@ for flag in reps prompt gen; do
   [[ "${!flag}" =~ ^[1-9][0-9]*$ ]] || die "--$flag '${!flag}' is not a positive integer"
 done
 [[ "$first_core" =~ ^(0|[1-9][0-9]*)$ ]] || die "--first-core '$first_core' is not a core number"
+[[ "$ngram" =~ ^(0|[1-9][0-9]{0,2})$ ]] && (( ngram <= 256 )) || die "--ngram '$ngram' is not a draft length in 0..256"
+lookup="$llama_build/bin/llama-lookup"
+if (( ngram > 0 )); then
+  [[ -x "$lookup" ]] || die "--llama-build '$llama_build' has no bin/llama-lookup (needed by --ngram $ngram)"
+  [[ -s "$ngram_prompt" ]] || die "--ngram-prompt '$ngram_prompt' is not a non-empty file (needed by --ngram $ngram)"
+else
+  [[ -z "$ngram_prompt" ]] || die "--ngram-prompt '$ngram_prompt' needs --ngram K > 0"
+fi
 [[ -n "$threads" ]] || die "--threads '' names no thread count"
 cores_online=$(getconf _NPROCESSORS_ONLN)
 for t in $threads; do
@@ -104,10 +125,16 @@ ids="1"
 for ((i = 0; i < prompt - 1; ++i)); do ids+=",$((100 + i % 3000))"; done
 echo "{\"id\": \"prefill\", \"domain\": \"bench\", \"prompt_ids\": [$ids]}" > "$out/configs/prefill.jsonl"
 echo '{"id": "decode", "domain": "bench", "prompt_ids": [1]}' > "$out/configs/decode.jsonl"
+if (( ngram > 0 )); then
+  cp "$ngram_prompt" "$out/configs/ngram-prompt.txt"
+  # The text as llama-lookup -f reads it: without one trailing newline.
+  python3 -c 'import json, sys; t = open(sys.argv[1]).read(); t = t[:-1] if t.endswith("\n") else t
+print(json.dumps({"id": "ngram", "domain": "bench", "prompt": t}))' "$ngram_prompt" > "$out/configs/ngram.jsonl"
+fi
 # specula_config HF_DIR MEASURE THREADS FILE: a one-job experiment (one seed, one repetition).
 specula_config() {
   local new_tokens=1
-  [[ "$2" == decode ]] && new_tokens=$((gen + 1))
+  [[ "$2" == prefill ]] || new_tokens=$((gen + 1))
   cat > "$4" <<EOF
 title = "compare-llamacpp $2"
 [target]
@@ -124,26 +151,44 @@ threads = $3
 [output]
 formats = []
 EOF
+  [[ "$2" != ngram ]] || printf '[draft]\nmethod = "ngram"\ngamma = %d\nngram_min = 1\nngram_max = 4\n' "$ngram" >> "$4"
 }
 
 n=0
-# run_llama MODEL GGUF THREADS MEASURE REP CORES
+# index MODEL THREADS MEASURE ENGINE REP FILE: one line of index.tsv.
+index() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >> "$out/index.tsv"; }
+# run_llama MODEL GGUF THREADS MEASURE REP CORES; measure ngram: llama-lookup --draft-max 0
+# (its plain line) and then --draft-max K (its ngram line), each its own process.
 run_llama() {
+  if [[ "$4" == ngram ]]; then
+    local k measure file
+    for k in 0 "$ngram"; do
+      n=$((n + 1))
+      file=$(printf 'runs/%03d-llama-lookup.log' "$n") measure=plain
+      (( k == 0 )) || measure=ngram
+      taskset -c "$6" "$lookup" -m "$2" -t "$3" -f "$out/configs/ngram-prompt.txt" -n "$gen" --temp 0 --draft-max "$k" \
+        > "$out/${file%.log}.txt" 2> "$out/$file" || die "llama-lookup failed on '$2' (its output: $out/$file)"
+      index "$1" "$3" "$measure" llama.cpp "$5" "$file"
+    done
+    return
+  fi
   n=$((n + 1))
   local file; file=$(printf 'runs/%03d-llama-bench.json' "$n")
   local pn=(-p 0 -n "$gen")
   [[ "$4" == prefill ]] && pn=(-p "$prompt" -n 0)
   taskset -c "$6" "$bench" -m "$2" -t "$3" "${pn[@]}" -r 1 -o json > "$out/$file" 2> "$out/$file.log" ||
     die "llama-bench failed on '$2' (its output: $out/$file.log)"
-  printf '%s\t%s\t%s\tllama.cpp\t%s\t%s\n' "$1" "$3" "$4" "$5" "$file" >> "$out/index.tsv"
+  index "$1" "$3" "$4" llama.cpp "$5" "$file"
 }
-# run_specula MODEL CONFIG THREADS MEASURE REP CORES
+# run_specula MODEL CONFIG THREADS MEASURE REP CORES; measure ngram: one process times the
+# ngram run and its plain baseline (the runner alternates them), both lines in its results.
 run_specula() {
   n=$((n + 1))
   local dir; dir=$(printf 'runs/%03d-specula' "$n")
   OMP_WAIT_POLICY="$wait" taskset -c "$6" "$specula" run "$2" --out "$out/$dir" --quiet > "$out/$dir.log" 2>&1 ||
     die "specula run failed on '$2' (its output: $out/$dir.log)"
-  printf '%s\t%s\t%s\tspecula\t%s\t%s\n' "$1" "$3" "$4" "$5" "$dir/results.jsonl" >> "$out/index.tsv"
+  [[ "$4" != ngram ]] || index "$1" "$3" plain specula "$5" "$dir/results.jsonl"
+  index "$1" "$3" "$4" specula "$5" "$dir/results.jsonl"
 }
 
 echo "specula $(git -C "$here" log -1 --format='%h %cs' 2>/dev/null || echo '(no git)') ($specula) against llama.cpp $(git -C "$llama_build/.." log -1 --format='%h %cs' 2>/dev/null || echo '(unknown commit)') ($bench)"
@@ -151,6 +196,7 @@ echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $cores_onlin
 echo "pinning: taskset, T threads on cores $first_core..$first_core+T-1 (1 thread: core $first_core); specula OMP_WAIT_POLICY=$wait; llama.cpp's thread pool polls at llama-bench's --poll (raw.tsv)"
 echo "decode: $gen forwards from BOS, warm (llama-bench tg$gen; specula run, [BOS] + $((gen + 1)) new tokens, after its warm-up generation)"
 echo "prefill: $prompt tokens, warm (llama-bench pp$prompt after a pp$prompt warm-up; specula run after its warm-up generation of the same prompt)"
+(( ngram == 0 )) || echo "n-gram: up to $ngram drafted tokens, greedy, $gen new tokens after $ngram_prompt; llama-lookup --draft-max $ngram against --draft-max 0, fresh processes; specula run, ngram and plain alternated in one process, each after its warm-up generation"
 echo "every run's output: $out"
 for pair in "${pairs[@]}"; do
   hf="${pair%%=*}" gguf="${pair#*=}"
@@ -158,7 +204,9 @@ for pair in "${pairs[@]}"; do
   for t in $threads; do
     cores="$first_core"
     (( t > 1 )) && cores="$first_core-$((first_core + t - 1))"
-    for measure in decode prefill; do
+    measures=(decode prefill)
+    (( ngram == 0 )) || measures+=(ngram)
+    for measure in "${measures[@]}"; do
       config="$out/configs/$(basename "$hf")-$measure-t$t.toml"
       specula_config "$hf" "$measure" "$t" "$config"
       for ((r = 0; r < reps; ++r)); do
