@@ -6,8 +6,8 @@
 #
 # Nothing of llama.cpp is in this repository: build it and convert the checkpoints outside,
 # from the ggerganov/llama.cpp sources (cmake -B build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF;
-# cmake --build build --target llama-bench llama-lookup) and its convert_hf_to_gguf.py (--outtype f32 or
-# bf16, matched by specula's --weights).
+# cmake --build build --target llama-bench llama-lookup) and its convert_hf_to_gguf.py
+# (--outtype f32 or bf16, matched by specula's --weights).
 #
 # usage: bench/compare-llamacpp.sh --llama-build DIR [--specula BIN] [--threads "1 2"]
 #          [--reps N] [--prompt N] [--gen N] [--weights MODE] [--wait POLICY] [--first-core N]
@@ -193,7 +193,9 @@ run_specula() {
 
 echo "specula $(git -C "$here" log -1 --format='%h %cs' 2>/dev/null || echo '(no git)') ($specula) against llama.cpp $(git -C "$llama_build/.." log -1 --format='%h %cs' 2>/dev/null || echo '(unknown commit)') ($bench)"
 echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $cores_online cores online; load before $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "pinning: taskset, T threads on cores $first_core..$first_core+T-1 (1 thread: core $first_core); specula OMP_WAIT_POLICY=$wait; llama.cpp's thread pool polls at llama-bench's --poll (raw.tsv)"
+pinning=""
+for t in $threads; do pinning+="${pinning:+, }$t thread(s) on core(s) $first_core-$((first_core + t - 1))"; done
+echo "pinning (taskset): $pinning; specula OMP_WAIT_POLICY=$wait; llama.cpp's thread pool at llama-bench's --poll (below)"
 echo "decode: $gen forwards from BOS, warm (llama-bench tg$gen; specula run, [BOS] + $((gen + 1)) new tokens, after its warm-up generation)"
 echo "prefill: $prompt tokens, warm (llama-bench pp$prompt after a pp$prompt warm-up; specula run after its warm-up generation of the same prompt)"
 (( ngram == 0 )) || echo "n-gram: up to $ngram drafted tokens, greedy, $gen new tokens after $ngram_prompt; llama-lookup --draft-max $ngram against --draft-max 0, fresh processes; specula run, ngram and plain alternated in one process, each after its warm-up generation"

@@ -56,7 +56,7 @@ def read_llama_bench(path, measure):
     if len(t["samples_ns"]) != 1:
         raise ParseError(f"{path}: expected one timed repetition (-r 1), got {len(t['samples_ns'])}")
     return {"rate": float(t["avg_ts"]), "threads": t["n_threads"], "tokens": t["n_prompt"] + t["n_gen"],
-            "poll": t["poll"], "note": f"poll {t['poll']}, build {t['build_commit']}"}
+            "poll": t["poll"], "note": f"poll {t['poll']}, {t.get('model_type', '?')}, build {t['build_commit']}"}
 
 
 def read_specula_run(path, measure):
