@@ -193,8 +193,10 @@ run_specula() {
 
 echo "specula $(git -C "$here" log -1 --format='%h %cs' 2>/dev/null || echo '(no git)') ($specula) against llama.cpp $(git -C "$llama_build/.." log -1 --format='%h %cs' 2>/dev/null || echo '(unknown commit)') ($bench)"
 echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $cores_online cores online; load before $(cut -d' ' -f1-3 /proc/loadavg)"
+# cores_for T: the cores a run of T threads is pinned to, as taskset -c takes them.
+cores_for() { if (( $1 == 1 )); then echo "$first_core"; else echo "$first_core-$((first_core + $1 - 1))"; fi; }
 pinning=""
-for t in $threads; do pinning+="${pinning:+, }$t thread(s) on core(s) $first_core-$((first_core + t - 1))"; done
+for t in $threads; do pinning+="${pinning:+, }$t thread(s) on core(s) $(cores_for "$t")"; done
 echo "pinning (taskset): $pinning; specula OMP_WAIT_POLICY=$wait; llama.cpp's thread pool at llama-bench's --poll (below)"
 echo "decode: $gen forwards from BOS, warm (llama-bench tg$gen; specula run, [BOS] + $((gen + 1)) new tokens, after its warm-up generation)"
 echo "prefill: $prompt tokens, warm (llama-bench pp$prompt after a pp$prompt warm-up; specula run after its warm-up generation of the same prompt)"
@@ -204,8 +206,7 @@ for pair in "${pairs[@]}"; do
   hf="${pair%%=*}" gguf="${pair#*=}"
   model="$(basename "$hf")/$(basename "$gguf")"
   for t in $threads; do
-    cores="$first_core"
-    (( t > 1 )) && cores="$first_core-$((first_core + t - 1))"
+    cores=$(cores_for "$t")
     measures=(decode prefill)
     (( ngram == 0 )) || measures+=(ngram)
     for measure in "${measures[@]}"; do
