@@ -191,7 +191,7 @@ run_specula() {
   index "$1" "$3" "$4" specula "$5" "$dir/results.jsonl"
 }
 
-echo "specula $(git -C "$here" log -1 --format='%h %cs' 2>/dev/null || echo '(no git)') ($specula) against llama.cpp $(git -C "$llama_build/.." log -1 --format='%h %cs' 2>/dev/null || echo '(unknown commit)') ($bench)"
+echo "specula $specula (its version in raw.tsv) against llama.cpp $(git -C "$llama_build/.." log -1 --format='%h %cs' 2>/dev/null || echo '(unknown commit)') ($bench); this script at $(git -C "$here" log -1 --format='%h %cs' 2>/dev/null || echo '(no git)')"
 echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $cores_online cores online; load before $(cut -d' ' -f1-3 /proc/loadavg)"
 # cores_for T: the cores a run of T threads is pinned to, as taskset -c takes them.
 cores_for() { if (( $1 == 1 )); then echo "$first_core"; else echo "$first_core-$((first_core + $1 - 1))"; fi; }
