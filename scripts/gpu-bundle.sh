@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs what scripts/gpu-check.sh runs on a bare GPU machine into one archive:
-#   bin/specula_tests, bin/specula, bin/bench_cuda (stripped), lib/ (every shared library ldd
-#   resolves for them outside glibc and the CUDA toolkit's large libraries, which the GPU
+#   bin/specula_tests, bin/specula, bin/bench_cuda (stripped), lib/libspecula_cuda.so (the CUDA
+#   backend's module, which the binaries load by the path in SPECULA_CUDA_MODULE), lib/ (every
+#   shared library ldd resolves for them and the module outside glibc and the CUDA toolkit's large libraries, which the GPU
 #   machine has: cublasLt alone is ~540 MB), source_dir (the source path the test and bench
 #   binaries have compiled in: gpu-check.sh links it to the checkout it runs in).
 # usage: scripts/gpu-bundle.sh BUILD_DIR [ARCHIVE]   (ARCHIVE defaults to gpu-bundle.tar.xz)
@@ -11,7 +12,8 @@ set -euo pipefail
 build=${1:?usage: scripts/gpu-bundle.sh BUILD_DIR [ARCHIVE]}
 archive=${2:-gpu-bundle.tar.xz}
 bins=("$build/tests/specula_tests" "$build/cli/specula" "$build/bench/bench_cuda")
-for b in "${bins[@]}"; do
+module="$build/engine/cuda/libspecula_cuda.so"
+for b in "${bins[@]}" "$module"; do
   [ -x "$b" ] || { echo "gpu-bundle: error: $b is missing; build specula_tests, specula and bench_cuda in $build" >&2; exit 1; }
 done
 stage=$(mktemp -d)
@@ -21,9 +23,11 @@ for b in "${bins[@]}"; do
   cp "$b" "$stage/bin/"
   strip --strip-unneeded "$stage/bin/$(basename "$b")"
 done
+cp "$module" "$stage/lib/"
+strip --strip-unneeded "$stage/lib/libspecula_cuda.so"
 # glibc's own libraries must match the machine's loader; the CUDA driver comes with the machine.
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libcuda\.so|libcublas|libcublasLt)'
-for b in "${bins[@]}"; do
+for b in "${bins[@]}" "$module"; do
   ldd "$b" | awk '/=> \//{print $1" "$3}'
 done | sort -u | while read -r name path; do
   if [[ "$name" =~ $skip ]]; then continue; fi

@@ -33,17 +33,18 @@ if [ -f "$src" ]; then
   bin=/tmp/specula-gpu-bundle
   rm -rf "$bin" && mkdir -p "$bin" && tar -xJf "$src" -C "$bin" || die "cannot unpack $src"
   tests=$bin/bin/specula_tests specula=$bin/bin/specula bench=$bin/bin/bench_cuda
-  libdir=$bin/lib baked=$(cat "$bin/source_dir")
+  libdir=$bin/lib baked=$(cat "$bin/source_dir") module=$bin/lib/libspecula_cuda.so
 elif [ -d "$src" ] && [ -x "$src/tests/specula_tests" ]; then
   tests=$src/tests/specula_tests specula=$src/cli/specula bench=$src/bench/bench_cuda
   libdir=$src/lib baked=$(grep '^CMAKE_HOME_DIRECTORY:' "$src/CMakeCache.txt" | cut -d= -f2)
+  module=$(cd "$src" && pwd)/engine/cuda/libspecula_cuda.so
 else
   say "no bundle or build at '$src': building build-gpu for sm_90 here"
   { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
     cmake --build build-gpu -j"$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" --target specula_tests specula bench_cuda; } > "$out/build.log" 2>&1 ||
     die "the build failed (tail of $out/build.log):$(echo; tail -20 "$out/build.log")"
   tests=build-gpu/tests/specula_tests specula=build-gpu/cli/specula bench=build-gpu/bench/bench_cuda
-  libdir=build-gpu/lib baked=$repo
+  libdir=build-gpu/lib baked=$repo module=$repo/build-gpu/engine/cuda/libspecula_cuda.so
 fi
 # cuBLASLt and the CUDA runtime from the machine's toolkit (or PyTorch's wheels) when not carried.
 cuda_dirs=$(for f in /usr/local/cuda/lib64/libcublasLt.so.13 /usr/local/cuda*/targets/x86_64-linux/lib/libcublasLt.so.13 \
@@ -52,7 +53,10 @@ cuda_dirs=$(for f in /usr/local/cuda/lib64/libcublasLt.so.13 /usr/local/cuda*/ta
               [ -e "$f" ] && dirname "$f"; done | sort -u | tr '\n' ':')
 export LD_LIBRARY_PATH="$libdir:${cuda_dirs}${LD_LIBRARY_PATH:-}"
 say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-for b in "$tests" "$specula" "$bench"; do
+# The binaries load the CUDA backend's module from here (engine/cuda/cuda_loader.cpp).
+export SPECULA_CUDA_MODULE="$module"
+say "SPECULA_CUDA_MODULE=$SPECULA_CUDA_MODULE"
+for b in "$tests" "$specula" "$bench" "$module"; do
   [ -x "$b" ] || die "$b is missing"
   missing=$(ldd "$b" 2>&1 | grep -E 'not found|version .* not found' || true)
   [ -z "$missing" ] || die "$b cannot run here:$(echo; echo "$missing")"
