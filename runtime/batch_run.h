@@ -22,10 +22,11 @@ struct BatchRun {
 
 // Validates every request (validate_generate_options; a refusal names the request's index as
 // "request i: ..."), sizes the KV pool as `requests.front()` sets it (kv_pool_blocks) or else
-// for `batch_size` sequences of the largest request, and runs them on its target. `arrivals_s` is empty (every request at once) or
-// holds one time per request, non-decreasing, in seconds after the start: a request is
-// submitted when the clock reaches it (between steps; its latencies count from its arrival),
-// and the scheduler waits when nothing is live and the next arrival is ahead.
+// for `batch_size` sequences of the largest request, and runs them on its target.
+// `arrivals_s` is empty (every request at once) or holds one time per request, non-decreasing,
+// in seconds after the start: a request is submitted when the clock reaches it (between steps;
+// its latencies count from its arrival), and the scheduler waits when nothing is live and the
+// next arrival is ahead.
 // Request i's sample streams are keyed by i (Scheduler::submit).
 BatchRun run_requests(ModelStore& models, std::span<const GenerateOptions> requests, int batch_size,
                       std::span<const double> arrivals_s = {});
