@@ -51,10 +51,11 @@ constexpr int kTableMethods = 5;  // the table's methods; the others run at batc
 // The matrix formats of the target and of the draft model: as stored, bf16dot
 // (matmul_bf16dot.h), bf16amx (matmul_bf16amx.h).
 struct Formats {
-  std::optional<DType> target, draft;
+  std::optional<MatrixFormat> target, draft;
 };
 const Formats kFormats[] = {
-    {std::nullopt, std::nullopt}, {DType::BF16Dot, std::nullopt}, {DType::BF16Amx, std::nullopt}, {DType::BF16Amx, DType::BF16Amx}};
+    {std::nullopt, std::nullopt}, {MatrixFormat::kBF16Dot, std::nullopt}, {MatrixFormat::kBF16Amx, std::nullopt},
+    {MatrixFormat::kBF16Amx, MatrixFormat::kBF16Amx}};
 
 ModelStore& store() {
   static ModelStore models;

@@ -206,7 +206,7 @@ const int kLastModel = static_cast<int>(bench_models().size()) - 1;
 // Model `index` of bench_models(), its matrices in `weights` (nullopt: as stored), labelled
 // with its folder's name.
 std::unique_ptr<BenchModel> load_bench_model(benchmark::State& state, int64_t index,
-                                             std::optional<DType> weights = std::nullopt) {
+                                             std::optional<MatrixFormat> weights = std::nullopt) {
   const std::string dir = bench_models().at(static_cast<std::size_t>(index));
   state.SetLabel(std::filesystem::path(dir).filename().string());
   return std::make_unique<BenchModel>(dir, weights);
@@ -286,7 +286,7 @@ BENCHMARK(BM_Decode)->DenseRange(0, kLastModel)->Unit(benchmark::kMicrosecond)->
 // stored_us / F_us (the format's speedup); F_pct_floor = 100 x the format's weight bytes' time
 // through the read probe (streamed after each iteration, outside the timing, as BM_Decode does)
 // / F_us.
-void decode_against_stored(benchmark::State& state, DType format) {
+void decode_against_stored(benchmark::State& state, MatrixFormat format) {
   const std::string dir = bench_models().at(static_cast<std::size_t>(state.range(0)));
   const int rows = static_cast<int>(state.range(1));
   state.SetLabel(std::filesystem::path(dir).filename().string());
@@ -342,8 +342,8 @@ void decode_against_stored(benchmark::State& state, DType format) {
   state.counters[name + "_weight_MB"] = static_cast<double>(format_bytes) / 1e6;
   state.counters[name + "_pct_floor"] = 100 * floor_s / streams[1].seconds;
 }
-void BM_DecodeInt8(benchmark::State& state) { decode_against_stored(state, DType::I8); }
-void BM_DecodeBf16Dot(benchmark::State& state) { decode_against_stored(state, DType::BF16Dot); }
+void BM_DecodeInt8(benchmark::State& state) { decode_against_stored(state, MatrixFormat::kInt8); }
+void BM_DecodeBf16Dot(benchmark::State& state) { decode_against_stored(state, MatrixFormat::kBF16Dot); }
 // True (and the benchmark skipped, saying why) where this process cannot run AMX tiles.
 bool skipped_without_amx(benchmark::State& state) {
   if (cpu::bf16amx_unsupported().empty()) return false;
@@ -351,7 +351,7 @@ bool skipped_without_amx(benchmark::State& state) {
   return true;
 }
 void BM_DecodeBf16Amx(benchmark::State& state) {
-  if (!skipped_without_amx(state)) decode_against_stored(state, DType::BF16Amx);
+  if (!skipped_without_amx(state)) decode_against_stored(state, MatrixFormat::kBF16Amx);
 }
 BENCHMARK(BM_DecodeInt8)
     ->ArgsProduct({benchmark::CreateDenseRange(0, kLastModel, 1), {1, 8}})
@@ -375,7 +375,7 @@ BENCHMARK(BM_DecodeBf16Amx)
 // interleaved in every iteration so that both see the same machine. Reported time is the
 // verify forward; x_one_row = verify time / one-row time (the r(n) of the speedup model).
 // BM_VerifyForward: the matrices as stored; BM_VerifyForwardBf16Dot: in bf16dot (both steps).
-void verify_forward(benchmark::State& state, std::optional<DType> weights) {
+void verify_forward(benchmark::State& state, std::optional<MatrixFormat> weights) {
   const auto model = load_bench_model(state, state.range(0), weights);
   BenchModel& m = *model;
   const int context = static_cast<int>(state.range(1)), rows = static_cast<int>(state.range(2));
@@ -408,9 +408,9 @@ void verify_forward(benchmark::State& state, std::optional<DType> weights) {
   state.counters["x_one_row"] = verify_s / one_row_s;
 }
 void BM_VerifyForward(benchmark::State& state) { verify_forward(state, std::nullopt); }
-void BM_VerifyForwardBf16Dot(benchmark::State& state) { verify_forward(state, DType::BF16Dot); }
+void BM_VerifyForwardBf16Dot(benchmark::State& state) { verify_forward(state, MatrixFormat::kBF16Dot); }
 void BM_VerifyForwardBf16Amx(benchmark::State& state) {
-  if (!skipped_without_amx(state)) verify_forward(state, DType::BF16Amx);
+  if (!skipped_without_amx(state)) verify_forward(state, MatrixFormat::kBF16Amx);
 }
 const std::vector<std::vector<int64_t>> kVerifyArgs = {
     kLastModel > 2 ? std::vector<int64_t>{0, kLastModel} : std::vector<int64_t>{0}, {128, 512}, {1, 2, 4, 8}};

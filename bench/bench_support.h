@@ -32,8 +32,8 @@ inline std::vector<int> real_prompt(std::size_t n) {
 }
 
 struct BenchModel {
-  // `weights`: the format the matrices are read in (draft/draft_options.h); nullopt = as stored.
-  explicit BenchModel(const std::string& dir, std::optional<DType> weights = std::nullopt)
+  // `weights`: the format the matrices are read in (engine/matrix_format.h); nullopt = as stored.
+  explicit BenchModel(const std::string& dir, std::optional<MatrixFormat> weights = std::nullopt)
       : model(std::make_unique<Model>(dir)),
         backend(make_backend(BackendKind::kCpu, *model, weights)),
         workspace(backend->make_workspace()) {}

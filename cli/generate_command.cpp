@@ -49,7 +49,7 @@ std::string stats_line(const nlohmann::json& stats) {
 GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_ = app.add_subcommand("generate", "Generate a continuation of one prompt, or of every prompt of a file in batches");
   cmd_->add_option("--model", options_.model_dir, "Target model folder (Hugging Face layout)")->required();
-  cmd_->add_option("--weights", weights_, std::string(kWeightsSpellings) + ": format the target's matrices are read in")
+  cmd_->add_option("--weights", weights_, weights_choices() + ": format the target's matrices are read in")
       ->capture_default_str();
   auto* prompt = cmd_->add_option("--prompt", prompt_, "Prompt text (tokenized with BOS)");
   auto* ids = cmd_->add_option("--prompt-ids", prompt_ids_, "Prompt token ids, comma-separated, used as given");
@@ -93,7 +93,7 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_option("--draft", d.model_dir, "Draft model folder (selects --draft-method model)");
   cmd_->add_option("--draft-method", draft_method_, "model | ngram (model when --draft is given)");
   cmd_->add_option("--draft-weights", draft_weights_,
-                   std::string(kWeightsSpellings) + ": format the draft's matrices are read in")
+                   weights_choices() + ": format the draft's matrices are read in")
       ->capture_default_str();
   cmd_->add_option("--gamma", d.gamma, "Drafted tokens per step (chain, n-gram)")->default_val(4);
   cmd_->add_option("--tree", tree_, "Static tree branching, e.g. 3,2,1,1");
@@ -129,9 +129,9 @@ int GenerateCommand::run() {
   const auto policy = parse_enum<GammaPolicy>(gamma_policy_);
   SPECULA_CHECK(policy, "--gamma-policy must be ", enum_choices<GammaPolicy>(), ", got '", gamma_policy_, "'");
   options_.gamma_policy = *policy;
-  SPECULA_CHECK(parse_weights(weights_, options_.weights), "--weights must be ", kWeightsSpellings, ", got '", weights_,
+  SPECULA_CHECK(parse_weights(weights_, options_.weights), "--weights must be ", weights_choices(), ", got '", weights_,
                 "'");
-  SPECULA_CHECK(parse_weights(draft_weights_, d.weights), "--draft-weights must be ", kWeightsSpellings, ", got '",
+  SPECULA_CHECK(parse_weights(draft_weights_, d.weights), "--draft-weights must be ", weights_choices(), ", got '",
                 draft_weights_, "'");
   if (!draft_method_.empty()) {
     const auto method = parse_enum<DraftMethod>(draft_method_);

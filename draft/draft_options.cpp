@@ -1,32 +1,29 @@
 #include "draft/draft_options.h"
 
-#include <cctype>
-
 namespace specula {
 
-std::string weights_name(std::optional<DType> weights) {
-  if (!weights) return "stored";
-  if (*weights == DType::I8) return "int8";
-  if (*weights == DType::BF16Dot) return "bf16dot";
-  if (*weights == DType::BF16Amx) return "bf16amx";
-  std::string name = dtype_name(*weights);
-  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return name;
-}
+std::string weights_name(std::optional<MatrixFormat> weights) { return weights ? name_of(*weights) : "stored"; }
 
-bool parse_weights(std::string_view text, std::optional<DType>& weights) {
+bool parse_weights(std::string_view text, std::optional<MatrixFormat>& weights) {
   if (text == "stored") {
     weights.reset();
     return true;
   }
-  for (DType format : {DType::I8, DType::BF16Dot, DType::BF16Amx})
-    if (text == weights_name(format)) {
-      weights = format;
-      return true;
-    }
+  if (const std::optional<MatrixFormat> format = parse_enum<MatrixFormat>(text)) {
+    weights = format;
+    return true;
+  }
   const std::optional<DType> dtype = parse_dtype(text);
-  if (dtype) weights = dtype;
+  if (dtype) weights = element_format(*dtype);
   return dtype.has_value();
 }
+
+std::vector<std::string> weights_spellings() {
+  std::vector<std::string> out = {"stored"};
+  for (const std::string& name : enum_spellings<MatrixFormat>()) out.push_back(name);
+  return out;
+}
+
+std::string weights_choices() { return "stored, " + enum_choices<MatrixFormat>(); }
 
 }  // namespace specula

@@ -1,6 +1,6 @@
 // defines: DraftMethod (none, model, ngram) and DraftOptions, the settings of a drafter (draft
 // model chain / static tree / dynamic tree, n-gram lookup), as the CLI and experiment configs
-// give them; the spelling of a model's weight format ("stored", a dtype name, "int8" or "bf16dot").
+// give them; the spelling of a model's weight format ("stored" or a MatrixFormat name).
 #pragma once
 
 #include <optional>
@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "base/dtype.h"
 #include "base/enum_names.h"
+#include "engine/matrix_format.h"
 
 namespace specula {
 
@@ -25,7 +25,7 @@ inline std::span<const EnumName<DraftMethod>> enum_names(DraftMethod) {
 struct DraftOptions {
   DraftMethod method = DraftMethod::kNone;
   std::string model_dir;              // for method = model
-  std::optional<DType> weights;       // the dtype the draft's matrices are read in (I8: int8, BF16Dot: bf16dot, BF16Amx: bf16amx); nullopt = as stored
+  std::optional<MatrixFormat> weights;  // the format the draft's matrices are read in; nullopt = as stored
   int gamma = 4;                      // chain length (and n-gram proposal length)
   std::vector<int> tree;              // static tree branching, e.g. {3,2,1,1}; empty = chain
   int tree_budget = 0;                // > 0: dynamic tree with this many nodes
@@ -38,12 +38,12 @@ struct DraftOptions {
   bool drafts_chain() const { return tree.empty() && tree_budget == 0; }
 };
 
-// "stored", "f32", "f16", "bf16", "int8" (I8: quantised at load, engine/cpu/packed_int8.h) or
-// "bf16dot" (BF16Dot: BF16 weights times activations rounded to BF16, engine/cpu/matmul_bf16dot.h)
-// or "bf16amx" (BF16Amx: the same operands through AMX's tile product, engine/cpu/matmul_bf16amx.h).
-std::string weights_name(std::optional<DType> weights);
-// The inverse of weights_name (dtype names in any case); false for anything else.
-inline constexpr const char* kWeightsSpellings = "stored, f32, f16, bf16, int8, bf16dot or bf16amx";
-bool parse_weights(std::string_view text, std::optional<DType>& weights);
+// "stored" for nullopt, else the format's name (engine/matrix_format.h).
+std::string weights_name(std::optional<MatrixFormat> weights);
+// The inverse of weights_name (dtype names in any case, "BF16" as "bf16"); false for anything else.
+bool parse_weights(std::string_view text, std::optional<MatrixFormat>& weights);
+// Every weights_name, "stored" first: as a list, and as "stored, f32, ... or bf16amx".
+std::vector<std::string> weights_spellings();
+std::string weights_choices();
 
 }  // namespace specula

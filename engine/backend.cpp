@@ -6,13 +6,14 @@
 
 namespace specula {
 
-std::unique_ptr<Backend> make_backend(BackendKind kind, const Model& model, std::optional<DType> matrices_as) {
+std::unique_ptr<Backend> make_backend(BackendKind kind, const Model& model, std::optional<MatrixFormat> matrices_as) {
   if (kind == BackendKind::kCpu) return std::make_unique<cpu::CpuBackend>(model, matrices_as);
   return cuda::make_cuda_backend(model, matrices_as);  // refuses without CUDA or a GPU
 }
 
-std::string matrices_unsupported(BackendKind kind, std::optional<DType> matrices_as) {
-  if (kind != BackendKind::kCpu || matrices_as != DType::BF16Amx || cpu::bf16amx_unsupported().empty()) return "";
+std::string matrices_unsupported(BackendKind kind, std::optional<MatrixFormat> matrices_as) {
+  if (kind != BackendKind::kCpu || matrices_as != MatrixFormat::kBF16Amx || cpu::bf16amx_unsupported().empty())
+    return "";
   return cpu::bf16amx_unsupported() + "; bf16dot is the same operands on any CPU";
 }
 

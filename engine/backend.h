@@ -11,9 +11,9 @@
 #include <span>
 #include <string>
 
-#include "base/dtype.h"
 #include "base/enum_names.h"
 #include "engine/batch.h"
+#include "engine/matrix_format.h"
 #include "model/model.h"
 #include "kv/kv_plan.h"
 #include "kv/page_storage.h"
@@ -65,11 +65,11 @@ class Backend {
 
 // `model` on backend `kind`, its matrices read as stored or as `matrices_as` (converted at
 // load). Throws SpeculaError when the kind is not available in this build or on this machine.
-std::unique_ptr<Backend> make_backend(BackendKind kind, const Model& model, std::optional<DType> matrices_as);
+std::unique_ptr<Backend> make_backend(BackendKind kind, const Model& model, std::optional<MatrixFormat> matrices_as);
 
 // Why this process's `kind` backend cannot read matrices as `matrices_as`, whatever the model;
 // empty when it can. The CPU's bf16amx needs AMX tiles (engine/cpu/matmul_bf16amx.h); the
 // CUDA backend's refusals depend on the model and are make_backend's (check_cuda_support).
-std::string matrices_unsupported(BackendKind kind, std::optional<DType> matrices_as);
+std::string matrices_unsupported(BackendKind kind, std::optional<MatrixFormat> matrices_as);
 
 }  // namespace specula

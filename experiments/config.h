@@ -35,7 +35,7 @@ struct Prompt {
 // The settings that define one run of the sweep (everything but prompt and seed).
 struct PointConfig {
   std::string target;         // target.path, absolute
-  std::optional<DType> target_weights;  // target.weights; nullopt = as stored
+  std::optional<MatrixFormat> target_weights;  // target.weights; nullopt = as stored
   std::string draft_name;     // draft.name, display only; "" = derived (see plan.h)
   DraftOptions draft;         // draft.method, path, gamma, tree, budget, adaptive, ngram_*
   std::string sampling_name;  // sampling.name, display only; "" = derived

@@ -154,14 +154,14 @@ ConfigField enum_field(std::string key, Ref ref) {
   return {key, true, parse, write};
 }
 
-// target.weights, draft.weights: "stored", a dtype name, "int8", "bf16dot" or "bf16amx" (draft/draft_options.h).
+// target.weights, draft.weights: "stored" or a MatrixFormat name (draft/draft_options.h).
 template <typename Ref>
 ConfigField weights_field(std::string key, Ref ref) {
   auto parse = [key, ref](const toml::node& n, const fs::path&) -> Assignment {
     const std::string v = string_of(n, key);
-    std::optional<DType> weights;
+    std::optional<MatrixFormat> weights;
     if (!parse_weights(v, weights) || (weights && v != weights_name(weights))) {
-      const std::vector<std::string> allowed = {"stored", "f32", "f16", "bf16", "int8", "bf16dot", "bf16amx"};
+      const std::vector<std::string> allowed = weights_spellings();
       config_error(n.source(), key + ": unknown value '" + v + "'" + did_you_mean(v, allowed, allowed));
     }
     return [ref, weights](Settings& s) { ref(s) = weights; };

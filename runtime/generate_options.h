@@ -31,7 +31,7 @@ inline std::span<const EnumName<GammaPolicy>> enum_names(GammaPolicy) {
 
 struct GenerateOptions {
   std::string model_dir;        // target model folder
-  std::optional<DType> weights;  // the format the target's matrices are read in (draft/draft_options.h); nullopt = as stored
+  std::optional<MatrixFormat> weights;  // the format the target's matrices are read in; nullopt = as stored
   std::vector<int> prompt_ids;  // used as given (BOS included by the caller when wanted)
   int max_new_tokens = 64;
   uint64_t seed = 0;

@@ -8,7 +8,7 @@ const Model& ModelStore::model(const std::string& dir) {
   return *it->second;
 }
 
-const Backend& ModelStore::get(const std::string& dir, std::optional<DType> matrices_as, BackendKind kind) {
+const Backend& ModelStore::get(const std::string& dir, std::optional<MatrixFormat> matrices_as, BackendKind kind) {
   const auto key = std::make_tuple(dir, kind, matrices_as);
   auto it = backends_.find(key);
   if (it == backends_.end()) it = backends_.emplace(key, make_backend(kind, model(dir), matrices_as)).first;

@@ -19,12 +19,12 @@ class ModelStore {
   // The checkpoint in `dir`, loaded on first use.
   const Model& model(const std::string& dir);
   // The model in `dir` on backend `kind`, its matrices read as stored or as `matrices_as`.
-  const Backend& get(const std::string& dir, std::optional<DType> matrices_as = std::nullopt,
+  const Backend& get(const std::string& dir, std::optional<MatrixFormat> matrices_as = std::nullopt,
                      BackendKind kind = BackendKind::kCpu);
 
  private:
   std::map<std::string, std::unique_ptr<Model>> models_;
-  std::map<std::tuple<std::string, BackendKind, std::optional<DType>>, std::unique_ptr<Backend>> backends_;
+  std::map<std::tuple<std::string, BackendKind, std::optional<MatrixFormat>>, std::unique_ptr<Backend>> backends_;
 };
 
 }  // namespace specula

@@ -116,7 +116,7 @@ class Scheduler {
   KvCache cache_;
   std::unique_ptr<Workspace> workspace_;
   ForwardContext context_;
-  std::map<std::pair<std::string, std::optional<DType>>, std::unique_ptr<DraftPool>> draft_pools_;
+  std::map<std::pair<std::string, std::optional<MatrixFormat>>, std::unique_ptr<DraftPool>> draft_pools_;
   std::vector<std::unique_ptr<Request>> requests_;
   std::deque<Request*> waiting_;                     // submitted, not started, in arrival order
   std::vector<Request*> parked_;                     // prompt fed, samples still to fork

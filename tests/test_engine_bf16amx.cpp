@@ -45,11 +45,11 @@ TEST_CASE("bf16amx: refused with the reason where the process cannot run AMX til
     return;
   }
   const Model& model = test::store().model(test::model_dir("draft-1m"));
-  CHECK_THROWS_WITH(cpu::CpuBackend(model, DType::BF16Amx), Catch::Contains("bf16amx weights: ") &&
+  CHECK_THROWS_WITH(cpu::CpuBackend(model, MatrixFormat::kBF16Amx), Catch::Contains("bf16amx weights: ") &&
                                                                 Catch::Contains(cpu::bf16amx_unsupported()));
   GenerateOptions o;
   o.model_dir = test::model_dir("draft-1m");
-  o.weights = DType::BF16Amx;
+  o.weights = MatrixFormat::kBF16Amx;
   CHECK_THROWS_WITH(validate_options(o, cli_option_names()), Catch::StartsWith("--weights bf16amx: "));
 }
 
@@ -141,14 +141,14 @@ TEST_CASE("bf16amx logits stay close to the stored-dtype forward on the bundled 
   // |logit|, top-1 agreement on >= 95% of the rows.
   for (const char* name : {"target-16m", "draft-4m", "draft-1m"}) {
     const Model& model = test::store().model(test::model_dir(name));
-    const cpu::CpuBackend stored(model, std::nullopt), bf16amx(model, DType::BF16Amx);
+    const cpu::CpuBackend stored(model, std::nullopt), bf16amx(model, MatrixFormat::kBF16Amx);
     test::check_close_to_stored(name, stored, bf16amx, 0.02, 0.95);
   }
 }
 
 TEST_CASE("greedy speculative output equals plain greedy output with a bf16amx target", "[engine][bf16amx][speculative]") {
   if (!amx_runs()) return;
-  test::check_greedy_speculation(DType::BF16Amx, test::drafts_in_format(DType::BF16Amx));
+  test::check_greedy_speculation(MatrixFormat::kBF16Amx, test::drafts_in_format(MatrixFormat::kBF16Amx));
 }
 
 }  // namespace specula

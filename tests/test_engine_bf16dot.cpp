@@ -262,14 +262,14 @@ TEST_CASE("bf16dot logits stay close to the stored-dtype forward on the bundled 
   // top-1 agreement 144, 144 and 143 of 144 rows.
   for (const Bound bound : {Bound{"target-16m", 0.02, 0.95}, Bound{"draft-4m", 0.02, 0.95}, Bound{"draft-1m", 0.02, 0.95}}) {
     const Model& model = test::store().model(test::model_dir(bound.model));
-    const cpu::CpuBackend stored(model, std::nullopt), bf16dot(model, DType::BF16Dot);
+    const cpu::CpuBackend stored(model, std::nullopt), bf16dot(model, MatrixFormat::kBF16Dot);
     CHECK(bf16dot.weight_bytes() <= stored.weight_bytes());  // 2 bytes a weight: BF16's, half of F32's
     test::check_close_to_stored(bound.model, stored, bf16dot, bound.max_relative, bound.min_agreement);
   }
 }
 
 TEST_CASE("greedy speculative output equals plain greedy output with a bf16dot target", "[engine][bf16dot][speculative]") {
-  test::check_greedy_speculation(DType::BF16Dot, test::drafts_in_format(DType::BF16Dot));
+  test::check_greedy_speculation(MatrixFormat::kBF16Dot, test::drafts_in_format(MatrixFormat::kBF16Dot));
 }
 
 }  // namespace specula

@@ -368,7 +368,7 @@ TEST_CASE("cuda backend: full-model logits equal the CPU backend's for the three
     for (KvDType kv : {KvDType::kF32, KvDType::kBF16}) {
       INFO(name << ", KV pages " << name_of(kv));
       const Model& model = test::shared_backend(test::model_dir(name)).model();
-      const cpu::CpuBackend cpu_bf16(model, DType::BF16);  // the same rounded matrices
+      const cpu::CpuBackend cpu_bf16(model, MatrixFormat::kBF16);  // the same rounded matrices
       const auto gpu = cuda_backend(model, kv);
       const int vocab = model.config().vocab_size;
       test::Engine on_cpu(cpu_bf16, 16, 64), on_gpu(*gpu, 16, 64);
@@ -488,7 +488,7 @@ int check_greedy(const Backend& backend, const std::string& name) {
 TEST_CASE("cuda backend: the greedy rule holds for bf16 matrices on the CPU", "[engine][cuda]") {
   for (const char* name : {"draft-1m", "draft-4m", "target-16m"}) {
     if (test::kSanitized && std::string(name) != "draft-1m") continue;  // ~45 s under ASan for all three
-    const cpu::CpuBackend bf16(test::shared_backend(test::model_dir(name)).model(), DType::BF16);
+    const cpu::CpuBackend bf16(test::shared_backend(test::model_dir(name)).model(), MatrixFormat::kBF16);
     const int compared = check_greedy(bf16, name);
     INFO(name << ": " << compared << " greedy steps compared");
     CHECK(compared > 100);

@@ -30,13 +30,14 @@ const Model& model_of(const char* name) { return test::shared_backend(test::mode
 TEST_CASE("cuda plan: refusals of dtypes and shapes the kernels do not handle", "[engine][cuda]") {
   const ModelConfig good = model_of("draft-1m").config();
   CHECK_NOTHROW(cuda::check_cuda_support(good, std::nullopt, {}));
-  CHECK_NOTHROW(cuda::check_cuda_support(good, DType::BF16, {}));
-  CHECK_THROWS_WITH(cuda::check_cuda_support(good, DType::F16, {}), Catch::Contains("matrices are read in bf16") &&
-                                                                        Catch::Contains("F16"));
-  CHECK_THROWS_WITH(cuda::check_cuda_support(good, DType::F32, {}), Catch::Contains("F32"));
-  for (DType cpu_format : {DType::I8, DType::BF16Dot, DType::BF16Amx})  // the CPU's product formats
+  CHECK_NOTHROW(cuda::check_cuda_support(good, MatrixFormat::kBF16, {}));
+  CHECK_THROWS_WITH(cuda::check_cuda_support(good, MatrixFormat::kF16, {}),
+                    Catch::Contains("matrices are read in bf16") && Catch::Contains("; f16 ("));
+  CHECK_THROWS_WITH(cuda::check_cuda_support(good, MatrixFormat::kF32, {}), Catch::Contains("; f32 ("));
+  // the CPU's product formats
+  for (MatrixFormat cpu_format : {MatrixFormat::kInt8, MatrixFormat::kBF16Dot, MatrixFormat::kBF16Amx})
     CHECK_THROWS_WITH(cuda::check_cuda_support(good, cpu_format, {}),
-                      Catch::Contains(dtype_name(cpu_format)) && Catch::Contains("--weights / --draft-weights"));
+                      Catch::Contains(name_of(cpu_format)) && Catch::Contains("--weights / --draft-weights"));
   CudaOptions f16_pages;
   f16_pages.kv_dtype = KvDType::kInt8;
   CHECK_THROWS_WITH(cuda::check_cuda_support(good, std::nullopt, f16_pages), Catch::Contains("KV pages in int8"));
@@ -81,7 +82,7 @@ TEST_CASE("cuda plan: the weight arena holds every tensor once, aligned, fused a
     CHECK(plan.layers[0].qkv_bias == -1);  // LLaMA: no biases
     CHECK(plan.tensors[static_cast<std::size_t>(plan.embed)].dtype == model.embed_tokens().dtype);
     // What a decode step reads: the same bytes the CPU backend reads with bf16 matrices.
-    const cpu::CpuBackend cpu_bf16(model, DType::BF16);
+    const cpu::CpuBackend cpu_bf16(model, MatrixFormat::kBF16);
     CHECK(plan.matrix_bytes == cpu_bf16.weight_bytes());
   }
 }

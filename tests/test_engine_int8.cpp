@@ -184,7 +184,7 @@ TEST_CASE("int8 logits stay close to the stored-dtype forward on the bundled mod
   };
   for (const Bound bound : {Bound{"target-16m", 0.05, 0.9}, Bound{"draft-4m", 0.05, 0.9}, Bound{"draft-1m", 0.05, 0.9}}) {
     const Model& model = test::store().model(test::model_dir(bound.model));
-    const cpu::CpuBackend stored(model, std::nullopt), int8(model, DType::I8);
+    const cpu::CpuBackend stored(model, std::nullopt), int8(model, MatrixFormat::kInt8);
     CHECK(int8.weight_bytes() * 3 < stored.weight_bytes() * 2);  // fewer bytes than even BF16's
     test::check_close_to_stored(bound.model, stored, int8, bound.max_relative, bound.min_agreement);
   }
@@ -192,9 +192,9 @@ TEST_CASE("int8 logits stay close to the stored-dtype forward on the bundled mod
 
 TEST_CASE("greedy speculative output equals plain greedy output with an int8 target", "[engine][int8][speculative]") {
   DraftOptions int8_draft = test::model_draft("draft-4m", 4, {}, 0, false);
-  int8_draft.weights = DType::I8;
+  int8_draft.weights = MatrixFormat::kInt8;
   const DraftOptions drafts[] = {int8_draft, test::model_draft("draft-1m", 3, {2, 2}, 0, false)};
-  test::check_greedy_speculation(DType::I8, drafts);
+  test::check_greedy_speculation(MatrixFormat::kInt8, drafts);
 }
 
 }  // namespace specula

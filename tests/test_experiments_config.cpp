@@ -129,16 +129,16 @@ TEST_CASE("target.weights and draft.weights reach the request — the run id cha
   const ExperimentConfig stored = load_config(dir.write("stored.toml", head + tail));
   const ExperimentConfig int8 = load_config(dir.write("int8.toml", head + "weights = \"int8\"\n" + tail));
   CHECK_FALSE(request_options(stored.base.point).weights.has_value());
-  CHECK(request_options(int8.base.point).weights == DType::I8);
-  CHECK(request_options(int8.base.point).draft.weights == DType::I8);
+  CHECK(request_options(int8.base.point).weights == MatrixFormat::kInt8);
+  CHECK(request_options(int8.base.point).draft.weights == MatrixFormat::kInt8);
   const nlohmann::json a = canonical_settings(stored.base.point), b = canonical_settings(int8.base.point);
   CHECK_FALSE(a.contains("target_weights"));  // runs on stored weights keep their ids
   CHECK(b.at("target_weights") == "int8");
   CHECK(a.at("draft").at("weights") == "int8");
   const ExperimentConfig bf16dot = load_config(dir.write(
       "bf16dot.toml", head + "weights = \"bf16dot\"\n" + std::string(tail).replace(tail.find("int8"), 4, "bf16dot")));
-  CHECK(request_options(bf16dot.base.point).weights == DType::BF16Dot);
-  CHECK(request_options(bf16dot.base.point).draft.weights == DType::BF16Dot);
+  CHECK(request_options(bf16dot.base.point).weights == MatrixFormat::kBF16Dot);
+  CHECK(request_options(bf16dot.base.point).draft.weights == MatrixFormat::kBF16Dot);
   const nlohmann::json c = canonical_settings(bf16dot.base.point);
   CHECK(c.at("target_weights") == "bf16dot");
   CHECK(c.at("draft").at("weights") == "bf16dot");

@@ -84,7 +84,7 @@ void check_close_to_stored(const std::string& model, const Backend& stored, cons
   CHECK(d.agree >= min_agreement * d.rows);
 }
 
-void check_greedy_speculation(DType format, std::span<const DraftOptions> drafts) {
+void check_greedy_speculation(MatrixFormat format, std::span<const DraftOptions> drafts) {
   const auto prompts = reference_prompts();
   for (std::size_t p = 0; p < (kSanitized ? 1u : prompts.size()); p += 4) {
     GenerateOptions plain;
@@ -104,7 +104,7 @@ void check_greedy_speculation(DType format, std::span<const DraftOptions> drafts
   }
 }
 
-std::vector<DraftOptions> drafts_in_format(DType format) {
+std::vector<DraftOptions> drafts_in_format(MatrixFormat format) {
   DraftOptions in_format = model_draft("draft-4m", 4, {}, 0, false);
   in_format.weights = format;
   DraftOptions ngram;

@@ -53,10 +53,10 @@ void check_close_to_stored(const std::string& model, const Backend& stored, cons
 
 // target-16m in `format` on every 4th reference prompt (the first only, sanitized), 32 new
 // tokens (24): each drafter's ids equal plain greedy decoding's, and it accepts something.
-void check_greedy_speculation(DType format, std::span<const DraftOptions> drafts);
+void check_greedy_speculation(MatrixFormat format, std::span<const DraftOptions> drafts);
 
 // The drafters the BF16 formats' check uses: a draft-4m chain of 4 read in `format`, a
 // draft-1m chain of 3 as stored and n-grams of 3.
-std::vector<DraftOptions> drafts_in_format(DType format);
+std::vector<DraftOptions> drafts_in_format(MatrixFormat format);
 
 }  // namespace specula::test

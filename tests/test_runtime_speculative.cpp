@@ -78,7 +78,7 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
   ngram.method = DraftMethod::kNgram;
   ngram.gamma = 5;
   DraftOptions bf16_draft = model_draft("draft-1m", 2, {}, 0, false);
-  bf16_draft.weights = DType::BF16;  // the F32 draft read as BF16: other proposals, the same output
+  bf16_draft.weights = MatrixFormat::kBF16;  // the F32 draft read as BF16: other proposals, the same output
   DraftOptions siblings = model_draft("draft-1m", 2, {}, 0, false);
   siblings.siblings = 2;
   const std::vector<Drafting> draftings = {

@@ -24,11 +24,11 @@ void project(const float* x, const WeightMatrix& w, const std::vector<float>& bi
 
 }  // namespace
 
-CpuBackend::CpuBackend(const Model& model, std::optional<DType> matrices_as, MatmulIsa isa)
+CpuBackend::CpuBackend(const Model& model, std::optional<MatrixFormat> matrices_as, MatmulIsa isa)
     : Backend(model),
       isa_(isa),
       rope_(model.config().head_dim(), model.config().rope_theta, model.config().rope_scaling) {
-  SPECULA_CHECK(matrices_as != DType::BF16Amx || bf16amx_unsupported().empty(), "bf16amx weights: ",
+  SPECULA_CHECK(matrices_as != MatrixFormat::kBF16Amx || bf16amx_unsupported().empty(), "bf16amx weights: ",
                 bf16amx_unsupported());
   // Each matrix is packed from the mapping once; a decode step reads every one once.
   const auto pack = [&](const TensorView& w) {

@@ -25,11 +25,11 @@ struct CpuWorkspace : Workspace {
 class CpuBackend : public Backend {
  public:
   // Packs every matrix of `model` once (in its dtype, converted to `matrices_as`, quantised for
-  // matrices_as = I8, or in BF16 for the bf16dot (bf16amx) product for BF16Dot (BF16Amx, where
-  // this process can run it, else an error saying why): the embedding lookup
+  // int8, or in BF16 for the bf16dot (bf16amx) product for bf16dot (bf16amx, where this
+  // process can run it, else an error saying why): the embedding lookup
   // still reads the stored table) for `isa` (the process's choice, matmul_isa(), unless a test
   // compares instruction sets).
-  CpuBackend(const Model& model, std::optional<DType> matrices_as, MatmulIsa isa = matmul_isa());
+  CpuBackend(const Model& model, std::optional<MatrixFormat> matrices_as, MatmulIsa isa = matmul_isa());
 
   BackendKind kind() const override { return BackendKind::kCpu; }
   std::size_t weight_bytes() const override { return weight_bytes_; }

@@ -1,4 +1,4 @@
-// defines: matmul_bf16amx, the CPU matrix product of the bf16amx format (DType::BF16Amx,
+// defines: matmul_bf16amx, the CPU matrix product of the bf16amx format (MatrixFormat::kBF16Amx,
 // `--weights bf16amx`): bf16dot's operands (weights in BF16 with subnormals flushed, activations
 // rounded by bf16dot_round; matmul_bf16dot.h) multiplied by AMX-BF16's tile instruction
 // TDPBF16PS; bf16amx_unsupported, why this process cannot run it (empty when it can); and

@@ -1,4 +1,4 @@
-// defines: matmul_bf16dot, the CPU matrix product of the bf16dot format (DType::BF16Dot,
+// defines: matmul_bf16dot, the CPU matrix product of the bf16dot format (MatrixFormat::kBF16Dot,
 // `--weights bf16dot`): weights packed in BF16 (packed_weights.h, subnormals flushed to zero),
 // activations rounded to BF16 once per product (bf16dot_round), products exact, f32
 // accumulation; its three kernels (AVX-512 BF16's vdpbf16ps, and a bit-identical emulation on

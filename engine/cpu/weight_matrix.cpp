@@ -3,20 +3,21 @@
 namespace specula::cpu {
 namespace {
 
-std::variant<PackedWeights, PackedInt8> pack(const TensorView& w, MatmulIsa isa, std::optional<DType> as) {
-  if (as == DType::I8) return std::variant<PackedWeights, PackedInt8>(std::in_place_type<PackedInt8>, w);
-  if (as == DType::BF16Dot)
+std::variant<PackedWeights, PackedInt8> pack(const TensorView& w, MatmulIsa isa, std::optional<MatrixFormat> as) {
+  if (as == MatrixFormat::kInt8) return std::variant<PackedWeights, PackedInt8>(std::in_place_type<PackedInt8>, w);
+  if (as == MatrixFormat::kBF16Dot)
     return std::variant<PackedWeights, PackedInt8>(std::in_place_type<PackedWeights>, w, isa, DType::BF16, true);
-  if (as == DType::BF16Amx)  // the tiles' layout is avx512's, whatever the process's ISA
+  if (as == MatrixFormat::kBF16Amx)  // the tiles' layout is avx512's, whatever the process's ISA
     return std::variant<PackedWeights, PackedInt8>(std::in_place_type<PackedWeights>, w, MatmulIsa::avx512, DType::BF16,
                                                    true, kAmxPairsPerTile);
-  return std::variant<PackedWeights, PackedInt8>(std::in_place_type<PackedWeights>, w, isa, as);
+  return std::variant<PackedWeights, PackedInt8>(std::in_place_type<PackedWeights>, w, isa,
+                                                 as ? element_dtype(*as) : std::nullopt);
 }
 
 }  // namespace
 
-WeightMatrix::WeightMatrix(const TensorView& w, MatmulIsa isa, std::optional<DType> as)
-    : format_(as.value_or(w.dtype)),
+WeightMatrix::WeightMatrix(const TensorView& w, MatmulIsa isa, std::optional<MatrixFormat> as)
+    : format_(as),
       packed_(pack(w, isa, as)),
       int8_kernel_(int8_kernel(isa)),
       bf16dot_kernel_(bf16dot_kernel(isa)) {}
@@ -28,9 +29,10 @@ std::size_t WeightMatrix::bytes() const {
 }
 
 void WeightMatrix::product(const float* x, float* y, int n) const {
-  if (format_ == DType::I8) return matmul_int8(x, std::get<PackedInt8>(packed_), y, n, int8_kernel_);
-  if (format_ == DType::BF16Dot) return matmul_bf16dot(x, std::get<PackedWeights>(packed_), y, n, bf16dot_kernel_);
-  if (format_ == DType::BF16Amx) return matmul_bf16amx(x, std::get<PackedWeights>(packed_), y, n);
+  if (format_ == MatrixFormat::kInt8) return matmul_int8(x, std::get<PackedInt8>(packed_), y, n, int8_kernel_);
+  if (format_ == MatrixFormat::kBF16Dot)
+    return matmul_bf16dot(x, std::get<PackedWeights>(packed_), y, n, bf16dot_kernel_);
+  if (format_ == MatrixFormat::kBF16Amx) return matmul_bf16amx(x, std::get<PackedWeights>(packed_), y, n);
   matmul(x, std::get<PackedWeights>(packed_), y, n);
 }
 

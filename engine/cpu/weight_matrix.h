@@ -12,19 +12,18 @@
 #include "engine/cpu/matmul_bf16amx.h"
 #include "engine/cpu/matmul_bf16dot.h"
 #include "engine/cpu/matmul_int8.h"
+#include "engine/matrix_format.h"
 
 namespace specula::cpu {
 
 class WeightMatrix {
  public:
-  // w ([out, in]) as stored, converted to `as` (F32, F16, BF16), quantised (as = I8, on the
-  // int8 kernel `isa` allows: int8_kernel), or in BF16 with subnormals flushed (as = BF16Dot,
-  // on the bf16dot kernel `isa` allows: bf16dot_kernel; as = BF16Amx, for AMX's tiles, which the
-  // caller has checked this process can run: bf16amx_unsupported).
-  WeightMatrix(const TensorView& w, MatmulIsa isa, std::optional<DType> as);
+  // w ([out, in]) as stored, converted to `as` (f32, f16, bf16), quantised (int8, on the int8
+  // kernel `isa` allows: int8_kernel), or in BF16 with subnormals flushed (bf16dot, on the
+  // bf16dot kernel `isa` allows: bf16dot_kernel; bf16amx, for AMX's tiles, which the caller
+  // has checked this process can run: bf16amx_unsupported).
+  WeightMatrix(const TensorView& w, MatmulIsa isa, std::optional<MatrixFormat> as);
 
-  // The format: the packed dtype, I8, BF16Dot or BF16Amx.
-  DType dtype() const { return format_; }
   // The bytes one product reads (int8: the values and their scales).
   std::size_t bytes() const;
 
@@ -32,7 +31,7 @@ class WeightMatrix {
   void product(const float* x, float* y, int n) const;
 
  private:
-  DType format_;
+  std::optional<MatrixFormat> format_;  // nullopt: as stored
   std::variant<PackedWeights, PackedInt8> packed_;
   Int8Kernel int8_kernel_;
   Bf16DotKernel bf16dot_kernel_;

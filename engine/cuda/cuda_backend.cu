@@ -141,7 +141,7 @@ struct CudaWorkspace : Workspace {
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend(const Model& model, std::optional<DType> matrices_as, const CudaOptions& options)
+  CudaBackend(const Model& model, std::optional<MatrixFormat> matrices_as, const CudaOptions& options)
       : Backend(model), options_(options), account_(std::make_shared<PoolAccount>()) {
     const ModelConfig& c = model.config();
     check_cuda_support(c, matrices_as, options);
@@ -374,7 +374,7 @@ class CudaBackend : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(const Model& model, std::optional<DType> matrices_as,
+std::unique_ptr<Backend> make_cuda_backend(const Model& model, std::optional<MatrixFormat> matrices_as,
                                            const CudaOptions& options) {
   if (cuda_device_count() == 0)
     throw SpeculaError("backend 'cuda': no usable GPU (" + cuda_unavailable_reason() + "); use --backend cpu");

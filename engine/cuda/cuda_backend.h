@@ -16,7 +16,7 @@ namespace specula::cuda {
 // `model` on GPU 0. Throws SpeculaError when the build has no CUDA, no GPU is usable, or the
 // model needs what the kernels refuse (check_cuda_support); ResourceExhausted when weights,
 // one workspace and the KV pool do not fit (plan_memory names the sizes).
-std::unique_ptr<Backend> make_cuda_backend(const Model& model, std::optional<DType> matrices_as,
+std::unique_ptr<Backend> make_cuda_backend(const Model& model, std::optional<MatrixFormat> matrices_as,
                                            const CudaOptions& options = {});
 
 }  // namespace specula::cuda

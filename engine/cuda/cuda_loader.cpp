@@ -81,7 +81,7 @@ double cuda_copy_bandwidth(std::size_t bytes, int reps) {
   return module_for("copy bandwidth: no GPU").copy_bandwidth(bytes, reps);
 }
 
-std::unique_ptr<Backend> cuda::make_cuda_backend(const Model& model, std::optional<DType> matrices_as,
+std::unique_ptr<Backend> cuda::make_cuda_backend(const Model& model, std::optional<MatrixFormat> matrices_as,
                                                  const CudaOptions& options) {
   const LoadedModule& m = loaded();
   if (m.module == nullptr) throw SpeculaError("backend 'cuda': " + m.error + "; use --backend cpu");

@@ -31,7 +31,7 @@ struct CudaModule {
   std::string (*unavailable_reason)();
   std::string (*device_name)();
   double (*copy_bandwidth)(std::size_t bytes, int reps);
-  std::unique_ptr<Backend> (*make_backend)(const Model& model, std::optional<DType> matrices_as,
+  std::unique_ptr<Backend> (*make_backend)(const Model& model, std::optional<MatrixFormat> matrices_as,
                                            const CudaOptions& options);
   std::vector<float> (*embed)(const TensorView& table, std::span<const int> tokens);
   std::vector<float> (*rms_norm)(std::span<const float> x, std::span<const float> weight, float eps, int n, int dim);

@@ -16,9 +16,10 @@ int pow2_at_least(int n, int floor) { return static_cast<int>(std::bit_ceil(stat
 
 }  // namespace
 
-void check_cuda_support(const ModelConfig& c, std::optional<DType> matrices_as, const CudaOptions& o) {
-  SPECULA_CHECK(!matrices_as || *matrices_as == DType::BF16, "backend 'cuda': matrices are read in bf16 on the GPU; ",
-                dtype_name(*matrices_as), " (--weights / --draft-weights, target.weights / draft.weights) is not supported there");
+void check_cuda_support(const ModelConfig& c, std::optional<MatrixFormat> matrices_as, const CudaOptions& o) {
+  SPECULA_CHECK(!matrices_as || *matrices_as == MatrixFormat::kBF16,
+                "backend 'cuda': matrices are read in bf16 on the GPU; ", name_of(*matrices_as),
+                " (--weights / --draft-weights, target.weights / draft.weights) is not supported there");
   SPECULA_CHECK(o.kv_dtype == KvDType::kF32 || o.kv_dtype == KvDType::kBF16, "backend 'cuda': KV pages in ",
                 name_of(o.kv_dtype), " are not supported (f32 or bf16)");
   SPECULA_CHECK(o.max_rows > 0 && o.max_logit_rows > 0, "backend 'cuda': max_rows and max_logit_rows must be positive, got ",

@@ -17,6 +17,7 @@
 
 #include "base/dtype.h"
 #include "engine/batch.h"
+#include "engine/matrix_format.h"
 #include "model/model.h"
 #include "kv/kv_plan.h"
 #include "kv/page_storage.h"
@@ -50,7 +51,7 @@ inline std::size_t align_up(std::size_t n, std::size_t a = kAlign) { return (n +
 // Throws SpeculaError naming what the CUDA kernels do not handle: matrices read as anything but
 // bf16 (`--draft-weights` f16/f32), KV pages other than F32/BF16, an inner dimension not a
 // multiple of 8, head_dim odd or above kMaxHeadDim, non-positive limits.
-void check_cuda_support(const ModelConfig& config, std::optional<DType> matrices_as, const CudaOptions& options);
+void check_cuda_support(const ModelConfig& config, std::optional<MatrixFormat> matrices_as, const CudaOptions& options);
 
 // One device tensor of the weight arena: `sources` concatenated along the rows (q, k, v into
 // one [q_dim + 2 kv_dim, hidden] matrix; gate, up into [2 ffn, hidden]); a missing source (a
