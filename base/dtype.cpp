@@ -2,7 +2,6 @@
 
 #include <immintrin.h>
 
-#include <cassert>
 #include <cctype>
 #include <cstdint>
 #include <cstring>
@@ -15,9 +14,6 @@ std::size_t dtype_size(DType t) {
     case DType::F32: return 4;
     case DType::F16: return 2;
     case DType::BF16: return 2;
-    case DType::I8: return 1;
-    case DType::BF16Dot: return 2;
-    case DType::BF16Amx: return 2;
   }
   return 0;
 }
@@ -27,9 +23,6 @@ const char* dtype_name(DType t) {
     case DType::F32: return "F32";
     case DType::F16: return "F16";
     case DType::BF16: return "BF16";
-    case DType::I8: return "I8";
-    case DType::BF16Dot: return "BF16DOT";
-    case DType::BF16Amx: return "BF16AMX";
   }
   return "?";
 }
@@ -48,8 +41,7 @@ void store_value(float v, DType dtype, unsigned char* out) {
   } else if (dtype == DType::F16) {
     const uint16_t h = _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT);
     std::memcpy(out, &h, 2);
-  } else {
-    assert(dtype == DType::BF16);
+  } else {  // BF16
     uint32_t bits;
     std::memcpy(&bits, &v, 4);
     const uint16_t b = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);

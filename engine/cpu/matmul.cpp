@@ -52,11 +52,6 @@ void weight_row(const TensorView& w, int64_t row, float* out) {
     case DType::F32: return row_typed<DType::F32>(w, row, out);
     case DType::F16: return row_typed<DType::F16>(w, row, out);
     case DType::BF16: return row_typed<DType::BF16>(w, row, out);
-    case DType::I8:
-    case DType::BF16Dot:
-    case DType::BF16Amx:
-      throw SpeculaError(
-          detail::concat(w.origin, ": tensor '", w.name, "' is ", dtype_name(w.dtype), ", which no checkpoint stores"));
   }
 }
 

@@ -257,10 +257,6 @@ void matmul_any_dtype(const float* x, const PackedWeights& w, float* y, int n) {
     case DType::F32: return matmul_tiled<UpcastStep<V, DType::F32>>(x, w.in(), w, y, n);
     case DType::F16: return matmul_tiled<UpcastStep<V, DType::F16>>(x, w.in(), w, y, n);
     case DType::BF16: return matmul_tiled<UpcastStep<V, DType::BF16>>(x, w.in(), w, y, n);
-    case DType::I8:       // never packed (PackedWeights refuses it; matmul_int8.h)
-    case DType::BF16Dot:  // packed as BF16 (matmul_bf16dot.h)
-    case DType::BF16Amx:  // packed as BF16 (matmul_bf16amx.h)
-      break;
   }
 }
 

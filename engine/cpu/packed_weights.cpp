@@ -20,9 +20,6 @@ PackedWeights::PackedWeights(const TensorView& w, MatmulIsa isa, std::optional<D
                              int64_t step_multiple)
     : isa_(isa), dtype_(as.value_or(w.dtype)) {
   SPECULA_CHECK(w.shape.size() == 2, w.origin, ": tensor '", w.name, "' must be 2-D for a matrix product");
-  SPECULA_CHECK(dtype_ == DType::F32 || dtype_ == DType::F16 || dtype_ == DType::BF16,
-                "PackedWeights holds F32, F16 or BF16, not ", dtype_name(dtype_),
-                " (int8: PackedInt8, packed_int8.h; bf16dot: BF16, matmul_bf16dot.h)");
   SPECULA_CHECK(!flush_subnormals || dtype_ == DType::BF16, "PackedWeights: only BF16 subnormals are flushed");
   out_ = w.shape[0];
   in_ = w.shape[1];

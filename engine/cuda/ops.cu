@@ -135,9 +135,6 @@ void launch_embed(const void* table, DType dtype, const RowDesc* rows, float* x,
     case DType::BF16:
       embed_kernel<<<n, kRowThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(table), rows, x, hidden);
       break;
-    case DType::I8:       // no checkpoint stores I8, BF16Dot or BF16Amx (CPU-only product formats: check_cuda_support)
-    case DType::BF16Dot:
-    case DType::BF16Amx: break;
   }
   CUDA_CHECK_LAUNCH();
 }
