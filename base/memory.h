@@ -14,8 +14,8 @@ long long available_memory_bytes();
 
 // A zero-filled array of floats from calloc: a large one is fresh zero pages from the OS,
 // so its cost is paid page by page as it is first touched, not all at construction (a KV
-// pool sized for a whole batch took 4 ms to zero-fill at 178 blocks of draft-1m, before
-// the first step). Throws std::bad_alloc when calloc fails.
+// pool sized for a whole batch costs nothing before the first step; docs/measurements.md,
+// KV pool zero-fill). Throws std::bad_alloc when calloc fails.
 class ZeroedFloats {
  public:
   ZeroedFloats() = default;

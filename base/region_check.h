@@ -3,7 +3,7 @@
 //
 // The matrix-product tile units (engine/cpu/matmul_*.cpp) are compiled with
 // -fno-sanitize=address in those builds (engine/CMakeLists.txt): ASan's check on every load
-// cost about one check per two FMAs there and made the sanitized suite several times slower.
+// costs about one check per two FMAs there (docs/measurements.md, Sanitized builds).
 // Instead each tile calls check_region on every range it will read or write, once per call,
 // before its loop. A range that is out of bounds, freed or otherwise poisoned stops the run
 // with ASan's own report (a read of the first bad byte, with the kernel's stack), as a
