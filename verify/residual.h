@@ -36,9 +36,9 @@ class Residual {
 
  private:
   // The sum of all weights in double, in an order that vectorises (while the residual is a
-  // view: the row's sum less the removed tokens' weights). Summed in token order, one add
-  // waiting on the last, it made sample() 2.2% of a batch-32 T = 1 run whose speculative
-  // sequences all took plain steps, against the plain sampler's draw at 1.1% (now 0.9%).
+  // view: the row's sum less the removed tokens' weights): summed in token order, one add
+  // waiting on the last, sample() would cost twice the plain sampler's draw
+  // (docs/measurements.md, Residual sampling).
   double total() const;
   // Calls visit(token, weight) for every token in order until visit returns false.
   template <typename Visit>
