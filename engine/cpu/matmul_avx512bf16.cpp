@@ -15,9 +15,9 @@ struct HardwareDot {
   using V = Avx512;
   using X = __m512bh;
   using W = __m512bh;
-  // 4 rows: 16 accumulators, 4 weight vectors and 4 broadcasts in the 32 registers. Measured
-  // (512 x 512, 8-64 rows, one thread, busy machine): 4, 5 and 6 rows alike at 170-190 GFLOP/s
-  // (the f32 product: 85-100), 7 and 8 slower (accumulators spilled).
+  // 4 rows: 16 accumulators, 4 weight vectors and 4 broadcasts in the 32 registers; 5 and 6
+  // rows run no faster, 7 and 8 spill accumulators (docs/architecture.md, BF16DOT products,
+  // Kernels).
   static constexpr int kTileRows = 4;
   static constexpr double kFlopsPerNs = 230;  // one 32-product vdpbf16ps a cycle
   static X broadcast(uint32_t pair) { return reinterpret_cast<X>(_mm512_set1_epi32(static_cast<int>(pair))); }

@@ -7,10 +7,10 @@
 // Arithmetic of y[r][o]: acc = +0; then for the k tiles t = 0, 1, ... in order (32 k each: 16
 // pairs, the last padded with zero pairs in x and in w), acc = TDPBF16PS(acc, x̂[r][tile t],
 // ŵ[o][tile t]): the hardware's sum of acc and the tile's 32 exact products. How it rounds
-// inside a tile is the hardware's own: on this project's Xeon (Sapphire Rapids class) it equals
-// neither two FMAs per pair (bf16dot's order), nor one rounding per pair, nor one per tile, in
-// most elements of random sums. So bf16amx is a format of its own, not a kernel of bf16dot,
-// and it has one kernel: the tile instruction (no emulation, no other instruction set). What
+// inside a tile is the hardware's own: it equals neither two FMAs per pair (bf16dot's order),
+// nor one rounding per pair, nor one per tile (docs/architecture.md, BF16AMX products). So
+// bf16amx is a format of its own, not a kernel of bf16dot, and it has one kernel: the tile
+// instruction (no emulation, no other instruction set). What
 // it keeps is batch invariance: each element is one chain of tile steps over k in order from
 // zero, computed from its own row of x and column of w alone, so a row's value depends on no
 // row count, tile position, thread split or block; every row count (one decode row included)

@@ -9,8 +9,8 @@
 //   acc = round_f32(acc + x̂[2s + 1] ŵ[2s + 1])      the pair's high half (odd k) first,
 //   acc = round_f32(acc + x̂[2s] ŵ[2s])              then the low half (even k)
 // each product exact (8 x 8 significant bits), each sum rounded to nearest even: what
-// vdpbf16ps does per f32 lane (measured on this machine's Zen 4: 3.2M random lanes, 0
-// mismatches), and what fma(x̂_hi, ŵ_hi, acc) then fma(x̂_lo, ŵ_lo, acc) computes. The hardware
+// vdpbf16ps does per f32 lane (docs/architecture.md, BF16DOT products, Order), and what
+// fma(x̂_hi, ŵ_hi, acc) then fma(x̂_lo, ŵ_lo, acc) computes. The hardware
 // also treats subnormal inputs as zero and flushes subnormal results to zero; the inputs are
 // flushed beforehand (weights at packing, activations when rounded), so the emulation gives the
 // same bits except where a sum itself falls below 2^-126 (a subnormal f32 result: the

@@ -239,7 +239,7 @@ void matmul_tiled(const typename P::Input* x, int64_t stride, const PackedWeight
   if (worth_threads(one_thread_ns(w, n, P::kFlopsPerNs))) {
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) block(b);
-  } else {  // no OpenMP region at all: even a one-thread one costs ~1 us here
+  } else {  // no OpenMP region at all: even a one-thread one has its fixed cost (threads.h)
     for (int64_t b = 0; b < blocks; ++b) block(b);
   }
 }

@@ -6,9 +6,9 @@
 namespace specula::cpu {
 
 // Whether work whose one-thread time is estimated at `one_thread_ns` should be split across
-// threads: opening an OpenMP region costs 1.25 us with one thread and 1.5-3.5 us with two on
-// the development VM (even an if(false) region costs that), so below kParallelMinNs the work
-// runs as a plain loop; never with one thread.
+// threads: opening an OpenMP region has a fixed cost of microseconds, paid even with one
+// thread or an if(false) clause (docs/measurements.md, OpenMP regions), so below
+// kParallelMinNs the work runs as a plain loop; never with one thread.
 inline bool worth_threads(double one_thread_ns) {
   constexpr double kParallelMinNs = 8000;
   return omp_get_max_threads() > 1 && one_thread_ns > kParallelMinNs;
