@@ -17,11 +17,10 @@
 namespace {
 
 // OpenMP barriers spin by default (libgomp), and a spinning team whose other core is taken
-// by other work stalls: on this project's 2-core VM with two busy processes, decoding with
-// two spinning threads fell to 8-300 tok/s where one thread gave 345-400 and two passive
-// threads 267-518 (docs/architecture.md, Threads). libgomp reads OMP_WAIT_POLICY when it is
-// loaded, before main, so unless the user chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT set) the
-// program runs itself again once with OMP_WAIT_POLICY=passive.
+// by other work stalls, falling far below one thread (docs/architecture.md, Threads).
+// libgomp reads OMP_WAIT_POLICY when it is loaded, before main, so unless the user chose
+// (OMP_WAIT_POLICY or GOMP_SPINCOUNT set) the program runs itself again once with
+// OMP_WAIT_POLICY=passive.
 void wait_passively_in_openmp(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
   setenv("OMP_WAIT_POLICY", "passive", 1);
