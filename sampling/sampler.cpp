@@ -20,7 +20,7 @@ int argmax(std::span<const float> values) {
   assert(!values.empty());
   // The maximum over 8 interleaved lanes, then its first occurrence. The lanes select by bit
   // mask, so that the loop vectorises (GCC does not if-convert a float `?:` without
-  // -ffast-math: it ran one float at a time).
+  // -ffast-math: it would run one float at a time).
   constexpr float kLowest = -std::numeric_limits<float>::infinity();
   float lanes[8] = {kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest};
   std::size_t i = 0;

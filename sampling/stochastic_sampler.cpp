@@ -83,7 +83,7 @@ void StochasticSampler::distribution(std::span<const float> logits, std::span<fl
 
   // Temperature (Hugging Face divides); NaN and +inf are rejected. The divisor in a local and
   // the check as an integer OR, so that the loop vectorises (with the member read through
-  // `this`, which x might alias, and a bool OR, it ran scalar: a third of a 4096-token call).
+  // `this`, which x might alias, and a bool OR, it stays scalar; docs/measurements.md, Sampling).
   constexpr float kInf = std::numeric_limits<float>::infinity();
   const auto invalid = [](float v) { return !(v < kInf); };
   const float temperature = temperature_;
