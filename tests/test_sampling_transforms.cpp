@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -15,6 +16,7 @@
 
 #include "base/error.h"
 #include "base/exp_shifted.h"
+#include "sampling/logit_transforms.h"
 #include "sampling/sampler.h"
 
 using namespace specula;
@@ -225,6 +227,95 @@ TEST_CASE("bad sampling options are rejected naming the option", "[sampling]") {
   // Every strategy has one spelling, parsed back to itself; others are refused.
   for (Strategy s : {Strategy::kGreedy, Strategy::kSample, Strategy::kBeam}) CHECK(parse_enum<Strategy>(name_of(s)) == s);
   CHECK_FALSE(parse_enum<Strategy>("nucleus").has_value());
+}
+
+namespace {
+
+std::vector<float> chain_row(const std::vector<LogitTransform>& chain, const std::vector<float>& logits) {
+  std::vector<float> probs(logits.size(), -1.0f);
+  chain_distribution(chain, logits, probs);
+  return probs;
+}
+
+std::vector<uint32_t> bits(const std::vector<float>& row) {
+  std::vector<uint32_t> out(row.size());
+  std::transform(row.begin(), row.end(), out.begin(), [](float v) { return std::bit_cast<uint32_t>(v); });
+  return out;
+}
+
+// FNV-1a over the bytes of a row's bits, continuing from `digest`.
+uint64_t fold(uint64_t digest, const std::vector<float>& row) {
+  for (uint32_t word : bits(row)) {
+    for (int byte = 0; byte < 4; ++byte) digest = (digest ^ ((word >> (8 * byte)) & 0xffu)) * 0x100000001b3ull;
+  }
+  return digest;
+}
+
+}  // namespace
+
+// Transform chains, from options and composed by hand.  The rows of a grid of settings on
+// random logits (smooth, tied, with -inf), digested per vocabulary, pin the chain's
+// distribution bit for bit: a change to a digest changes sampled tokens (top-k's mass is
+// summed in the order libstdc++'s std::nth_element leaves its candidates in).  Each adjacent
+// pair of the chain swapped gives another row for some input; the sampler gives the row of
+// Hugging Face's order.
+TEST_CASE("transform chains: rows bit for bit, in Hugging Face's order", "[sampling]") {
+  const int vocabs[] = {1, 7, 64, 1000, 4099};
+  const uint64_t digests[] = {0xdfc4465c7e3792a5, 0x3474c236cfd48ed, 0x16caf0e5cf2f34e0, 0xf70aa7514d915c15,
+                              0x79585c6c4cf93311};
+  Philox rng(34);
+  for (int v = 0; v < 5; ++v) {
+    const int vocab = vocabs[v];
+    uint64_t digest = 0xcbf29ce484222325;
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<float> logits(static_cast<std::size_t>(vocab));
+      for (std::size_t i = 0; i < logits.size(); ++i) {
+        logits[i] = float((kind == 0 ? 1.0 : 6.0) * (2 * rng.uniform() - 1));
+        if (kind == 1) logits[i] = std::round(logits[i] * 2) / 2;
+        if (kind == 2 && i > 0 && rng.uniform() < 0.2) logits[i] = -kInf;
+      }
+      for (float temperature : {0.3f, 1.0f, 1.7f}) {
+        for (int top_k : {0, 1, 5, 50}) {
+          for (float top_p : {0.07f, 0.5f, 0.93f, 1.0f}) {
+            for (float min_p : {0.0f, 0.003f, 0.2f}) {
+              const SamplingOptions o = SamplingOptions::sample(temperature, top_k, top_p, min_p);
+              const std::vector<float> row = chain_row(transform_chain(o), logits);
+              INFO("vocab " << vocab << " kind " << kind << " T " << temperature << " top_k " << top_k << " top_p "
+                            << top_p << " min_p " << min_p);
+              REQUIRE(bits(row) == bits(distribution(o, logits)));
+              digest = fold(digest, row);
+            }
+          }
+        }
+      }
+    }
+    INFO("vocab " << vocab << " digest 0x" << std::hex << digest);
+    CHECK(digest == digests[v]);
+  }
+
+  std::vector<std::size_t> order;
+  for (const LogitTransform& t : transform_chain(SamplingOptions::sample(0.5f, 3, 0.6f, 0.5f))) order.push_back(t.index());
+  CHECK(order == std::vector<std::size_t>{0, 1, 2, 3});  // temperature, top-k, top-p, min-p
+  struct Case {
+    SamplingOptions options;
+    std::vector<float> logits;
+    std::vector<LogitTransform> documented, swapped;
+  };
+  // Dividing by 1.5 rounds the adjacent floats a < b to one score, whose tie top-k 1 keeps.
+  const float a = std::nextafter(1.5f, 2.0f), b = std::nextafter(a, 2.0f);
+  const Case cases[] = {
+      {SamplingOptions::sample(1.5f, 1), {a, b, 0.0f}, {Temperature{1.5f}, TopK{1}}, {TopK{1}, Temperature{1.5f}}},
+      {SamplingOptions::sample(1.0f, 2, 0.5f), kTable, {Temperature{1.0f}, TopK{2}, TopP{0.5f}},
+       {Temperature{1.0f}, TopP{0.5f}, TopK{2}}},
+      {SamplingOptions::sample(1.0f, 0, 0.75f, 0.45f), kTable, {Temperature{1.0f}, TopP{0.75f}, MinP{0.45f}},
+       {Temperature{1.0f}, MinP{0.45f}, TopP{0.75f}}},
+  };
+  for (const Case& c : cases) {
+    const std::vector<float> row = distribution(c.options, c.logits);
+    CHECK(bits(row) == bits(chain_row(c.documented, c.logits)));
+    CHECK(bits(row) != bits(chain_row(c.swapped, c.logits)));
+  }
+  check_row(distribution(cases[0].options, cases[0].logits), {0.5, 0.5, 0});
 }
 
 namespace {
