@@ -154,20 +154,25 @@ void TopP::apply(Candidates& row) const {
 
 void MinP::apply(Candidates& row) const {
   // The top token's numerator is exp(0) = 1, so the bound on numerators is p itself.
+  // Locals, so that the stores to ids and e reload neither row.n nor p.
   row.numerators();
   int* ids = row.list();
+  float* e = row.e.data();
+  const int n = row.n;
+  const float bound = p;
   int kept = 0;
-  row.mass = 0.0;
-  for (int r = 0; r < row.n; ++r) {
+  double mass = 0.0;
+  for (int r = 0; r < n; ++r) {
     const int i = ids[r];
-    if (row.e[i] >= p) {
+    if (e[i] >= bound) {
       ids[kept++] = i;
-      row.mass += row.e[i];
+      mass += e[i];
     } else {
-      row.e[i] = 0.0f;
+      e[i] = 0.0f;
     }
   }
   row.n = kept;
+  row.mass = mass;
 }
 
 std::vector<LogitTransform> transform_chain(const SamplingOptions& options) {
