@@ -22,7 +22,7 @@ template <class T>
 __global__ void attention_kernel(const float* q, int q_stride, const RowDesc* rows, const int* pages_list,
                                  const int* mask, int num_heads, int num_kv_heads, int head_dim, int keys_cap,
                                  const T* layer_pages, int block_size, int kv_dim, float scale, float* out) {
-  extern __shared__ float smem[];
+  SPECULA_DYNAMIC_SHARED(float, smem);
   __shared__ float partial[kAttentionThreads / 32];
   float* scores = smem;
   int* slots = reinterpret_cast<int*>(smem + keys_cap);
@@ -87,20 +87,22 @@ void launch_typed(const float* q, int q_stride, const RowDesc* rows, const int* 
                   int num_heads, int num_kv_heads, int head_dim, int keys_cap, const DevicePagesView& pages, int layer,
                   float* out, cudaStream_t stream) {
   const std::size_t smem = attention_smem_bytes(keys_cap, head_dim);
-  const auto kernel = attention_kernel<T>;
-  if (smem > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const T* layer_pages = static_cast<const T*>(pages.layer0) + static_cast<std::size_t>(layer) * pages.layer_stride;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  kernel<<<dim3(n, num_heads), kAttentionThreads, smem, stream>>>(q, q_stride, rows, pages_list, mask, num_heads,
-                                                                  num_kv_heads, head_dim, keys_cap, layer_pages,
-                                                                  pages.block_size, pages.kv_dim, scale, out);
+  SPECULA_LAUNCH(attention_kernel<T>, dim3(n, num_heads), kAttentionThreads, smem, stream, q, q_stride, rows, pages_list,
+                 mask, num_heads, num_kv_heads, head_dim, keys_cap, layer_pages, pages.block_size, pages.kv_dim, scale, out);
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-// ---- launcher ----
+// ---- launchers ----
+
+void prepare_attention(int max_shared_bytes) {
+  CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared_bytes));
+  CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  max_shared_bytes));
+}
 
 void launch_attention(const float* q, int q_stride, const RowDesc* rows, const int* pages_list, const int* mask, int n,
                       int num_heads, int num_kv_heads, int head_dim, int keys_cap, const DevicePagesView& pages,

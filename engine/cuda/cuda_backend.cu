@@ -77,7 +77,8 @@ std::atomic<std::uint64_t> next_pages_id{1};
 // The device pages of one PageStorage (kv/page_storage.h DevicePages), charged to the pool.
 class DeviceKvPages : public DevicePages {
  public:
-  DeviceKvPages(const KvLayout& layout, int num_blocks, std::shared_ptr<PoolAccount> account)
+  // The pages are zeroed on `stream`, the stream whose forwards use them first.
+  DeviceKvPages(const KvLayout& layout, int num_blocks, std::shared_ptr<PoolAccount> account, cudaStream_t stream)
       : account_(std::move(account)), id_(next_pages_id++) {
     const std::size_t bytes = kv_pages_bytes(layout, num_blocks);
     {
@@ -92,7 +93,7 @@ class DeviceKvPages : public DevicePages {
     }
     try {
       buffer_ = DeviceBuffer(bytes);
-      CUDA_CHECK(cudaMemset(buffer_.ptr, 0, bytes));
+      CUDA_CHECK(cudaMemsetAsync(buffer_.ptr, 0, bytes, stream));
     } catch (...) {
       release();
       throw;
@@ -152,6 +153,7 @@ class CudaBackend : public Backend {
     memory_ = plan_memory(plan_, c, options, free_bytes, total_bytes);
     account_->capacity = memory_.kv_pool;
     CUDA_CHECK(cudaDeviceGetAttribute(&max_smem_, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    prepare_attention(max_smem_);
     CUBLAS_CHECK(cublasLtCreate(&cublas_));
     upload_weights();
   }
@@ -189,7 +191,7 @@ class CudaBackend : public Backend {
     ws->upload = DeviceBuffer(kPlannedUploadBytes);
     ws->host_upload.reserve(kPlannedUploadBytes);
     ws->cublas = DeviceBuffer(kCublasWorkspace);
-    ws->gemm = GemmScratch{cublas_, ws->cublas.ptr, ws->x_bf16.as<__nv_bfloat16>(), ws->tmp.as<float>()};
+    ws->gemm = GemmScratch{options_.cublas_prefill, cublas_, ws->cublas.ptr, ws->x_bf16.as<__nv_bfloat16>(), ws->tmp.as<float>()};
     return ws;
   }
 
@@ -210,7 +212,7 @@ class CudaBackend : public Backend {
                       layout.num_layers == c.num_hidden_layers,
                   "forward: the KV cache was not made with the CUDA backend's kv_layout() (device pages in ",
                   name_of(options_.kv_dtype), ")");
-    if (!pages.device_state()) pages.device_state() = std::make_unique<DeviceKvPages>(layout, pages.num_blocks(), account_);
+    if (!pages.device_state()) pages.device_state() = std::make_unique<DeviceKvPages>(layout, pages.num_blocks(), account_, ws.stream);
     const auto& device_pages = static_cast<const DeviceKvPages&>(*pages.device_state());
 
     // The pending copies of commit and copy-on-write, one kernel, before the step.
@@ -226,7 +228,7 @@ class CudaBackend : public Backend {
     const std::size_t smem = attention_smem_bytes(up.key.keys_cap, c.head_dim());
     SPECULA_CHECK(smem <= static_cast<std::size_t>(max_smem_), "backend 'cuda': a row sees ", up.max_keys,
                   " keys; the attention kernel's shared memory (", max_smem_, " bytes) holds ",
-                  (max_smem_ - c.head_dim() * 4) / 8, " at most");
+                  max_attention_keys(static_cast<std::size_t>(max_smem_), c.head_dim()), " at most");
     const std::size_t upload_bytes = up.data.size() * sizeof(std::int32_t);
     if (upload_bytes > ws.upload.bytes) {  // graphs hold the old address
       CUDA_CHECK(cudaStreamSynchronize(ws.stream));
@@ -296,6 +298,9 @@ class CudaBackend : public Backend {
     }
     arena_ = DeviceBuffer(plan_.arena_bytes);
     CUDA_CHECK(cudaMemcpy(arena_.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+    // A copy from pageable memory may still be in flight on the legacy stream, which the
+    // workspaces' non-blocking streams do not wait for.
+    CUDA_CHECK(cudaDeviceSynchronize());
     for (const LayerTensors& l : plan_.layers)
       layers_.push_back(LayerPointers{tensor<__nv_bfloat16>(l.qkv), tensor<__nv_bfloat16>(l.o),
                                       tensor<__nv_bfloat16>(l.gate_up), tensor<__nv_bfloat16>(l.down),
@@ -305,8 +310,7 @@ class CudaBackend : public Backend {
   }
 
   cudaGraphExec_t capture(const StepUpload& up, CudaWorkspace& ws, const DevicePagesView& pages) const {
-    // Relaxed: the attention launcher may raise its kernel's shared-memory limit while capturing.
-    CUDA_CHECK(cudaStreamBeginCapture(ws.stream, cudaStreamCaptureModeRelaxed));
+    CUDA_CHECK(cudaStreamBeginCapture(ws.stream, cudaStreamCaptureModeGlobal));
     cudaGraph_t graph = nullptr;
     try {
       enqueue(up, ws, pages);

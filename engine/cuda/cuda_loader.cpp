@@ -52,9 +52,10 @@ const cuda::CudaModule& module_for(const std::string& what) {
 }  // namespace
 
 std::string cuda_module_path() {
-#ifdef SPECULA_CUDA_MODULE_PATH
   const char* chosen = std::getenv("SPECULA_CUDA_MODULE");
-  return chosen != nullptr && *chosen != '\0' ? chosen : SPECULA_CUDA_MODULE_PATH;
+  if (chosen != nullptr && *chosen != '\0') return chosen;
+#ifdef SPECULA_CUDA_MODULE_PATH
+  return SPECULA_CUDA_MODULE_PATH;
 #else
   return "";
 #endif

@@ -178,7 +178,7 @@ StepUpload pack_step(const RaggedBatch& batch, const KvPlan& plan, int window, c
                     batch.num_logits(),
                     pow2_at_least(static_cast<int>(plan.kv_indices.size()), 64),
                     batch.mask_indices.empty() ? 0 : pow2_at_least(static_cast<int>(batch.mask_indices.size()), 64),
-                    pow2_at_least(up.max_keys, 256),
+                    keys_capacity(up.max_keys),
                     pages_id};
   up.layout = step_layout(up.key);
   up.data.assign(up.layout.size, 0);
@@ -197,6 +197,18 @@ bool graph_eligible(const GraphKey& key, const CudaOptions& options) {
 std::size_t attention_smem_bytes(int keys_cap, int head_dim) {
   return static_cast<std::size_t>(keys_cap) * (sizeof(float) + sizeof(std::int32_t)) +
          static_cast<std::size_t>(head_dim) * sizeof(float);
+}
+
+int keys_capacity(int max_keys) {
+  if (max_keys <= kKeysStep) return pow2_at_least(max_keys, 256);
+  return (max_keys + kKeysStep - 1) / kKeysStep * kKeysStep;
+}
+
+int max_attention_keys(std::size_t max_shared_bytes, int head_dim) {
+  const std::size_t per_key = sizeof(float) + sizeof(std::int32_t), head = static_cast<std::size_t>(head_dim) * sizeof(float);
+  if (max_shared_bytes < head + 256 * per_key) return 0;
+  const int fits = static_cast<int>((max_shared_bytes - head) / per_key);
+  return fits <= kKeysStep ? static_cast<int>(std::bit_floor(static_cast<unsigned>(fits))) : fits / kKeysStep * kKeysStep;
 }
 
 std::vector<std::int32_t> pack_copies(std::span<const KvCopy> copies) {

@@ -30,9 +30,13 @@ struct CudaOptions {
   int max_rows = 4096;            // rows one forward may hold (sizes the workspace)
   int max_logit_rows = 512;       // logit rows one forward may return
   bool graphs = true;             // capture decode steps (<= kSmallRows rows) as CUDA graphs
+  // Matrix products of forwards over kSmallRows rows through cuBLASLt (activations rounded to
+  // bf16, the library's own reduction order): faster prefill, but a row's results then depend
+  // on the forward's row count. Off: every product runs the batch-invariant kernel.
+  bool cublas_prefill = false;
 };
 
-// Row counts up to this run the batch-invariant matrix kernel; more go to cuBLASLt.
+// The largest step captured as a graph, and the row count above which cublas_prefill applies.
 inline constexpr int kSmallRows = 64;
 // The attention kernel keeps a head in registers and shared memory up to this size.
 inline constexpr int kMaxHeadDim = 256;
@@ -116,7 +120,7 @@ struct GraphKey {
   int num_rows = 0, num_logits = 0;
   int pages_cap = 0;   // >= the page-list length, a power of two >= 64
   int mask_cap = 0;    // >= the visibility-list length, a power of two >= 64 (0 when there is none)
-  int keys_cap = 0;    // >= any row's key count, a power of two >= 256 (the attention's shared memory)
+  int keys_cap = 0;    // >= any row's key count: keys_capacity(max keys) (the attention's shared memory)
   std::uint64_t pages_id = 0;  // the device pages the step reads and writes (a graph holds their address and shape)
   bool operator==(const GraphKey&) const = default;
 };
@@ -153,6 +157,13 @@ bool graph_eligible(const GraphKey& key, const CudaOptions& options);
 
 // Shared memory of one attention block: scores and slots of keys_cap keys, the query head.
 std::size_t attention_smem_bytes(int keys_cap, int head_dim);
+// The key capacity a step whose rows see at most `max_keys` keys is planned for: a power of two
+// from 256 to kKeysStep, then a multiple of kKeysStep (few graph keys, little shared memory lost).
+inline constexpr int kKeysStep = 4096;
+int keys_capacity(int max_keys);
+// The most keys a row may see when a block has `max_shared_bytes` of shared memory: the largest
+// key capacity whose attention block fits.
+int max_attention_keys(std::size_t max_shared_bytes, int head_dim);
 
 // The copy list as the device kernel reads it: {kind (0 block, 1 slot), src, dst} per copy.
 std::vector<std::int32_t> pack_copies(std::span<const KvCopy> copies);

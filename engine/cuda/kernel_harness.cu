@@ -1,5 +1,5 @@
 // The test harness of the kernels (kernel_harness.h): host inputs up, NaN-poisoned outputs,
-// one launch on a stream of its own, outputs back.
+// one launch, outputs back, all ordered on one stream of the call's own.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,25 +11,39 @@
 namespace specula::cuda::harness {
 namespace {
 
-// A device array of T, freed on scope exit.
+// The harness's stream: every copy, fill and launch of one harness call is ordered on it.
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() { cudaStreamDestroy(s); }
+};
+
+// A device array of T on `stream`, freed on scope exit.
 template <class T>
 struct Device {
   T* ptr = nullptr;
   std::size_t count = 0;
-  explicit Device(std::size_t n) : count(n) { CUDA_CHECK(cudaMalloc(&ptr, std::max<std::size_t>(n, 1) * sizeof(T))); }
-  Device(std::span<const T> host) : Device(host.size()) {
-    CUDA_CHECK(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  Device(std::size_t n, const Stream& on) : count(n), stream(on.s) {
+    CUDA_CHECK(cudaMalloc(&ptr, std::max<std::size_t>(n, 1) * sizeof(T)));
   }
+  Device(std::span<const T> host, const Stream& on) : Device(host.size(), on) { put(host); }
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
   ~Device() { cudaFree(ptr); }
+  void put(std::span<const T> host) {
+    CUDA_CHECK(cudaMemcpyAsync(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
+  }
   std::vector<T> get() const {
     std::vector<T> out(count);
-    CUDA_CHECK(cudaMemcpy(out.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpyAsync(out.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
     return out;
   }
   void poison() {  // all-ones bytes: NaN as f32 (and -1 as int)
-    CUDA_CHECK(cudaMemset(ptr, 0xff, count * sizeof(T)));
+    CUDA_CHECK(cudaMemsetAsync(ptr, 0xff, count * sizeof(T), stream));
   }
 };
 
@@ -38,20 +52,14 @@ std::span<const T> view(const std::vector<T>& v) {
   return std::span<const T>(v.data(), v.size());
 }
 
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s); }
-  void sync() const { CUDA_CHECK(cudaStreamSynchronize(s)); }
-};
-
 // The pages of a host PageStorage on the device in `dtype` (layers back to back).
 struct DevicePagesCopy {
   Device<unsigned char> bytes;
   DevicePagesView view;
-  DevicePagesCopy(const PageStorage& pages, DType dtype)
+  DevicePagesCopy(const PageStorage& pages, DType dtype, const Stream& on)
       : bytes(static_cast<std::size_t>(pages.layout().num_layers) * pages.num_blocks() * pages.block_stride() *
-              dtype_size(dtype)) {
+                  dtype_size(dtype),
+              on) {
     const KvLayout& l = pages.layout();
     view = DevicePagesView{bytes.ptr, pages.num_blocks() * pages.block_stride(), l.block_size, l.kv_dim(), l.num_layers,
                            dtype};
@@ -60,7 +68,7 @@ struct DevicePagesCopy {
     for (int layer = 0; layer < l.num_layers; ++layer)
       for (std::size_t i = 0; i < per_layer; ++i)
         store_value(pages.layer(layer)[i], dtype, host.data() + (layer * per_layer + i) * dtype_size(dtype));
-    CUDA_CHECK(cudaMemcpy(bytes.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+    bytes.put(host);
   }
   // The device pages back into `pages` as f32.
   void download(PageStorage& pages) const {
@@ -91,60 +99,57 @@ std::vector<float> embed(const TensorView& table, std::span<const int> tokens) {
   const int hidden = static_cast<int>(table.shape[1]);
   std::vector<RowDesc> rows(tokens.size());
   for (std::size_t i = 0; i < tokens.size(); ++i) rows[i] = RowDesc{tokens[i], 0, 0, 0, 0, 0, 0, 0};
+  const Stream s;
   Device<unsigned char> t(std::span(static_cast<const unsigned char*>(table.data),
-                                    static_cast<std::size_t>(table.numel()) * dtype_size(table.dtype)));
-  Device<RowDesc> r(view(rows));
-  Device<float> out(static_cast<std::size_t>(n) * hidden);
+                                    static_cast<std::size_t>(table.numel()) * dtype_size(table.dtype)),
+                          s);
+  Device<RowDesc> r(view(rows), s);
+  Device<float> out(static_cast<std::size_t>(n) * hidden, s);
   out.poison();
-  Stream s;
   launch_embed(t.ptr, table.dtype, r.ptr, out.ptr, n, hidden, s.s);
-  s.sync();
   return out.get();
 }
 
 std::vector<float> rms_norm(std::span<const float> x, std::span<const float> weight, float eps, int n, int dim) {
-  Device<float> dx(x), dw(weight), out(x.size());
+  const Stream s;
+  Device<float> dx(x, s), dw(weight, s), out(x.size(), s);
   out.poison();
-  Stream s;
   launch_rms_norm(dx.ptr, nullptr, dw.ptr, eps, out.ptr, n, dim, s.s);
-  s.sync();
   return out.get();
 }
 
 std::vector<float> silu_mul(std::span<const float> gate_up, int n, int ffn) {
-  Device<float> gu(gate_up), out(static_cast<std::size_t>(n) * ffn);
+  const Stream s;
+  Device<float> gu(gate_up, s), out(static_cast<std::size_t>(n) * ffn, s);
   out.poison();
-  Stream s;
   launch_silu_mul(gu.ptr, out.ptr, n, ffn, s.s);
-  s.sync();
   return out.get();
 }
 
 std::vector<float> matmul(std::span<const float> x, std::span<const std::uint16_t> w, std::span<const float> bias,
                           std::span<const float> y_in, int n, int in, int out, bool accumulate, MatmulPath path) {
-  Device<float> dx(x), db(bias), dy(static_cast<std::size_t>(n) * out);
-  Device<std::uint16_t> dw(w);
+  const Stream s;
+  Device<float> dx(x, s), db(bias, s), dy(static_cast<std::size_t>(n) * out, s);
+  Device<std::uint16_t> dw(w, s);
   if (accumulate)
-    CUDA_CHECK(cudaMemcpy(dy.ptr, y_in.data(), y_in.size() * sizeof(float), cudaMemcpyHostToDevice));
+    dy.put(y_in);
   else
     dy.poison();
   const auto* wb = reinterpret_cast<const __nv_bfloat16*>(dw.ptr);
   const float* bp = bias.empty() ? nullptr : db.ptr;
-  Stream s;
   if (path == MatmulPath::kSmall) {
     launch_matmul_small(dx.ptr, wb, bp, dy.ptr, n, in, out, accumulate, s.s);
-  } else {
-    cublasLtHandle_t handle = nullptr;
-    CUBLAS_CHECK(cublasLtCreate(&handle));
-    Device<unsigned char> ws(kCublasWorkspace);
-    Device<__nv_bfloat16> xb(x.size());
-    Device<float> tmp(static_cast<std::size_t>(n) * out);
-    launch_linear(dx.ptr, wb, bp, dy.ptr, n, in, out, accumulate, GemmScratch{handle, ws.ptr, xb.ptr, tmp.ptr}, s.s);
-    s.sync();
-    cublasLtDestroy(handle);
+    return dy.get();
   }
-  s.sync();
-  return dy.get();
+  cublasLtHandle_t handle = nullptr;
+  CUBLAS_CHECK(cublasLtCreate(&handle));
+  Device<unsigned char> ws(kCublasWorkspace, s);
+  Device<__nv_bfloat16> xb(x.size(), s);
+  Device<float> tmp(static_cast<std::size_t>(n) * out, s);
+  launch_linear(dx.ptr, wb, bp, dy.ptr, n, in, out, accumulate, GemmScratch{true, handle, ws.ptr, xb.ptr, tmp.ptr}, s.s);
+  std::vector<float> result = dy.get();
+  cublasLtDestroy(handle);
+  return result;
 }
 
 std::vector<float> qk_rope_store(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, DType page_dtype,
@@ -152,14 +157,13 @@ std::vector<float> qk_rope_store(const RaggedBatch& batch, const KvPlan& plan, P
                                  std::span<const float> q_norm, std::span<const float> k_norm, float eps, int num_heads) {
   const KvLayout& l = pages.layout();
   const StepUpload up = pack_step(batch, plan, 0, CudaOptions{}, 1);
-  Device<std::int32_t> upload(view(up.data));
-  Device<float> dqkv(qkv), freq(inv_freq), qn(q_norm), kn(k_norm);
-  DevicePagesCopy dp(pages, page_dtype);
-  Stream s;
+  const Stream s;
+  Device<std::int32_t> upload(view(up.data), s);
+  Device<float> dqkv(qkv, s), freq(inv_freq, s), qn(q_norm, s), kn(k_norm, s);
+  DevicePagesCopy dp(pages, page_dtype, s);
   launch_qk_rope_store(dqkv.ptr, reinterpret_cast<const RowDesc*>(upload.ptr + up.layout.rows), freq.ptr,
                        q_norm.empty() ? nullptr : qn.ptr, k_norm.empty() ? nullptr : kn.ptr, eps, batch.num_rows(),
                        num_heads, l.num_kv_heads, l.head_dim, dp.view, layer, s.s);
-  s.sync();
   dp.download(pages);
   return dqkv.get();
 }
@@ -168,25 +172,26 @@ std::vector<float> attention(const RaggedBatch& batch, const KvPlan& plan, const
                              int layer, int num_heads, int window, std::span<const float> q) {
   const KvLayout& l = pages.layout();
   const StepUpload up = pack_step(batch, plan, window, CudaOptions{}, 1);
-  Device<std::int32_t> upload(view(up.data));
-  Device<float> dq(q), out(q.size());
+  int max_shared = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+  prepare_attention(max_shared);
+  const Stream s;
+  Device<std::int32_t> upload(view(up.data), s);
+  Device<float> dq(q, s), out(q.size(), s);
   out.poison();
-  DevicePagesCopy dp(pages, page_dtype);
-  Stream s;
+  DevicePagesCopy dp(pages, page_dtype, s);
   launch_attention(dq.ptr, num_heads * l.head_dim, reinterpret_cast<const RowDesc*>(upload.ptr + up.layout.rows),
                    upload.ptr + up.layout.pages, upload.ptr + up.layout.mask, batch.num_rows(), num_heads,
                    l.num_kv_heads, l.head_dim, up.key.keys_cap, dp.view, layer, out.ptr, s.s);
-  s.sync();
   return out.get();
 }
 
 void kv_copies(std::span<const KvCopy> copies, PageStorage& pages, DType page_dtype) {
   const std::vector<std::int32_t> packed = pack_copies(copies);
-  Device<std::int32_t> dc(view(packed));
-  DevicePagesCopy dp(pages, page_dtype);
-  Stream s;
+  const Stream s;
+  Device<std::int32_t> dc(view(packed), s);
+  DevicePagesCopy dp(pages, page_dtype, s);
   launch_kv_copies(dc.ptr, static_cast<int>(copies.size()), dp.view, s.s);
-  s.sync();
   dp.download(pages);
 }
 

@@ -25,7 +25,8 @@ std::vector<float> rms_norm(std::span<const float> x, std::span<const float> wei
 // launch_silu_mul.  gate_up: [n, 2 ffn] (gate | up); out [n, ffn]
 std::vector<float> silu_mul(std::span<const float> gate_up, int n, int ffn);
 
-enum class MatmulPath { kSmall, kLinear };  // the batch-invariant kernel alone, or launch_linear's choice
+// The batch-invariant kernel, or launch_linear with cublas_prefill (cuBLASLt above kSmallRows rows).
+enum class MatmulPath { kSmall, kCublasPrefill };
 // y = x W^T + bias (or y_in + that when accumulate).  x: [n, in]; w: [out, in] bf16 bits;
 // bias: [out] or empty; y_in: [n, out] (read when accumulate); out [n, out]
 std::vector<float> matmul(std::span<const float> x, std::span<const std::uint16_t> w, std::span<const float> bias,

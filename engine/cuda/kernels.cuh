@@ -12,6 +12,7 @@
 
 #include "base/dtype.h"
 #include "engine/cuda/cuda_plan.h"
+#include "engine/cuda/launch.cuh"
 
 namespace specula::cuda {
 
@@ -48,6 +49,10 @@ void launch_qk_rope_store(float* qkv, const RowDesc* rows, const float* inv_freq
 // scores scaled by 1/sqrt(head_dim), softmax, weighted sum of values, keys in position order).
 //   q: in [n, num_heads * head_dim] (RoPE applied, in qkv with row stride q_stride);
 //   pages_list, mask: the step upload's page lists and visibility slots; out: out [n, num_heads * head_dim]
+// Raises both attention kernels' dynamic shared memory limit to `max_shared_bytes` (the
+// device's opt-in maximum). Once, before any launch or capture: a limit changed between
+// launches would invalidate graphs captured with a larger one.
+void prepare_attention(int max_shared_bytes);
 void launch_attention(const float* q, int q_stride, const RowDesc* rows, const int* pages_list, const int* mask, int n,
                       int num_heads, int num_kv_heads, int head_dim, int keys_cap, const DevicePagesView& pages,
                       int layer, float* out, cudaStream_t stream);
@@ -61,11 +66,12 @@ void launch_silu_mul(const float* gu, float* act, int n, int ffn, cudaStream_t s
 void launch_kv_copies(const std::int32_t* copies, int num_copies, const DevicePagesView& pages, cudaStream_t stream);
 
 // y = x W^T + bias, or y += (x W^T + bias) when `accumulate` (cpu::matmul, add_bias,
-// add_inplace). n <= kSmallRows: the batch-invariant kernel (each output element reduced over
-// k in one fixed order whatever n); more rows: cuBLASLt (x rounded to bf16, f32 accumulate),
-// then the same epilogue.
+// add_inplace): the batch-invariant kernel (each output element reduced over k in one fixed
+// order whatever n), or, for more than kSmallRows rows when scratch.cublas_prefill,
+// cuBLASLt (x rounded to bf16, f32 accumulate) and then the same epilogue.
 //   x: in [n, in] f32; w: in [out, in] bf16; bias: in [out] or null; y: in/out [n, out]
 struct GemmScratch {
+  bool cublas_prefill = false;        // CudaOptions::cublas_prefill
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;          // kCublasWorkspace bytes
   __nv_bfloat16* x_bf16 = nullptr;    // [max_rows, widest in]

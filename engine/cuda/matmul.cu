@@ -1,6 +1,6 @@
-// The matrix products of the CUDA backend: a batch-invariant kernel of our own for small row
-// counts (decode and verify, up to kSmallRows rows), cuBLASLt (bf16 in, f32 accumulate) for
-// larger prefill chunks, the shared bias / residual epilogue; then the launchers.
+// The matrix products of the CUDA backend: a batch-invariant kernel of our own for every row
+// count, cuBLASLt (bf16 in, f32 accumulate) for chunks of more than kSmallRows rows where the
+// non-invariant setting asks for it, the shared bias / residual epilogue; then the launchers.
 #include <algorithm>
 
 #include "engine/cuda/cuda_check.cuh"
@@ -31,14 +31,15 @@ __global__ void matmul_small_kernel(const float* x, const __nv_bfloat16* w, cons
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   const __nv_bfloat16* wo = w + static_cast<std::size_t>(o) * in;
   for (int k = lane * kMatmulKStep; k < in; k += 32 * kMatmulKStep) {
+    // Eight bf16 weights in one 16-byte load, widened from the words' halves (a bf16 is the
+    // high half of an f32); no object is read through a pointer of another type.
     const uint4 packed = *reinterpret_cast<const uint4*>(wo + k);
-    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
+    const unsigned int words[kMatmulKStep / 2] = {packed.x, packed.y, packed.z, packed.w};
     float wk[kMatmulKStep];
 #pragma unroll
     for (int i = 0; i < kMatmulKStep / 2; ++i) {
-      const float2 f = __bfloat1622float2(pairs[i]);
-      wk[2 * i] = f.x;
-      wk[2 * i + 1] = f.y;
+      wk[2 * i] = __uint_as_float(words[i] << 16);
+      wk[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -126,30 +127,31 @@ void launch_matmul_small(const float* x, const __nv_bfloat16* w, const float* bi
   const int threads = 32 * kMatmulWarps;
   // Rows per block: the smallest of 1, 2, 4, 8 covering n (at most 8; more rows take more blocks).
   if (n == 1) {
-    matmul_small_kernel<1><<<dim3(blocks_x, 1), threads, 0, stream>>>(x, w, bias, y, n, in, out, accumulate);
+    SPECULA_LAUNCH(matmul_small_kernel<1>, dim3(blocks_x, 1), threads, 0, stream, x, w, bias, y, n, in, out, accumulate);
   } else if (n == 2) {
-    matmul_small_kernel<2><<<dim3(blocks_x, 1), threads, 0, stream>>>(x, w, bias, y, n, in, out, accumulate);
+    SPECULA_LAUNCH(matmul_small_kernel<2>, dim3(blocks_x, 1), threads, 0, stream, x, w, bias, y, n, in, out, accumulate);
   } else if (n <= 4) {
-    matmul_small_kernel<4><<<dim3(blocks_x, 1), threads, 0, stream>>>(x, w, bias, y, n, in, out, accumulate);
+    SPECULA_LAUNCH(matmul_small_kernel<4>, dim3(blocks_x, 1), threads, 0, stream, x, w, bias, y, n, in, out, accumulate);
   } else {
-    matmul_small_kernel<8><<<dim3(blocks_x, (n + 7) / 8), threads, 0, stream>>>(x, w, bias, y, n, in, out, accumulate);
+    SPECULA_LAUNCH(matmul_small_kernel<8>, dim3(blocks_x, (n + 7) / 8), threads, 0, stream, x, w, bias, y, n, in, out,
+                   accumulate);
   }
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_linear(const float* x, const __nv_bfloat16* w, const float* bias, float* y, int n, int in, int out,
                    bool accumulate, const GemmScratch& scratch, cudaStream_t stream) {
-  if (n <= kSmallRows) {
+  if (n <= kSmallRows || !scratch.cublas_prefill) {
     launch_matmul_small(x, w, bias, y, n, in, out, accumulate, stream);
     return;
   }
   const std::size_t in_count = static_cast<std::size_t>(n) * in, out_count = static_cast<std::size_t>(n) * out;
-  to_bf16_kernel<<<grid_for(in_count), 256, 0, stream>>>(x, scratch.x_bf16, in_count);
+  SPECULA_LAUNCH(to_bf16_kernel, grid_for(in_count), 256, 0, stream, x, scratch.x_bf16, in_count);
   CUDA_CHECK_LAUNCH();
   const bool epilogue = bias != nullptr || accumulate;
   cublaslt_gemm(scratch.x_bf16, w, epilogue ? scratch.tmp : y, n, in, out, scratch, stream);
   if (epilogue) {
-    epilogue_kernel<<<grid_for(out_count), 256, 0, stream>>>(scratch.tmp, bias, y, out, out_count, accumulate);
+    SPECULA_LAUNCH(epilogue_kernel, grid_for(out_count), 256, 0, stream, scratch.tmp, bias, y, out, out_count, accumulate);
     CUDA_CHECK_LAUNCH();
   }
 }

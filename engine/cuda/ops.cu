@@ -130,10 +130,11 @@ __global__ void kv_copies_kernel(const std::int32_t* copies, int num_copies, T* 
 
 void launch_embed(const void* table, DType dtype, const RowDesc* rows, float* x, int n, int hidden, cudaStream_t stream) {
   switch (dtype) {
-    case DType::F32: embed_kernel<<<n, kRowThreads, 0, stream>>>(static_cast<const float*>(table), rows, x, hidden); break;
-    case DType::F16: embed_kernel<<<n, kRowThreads, 0, stream>>>(static_cast<const __half*>(table), rows, x, hidden); break;
+    case DType::F32: SPECULA_LAUNCH(embed_kernel<float>, n, kRowThreads, 0, stream, static_cast<const float*>(table), rows, x, hidden); break;
+    case DType::F16: SPECULA_LAUNCH(embed_kernel<__half>, n, kRowThreads, 0, stream, static_cast<const __half*>(table), rows, x, hidden); break;
     case DType::BF16:
-      embed_kernel<<<n, kRowThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(table), rows, x, hidden);
+      SPECULA_LAUNCH(embed_kernel<__nv_bfloat16>, n, kRowThreads, 0, stream, static_cast<const __nv_bfloat16*>(table),
+                     rows, x, hidden);
       break;
   }
   CUDA_CHECK_LAUNCH();
@@ -141,7 +142,7 @@ void launch_embed(const void* table, DType dtype, const RowDesc* rows, float* x,
 
 void launch_rms_norm(const float* x, const int* gather, const float* weight, float eps, float* y, int n, int dim,
                      cudaStream_t stream) {
-  rms_norm_kernel<<<n, kRowThreads, 0, stream>>>(x, gather, weight, eps, y, dim);
+  SPECULA_LAUNCH(rms_norm_kernel, n, kRowThreads, 0, stream, x, gather, weight, eps, y, dim);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -150,31 +151,30 @@ void launch_qk_rope_store(float* qkv, const RowDesc* rows, const float* inv_freq
                           const DevicePagesView& pages, int layer, cudaStream_t stream) {
   if (pages.dtype == DType::BF16) {
     auto* p = static_cast<__nv_bfloat16*>(pages.layer0) + static_cast<std::size_t>(layer) * pages.layer_stride;
-    qk_rope_store_kernel<<<n, kRowThreads, 0, stream>>>(qkv, rows, inv_freq, q_norm, k_norm, eps, num_heads,
-                                                        num_kv_heads, head_dim, p, pages.block_size, pages.kv_dim);
+    SPECULA_LAUNCH(qk_rope_store_kernel<__nv_bfloat16>, n, kRowThreads, 0, stream, qkv, rows, inv_freq, q_norm, k_norm,
+                   eps, num_heads, num_kv_heads, head_dim, p, pages.block_size, pages.kv_dim);
   } else {
     auto* p = static_cast<float*>(pages.layer0) + static_cast<std::size_t>(layer) * pages.layer_stride;
-    qk_rope_store_kernel<<<n, kRowThreads, 0, stream>>>(qkv, rows, inv_freq, q_norm, k_norm, eps, num_heads,
-                                                        num_kv_heads, head_dim, p, pages.block_size, pages.kv_dim);
+    SPECULA_LAUNCH(qk_rope_store_kernel<float>, n, kRowThreads, 0, stream, qkv, rows, inv_freq, q_norm, k_norm, eps,
+                   num_heads, num_kv_heads, head_dim, p, pages.block_size, pages.kv_dim);
   }
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_silu_mul(const float* gu, float* act, int n, int ffn, cudaStream_t stream) {
   const dim3 grid((ffn + kRowThreads - 1) / kRowThreads, n);
-  silu_mul_kernel<<<grid, kRowThreads, 0, stream>>>(gu, act, ffn);
+  SPECULA_LAUNCH(silu_mul_kernel, grid, kRowThreads, 0, stream, gu, act, ffn);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_kv_copies(const std::int32_t* copies, int num_copies, const DevicePagesView& pages, cudaStream_t stream) {
   if (num_copies == 0) return;
   if (pages.dtype == DType::BF16)
-    kv_copies_kernel<<<pages.num_layers, kRowThreads, 0, stream>>>(copies, num_copies,
-                                                                   static_cast<__nv_bfloat16*>(pages.layer0),
-                                                                   pages.layer_stride, pages.block_size, pages.kv_dim);
+    SPECULA_LAUNCH(kv_copies_kernel<__nv_bfloat16>, pages.num_layers, kRowThreads, 0, stream, copies, num_copies,
+                   static_cast<__nv_bfloat16*>(pages.layer0), pages.layer_stride, pages.block_size, pages.kv_dim);
   else
-    kv_copies_kernel<<<pages.num_layers, kRowThreads, 0, stream>>>(copies, num_copies, static_cast<float*>(pages.layer0),
-                                                                   pages.layer_stride, pages.block_size, pages.kv_dim);
+    SPECULA_LAUNCH(kv_copies_kernel<float>, pages.num_layers, kRowThreads, 0, stream, copies, num_copies,
+                   static_cast<float*>(pages.layer0), pages.layer_stride, pages.block_size, pages.kv_dim);
   CUDA_CHECK_LAUNCH();
 }
 
