@@ -3,13 +3,15 @@
 // random inputs over sweeps of shapes (the TinyLlama-1.1B shape among them), outputs poisoned
 // with NaN first, ||out - ref|| / ||ref|| against a float64 reference under 1e-3 for f32
 // operands and 1e-2 for bf16 ones, NaN never passing; batch invariance on the device (a row's
-// logits bitwise equal alone and in batches of 1-64 rows with other sequences and trees); full-model
+// logits bitwise equal alone and in batches of 1-256 rows with prefill chunks, other sequences
+// and trees, graphs replayed, and a prompt's cache the same however it was chunked); full-model
 // logits against the CPU backend for the three bundled models; greedy continuations against
 // the Hugging Face reference (tests/data/hf-greedy.json) wherever the top-2 gap exceeds the bound
 // (that rule checked on the CPU with the same bf16 matrices, [engine][cuda], no GPU needed).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -32,6 +34,10 @@ namespace specula {
 namespace {
 
 namespace harness = cuda::harness;
+
+// The host execution (engine/cuda/host) runs every case; its sweeps are sized for a CPU where
+// a case would otherwise take minutes.
+bool host_execution() { return cuda_device_name() == "specula host execution"; }
 
 #define REQUIRE_GPU()                                                       \
   do {                                                                      \
@@ -131,7 +137,7 @@ TEST_CASE("cuda kernels: RMSNorm, SiLU-gate and embedding equal the CPU's", "[gp
   }
 }
 
-TEST_CASE("cuda kernels: the matrix products equal a float64 reference, and the small-row kernel is batch-invariant",
+TEST_CASE("cuda kernels: the matrix products equal a float64 reference, and the invariant kernel is batch-invariant",
           "[gpu]") {
   REQUIRE_GPU();
   std::mt19937 rng(2);
@@ -142,7 +148,10 @@ TEST_CASE("cuda kernels: the matrix products equal a float64 reference, and the 
   for (const Shape s : {Shape{64, 8}, Shape{256, 200}, Shape{2048, 2048}, Shape{2048, 2560}, Shape{5632, 2048},
                         Shape{2048, 11264}})
     for (int n : {1, 2, 3, 8, 17, 64, 65, 300}) {
-      if (n > cuda::kSmallRows && static_cast<std::int64_t>(s.in) * s.out > 2048 * 2560) continue;  // a quick CPU reference
+      const std::int64_t weights = static_cast<std::int64_t>(s.in) * s.out;
+      if (n > cuda::kSmallRows && weights > 2048 * 2560) continue;  // a quick CPU reference
+      if (host_execution() && weights > 2048 * 2560 && n != 1 && n != 17) continue;
+      if (host_execution() && weights >= 2048 * 2048 && n > 65) continue;
       INFO("n " << n << ", in " << s.in << ", out " << s.out);
       const std::vector<float> x = random_floats(rng, static_cast<std::size_t>(n) * s.in);
       const std::vector<float> wf = random_floats(rng, static_cast<std::size_t>(s.out) * s.in, 0.05f);
@@ -164,10 +173,11 @@ TEST_CASE("cuda kernels: the matrix products equal a float64 reference, and the 
         for (int r = 0; r < n; ++r)
           for (int o = 0; o < s.out; ++o)
             ref[r * s.out + o] = (accumulate ? y_in[r * s.out + o] : 0.0) + product[r * s.out + o] + bias[o];
-        const std::vector<float> linear =
-            harness::matmul(x, w, bias, y_in, n, s.in, s.out, accumulate, harness::MatmulPath::kLinear);
-        CHECK(rel_error(linear, ref) < (n > cuda::kSmallRows ? kBf16Bound : kF32Bound));
-        if (n > cuda::kSmallRows) continue;
+        if (n > cuda::kSmallRows) {  // cuBLASLt, where cublas_prefill asks for it
+          const std::vector<float> cublas =
+              harness::matmul(x, w, bias, y_in, n, s.in, s.out, accumulate, harness::MatmulPath::kCublasPrefill);
+          CHECK(rel_error(cublas, ref) < kBf16Bound);
+        }
         const std::vector<float> small =
             harness::matmul(x, w, bias, y_in, n, s.in, s.out, accumulate, harness::MatmulPath::kSmall);
         CHECK(rel_error(small, ref) < kF32Bound);
@@ -192,7 +202,9 @@ struct AttentionCase {
 
 std::unique_ptr<AttentionCase> attention_case(const ModelConfig& config, const KvLayout& layout, std::mt19937& rng,
                                               std::span<const int> lengths) {
-  auto c = std::make_unique<AttentionCase>(AttentionCase{KvCache(layout, 4096), {}, {}, {}, {}, {}});
+  int blocks = 0;  // each sequence's keys and its new rows (at most 6), whole blocks
+  for (int len : lengths) blocks += (len + 6 + layout.block_size - 1) / layout.block_size;
+  auto c = std::make_unique<AttentionCase>(AttentionCase{KvCache(layout, blocks), {}, {}, {}, {}, {}});
   std::vector<int> seqs;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     seqs.push_back(c->cache.create());
@@ -351,9 +363,10 @@ TEST_CASE("cuda kernels: q/k norm, RoPE and the KV store equal the CPU's, and th
 
 namespace {
 
-std::unique_ptr<Backend> cuda_backend(const Model& model, KvDType kv_dtype) {
+std::unique_ptr<Backend> cuda_backend(const Model& model, KvDType kv_dtype, bool cublas_prefill = false) {
   cuda::CudaOptions options;
   options.kv_dtype = kv_dtype;
+  options.cublas_prefill = cublas_prefill;
   options.max_rows = 1024;
   options.kv_pool_bytes = std::size_t{1} << 30;
   return cuda::make_cuda_backend(model, std::nullopt, options);
@@ -364,48 +377,63 @@ std::unique_ptr<Backend> cuda_backend(const Model& model, KvDType kv_dtype) {
 TEST_CASE("cuda backend: full-model logits equal the CPU backend's for the three bundled models", "[gpu]") {
   REQUIRE_GPU();
   std::mt19937 rng(5);
-  for (const char* name : {"target-16m", "draft-4m", "draft-1m"})
-    for (KvDType kv : {KvDType::kF32, KvDType::kBF16}) {
-      INFO(name << ", KV pages " << name_of(kv));
-      const Model& model = test::shared_backend(test::model_dir(name)).model();
-      const cpu::CpuBackend cpu_bf16(model, MatrixFormat::kBF16);  // the same rounded matrices
-      const auto gpu = cuda_backend(model, kv);
-      const int vocab = model.config().vocab_size;
-      test::Engine on_cpu(cpu_bf16, 16, 64), on_gpu(*gpu, 16, 64);
-      const int a_cpu = on_cpu.cache.create(), a_gpu = on_gpu.cache.create();
-      // A prefill of 100 rows (cuBLASLt), then decode rows and a tree (the small kernel, graphs).
-      std::vector<int> prompt(100), positions(100);
-      for (int& t : prompt) t = std::uniform_int_distribution<int>(3, vocab - 1)(rng);
-      std::iota(positions.begin(), positions.end(), 0);
-      std::vector<float> lc(100 * static_cast<std::size_t>(vocab)), lg(lc.size());
-      on_cpu.forward(a_cpu, {prompt, positions, {}, true}, lc);
-      on_gpu.forward(a_gpu, {prompt, positions, {}, true}, lg);
-      CHECK(rel_error(lg, lc) < kBf16Bound);  // cuBLASLt rounds activations to bf16
-      for (int step = 0; step < 4; ++step) {
-        const std::vector<int> t = {5 + step}, p = {100 + step};
-        std::vector<float> dc(static_cast<std::size_t>(vocab)), dg(dc.size());
-        on_cpu.forward(a_cpu, {t, p, {}, true}, dc);
-        on_gpu.forward(a_gpu, {t, p, {}, true}, dg);
-        CHECK(rel_error(dg, dc) < (kv == KvDType::kF32 ? kF32Bound : kBf16Bound));
-      }
-      const std::vector<int> tree = {7, 8, 9}, tree_pos = {104, 105, 105}, parents = {-1, 0, 0};
-      std::vector<float> tc(3 * static_cast<std::size_t>(vocab)), tg(tc.size());
-      on_cpu.forward(a_cpu, {tree, tree_pos, parents, true}, tc);
-      on_gpu.forward(a_gpu, {tree, tree_pos, parents, true}, tg);
-      CHECK(rel_error(tg, tc) < (kv == KvDType::kF32 ? kF32Bound : kBf16Bound));
+  struct Run {
+    const char* model;
+    KvDType kv;
+    bool cublas_prefill;
+  };
+  // The invariant products hold every row to the f32 bound with f32 pages; cuBLASLt's prefill
+  // rounds activations to bf16, and the decode and tree rows read the K/V it wrote.
+  for (const Run run : {Run{"target-16m", KvDType::kF32, false}, Run{"target-16m", KvDType::kBF16, false},
+                        Run{"draft-4m", KvDType::kF32, false}, Run{"draft-4m", KvDType::kBF16, false},
+                        Run{"draft-1m", KvDType::kF32, false}, Run{"draft-1m", KvDType::kBF16, false},
+                        Run{"target-16m", KvDType::kF32, true}}) {
+    INFO(run.model << ", KV pages " << name_of(run.kv) << (run.cublas_prefill ? ", cuBLASLt prefill" : ""));
+    const Model& model = test::shared_backend(test::model_dir(run.model)).model();
+    const cpu::CpuBackend cpu_bf16(model, MatrixFormat::kBF16);  // the same rounded matrices
+    const auto gpu = cuda_backend(model, run.kv, run.cublas_prefill);
+    const double bound = run.kv == KvDType::kF32 && !run.cublas_prefill ? kF32Bound : kBf16Bound;
+    const int vocab = model.config().vocab_size;
+    test::Engine on_cpu(cpu_bf16, 16, 64), on_gpu(*gpu, 16, 64);
+    const int a_cpu = on_cpu.cache.create(), a_gpu = on_gpu.cache.create();
+    // A prefill (100 rows; 40 through the invariant kernel on the host execution), then decode
+    // rows and a tree (graphs).
+    const int prompt_len = host_execution() && !run.cublas_prefill ? 40 : 100;
+    std::vector<int> prompt(static_cast<std::size_t>(prompt_len)), positions(prompt.size());
+    for (int& t : prompt) t = std::uniform_int_distribution<int>(3, vocab - 1)(rng);
+    std::iota(positions.begin(), positions.end(), 0);
+    std::vector<float> lc(prompt.size() * static_cast<std::size_t>(vocab)), lg(lc.size());
+    on_cpu.forward(a_cpu, {prompt, positions, {}, true}, lc);
+    on_gpu.forward(a_gpu, {prompt, positions, {}, true}, lg);
+    CHECK(rel_error(lg, lc) < bound);
+    for (int step = 0; step < 4; ++step) {
+      const std::vector<int> t = {5 + step}, p = {prompt_len + step};
+      std::vector<float> dc(static_cast<std::size_t>(vocab)), dg(dc.size());
+      on_cpu.forward(a_cpu, {t, p, {}, true}, dc);
+      on_gpu.forward(a_gpu, {t, p, {}, true}, dg);
+      CHECK(rel_error(dg, dc) < bound);
     }
+    const std::vector<int> tree = {7, 8, 9}, tree_pos = {prompt_len + 4, prompt_len + 5, prompt_len + 5};
+    const std::vector<int> parents = {-1, 0, 0};
+    std::vector<float> tc(3 * static_cast<std::size_t>(vocab)), tg(tc.size());
+    on_cpu.forward(a_cpu, {tree, tree_pos, parents, true}, tc);
+    on_gpu.forward(a_gpu, {tree, tree_pos, parents, true}, tg);
+    CHECK(rel_error(tg, tc) < bound);
+  }
 }
 
-TEST_CASE("cuda backend: a row's logits are bitwise equal alone and in batches of 1-64 rows with other sequences and trees",
+TEST_CASE("cuda backend: a row's logits are bitwise equal alone and in batches of 1-256 rows of prefill chunks, "
+          "decode rows and trees, graphs replayed; a prompt's cache is the same however it was chunked",
           "[gpu]") {
   REQUIRE_GPU();
   std::mt19937 rng(6);
-  const Model& model = test::shared_backend(test::model_dir("target-16m")).model();
+  // The host execution runs the same kernels over draft-1m's smaller matrices.
+  const Model& model = test::shared_backend(test::model_dir(host_execution() ? "draft-1m" : "target-16m")).model();
   for (KvDType kv : {KvDType::kF32, KvDType::kBF16}) {
     INFO("KV pages " << name_of(kv));
     const auto gpu = cuda_backend(model, kv);
     const int vocab = model.config().vocab_size;
-    test::Engine e(*gpu, 16, 2048);
+    test::Engine e(*gpu, 16, 4096);
     const auto tok = [&] { return std::uniform_int_distribution<int>(3, vocab - 1)(rng); };
     std::vector<int> prompt(37), positions(37);
     for (int& t : prompt) t = tok();
@@ -417,31 +445,67 @@ TEST_CASE("cuda backend: a row's logits are bitwise equal alone and in batches o
     const int alone_seq = e.cache.fork(base);
     std::vector<float> alone(static_cast<std::size_t>(vocab));
     e.forward(alone_seq, {subject, subject_pos, {}, true}, alone);
-    for (int rows = 1; rows <= cuda::kSmallRows; rows = rows < 8 ? rows + 1 : rows * 2) {
-      INFO(rows << " rows");
-      // The subject's decode row, then others: trees of 3 and decode rows of forks.
-      std::vector<std::vector<int>> tokens, pos, par;
-      std::vector<int> seqs = {e.cache.fork(base)};
-      tokens.push_back(subject), pos.push_back(subject_pos), par.push_back({});
-      int used = 1;
-      while (used < rows) {
-        const int take = rows - used >= 3 ? 3 : 1;
-        seqs.push_back(e.cache.fork(base));
-        if (take == 3) {
-          tokens.push_back({tok(), tok(), tok()}), pos.push_back({37, 38, 38}), par.push_back({-1, 0, 0});
-        } else {
-          tokens.push_back({tok()}), pos.push_back({37}), par.push_back({});
+
+    // Row counts 1-256; each batch twice on fresh sequences (the second replays its graph where
+    // the step is captured): the subject's decode row first, then prefill chunks of new
+    // sequences (their last row's logits), trees of 3 and decode rows of forks (all logits).
+    for (int rows : {1, 2, 3, 8, 13, 32, 64, 65, 256})
+      for (int round = 0; round < 2; ++round) {
+        INFO(rows << " rows, round " << round);
+        std::vector<std::vector<int>> tokens, pos, par;
+        std::vector<RowLogits> wanted = {RowLogits::kAll};
+        std::vector<int> seqs = {e.cache.fork(base)};
+        tokens.push_back(subject), pos.push_back(subject_pos), par.push_back({});
+        std::mt19937 shape(static_cast<unsigned>(rows));  // the same batch shape in both rounds
+        for (int used = 1, kind = 0; used < rows; ++kind) {
+          const int left = rows - used;
+          if (kind % 3 == 0) {
+            const int chunk = std::min(left, std::uniform_int_distribution<int>(1, 40)(shape));
+            seqs.push_back(e.cache.create());
+            tokens.emplace_back(), pos.emplace_back(), par.push_back({});
+            for (int i = 0; i < chunk; ++i) tokens.back().push_back(tok()), pos.back().push_back(i);
+            wanted.push_back(RowLogits::kLast);
+            used += chunk;
+          } else if (kind % 3 == 1 && left >= 3) {
+            seqs.push_back(e.cache.fork(base));
+            tokens.push_back({tok(), tok(), tok()}), pos.push_back({37, 38, 38}), par.push_back({-1, 0, 0});
+            wanted.push_back(RowLogits::kAll);
+            used += 3;
+          } else {
+            seqs.push_back(e.cache.fork(base));
+            tokens.push_back({tok()}), pos.push_back({37}), par.push_back({});
+            wanted.push_back(RowLogits::kAll);
+            used += 1;
+          }
         }
-        used += take;
+        std::vector<SequenceRows> parts;
+        for (std::size_t i = 0; i < seqs.size(); ++i)
+          parts.push_back(SequenceRows{seqs[i], tokens[i], pos[i], par[i], wanted[i]});
+        std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * vocab);
+        e.context().run(parts, logits);
+        CHECK(std::memcmp(logits.data(), alone.data(), alone.size() * sizeof(float)) == 0);
+        for (int s : seqs) e.cache.free(s);
       }
-      std::vector<SequenceRows> parts;
-      for (std::size_t i = 0; i < seqs.size(); ++i)
-        parts.push_back(SequenceRows{seqs[i], tokens[i], pos[i], par[i], RowLogits::kAll});
-      std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * vocab);
+
+    // The prompt prefilled in chunks of 5, 13 and 19 rows, each beside another sequence's decode
+    // row: the same cache, so the subject's decode row gives the same logits.
+    const int chunked = e.cache.create();
+    int at = 0;
+    for (int chunk : {5, 13, 19}) {
+      const int other = e.cache.fork(base);
+      const std::vector<int> other_token = {tok()};
+      const std::vector<SequenceRows> parts = {
+          SequenceRows{chunked, std::span(prompt).subspan(at, chunk), std::span(positions).subspan(at, chunk), {},
+                       RowLogits::kLast},
+          SequenceRows{other, other_token, subject_pos, {}, RowLogits::kLast}};
+      std::vector<float> logits(2 * static_cast<std::size_t>(vocab));
       e.context().run(parts, logits);
-      CHECK(std::memcmp(logits.data(), alone.data(), alone.size() * sizeof(float)) == 0);
-      for (int s : seqs) e.cache.free(s);
+      e.cache.free(other);
+      at += chunk;
     }
+    std::vector<float> after_chunks(static_cast<std::size_t>(vocab));
+    e.forward(chunked, {subject, subject_pos, {}, true}, after_chunks);
+    CHECK(std::memcmp(after_chunks.data(), alone.data(), alone.size() * sizeof(float)) == 0);
   }
 }
 
@@ -449,14 +513,18 @@ namespace {
 
 // Greedy continuations of `backend` against the Hugging Face reference of model `name`, each
 // prompt compared until its top-2 logit gap falls under the bf16 bound (from there a bf16
-// rounding may legitimately pick the other token). Returns the steps compared.
-int check_greedy(const Backend& backend, const std::string& name) {
+// rounding may legitimately pick the other token), the first `max_prompts` prompts, at most
+// `max_steps` steps each. Returns the steps compared.
+int check_greedy(const Backend& backend, const std::string& name, std::size_t max_prompts = SIZE_MAX,
+                 std::size_t max_steps = SIZE_MAX) {
   std::ifstream in(test::source_path("tests/data/hf-greedy.json"));
   REQUIRE(in);
   const nlohmann::json refs = nlohmann::json::parse(in);
   const int vocab = backend.config().vocab_size;
   int compared = 0;
-  for (const auto& ref : refs.at("models").at(name)) {
+  const auto& prompts = refs.at("models").at(name);
+  for (std::size_t i = 0; i < std::min(prompts.size(), max_prompts); ++i) {
+    const auto& ref = prompts[i];
     INFO(name << " " << ref.at("id").get<std::string>());
     const std::vector<int> prompt = ref.at("prompt_ids").get<std::vector<int>>();
     const std::vector<int> expected = ref.at("new_ids").get<std::vector<int>>();
@@ -466,7 +534,7 @@ int check_greedy(const Backend& backend, const std::string& name) {
     std::iota(positions.begin(), positions.end(), 0);
     std::vector<float> logits(static_cast<std::size_t>(vocab));
     e.forward(seq, {prompt, positions, {}, false}, logits);
-    for (std::size_t step = 0; step < expected.size(); ++step) {
+    for (std::size_t step = 0; step < std::min(expected.size(), max_steps); ++step) {
       std::vector<float> sorted = logits;
       std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
       if (sorted[0] - sorted[1] < kBf16Bound * std::max(1.0f, std::fabs(sorted[0]))) break;
@@ -500,9 +568,11 @@ TEST_CASE("cuda backend: greedy continuations equal the Hugging Face reference w
   REQUIRE_GPU();
   for (const char* name : {"target-16m", "draft-4m", "draft-1m"}) {
     const auto gpu = cuda_backend(test::shared_backend(test::model_dir(name)).model(), KvDType::kBF16);
-    const int compared = check_greedy(*gpu, name);
+    // The host execution, where a prompt's prefill of 150-270 rows takes seconds, compares the
+    // first 4 steps of 3 of the 12 prompts.
+    const int compared = host_execution() ? check_greedy(*gpu, name, 3, 4) : check_greedy(*gpu, name);
     INFO(name << ": " << compared << " greedy steps compared");
-    CHECK(compared > 100);
+    CHECK(compared >= (host_execution() ? 8 : 100));
   }
 }
 

@@ -259,6 +259,22 @@ TEST_CASE("cuda plan: graph keys are equal exactly for steps of one shape, and f
   CHECK_THROWS_WITH(cuda::pack_step(a->batch, a->plan, 0, few, 1), Catch::Contains("exceeds the workspace's 4"));
 }
 
+TEST_CASE("cuda plan: the key capacity covers every row and a row fits up to the limit the refusal names",
+          "[engine][cuda]") {
+  for (int keys : {1, 255, 256, 257, 4096, 4097, 16384, 20000, 28672})
+    CHECK(cuda::keys_capacity(keys) >= keys);
+  CHECK(cuda::keys_capacity(4097) == 8192);
+  CHECK(cuda::keys_capacity(20000) == 20480);
+  // An H200's opt-in shared memory (227 KiB) with 64-dimensional heads: 28,672 keys, not the
+  // 16,384 a power-of-two capacity would allow.
+  const std::size_t h200 = 227 * 1024;
+  const int limit = cuda::max_attention_keys(h200, 64);
+  CHECK(limit == 28672);
+  CHECK(cuda::attention_smem_bytes(cuda::keys_capacity(limit), 64) <= h200);
+  CHECK(cuda::attention_smem_bytes(cuda::keys_capacity(limit + 1), 64) > h200);
+  CHECK(cuda::max_attention_keys(48 * 1024, 128) == 4096);
+}
+
 TEST_CASE("cuda plan: copy lists keep their order, and device-resident pages hold no host data and queue copies",
           "[engine][kv][cuda]") {
   const std::vector<KvCopy> copies = {{KvCopy::Kind::kBlock, 3, 5}, {KvCopy::Kind::kSlot, 17, 2}};
