@@ -404,7 +404,7 @@ if [ ! -f "$ckpt/config.json" ]; then
   timeout 90 "$specula" make-checkpoint --shape tinyllama-1.1b --out "$ckpt" > "$out/checkpoint.log" 2>&1 ||
     { echo "checkpoint: FAILED: make-checkpoint: $(tail -1 "$out/checkpoint.log")" > "$tmp/v"; record "$tmp/v" 1; }
 fi
-say "checkpoint ready ($(elapsed) s)"
+say "checkpoint step done ($(elapsed) s)"
 
 # 5. The other rows, then the table.
 i=1
