@@ -509,6 +509,42 @@ TEST_CASE("cuda backend: a row's logits are bitwise equal alone and in batches o
   }
 }
 
+TEST_CASE("cuda backend: a workspace holds at most max_graphs graphs and drops those of caches that are gone",
+          "[gpu]") {
+  REQUIRE_GPU();
+  const Model& model = test::shared_backend(test::model_dir("draft-1m")).model();
+  cuda::CudaOptions options;
+  options.max_graphs = 8;
+  const auto gpu = cuda::make_cuda_backend(model, std::nullopt, options);
+  const auto workspace = gpu->make_workspace();
+  const int vocab = model.config().vocab_size;
+  std::vector<float> logits(10 * static_cast<std::size_t>(vocab));
+  const std::size_t before = cuda::cuda_live_graphs();
+  const std::vector<int> tokens(10, 7);
+  std::vector<int> positions(10);
+  std::iota(positions.begin(), positions.end(), 0);
+  // A new cache each time, its step captured: the graphs of the caches before it are gone.
+  for (int round = 0; round < 4; ++round) {
+    KvCache cache(gpu->kv_layout(16), 4);
+    const ForwardContext ctx{*gpu, cache, *workspace};
+    ctx.run(SequenceRows{cache.create(), std::span(tokens).first(3), std::span(positions).first(3), {}, RowLogits::kLast},
+            std::span(logits).first(vocab));
+    CHECK(cuda::cuda_live_graphs() == before + 1);
+  }
+  // One cache, 19 step shapes (1-10 rows, all or the last row's logits): 8 kept.
+  KvCache cache(gpu->kv_layout(16), 16);
+  const ForwardContext ctx{*gpu, cache, *workspace};
+  for (int rows = 1; rows <= 10; ++rows)
+    for (RowLogits wanted : {RowLogits::kLast, RowLogits::kAll}) {
+      const int seq = cache.create();
+      const SequenceRows part{seq, std::span(tokens).first(rows), std::span(positions).first(rows), {}, wanted};
+      ctx.run(part, std::span(logits).first(static_cast<std::size_t>(logit_rows(std::span(&part, 1))) * vocab));
+      cache.free(seq);
+      CHECK(cuda::cuda_live_graphs() - before <= 8);
+    }
+  CHECK(cuda::cuda_live_graphs() - before == 8);
+}
+
 namespace {
 
 // Greedy continuations of `backend` against the Hugging Face reference of model `name`, each

@@ -73,6 +73,8 @@ struct PoolAccount {
 };
 
 std::atomic<std::uint64_t> next_pages_id{1};
+// Graphs instantiated and not yet destroyed, in every workspace of the process.
+std::atomic<std::size_t> live_graphs{0};
 
 // The device pages of one PageStorage (kv/page_storage.h DevicePages), charged to the pool.
 class DeviceKvPages : public DevicePages {
@@ -108,6 +110,8 @@ class DeviceKvPages : public DevicePages {
   ~DeviceKvPages() override { release(); }
   const DevicePagesView& view() const { return view_; }
   std::uint64_t id() const { return id_; }
+  // Expires when the pages go, and with them every graph that writes them.
+  std::weak_ptr<const void> liveness() const { return alive_; }
 
  private:
   void release() {
@@ -117,24 +121,51 @@ class DeviceKvPages : public DevicePages {
 
   std::shared_ptr<PoolAccount> account_;
   std::uint64_t id_;
+  std::shared_ptr<const void> alive_ = std::make_shared<char>();
   std::size_t charged_ = 0;  // bytes of the pool this cache holds
   DeviceBuffer buffer_;
   DevicePagesView view_;
 };
 
-// One stream's scratch: activations, the step upload, the graphs captured on it.
+// A captured step: its executable graph, the pages it writes, when it was last replayed.
+struct CapturedGraph {
+  cudaGraphExec_t exec = nullptr;
+  std::weak_ptr<const void> pages;
+  std::uint64_t last_used = 0;
+};
+
+// One stream's scratch: activations, the step upload, the graphs captured on it (at most
+// max_graphs, none of pages that are gone).
 struct CudaWorkspace : Workspace {
   cudaStream_t stream = nullptr;
   DeviceBuffer x, h, qkv, attn, gu, act, last, logits, upload, copies, x_bf16, tmp, cublas;
   PinnedBuffer host_upload;
+  GemmPlans gemm_plans;
   GemmScratch gemm;
-  std::unordered_map<GraphKey, cudaGraphExec_t, GraphKeyHash> graphs;
+  std::unordered_map<GraphKey, CapturedGraph, GraphKeyHash> graphs;
+  std::uint64_t steps = 0;  // forwards run, the clock of last_used
+  std::size_t max_graphs = 0;
 
+  using Graphs = std::unordered_map<GraphKey, CapturedGraph, GraphKeyHash>;
+  Graphs::iterator drop(Graphs::iterator it) {
+    cudaGraphExecDestroy(it->second.exec);
+    --live_graphs;
+    return graphs.erase(it);
+  }
   void drop_graphs() {
-    for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
-    graphs.clear();
+    for (auto it = graphs.begin(); it != graphs.end();) it = drop(it);
+  }
+  // Room for one more graph: those of freed pages go, then the least recently replayed.
+  void make_room() {
+    for (auto it = graphs.begin(); it != graphs.end();) it = it->second.pages.expired() ? drop(it) : std::next(it);
+    if (graphs.size() < max_graphs) return;
+    auto oldest = graphs.begin();
+    for (auto it = graphs.begin(); it != graphs.end(); ++it)
+      if (it->second.last_used < oldest->second.last_used) oldest = it;
+    drop(oldest);
   }
   ~CudaWorkspace() override {
+    if (stream) cudaStreamSynchronize(stream);
     drop_graphs();
     if (stream) cudaStreamDestroy(stream);
   }
@@ -178,6 +209,7 @@ class CudaBackend : public Backend {
     const std::size_t hidden = c.hidden_size, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.intermediate_size;
     const std::size_t widest = std::max({hidden, q_dim, ffn}), widest_out = std::max({q_dim + 2 * kv_dim, 2 * ffn, hidden});
     CUDA_CHECK(cudaStreamCreateWithFlags(&ws->stream, cudaStreamNonBlocking));
+    ws->max_graphs = static_cast<std::size_t>(options_.max_graphs);
     ws->x = DeviceBuffer(rows * hidden * 4);
     ws->h = DeviceBuffer(rows * hidden * 4);
     ws->qkv = DeviceBuffer(rows * (q_dim + 2 * kv_dim) * 4);
@@ -191,7 +223,7 @@ class CudaBackend : public Backend {
     ws->upload = DeviceBuffer(kPlannedUploadBytes);
     ws->host_upload.reserve(kPlannedUploadBytes);
     ws->cublas = DeviceBuffer(kCublasWorkspace);
-    ws->gemm = GemmScratch{options_.cublas_prefill, cublas_, ws->cublas.ptr, ws->x_bf16.as<__nv_bfloat16>(), ws->tmp.as<float>()};
+    ws->gemm = GemmScratch{options_.cublas_prefill, &ws->gemm_plans, cublas_, ws->cublas.ptr, ws->x_bf16.as<__nv_bfloat16>(), ws->tmp.as<float>()};
     return ws;
   }
 
@@ -239,10 +271,18 @@ class CudaBackend : public Backend {
     std::memcpy(ws.host_upload.ptr, up.data.data(), upload_bytes);
     CUDA_CHECK(cudaMemcpyAsync(ws.upload.ptr, ws.host_upload.ptr, upload_bytes, cudaMemcpyHostToDevice, ws.stream));
 
+    ++ws.steps;
     if (graph_eligible(up.key, options_)) {
       auto it = ws.graphs.find(up.key);
-      if (it == ws.graphs.end()) it = ws.graphs.emplace(up.key, capture(up, ws, device_pages.view())).first;
-      CUDA_CHECK(cudaGraphLaunch(it->second, ws.stream));
+      if (it == ws.graphs.end()) {
+        CUDA_CHECK(cudaStreamSynchronize(ws.stream));  // no graph dropped below is still queued
+        ws.make_room();
+        it = ws.graphs.emplace(up.key, CapturedGraph{capture(up, ws, device_pages.view()), device_pages.liveness(), 0})
+                 .first;
+        ++live_graphs;
+      }
+      it->second.last_used = ws.steps;
+      CUDA_CHECK(cudaGraphLaunch(it->second.exec, ws.stream));
     } else {
       enqueue(up, ws, device_pages.view());
     }
@@ -377,6 +417,8 @@ class CudaBackend : public Backend {
 };
 
 }  // namespace
+
+std::size_t cuda_live_graphs() { return live_graphs; }
 
 std::unique_ptr<Backend> make_cuda_backend(const Model& model, std::optional<MatrixFormat> matrices_as,
                                            const CudaOptions& options) {

@@ -19,4 +19,9 @@ namespace specula::cuda {
 std::unique_ptr<Backend> make_cuda_backend(const Model& model, std::optional<MatrixFormat> matrices_as,
                                            const CudaOptions& options = {});
 
+// The CUDA graphs the process holds: captured by any workspace and not yet destroyed (a
+// workspace keeps at most CudaOptions::max_graphs, and drops those of caches that are gone).
+// 0 without the module.
+std::size_t cuda_live_graphs();
+
 }  // namespace specula::cuda

@@ -89,6 +89,11 @@ std::unique_ptr<Backend> cuda::make_cuda_backend(const Model& model, std::option
   return m.module->make_backend(model, matrices_as, options);
 }
 
+std::size_t cuda::cuda_live_graphs() {
+  const LoadedModule& m = loaded();
+  return m.module != nullptr ? m.module->live_graphs() : 0;
+}
+
 namespace cuda::harness {
 namespace {
 const CudaModule& harness_module() { return module_for("CUDA kernel harness"); }

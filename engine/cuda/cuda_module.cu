@@ -13,6 +13,7 @@ constexpr specula::cuda::CudaModule kModule = {
     &specula::cuda_device_name,
     &specula::cuda_copy_bandwidth,
     &specula::cuda::make_cuda_backend,
+    &specula::cuda::cuda_live_graphs,
     &specula::cuda::harness::embed,
     &specula::cuda::harness::rms_norm,
     &specula::cuda::harness::silu_mul,

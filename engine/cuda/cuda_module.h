@@ -20,7 +20,7 @@
 
 namespace specula::cuda {
 
-inline constexpr int kCudaModuleAbi = 1;
+inline constexpr int kCudaModuleAbi = 2;
 inline constexpr const char* kCudaModuleSymbol = "specula_cuda_module";
 
 // Each member is the function of the same name in device.h, cuda_backend.h or kernel_harness.h.
@@ -33,6 +33,7 @@ struct CudaModule {
   double (*copy_bandwidth)(std::size_t bytes, int reps);
   std::unique_ptr<Backend> (*make_backend)(const Model& model, std::optional<MatrixFormat> matrices_as,
                                            const CudaOptions& options);
+  std::size_t (*live_graphs)();
   std::vector<float> (*embed)(const TensorView& table, std::span<const int> tokens);
   std::vector<float> (*rms_norm)(std::span<const float> x, std::span<const float> weight, float eps, int n, int dim);
   std::vector<float> (*silu_mul)(std::span<const float> gate_up, int n, int ffn);

@@ -30,6 +30,7 @@ struct CudaOptions {
   int max_rows = 4096;            // rows one forward may hold (sizes the workspace)
   int max_logit_rows = 512;       // logit rows one forward may return
   bool graphs = true;             // capture decode steps (<= kSmallRows rows) as CUDA graphs
+  int max_graphs = 64;            // graphs a workspace keeps; past it the least recently replayed goes
   // Matrix products of forwards over kSmallRows rows through cuBLASLt (activations rounded to
   // bf16, the library's own reduction order): faster prefill, but a row's results then depend
   // on the forward's row count. Off: every product runs the batch-invariant kernel.

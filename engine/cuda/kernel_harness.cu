@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <type_traits>
 
 #include "engine/cuda/cuda_check.cuh"
 #include "engine/cuda/kernel_harness.h"
@@ -143,13 +145,14 @@ std::vector<float> matmul(std::span<const float> x, std::span<const std::uint16_
   }
   cublasLtHandle_t handle = nullptr;
   CUBLAS_CHECK(cublasLtCreate(&handle));
+  const std::unique_ptr<std::remove_pointer_t<cublasLtHandle_t>, decltype(&cublasLtDestroy)> owner(handle, &cublasLtDestroy);
   Device<unsigned char> ws(kCublasWorkspace, s);
   Device<__nv_bfloat16> xb(x.size(), s);
   Device<float> tmp(static_cast<std::size_t>(n) * out, s);
-  launch_linear(dx.ptr, wb, bp, dy.ptr, n, in, out, accumulate, GemmScratch{true, handle, ws.ptr, xb.ptr, tmp.ptr}, s.s);
-  std::vector<float> result = dy.get();
-  cublasLtDestroy(handle);
-  return result;
+  GemmPlans plans;
+  launch_linear(dx.ptr, wb, bp, dy.ptr, n, in, out, accumulate, GemmScratch{true, &plans, handle, ws.ptr, xb.ptr, tmp.ptr},
+                s.s);
+  return dy.get();
 }
 
 std::vector<float> qk_rope_store(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, DType page_dtype,

@@ -9,6 +9,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
 
 #include "base/dtype.h"
 #include "engine/cuda/cuda_plan.h"
@@ -70,8 +73,18 @@ void launch_kv_copies(const std::int32_t* copies, int num_copies, const DevicePa
 // order whatever n), or, for more than kSmallRows rows when scratch.cublas_prefill,
 // cuBLASLt (x rounded to bf16, f32 accumulate) and then the same epilogue.
 //   x: in [n, in] f32; w: in [out, in] bf16; bias: in [out] or null; y: in/out [n, out]
+struct GemmPlan;  // cuBLASLt's descriptors and algorithm for one product shape (matmul.cu)
+// The plans a workspace made, by (n, in, out), each made once and freed with the workspace.
+struct GemmPlans {
+  std::map<std::tuple<int, int, int>, std::unique_ptr<GemmPlan>> by_shape;
+  GemmPlans();
+  GemmPlans(const GemmPlans&) = delete;
+  GemmPlans& operator=(const GemmPlans&) = delete;
+  ~GemmPlans();
+};
 struct GemmScratch {
   bool cublas_prefill = false;        // CudaOptions::cublas_prefill
+  GemmPlans* plans = nullptr;
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;          // kCublasWorkspace bytes
   __nv_bfloat16* x_bf16 = nullptr;    // [max_rows, widest in]

@@ -2,6 +2,8 @@
 // count, cuBLASLt (bf16 in, f32 accumulate) for chunks of more than kSmallRows rows where the
 // non-invariant setting asks for it, the shared bias / residual epilogue; then the launchers.
 #include <algorithm>
+#include <memory>
+#include <type_traits>
 
 #include "engine/cuda/cuda_check.cuh"
 #include "engine/cuda/device_math.cuh"
@@ -87,34 +89,60 @@ __global__ void epilogue_kernel(const float* t, const float* bias, float* y, int
 
 int grid_for(std::size_t count) { return static_cast<int>(std::min<std::size_t>((count + 255) / 256, 4096)); }
 
-// D [out, n] (column-major, i.e. row-major [n, out]) = W^T-as-stored [in, out]^T x [in, n].
-void cublaslt_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int n, int in, int out,
-                   const GemmScratch& s, cudaStream_t stream) {
+}  // namespace
+
+// The descriptors of D [out, n] (column-major, i.e. row-major [n, out]) = W^T-as-stored
+// [in, out]^T x [in, n] and the heuristic's algorithm; each made descriptor is destroyed with
+// the plan, also when a later step of making it throws.
+struct GemmPlan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, in, out, in));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, in, n, in));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, out, n, out));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const std::size_t ws = kCublasWorkspace;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(s.handle, op, a, b, d, d, pref, 1, &result, &found));
-  SPECULA_CHECK(found > 0, "backend 'cuda': cuBLASLt has no algorithm for a [", n, " x ", in, "] x [", in, " x ", out,
-                "] bf16 product");
+  cublasLtMatmulAlgo_t algo{};
+
+  GemmPlan(cublasLtHandle_t handle, int n, int in, int out) {
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, in, out, in));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, in, n, in));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, out, n, out));
+    cublasLtMatmulPreference_t pref = nullptr;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, decltype(&cublasLtMatmulPreferenceDestroy)>
+        pref_owner(pref, &cublasLtMatmulPreferenceDestroy);
+    const std::size_t ws = kCublasWorkspace;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, op, a, b, d, d, pref, 1, &result, &found));
+    SPECULA_CHECK(found > 0, "backend 'cuda': cuBLASLt has no algorithm for a [", n, " x ", in, "] x [", in, " x ", out,
+                  "] bf16 product");
+    algo = result.algo;
+  }
+  GemmPlan(const GemmPlan&) = delete;
+  GemmPlan& operator=(const GemmPlan&) = delete;
+  ~GemmPlan() {
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+GemmPlans::GemmPlans() = default;
+GemmPlans::~GemmPlans() = default;
+
+namespace {
+
+void cublaslt_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int n, int in, int out,
+                   const GemmScratch& s, cudaStream_t stream) {
+  SPECULA_CHECK(s.plans != nullptr, "launch_linear: cuBLASLt products need the workspace's plans");
+  std::unique_ptr<GemmPlan>& plan = s.plans->by_shape[{n, in, out}];
+  if (!plan) plan = std::make_unique<GemmPlan>(s.handle, n, in, out);
   const float one = 1.0f, zero = 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(s.handle, op, &one, w, a, x, b, &zero, y, d, y, d, &result.algo, s.workspace, ws, stream));
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(d);
-  cublasLtMatrixLayoutDestroy(b);
-  cublasLtMatrixLayoutDestroy(a);
-  cublasLtMatmulDescDestroy(op);
+  CUBLAS_CHECK(cublasLtMatmul(s.handle, plan->op, &one, w, plan->a, x, plan->b, &zero, y, plan->d, y, plan->d,
+                              &plan->algo, s.workspace, kCublasWorkspace, stream));
 }
 
 }  // namespace
