@@ -108,6 +108,14 @@ void run_everything() {
 
 cudaError_t sync_result() { return g_sticky; }
 
+// Copies and fills of zero bytes are valid with any pointers, as the driver's are.
+void copy_bytes(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+void fill_bytes(void* dst, int value, std::size_t bytes) {
+  if (bytes > 0) std::memset(dst, value, bytes);
+}
+
 // Freed device allocations kept by size for the next cudaMalloc of that size (as a caching
 // allocator would), so that tests allocating per call do not fault fresh pages each time; none
 // under AddressSanitizer, which then sees every use of a freed allocation.
@@ -280,7 +288,7 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   void* p = take_cached(bytes);
   if (p == nullptr) p = ::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t(kAlignment), std::nothrow);
   if (p == nullptr) return t_last = cudaErrorMemoryAllocation;
-  std::memset(p, 0xff, bytes);  // what a kernel reads unwritten: NaN as f32
+  fill_bytes(p, 0xff, bytes);  // what a kernel reads unwritten: NaN as f32
   g_device[static_cast<const char*>(p)] = bytes;
   g_device_bytes += bytes;
   *ptr = p;
@@ -330,15 +338,15 @@ cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
     run_all(g_legacy);
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                                static_cast<const unsigned char*>(src) + bytes);
-    enqueue(nullptr, "cudaMemcpy", [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+    enqueue(nullptr, "cudaMemcpy", [dst, staged] { copy_bytes(dst, staged->data(), staged->size()); });
     return sync_result();
   }
   if (kind == cudaMemcpyDeviceToDevice) {
-    enqueue(nullptr, "cudaMemcpy", [=] { std::memcpy(dst, src, bytes); });
+    enqueue(nullptr, "cudaMemcpy", [=] { copy_bytes(dst, src, bytes); });
     return sync_result();
   }
   run_all(g_legacy);
-  std::memcpy(dst, src, bytes);
+  copy_bytes(dst, src, bytes);
   return sync_result();
 }
 
@@ -349,10 +357,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaM
     if (s.capture != nullptr) refuse("cudaMemcpyAsync from pageable memory while the stream captures a graph");
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                                static_cast<const unsigned char*>(src) + bytes);
-    enqueue(stream, "cudaMemcpyAsync", [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+    enqueue(stream, "cudaMemcpyAsync", [dst, staged] { copy_bytes(dst, staged->data(), staged->size()); });
     return cudaSuccess;
   }
-  enqueue(stream, "cudaMemcpyAsync", [=] { std::memcpy(dst, src, bytes); });
+  enqueue(stream, "cudaMemcpyAsync", [=] { copy_bytes(dst, src, bytes); });
   if (kind == cudaMemcpyDeviceToHost && !in_range(g_pinned, dst, bytes)) {
     // To pageable memory the call returns when the copy is done.
     if (s.capture != nullptr) refuse("cudaMemcpyAsync to pageable memory while the stream captures a graph");
@@ -364,12 +372,12 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaM
 cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes) {
   std::lock_guard lock(g_mutex);
   refuse_while_capturing("cudaMemset");
-  enqueue(nullptr, "cudaMemset", [=] { std::memset(ptr, value, bytes); });
+  enqueue(nullptr, "cudaMemset", [=] { fill_bytes(ptr, value, bytes); });
   return sync_result();
 }
 
 cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t stream) {
-  enqueue(stream, "cudaMemsetAsync", [=] { std::memset(ptr, value, bytes); });
+  enqueue(stream, "cudaMemsetAsync", [=] { fill_bytes(ptr, value, bytes); });
   return cudaSuccess;
 }
 
