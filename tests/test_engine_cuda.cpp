@@ -607,8 +607,9 @@ TEST_CASE("cuda backend: greedy continuations equal the Hugging Face reference w
   REQUIRE_GPU();
   for (const char* name : {"target-16m", "draft-4m", "draft-1m"}) {
     // The host execution, where a prompt's prefill of 150-270 rows takes seconds, compares the
-    // first 4 steps of the 2 shortest of the 12 prompts (target-16m's not under the sanitizers).
-    if (host_execution() && test::kSanitized && std::string(name) == "target-16m") continue;
+    // first 4 steps of the 2 shortest of the 12 prompts of the draft models (target-16m's
+    // logits are held to the CPU backend's by the full-model test).
+    if (host_execution() && std::string(name) == "target-16m") continue;
     const auto gpu = cuda_backend(test::shared_backend(test::model_dir(name)).model(), KvDType::kBF16);
     const int compared = host_execution() ? check_greedy(*gpu, name, 2, 4) : check_greedy(*gpu, name);
     INFO(name << ": " << compared << " greedy steps compared");
