@@ -32,7 +32,6 @@ struct GraphExec {
 };
 
 struct Stream {
-  bool legacy = false;
   std::deque<Task> pending;
   std::uint64_t enqueued = 0, completed = 0;  // tasks ever enqueued, and run
   Graph* capture = nullptr;                   // the graph being recorded, if any
@@ -53,11 +52,7 @@ constexpr int kMaxSharedOptin = 227 * 1024;
 constexpr std::size_t kAlignment = 256;
 
 std::recursive_mutex g_mutex;
-Stream g_legacy = [] {
-  Stream s;
-  s.legacy = true;
-  return s;
-}();
+Stream g_legacy;
 std::set<Stream*> g_streams;                       // every live non-legacy stream
 std::map<const char*, std::size_t> g_device;       // device allocations: start -> bytes
 std::map<const char*, std::size_t> g_pinned;       // cudaMallocHost allocations
@@ -108,6 +103,12 @@ void run_everything() {
 
 cudaError_t sync_result() { return g_sticky; }
 
+// Device and pinned allocations: kAlignment-aligned heap blocks.
+void* allocate_aligned(std::size_t bytes) {
+  return ::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t(kAlignment), std::nothrow);
+}
+void free_aligned(void* p) { ::operator delete(p, std::align_val_t(kAlignment)); }
+
 // Copies and fills of zero bytes are valid with any pointers, as the driver's are.
 void copy_bytes(void* dst, const void* src, std::size_t bytes) {
   if (bytes > 0) std::memcpy(dst, src, bytes);
@@ -137,7 +138,7 @@ void* take_cached(std::size_t bytes) {
 }
 void cache_freed(void* p, std::size_t bytes) {
   if (g_cached_bytes + bytes > kCacheBytes) {
-    ::operator delete(p, std::align_val_t(kAlignment));
+    free_aligned(p);
     return;
   }
   g_cache.emplace(bytes, p);
@@ -173,14 +174,14 @@ cudaError_t set_function_attribute(const void* function, cudaFuncAttribute attr,
   return cudaSuccess;
 }
 
-bool launch_grid(const void* function, const char* kernel, dim3 grid, dim3 block, std::size_t shared_bytes,
+void launch_grid(const void* function, const char* kernel, dim3 grid, dim3 block, std::size_t shared_bytes,
                  cudaStream_t stream, std::function<void()> body) {
   std::lock_guard lock(g_mutex);
   const unsigned long long threads = static_cast<unsigned long long>(block.x) * block.y * block.z;
   if (threads == 0 || threads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
       grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
     t_last = cudaErrorInvalidConfiguration;
-    return false;
+    return;
   }
   const auto limit = [function] {
     const auto it = g_shared_limit.find(function);
@@ -188,7 +189,7 @@ bool launch_grid(const void* function, const char* kernel, dim3 grid, dim3 block
   };
   if (shared_bytes > limit()) {
     t_last = cudaErrorInvalidValue;
-    return false;
+    return;
   }
   enqueue(stream, kernel, [=, body = std::move(body)] {
     if (shared_bytes > limit()) {  // the attribute was lowered after a graph recorded this launch
@@ -200,7 +201,6 @@ bool launch_grid(const void* function, const char* kernel, dim3 grid, dim3 block
     if (g_sticky != cudaSuccess) return;  // a failed context runs nothing more
     run_grid(kernel, grid, block, shared_bytes, body);
   });
-  return true;
 }
 
 }  // namespace specula::cuda::host
@@ -286,7 +286,7 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   *ptr = nullptr;
   if (g_device_bytes + bytes > kDeviceMemory) return t_last = cudaErrorMemoryAllocation;
   void* p = take_cached(bytes);
-  if (p == nullptr) p = ::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t(kAlignment), std::nothrow);
+  if (p == nullptr) p = allocate_aligned(bytes);
   if (p == nullptr) return t_last = cudaErrorMemoryAllocation;
   fill_bytes(p, 0xff, bytes);  // what a kernel reads unwritten: NaN as f32
   g_device[static_cast<const char*>(p)] = bytes;
@@ -311,7 +311,7 @@ cudaError_t cudaFree(void* ptr) {
 cudaError_t cudaMallocHost(void** ptr, std::size_t bytes) {
   std::lock_guard lock(g_mutex);
   refuse_while_strict_capture("cudaMallocHost");
-  void* p = ::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t(kAlignment), std::nothrow);
+  void* p = allocate_aligned(bytes);
   if (p == nullptr) return t_last = cudaErrorMemoryAllocation;
   g_pinned[static_cast<const char*>(p)] = bytes;
   *ptr = p;
@@ -326,7 +326,7 @@ cudaError_t cudaFreeHost(void* ptr) {
   if (it == g_pinned.end()) return t_last = cudaErrorInvalidValue;
   run_everything();
   g_pinned.erase(it);
-  ::operator delete(ptr, std::align_val_t(kAlignment));
+  free_aligned(ptr);
   return sync_result();
 }
 

@@ -123,9 +123,9 @@ cudaError_t set_function_attribute(const void* function, cudaFuncAttribute attr,
 // once when the stream's order reaches it.
 void enqueue(cudaStream_t stream, const char* what, std::function<void()> work);
 
-// Checks a launch's configuration for `function` (sets the last error and returns false when
+// Checks a launch's configuration for `function` (sets the last error, launching nothing, where
 // the driver would refuse it) and enqueues the grid.
-bool launch_grid(const void* function, const char* kernel, dim3 grid, dim3 block, std::size_t shared_bytes,
+void launch_grid(const void* function, const char* kernel, dim3 grid, dim3 block, std::size_t shared_bytes,
                  cudaStream_t stream, std::function<void()> body);
 
 // kernel<<<grid, block, shared_bytes, stream>>>(args...): the arguments converted to the
