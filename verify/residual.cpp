@@ -24,6 +24,14 @@ void Residual::for_each_weight(Visit visit) const {
   }
 }
 
+Residual Residual::from_weights(std::vector<double> weights) {
+  Residual r{std::span<const float>()};
+  r.mass_ = 0.0;
+  for (double w : weights) r.mass_ += w;
+  r.dense_ = std::move(weights);
+  return r;
+}
+
 double Residual::weight(int token) const {
   if (!dense_.empty()) return dense_[token];
   return std::binary_search(removed_.begin(), removed_.end(), token) ? 0.0 : double(row_[token]);

@@ -18,8 +18,10 @@ class Residual {
   // `row`: in [vocab], a probability distribution (sums to 1 up to float rounding; the
   // initial mass is taken to be exactly 1). The row must outlive the Residual.
   explicit Residual(std::span<const float> row) : row_(row) {}
+  // A residual that owns `weights` (unnormalised, each >= 0): mass = their sum.
+  static Residual from_weights(std::vector<double> weights);
 
-  int vocab() const { return static_cast<int>(row_.size()); }
+  int vocab() const { return static_cast<int>(dense_.empty() ? row_.size() : dense_.size()); }
   double mass() const { return mass_; }
   double weight(int token) const;
 
@@ -45,7 +47,7 @@ class Residual {
   void for_each_weight(Visit visit) const;
 
   std::span<const float> row_;
-  std::vector<double> dense_;  // [vocab] materialised weights once subtract() ran, else empty
+  std::vector<double> dense_;  // [vocab] materialised weights once subtract() ran (or owned), else empty
   std::vector<int> removed_;   // sorted tokens removed from row_ (used only while dense_ is empty)
   double mass_ = 1.0;
 };
