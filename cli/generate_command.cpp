@@ -107,6 +107,8 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_option("--gamma-policy", gamma_policy_,
                    "fixed | load: chain length per step from the batch's measured costs and acceptance (0..--gamma)")
       ->capture_default_str();
+  cmd_->add_option("--verify-rule", verify_rule_, "token | block: how sampled drafts are verified (block: chains)")
+      ->capture_default_str();
 }
 
 int GenerateCommand::run() {
@@ -129,6 +131,9 @@ int GenerateCommand::run() {
   const auto policy = parse_enum<GammaPolicy>(gamma_policy_);
   SPECULA_CHECK(policy, "--gamma-policy must be ", enum_choices<GammaPolicy>(), ", got '", gamma_policy_, "'");
   options_.gamma_policy = *policy;
+  const auto rule = parse_enum<VerifyRule>(verify_rule_);
+  SPECULA_CHECK(rule, "--verify-rule must be ", enum_choices<VerifyRule>(), ", got '", verify_rule_, "'");
+  options_.verify_rule = *rule;
   SPECULA_CHECK(parse_weights(weights_, options_.weights), "--weights must be ", weights_choices(), ", got '", weights_,
                 "'");
   SPECULA_CHECK(parse_weights(draft_weights_, d.weights), "--draft-weights must be ", weights_choices(), ", got '",

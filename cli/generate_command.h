@@ -30,6 +30,7 @@ class GenerateCommand {
   std::string backend_ = "cpu";
   std::string kv_dtype_;  // "" = the backend's own
   std::string gamma_policy_ = "fixed";
+  std::string verify_rule_ = "token";
   std::string tree_;
   bool json_ = false;
 };

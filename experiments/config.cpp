@@ -13,7 +13,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kSections = {"target", "draft", "sampling", "run", "output"};
+const std::vector<std::string> kSections = {"target", "draft", "verify", "sampling", "run", "output"};
 
 bool contains(const std::vector<std::string>& list, const std::string& name) {
   return std::find(list.begin(), list.end(), name) != list.end();
@@ -61,6 +61,7 @@ GenerateOptions request_options(const PointConfig& p) {
   o.sampling = p.sampling;
   o.draft = p.draft;
   o.gamma_policy = p.gamma_policy;
+  o.verify_rule = p.verify_rule;
   return o;
 }
 
@@ -68,6 +69,7 @@ void clear_draft(PointConfig& p) {
   p.draft = DraftOptions{};
   p.draft_name.clear();
   p.gamma_policy = GammaPolicy::kFixed;
+  p.verify_rule = VerifyRule::kToken;
 }
 
 nlohmann::json canonical_settings(const PointConfig& p) {
@@ -89,6 +91,7 @@ nlohmann::json canonical_settings(const PointConfig& p) {
   // Keys with their defaults are left out, so the runs of configs written before them keep their ids.
   if (p.gamma_policy != GammaPolicy::kFixed) settings["draft"]["gamma_policy"] = name_of(p.gamma_policy);
   if (d.siblings != 0) settings["draft"]["siblings"] = d.siblings;
+  if (p.verify_rule != VerifyRule::kToken) settings["verify"] = {{"rule", name_of(p.verify_rule)}};
   if (p.batch_size > 0) {
     settings["batch_size"] = p.batch_size;
     settings["request_rate"] = p.request_rate;

@@ -47,6 +47,7 @@ struct PointConfig {
   int threads = 0;            // run.threads, 0 = all cores
   BackendKind backend = BackendKind::kCpu;  // run.backend
   GammaPolicy gamma_policy = GammaPolicy::kFixed;  // draft.gamma_policy
+  VerifyRule verify_rule = VerifyRule::kToken;     // verify.rule
   int batch_size = 0;         // run.batch_size: 0 = one request per job; N >= 1 = every prompt in
                               //   one job through the scheduler, N sequences live at once
   double request_rate = 0;    // run.request_rate: Poisson arrivals per second of a batched job, 0 = all at once

@@ -341,6 +341,7 @@ std::vector<ConfigField> make_fields() {
       int_field("draft.ngram_min", [](auto& s) -> auto& { return s.point.draft.ngram_min; }, 1),
       int_field("draft.ngram_max", [](auto& s) -> auto& { return s.point.draft.ngram_max; }, 1),
       enum_field("draft.gamma_policy", [](auto& s) -> auto& { return s.point.gamma_policy; }),
+      enum_field("verify.rule", [](auto& s) -> auto& { return s.point.verify_rule; }),
       string_field("sampling.name", [](auto& s) -> auto& { return s.point.sampling_name; }),
       enum_field("sampling.strategy", [](auto& s) -> auto& { return s.point.sampling.strategy; }),
       float_field("sampling.temperature", [](auto& s) -> auto& { return s.point.sampling.temperature; }, at_least_zero, ">= 0"),

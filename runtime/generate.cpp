@@ -161,6 +161,7 @@ nlohmann::json request_json(const Model& target, const GenerateOptions& options,
   if (d.method != DraftMethod::kNone && s.strategy != Strategy::kBeam) {
     stats.update(speculative_stats_json(d, out.spec, new_tokens, out.draft_forwards));
     stats["draft"]["gamma_policy"] = name_of(options.gamma_policy);
+    stats["draft"]["verify_rule"] = name_of(options.verify_rule);
     if (d.method == DraftMethod::kModel) stats["draft"]["kv_blocks_in_use_at_end"] = draft_blocks_in_use;
   }
   nlohmann::json result = {{"ids", out.samples.at(0)}, {"text", target.tokenizer().decode(out.samples.at(0))},

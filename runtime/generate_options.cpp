@@ -43,6 +43,7 @@ OptionNames cli_option_names() {
       {"draft.gamma_policy", "--gamma-policy"},
       {"draft.ngram_min", "--ngram-min"},
       {"draft.ngram_max", "--ngram-max"},
+      {"verify.rule", "--verify-rule"},
   };
   OptionNames names;
   names.name = [](std::string_view key) {
@@ -150,6 +151,14 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                 names.at("draft.gamma_policy"), " load cannot be combined with ", names.name("sampling.strategy"),
                 " beam (beam steps are one unit)");
 
+  SPECULA_CHECK(o.verify_rule != VerifyRule::kBlock ||
+                    (d.method != DraftMethod::kNone && d.drafts_chain() && d.siblings == 0 &&
+                     o.gamma_policy == GammaPolicy::kFixed && s.strategy != Strategy::kBeam),
+                names.at("verify.rule"), " block verifies chains: it needs a chain drafter (", names.name("draft.method"),
+                " model or ngram) and excludes ", names.name("draft.tree"), ", ", names.name("draft.budget"), ", ",
+                names.name("draft.siblings"), ", ", names.name("draft.gamma_policy"), " load (which adds siblings) and ",
+                names.name("sampling.strategy"), " beam");
+
   // Options given where they do not apply (the CLI knows which flags were given).
   refuse_given(names, {"sampling.temperature", "sampling.top_k", "sampling.top_p", "sampling.min_p", "run.seeds"},
                s.strategy == Strategy::kSample, "it needs " + names.name("sampling.strategy") + " sample");
@@ -159,6 +168,9 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                "it sets the length of a drafted chain (" + names.name("draft.path") + " DIR or " +
                    names.name("draft.method") + " ngram, without " + names.name("draft.tree") + " or " +
                    names.name("draft.budget") + ")");
+  refuse_given(names, {"verify.rule"}, d.method != DraftMethod::kNone && s.strategy != Strategy::kBeam,
+               "it needs a drafter (" + names.name("draft.path") + " DIR or " + names.name("draft.method") +
+                   " ngram) and a sampler other than beam");
   refuse_given(names, {"draft.ngram_min", "draft.ngram_max"}, d.method == DraftMethod::kNgram,
                "it needs " + names.name("draft.method") + " ngram");
   refuse_given(names, {"draft.weights"}, d.method == DraftMethod::kModel,

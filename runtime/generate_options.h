@@ -15,6 +15,7 @@
 #include "draft/draft_options.h"
 #include "engine/backend.h"
 #include "sampling/sampling_options.h"
+#include "verify/verify_rule.h"
 
 namespace specula {
 
@@ -49,6 +50,7 @@ struct GenerateOptions {
   SamplingOptions sampling;
   DraftOptions draft;
   GammaPolicy gamma_policy = GammaPolicy::kFixed;
+  VerifyRule verify_rule = VerifyRule::kToken;  // verify.rule: how sampled drafts are verified (greedy: one rule)
 };
 
 // Upper bounds of a request's sizes (validate_options names the option that exceeds one);
@@ -79,7 +81,8 @@ OptionNames cli_option_names();
 // Every check of `options` that needs no model: ranges of each field and the combinations no
 // request can run with (a static and a dynamic tree at once, tree or adaptive settings for a
 // drafter without trees, beam search with an adaptive chain, the load policy without a chain
-// or with beam search, a draft model without its folder, a backend this build cannot run),
+// or with beam search, a verification rule on trees it does not take, a draft model without
+// its folder, a backend this build cannot run),
 // sizes above the bounds above, and options given (names.given) where they do not apply.
 // Throws SpeculaError naming the options through `names`.
 void validate_options(const GenerateOptions& options, const OptionNames& names);

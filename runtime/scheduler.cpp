@@ -286,7 +286,7 @@ std::unique_ptr<Drafter> Scheduler::make_drafter(Request& r, KvCache::SeqId draf
 void Scheduler::make_speculative(Sequence& s, KvCache::SeqId draft_seq) {
   Request& r = *s.request;
   s.spec = std::make_unique<SpeculativeSequence>(context_, s.seq, make_drafter(r, draft_seq, s.gamma), *r.sampler,
-                                                 std::move(s.tokens), s.rng);
+                                                 std::move(s.tokens), s.rng, r.options.verify_rule);
   s.tokens.clear();
 }
 

@@ -46,11 +46,12 @@ void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const Draf
 
 SpeculativeSequence::SpeculativeSequence(const ForwardContext& target, KvCache::SeqId seq,
                                          std::unique_ptr<Drafter> drafter, const Sampler& sampler,
-                                         std::vector<int> committed, Philox rng)
+                                         std::vector<int> committed, Philox rng, VerifyRule rule)
     : target_(target),
       seq_(seq),
       drafter_(std::move(drafter)),
       sampler_(sampler),
+      rule_(rule),
       committed_(std::move(committed)),
       rng_(rng) {}
 
@@ -96,7 +97,7 @@ const VerifyResult& SpeculativeSequence::finish(std::span<const float> logits, S
     p_.resize(logits.size());
     for (int c = 0; c <= n; ++c)
       sampler_.distribution(row(logits, c), std::span(p_).subspan(static_cast<std::size_t>(c) * vocab, vocab));
-    result_ = verify_stochastic(tree, p_, proposal_.q, vocab, draw_verify_uniforms(tree, rng_));
+    result_ = verify_with(rule_, tree, p_, proposal_.q, vocab, draw_verify_uniforms(tree, rng_));
   }
   stats.sample_verify_s += lap(mark);
 

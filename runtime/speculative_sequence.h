@@ -16,7 +16,7 @@
 #include "engine/forward.h"
 #include "runtime/lap_timer.h"
 #include "sampling/sampler.h"
-#include "verify/verifier.h"
+#include "verify/verify_rule.h"
 
 namespace specula {
 
@@ -65,9 +65,10 @@ struct ChainStep {
 class SpeculativeSequence {
  public:
   // `seq` (owned, freed on destruction) of target.cache holds every committed token but the
-  // last, the root; `committed` is the prompt (and anything generated before).
+  // last, the root; `committed` is the prompt (and anything generated before). Sampled steps
+  // are verified with `rule` (greedy ones with verify_greedy, what every rule reduces to).
   SpeculativeSequence(const ForwardContext& target, KvCache::SeqId seq, std::unique_ptr<Drafter> drafter,
-                      const Sampler& sampler, std::vector<int> committed, Philox rng);
+                      const Sampler& sampler, std::vector<int> committed, Philox rng, VerifyRule rule);
   ~SpeculativeSequence();
   SpeculativeSequence(const SpeculativeSequence&) = delete;
   SpeculativeSequence& operator=(const SpeculativeSequence&) = delete;
@@ -106,6 +107,7 @@ class SpeculativeSequence {
   KvCache::SeqId seq_;
   std::unique_ptr<Drafter> drafter_;
   const Sampler& sampler_;
+  VerifyRule rule_;
   std::vector<int> committed_;
   Philox rng_;
   Proposal proposal_;

@@ -324,6 +324,12 @@ std::vector<Case> catalogue() {
   flag_case("negative siblings", "--draft '" + kModel + "' --siblings -1", {"--siblings", "-1"});
   flag_case("siblings with n-grams", "--draft-method ngram --siblings 1", {"--siblings", "--draft"});
   flag_case("siblings with a static tree", "--draft '" + kModel + "' --tree 2,2 --siblings 1", {"--siblings", "--tree"});
+  flag_case("block verification of a tree", "--draft '" + kModel + "' --tree 2,2 --verify-rule block",
+            {"--verify-rule block verifies chains", "--tree"});
+  flag_case("block verification with siblings", "--draft '" + kModel + "' --siblings 1 --verify-rule block",
+            {"--verify-rule block", "--siblings"});
+  flag_case("verify rule without a drafter", "--verify-rule token", {"--verify-rule", "does not apply"});
+  flag_case("verify rule unknown", "--draft '" + kModel + "' --verify-rule blok", {"--verify-rule", "'blok'"});
   flag_case("siblings under the load policy", "--draft '" + kModel + "' --gamma-policy load --siblings 1",
             {"--siblings", "--gamma-policy"});
   flag_case("tree with a tree budget", "--draft '" + kModel + "' --tree 2,2 --tree-budget 8", {"--tree", "--tree-budget"});
@@ -390,6 +396,11 @@ std::vector<Case> catalogue() {
   toml_case("request rate without a batch", experiment("request_rate = 3\n"), {"config.toml:", "run.request_rate", "run.batch_size"});
   toml_case("gamma policy unknown", experiment("", "[draft]\nmethod = \"ngram\"\ngamma_policy = \"lod\"\n"),
             {"config.toml:", "draft.gamma_policy", "'lod'"});
+  toml_case("verify rule unknown", experiment("", "[draft]\nmethod = \"ngram\"\n[verify]\nrule = \"blk\"\n"),
+            {"config.toml:", "verify.rule", "'blk'"});
+  toml_case("block verification of a swept tree",
+            experiment("", "[draft]\nmethod = \"ngram\"\n[verify]\nrule = \"block\"\n[sweep]\n\"draft.budget\" = [4]\n"),
+            {"verify.rule block verifies chains", "draft.budget"});
   toml_case("target not a model", "[target]\npath = \"/nonexistent\"\n", {"config.toml:", "target.path", "/nonexistent"});
 
   // Prompt files.

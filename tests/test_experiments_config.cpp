@@ -378,6 +378,29 @@ TEST_CASE("run.batch_size, run.request_rate and draft.gamma_policy parse, refuse
   require_error(minimal("[sweep]\n\"run.batch_size\" = [1, -4]\n", ""), {"run.batch_size must be an integer in [0, 4096], got -4"});
 }
 
+TEST_CASE("verify.rule parses, sweeps, labels its runs and joins their settings", "[experiments]") {
+  ScratchDir dir;
+  const std::string draft = "[draft]\nmethod = \"ngram\"\ngamma = 3\n";
+  const ExperimentConfig c =
+      load_config(dir.write("ok.toml", minimal(draft + "[sweep]\n\"verify.rule\" = [\"token\", \"block\"]\n")));
+  const Plan plan = make_plan(c);
+  REQUIRE(plan.runs.size() == 3);  // the baseline and one run per rule
+  CHECK(plan.runs[0].info.role == "baseline");
+  CHECK_FALSE(plan.runs[0].settings.contains("verify"));
+  CHECK_FALSE(plan.runs[1].settings.contains("verify"));  // the default leaves earlier run ids as they were
+  CHECK(plan.runs[2].settings.at("verify").at("rule") == "block");
+  CHECK(plan.runs[1].info.variant == "γ=3");
+  CHECK(plan.runs[2].info.variant == "γ=3 block");
+  CHECK(plan.runs[1].info.label != plan.runs[2].info.label);
+  const ExperimentConfig block = load_config(dir.write("block.toml", minimal(draft + "[verify]\nrule = \"block\"\n")));
+  CHECK(request_options(block.base.point).verify_rule == VerifyRule::kBlock);
+  CHECK(canonical_settings(load_config(dir.write("resolved.toml", block.resolved_toml)).base.point) ==
+        canonical_settings(block.base.point));
+  require_error(minimal(draft + "[verify]\nrule = \"blok\"\n"), {"verify.rule: unknown value 'blok'; did you mean 'block'?"});
+  require_error(minimal("[draft]\nmethod = \"ngram\"\ngamma_policy = \"load\"\n[verify]\nrule = \"block\"\n"),
+                {"verify.rule block verifies chains", "draft.gamma_policy load"});
+}
+
 TEST_CASE("draft.siblings parses, joins the run's settings and names its variant", "[experiments]") {
   ScratchDir dir;
   const std::string draft = "[draft]\nmethod = \"model\"\npath = \"" + model_dir("draft-1m") + "\"\ngamma = 2\n";

@@ -72,6 +72,7 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
   struct Drafting {
     const char* name;
     DraftOptions options;
+    VerifyRule rule = VerifyRule::kToken;
   };
   using test::model_draft;
   DraftOptions ngram;
@@ -90,6 +91,7 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
       {"ngram 1..3, gamma 5", ngram},
       {"draft-1m read as bf16, chain 2", bf16_draft},
       {"draft-1m chain 2, 2 siblings", siblings},
+      {"draft-4m chain 4, block verification", model_draft("draft-4m", 4, {}, 0, false), VerifyRule::kBlock},
   };
   // All 12 reference prompts and 64 tokens; the sanitizer build checks 3 prompts, 32 tokens.
   const auto prompts = reference_prompts();
@@ -101,6 +103,7 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
       INFO("prompt " << i << ", " << drafting.name);
       GenerateOptions spec = plain;
       spec.draft = drafting.options;
+      spec.verify_rule = drafting.rule;
       const auto result = generate(store(), spec);
       CHECK(result["ids"] == expected);
       CHECK(result["stats"]["kv"]["blocks_in_use_at_end"] == 0);
@@ -187,7 +190,7 @@ TEST_CASE("after any accept/reject pattern both caches equal a plain run's cache
       [&](std::span<const float> l, std::span<float> p) { draft_sampler->distribution(l, p); }, !greedy, shape);
   ModelDrafter& model_drafter = *drafter;
   SpeculativeSequence sequence(ForwardContext{target, cache, *workspace}, seq, std::move(drafter), *sampler, prompt,
-                               Philox(7));
+                               Philox(7), VerifyRule::kToken);
   SpeculativeStats stats;
   long rejections = 0, widest = 0;
   for (int step = 0; step < (test::kSanitized ? 5 : 12); ++step) {
@@ -227,6 +230,7 @@ TEST_CASE("speculative sampling on the shared models: first tokens follow the ta
     const char* name;
     SamplingOptions sampling;
     DraftOptions draft;
+    VerifyRule rule = VerifyRule::kToken;
   };
   auto drafting = [](std::vector<int> tree, int budget) {
     DraftOptions d;
@@ -245,6 +249,10 @@ TEST_CASE("speculative sampling on the shared models: first tokens follow the ta
       {"dynamic tree 8, top-p 0.9", SamplingOptions::sample(0.8f, 0, 0.9f, 0.0f), drafting({}, 8)},
       {"static tree 2,2, min-p 0.05", SamplingOptions::sample(1.2f, 0, 1.0f, 0.05f), drafting({2, 2}, 0)},
       {"chain and 2 siblings, temperature 1", SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f), with_siblings},
+      {"chain, temperature 1, block verification", SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f), drafting({}, 0),
+       VerifyRule::kBlock},
+      {"chain, top-p 0.9, block verification", SamplingOptions::sample(0.8f, 0, 0.9f, 0.0f), drafting({}, 0),
+       VerifyRule::kBlock},
   };
   const Backend& target = store().get(test::model_dir("target-16m"));
   const int vocab = target.config().vocab_size;
@@ -282,6 +290,7 @@ TEST_CASE("speculative sampling on the shared models: first tokens follow the ta
     GenerateOptions o = base_options(prompt, 2);
     o.sampling = c.sampling;
     o.draft = c.draft;
+    o.verify_rule = c.rule;
     o.seed = 1234;
     o.num_samples = test::kSanitized ? 200 : 2000;
     const auto result = generate(store(), o);
@@ -293,6 +302,7 @@ TEST_CASE("speculative sampling on the shared models: first tokens follow the ta
     CHECK(chi.impossible == 0);
     CHECK(chi.p_value > 1e-3);
     CHECK(result["stats"]["accepted"].get<long>() > 0);
+    CHECK(result["stats"]["draft"]["verify_rule"] == name_of(c.rule));
     if (c.draft.siblings > 0) CHECK(result["stats"]["siblings_accepted"].get<long>() > 0);
   }
 }
@@ -415,7 +425,7 @@ TEST_CASE("speculative sampling with a confidence stop: second tokens follow the
       auto drafter = std::make_unique<ModelDrafter>(ForwardContext{draft, draft_cache, *draft_workspace},
                                                     draft_cache.fork(draft_prompt_seq), distribution, true, chain);
       SpeculativeSequence sequence(ForwardContext{target, cache, *workspace}, cache.fork(prompt_seq), std::move(drafter),
-                                   *sampler, prompt, Philox(2024, static_cast<uint64_t>(i)));
+                                   *sampler, prompt, Philox(2024, static_cast<uint64_t>(i)), VerifyRule::kToken);
       while (sequence.committed().size() < prompt.size() + 2) {
         sequence.step({3, bound}, stats);
         stops += sequence.last_chain().stopped;
@@ -543,7 +553,7 @@ TEST_CASE("speculative decoding with siblings keeps the target's output: greedy 
                                                   draft_cache.fork(from.draft), draft_distribution(sampling, {}),
                                                   !sampler.is_greedy(), chain);
     return std::make_unique<SpeculativeSequence>(ForwardContext{target, cache, *workspace}, cache.fork(from.target),
-                                                 std::move(drafter), sampler, prompt, Philox(77, stream));
+                                                 std::move(drafter), sampler, prompt, Philox(77, stream), VerifyRule::kToken);
   };
   const auto release = [&](Prefilled from) {
     cache.free(from.target);
