@@ -135,6 +135,14 @@ TEST_CASE("block verification's exact output law is the target's", "[verify]") {
       }
     }
   }
+  // Longer chains over a 3-token vocabulary (3^g drafts each).
+  const ToyModels small = test::make_toy_models(3, 5);
+  for (int g = 4; g <= 6; ++g)
+    for (const auto& [a, b] : kTails) {
+      INFO("vocab 3, g " << g << ", tail " << a % 3 << " " << b % 3);
+      const std::vector<double> target = test::exact_sequence_probs(small, a % 3, b % 3, g + 1);
+      CHECK(total_variation(block_step_law(small, a % 3, b % 3, g, SiblingDraw::kSampled, correct), target) < 1e-6);
+    }
   SECTION("a planted token-level residual breaks it") {
     const ToyModels m = test::make_toy_models(4, 2024);
     double worst = 0.0;
