@@ -105,8 +105,15 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_option("--ngram-max", d.ngram_max, "Longest n-gram matched")->default_val(3);
   cmd_->add_flag("--adaptive", d.adaptive, "Adapt the chain length to acceptance");
   cmd_->add_option("--gamma-policy", gamma_policy_,
-                   "fixed | load: chain length per step from the batch's measured costs and acceptance (0..--gamma)")
+                   "fixed | threshold: --stop-below and --draft-max-batch | load: chain length per step from the "
+                   "batch's measured costs and acceptance (0..--gamma)")
       ->capture_default_str();
+  cmd_->add_option("--stop-below", options_.length_threshold.stop_below,
+                   "threshold policy: a draft model's chain ends where its draft probability falls below this")
+      ->default_val(0);
+  cmd_->add_option("--draft-max-batch", options_.length_threshold.max_batch,
+                   "threshold policy: no drafting in a step of more sequences than this (0: no cut-off)")
+      ->default_val(0);
   cmd_->add_option("--verify-rule", verify_rule_, "token | block: how sampled drafts are verified (block: chains)")
       ->capture_default_str();
 }

@@ -61,6 +61,7 @@ GenerateOptions request_options(const PointConfig& p) {
   o.sampling = p.sampling;
   o.draft = p.draft;
   o.gamma_policy = p.gamma_policy;
+  o.length_threshold = p.length_threshold;
   o.verify_rule = p.verify_rule;
   return o;
 }
@@ -69,6 +70,7 @@ void clear_draft(PointConfig& p) {
   p.draft = DraftOptions{};
   p.draft_name.clear();
   p.gamma_policy = GammaPolicy::kFixed;
+  p.length_threshold = LengthThreshold{};
   p.verify_rule = VerifyRule::kToken;
 }
 
@@ -90,6 +92,10 @@ nlohmann::json canonical_settings(const PointConfig& p) {
           {"backend", name_of(p.backend)}};
   // Keys with their defaults are left out, so the runs of configs written before them keep their ids.
   if (p.gamma_policy != GammaPolicy::kFixed) settings["draft"]["gamma_policy"] = name_of(p.gamma_policy);
+  if (p.gamma_policy == GammaPolicy::kThreshold) {
+    settings["draft"]["stop_below"] = p.length_threshold.stop_below;
+    settings["draft"]["max_batch"] = p.length_threshold.max_batch;
+  }
   if (d.siblings != 0) settings["draft"]["siblings"] = d.siblings;
   if (p.verify_rule != VerifyRule::kToken) settings["verify"] = {{"rule", name_of(p.verify_rule)}};
   if (p.batch_size > 0) {

@@ -47,6 +47,7 @@ struct PointConfig {
   int threads = 0;            // run.threads, 0 = all cores
   BackendKind backend = BackendKind::kCpu;  // run.backend
   GammaPolicy gamma_policy = GammaPolicy::kFixed;  // draft.gamma_policy
+  LengthThreshold length_threshold;                // draft.stop_below, draft.max_batch
   VerifyRule verify_rule = VerifyRule::kToken;     // verify.rule
   int batch_size = 0;         // run.batch_size: 0 = one request per job; N >= 1 = every prompt in
                               //   one job through the scheduler, N sequences live at once

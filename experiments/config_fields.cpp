@@ -341,6 +341,8 @@ std::vector<ConfigField> make_fields() {
       int_field("draft.ngram_min", [](auto& s) -> auto& { return s.point.draft.ngram_min; }, 1),
       int_field("draft.ngram_max", [](auto& s) -> auto& { return s.point.draft.ngram_max; }, 1),
       enum_field("draft.gamma_policy", [](auto& s) -> auto& { return s.point.gamma_policy; }),
+      double_field("draft.stop_below", [](auto& s) -> auto& { return s.point.length_threshold.stop_below; }, 0, 1),
+      int_field("draft.max_batch", [](auto& s) -> auto& { return s.point.length_threshold.max_batch; }, 0),
       enum_field("verify.rule", [](auto& s) -> auto& { return s.point.verify_rule; }),
       string_field("sampling.name", [](auto& s) -> auto& { return s.point.sampling_name; }),
       enum_field("sampling.strategy", [](auto& s) -> auto& { return s.point.sampling.strategy; }),

@@ -40,7 +40,7 @@ std::string derived_strategy(const SamplingOptions& s) {
 // Sweep axes the drafter, shape and strategy already show.
 bool shown_elsewhere(const std::string& axis) {
   for (const char* key : {"draft", "draft.name", "draft.method", "draft.path", "draft.weights", "draft.gamma", "draft.tree",
-                          "draft.budget", "draft.adaptive", "draft.gamma_policy", "verify.rule", "run.batch_size", "sampling"}) {
+                          "draft.budget", "draft.adaptive", "draft.gamma_policy", "draft.stop_below", "draft.max_batch", "verify.rule", "run.batch_size", "sampling"}) {
     if (axis == key) return true;
   }
   return axis.starts_with("sampling.");
@@ -75,6 +75,11 @@ RunInfo describe(const PointConfig& p, const nlohmann::json& coords) {
     info.variant = (d.adaptive ? "adaptive γ≤" : "γ=") + std::to_string(d.gamma);
     if (d.siblings > 0) info.variant += " +" + std::to_string(d.siblings) + " sibling" + (d.siblings > 1 ? "s" : "");
     if (p.gamma_policy == GammaPolicy::kLoad) info.variant = "load γ≤" + std::to_string(d.gamma);
+    if (p.gamma_policy == GammaPolicy::kThreshold) {
+      const LengthThreshold& t = p.length_threshold;
+      info.variant = "threshold γ≤" + std::to_string(d.gamma) + (t.stop_below > 0 ? " p≥" + number(t.stop_below) : "") +
+                     (t.max_batch > 0 ? " b≤" + std::to_string(t.max_batch) : "");
+    }
   }
   if (p.verify_rule != VerifyRule::kToken) info.variant += std::string(" ") + name_of(p.verify_rule);
   for (const auto& [axis, value] : coords.items()) {

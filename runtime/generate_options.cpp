@@ -41,6 +41,8 @@ OptionNames cli_option_names() {
       {"draft.siblings", "--siblings"},
       {"draft.adaptive", "--adaptive"},
       {"draft.gamma_policy", "--gamma-policy"},
+      {"draft.stop_below", "--stop-below"},
+      {"draft.max_batch", "--draft-max-batch"},
       {"draft.ngram_min", "--ngram-min"},
       {"draft.ngram_max", "--ngram-max"},
       {"verify.rule", "--verify-rule"},
@@ -144,12 +146,17 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                 ") must be >= ", names.name("draft.ngram_min"), " (", d.ngram_min, ") and that >= 1");
   SPECULA_CHECK(o.gamma_policy == GammaPolicy::kFixed ||
                     (d.method != DraftMethod::kNone && d.drafts_chain() && !d.adaptive),
-                names.at("draft.gamma_policy"), " load chooses a chain's length each step: it needs a chain drafter (",
-                names.name("draft.method"), " model or ngram) and excludes ", names.name("draft.tree"), ", ",
-                names.name("draft.budget"), " and ", names.name("draft.adaptive"));
+                names.at("draft.gamma_policy"), " ", name_of(o.gamma_policy),
+                " chooses a chain's length each step: it needs a chain drafter (", names.name("draft.method"),
+                " model or ngram) and excludes ", names.name("draft.tree"), ", ", names.name("draft.budget"), " and ",
+                names.name("draft.adaptive"));
   SPECULA_CHECK(o.gamma_policy == GammaPolicy::kFixed || o.sampling.strategy != Strategy::kBeam,
-                names.at("draft.gamma_policy"), " load cannot be combined with ", names.name("sampling.strategy"),
-                " beam (beam steps are one unit)");
+                names.at("draft.gamma_policy"), " ", name_of(o.gamma_policy), " cannot be combined with ",
+                names.name("sampling.strategy"), " beam (beam steps are one unit)");
+  const LengthThreshold& t = o.length_threshold;
+  SPECULA_CHECK(t.stop_below >= 0 && t.stop_below <= 1, names.at("draft.stop_below"), " must be in [0, 1], got ",
+                t.stop_below);
+  in_range("draft.max_batch", t.max_batch, 0, INT_MAX);
 
   SPECULA_CHECK(o.verify_rule != VerifyRule::kBlock ||
                     (d.method != DraftMethod::kNone && d.drafts_chain() && d.siblings == 0 &&
@@ -168,6 +175,8 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                "it sets the length of a drafted chain (" + names.name("draft.path") + " DIR or " +
                    names.name("draft.method") + " ngram, without " + names.name("draft.tree") + " or " +
                    names.name("draft.budget") + ")");
+  refuse_given(names, {"draft.stop_below", "draft.max_batch"}, o.gamma_policy == GammaPolicy::kThreshold,
+               "it needs " + names.name("draft.gamma_policy") + " threshold");
   refuse_given(names, {"verify.rule"}, d.method != DraftMethod::kNone && s.strategy != Strategy::kBeam,
                "it needs a drafter (" + names.name("draft.path") + " DIR or " + names.name("draft.method") +
                    " ngram) and a sampler other than beam");

@@ -20,15 +20,25 @@
 namespace specula {
 
 // How a speculative request's chain length is chosen each step: fixed (draft.gamma, or the
-// drafter's own adaptive chain), or load (runtime/draft_length.h: 0..gamma, whichever the
+// drafter's own adaptive chain), threshold (runtime/draft_length_policy.h: a confidence stop
+// and a batch-size cut-off), or load (runtime/draft_length.h: 0..gamma, whichever the
 // measured costs of this step's batch and the measured acceptance predict fastest; 0 is a
 // plain step).
-enum class GammaPolicy { kFixed, kLoad };
+enum class GammaPolicy { kFixed, kThreshold, kLoad };
 
 inline std::span<const EnumName<GammaPolicy>> enum_names(GammaPolicy) {
-  static constexpr EnumName<GammaPolicy> kNames[] = {{GammaPolicy::kFixed, "fixed"}, {GammaPolicy::kLoad, "load"}};
+  static constexpr EnumName<GammaPolicy> kNames[] = {
+      {GammaPolicy::kFixed, "fixed"}, {GammaPolicy::kThreshold, "threshold"}, {GammaPolicy::kLoad, "load"}};
   return kNames;
 }
+
+// The threshold policy's two rules: a draft model's chain ends after the token at which the
+// product of its draft probabilities falls below stop_below (draft.stop_below); no sequence
+// drafts in a step of more than max_batch sequences (draft.max_batch, 0: no cut-off).
+struct LengthThreshold {
+  double stop_below = 0;
+  int max_batch = 0;
+};
 
 struct GenerateOptions {
   std::string model_dir;        // target model folder
@@ -50,6 +60,7 @@ struct GenerateOptions {
   SamplingOptions sampling;
   DraftOptions draft;
   GammaPolicy gamma_policy = GammaPolicy::kFixed;
+  LengthThreshold length_threshold;  // with gamma_policy threshold
   VerifyRule verify_rule = VerifyRule::kToken;  // verify.rule: how sampled drafts are verified (greedy: one rule)
 };
 

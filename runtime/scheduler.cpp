@@ -7,6 +7,7 @@
 #include "draft/ngram_drafter.h"
 #include "runtime/decoders.h"
 #include "runtime/draft_length.h"
+#include "runtime/draft_length_policy.h"
 #include "sampling/sampler.h"
 
 namespace specula {
@@ -45,6 +46,7 @@ struct Scheduler::Request {
   TokenSink sink;
   std::unique_ptr<Sampler> sampler;        // none for beam search
   DistributionFn draft_distribution;       // model drafter
+  std::unique_ptr<DraftLengthPolicy> length_policy;  // speculative, but for the load policy
   DraftPool* draft = nullptr;              // model drafter
   int forked = 0;                          // samples started
   int unfinished = 0;                      // started and not complete
@@ -177,7 +179,10 @@ int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink si
     r->sampler = make_sampler(options.sampling);
     r->out.samples.resize(static_cast<std::size_t>(options.num_samples));
   }
-  if (!beam && options.draft.method != DraftMethod::kNone) r->pool = &acceptance_[acceptance_key(options)];
+  if (!beam && options.draft.method != DraftMethod::kNone) {
+    r->pool = &acceptance_[acceptance_key(options)];
+    r->length_policy = make_length_policy(options);
+  }
   if (!beam && options.draft.method == DraftMethod::kModel) {
     r->draft_distribution = draft_distribution(options.sampling, options.draft);
     r->draft = &draft_pool(options.draft);
@@ -512,13 +517,24 @@ void Scheduler::step() {
   std::vector<SpeculativeSequence*> specs;
   std::vector<DraftBound> bounds;
   int deepest = 0;
+  const StepView step_view{static_cast<int>(plan.size())};
   for (Sequence* s : plan) {
     if (!s->spec) continue;
     const Request& r = *s->request;
-    // The bonus token needs room too: at most remaining - 1 drafted levels.
-    DraftBound bound{r.options.max_new_tokens - r.generated(s->sample) - 1, 0, r.options.draft.siblings};
-    if (r.options.gamma_policy == GammaPolicy::kLoad) {
-      bound.max_depth = (scout && s != scout) || s->draft_limit == 0 ? 0 : std::min(bound.max_depth, load_choice.gamma);
+    const SequenceView sequence_view{r.options.max_new_tokens - r.generated(s->sample)};
+    DraftBound bound;
+    if (r.length_policy) {
+      const std::optional<DraftBound> planned = r.length_policy->plan(step_view, sequence_view);
+      if (!planned) {
+        s->spec->start_plain();
+        continue;
+      }
+      bound = *planned;
+    } else {
+      // The bonus token needs room too: at most remaining - 1 drafted levels.
+      bound.max_depth = (scout && s != scout) || s->draft_limit == 0
+                            ? 0
+                            : std::min(sequence_view.remaining_tokens - 1, load_choice.gamma);
       bound.stop_below = load_choice.stop_below;
       bound.siblings = scout ? 0 : load_choice.siblings;
       bound.max_nodes = bound.max_depth;  // its rows: 1 + the chosen length

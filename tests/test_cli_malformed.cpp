@@ -330,6 +330,14 @@ std::vector<Case> catalogue() {
             {"--verify-rule block", "--siblings"});
   flag_case("verify rule without a drafter", "--verify-rule token", {"--verify-rule", "does not apply"});
   flag_case("verify rule unknown", "--draft '" + kModel + "' --verify-rule blok", {"--verify-rule", "'blok'"});
+  flag_case("stop-below above 1", "--draft '" + kModel + "' --gamma-policy threshold --stop-below 1.5",
+            {"--stop-below", "1.5"});
+  flag_case("draft-max-batch negative", "--draft '" + kModel + "' --gamma-policy threshold --draft-max-batch -2",
+            {"--draft-max-batch", "-2"});
+  flag_case("stop-below without the threshold policy", "--draft '" + kModel + "' --stop-below 0.5",
+            {"--stop-below", "does not apply", "--gamma-policy threshold"});
+  flag_case("threshold policy on a tree", "--draft '" + kModel + "' --tree 2,2 --gamma-policy threshold",
+            {"--gamma-policy threshold", "chain drafter"});
   flag_case("siblings under the load policy", "--draft '" + kModel + "' --gamma-policy load --siblings 1",
             {"--siblings", "--gamma-policy"});
   flag_case("tree with a tree budget", "--draft '" + kModel + "' --tree 2,2 --tree-budget 8", {"--tree", "--tree-budget"});

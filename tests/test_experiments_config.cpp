@@ -378,7 +378,8 @@ TEST_CASE("run.batch_size, run.request_rate and draft.gamma_policy parse, refuse
   require_error(minimal("[sweep]\n\"run.batch_size\" = [1, -4]\n", ""), {"run.batch_size must be an integer in [0, 4096], got -4"});
 }
 
-TEST_CASE("verify.rule parses, sweeps, labels its runs and joins their settings", "[experiments]") {
+TEST_CASE("verify.rule and the threshold policy parse, sweep, label their runs and join their settings",
+          "[experiments]") {
   ScratchDir dir;
   const std::string draft = "[draft]\nmethod = \"ngram\"\ngamma = 3\n";
   const ExperimentConfig c =
@@ -396,6 +397,16 @@ TEST_CASE("verify.rule parses, sweeps, labels its runs and joins their settings"
   CHECK(request_options(block.base.point).verify_rule == VerifyRule::kBlock);
   CHECK(canonical_settings(load_config(dir.write("resolved.toml", block.resolved_toml)).base.point) ==
         canonical_settings(block.base.point));
+  const ExperimentConfig threshold = load_config(dir.write(
+      "threshold.toml", minimal(draft + "gamma_policy = \"threshold\"\nstop_below = 0.3\nmax_batch = 8\n")));
+  CHECK(request_options(threshold.base.point).length_threshold.stop_below == 0.3);
+  CHECK(request_options(threshold.base.point).length_threshold.max_batch == 8);
+  CHECK(canonical_settings(threshold.base.point).at("draft").at("stop_below") == 0.3);
+  CHECK(make_plan(threshold).runs[1].info.variant == "threshold γ≤3 p≥0.3 b≤8");
+  CHECK(canonical_settings(load_config(dir.write("threshold-resolved.toml", threshold.resolved_toml)).base.point) ==
+        canonical_settings(threshold.base.point));
+  require_error(minimal(draft + "gamma_policy = \"threshold\"\nstop_below = 2\n"),
+                {"draft.stop_below must be a number in [0, 1], got 2"});
   require_error(minimal(draft + "[verify]\nrule = \"blok\"\n"), {"verify.rule: unknown value 'blok'; did you mean 'block'?"});
   require_error(minimal("[draft]\nmethod = \"ngram\"\ngamma_policy = \"load\"\n[verify]\nrule = \"block\"\n"),
                 {"verify.rule block verifies chains", "draft.gamma_policy load"});

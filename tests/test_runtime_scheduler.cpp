@@ -17,6 +17,7 @@
 #include "base/rng.h"
 #include "runtime/batch_run.h"
 #include "runtime/decoders.h"
+#include "runtime/draft_length_policy.h"
 #include "runtime/scheduler.h"
 #include "sampling/sampler.h"
 #include "tests/test_support.h"
@@ -93,12 +94,13 @@ GenerateOptions request(const std::string& target, const std::string& draft, int
   }
   if (kind == 9) d.method = DraftMethod::kModel, d.model_dir = draft, d.adaptive = true, d.gamma = 2;  // adaptive chain
   if (kind == 11) o.num_samples = 3;  // plain sampling, three samples side by side
-  if (kind >= 12) {  // greedy chains whose length follows the load
+  if (kind >= 12) {  // greedy chains whose length follows the load (12, 13) or the threshold policy (14, 15)
     d = {};
-    d.method = kind == 12 ? DraftMethod::kModel : DraftMethod::kNgram;
-    d.model_dir = kind == 12 ? draft : "";
-    d.gamma = kind == 12 ? 4 : 3;
-    o.gamma_policy = GammaPolicy::kLoad;
+    d.method = kind % 2 == 0 ? DraftMethod::kModel : DraftMethod::kNgram;
+    d.model_dir = kind % 2 == 0 ? draft : "";
+    d.gamma = kind % 2 == 0 ? 4 : 3;
+    o.gamma_policy = kind < 14 ? GammaPolicy::kLoad : GammaPolicy::kThreshold;
+    if (kind >= 14) o.length_threshold = {kind == 14 ? 0.4 : 0.0, kind == 14 ? 3 : 2};
   }
   return o;
 }
@@ -127,7 +129,8 @@ TEST_CASE("every request of a mixed batch gets the tokens it gets alone, at any 
   const NewlineEosModels& m = eos_models();
   const auto prompts = reference_prompts();
   std::vector<GenerateOptions> requests;
-  const int kinds = 14;  // 12, 13: greedy under the load policy (sampled ones depend on the load by design)
+  // 12-15: greedy under the load and threshold policies (sampled ones depend on the load by design)
+  const int kinds = 16;
   for (int kind = 0; kind < kinds; ++kind) {
     const auto& p = prompts[static_cast<std::size_t>(kind) % prompts.size()];
     const int length = 4 + 5 * kind;  // 4 .. 69 prompt tokens
@@ -142,7 +145,7 @@ TEST_CASE("every request of a mixed batch gets the tokens it gets alone, at any 
       early_eos |= static_cast<int>(sample.size()) < requests[i].max_new_tokens;
   }
   CHECK(early_eos);  // the batch mixes lengths: some samples end at EOS
-  for (std::size_t i : {std::size_t{12}, std::size_t{13}}) {  // greedy under the load policy: plain greedy's tokens
+  for (std::size_t i = 12; i < requests.size(); ++i) {  // greedy under a length policy: plain greedy's tokens
     GenerateOptions plain = requests[i];
     plain.draft = {};
     plain.gamma_policy = GammaPolicy::kFixed;
@@ -170,6 +173,71 @@ TEST_CASE("every request of a mixed batch gets the tokens it gets alone, at any 
       CHECK(scheduler.draft_blocks_in_use() == 0);
     }
   }
+}
+
+TEST_CASE("the threshold policy drafts only in steps of at most draft.max_batch sequences", "[runtime][scheduler]") {
+  const ThresholdLength policy(0.25, 3);
+  for (int sequences = 1; sequences <= 5; ++sequences) {
+    const std::optional<DraftBound> bound = policy.plan(StepView{sequences}, SequenceView{7});
+    INFO(sequences << " sequences");
+    REQUIRE(bound.has_value() == (sequences <= 3));
+    if (bound) CHECK((bound->max_depth == 6 && bound->stop_below == 0.25 && bound->siblings == 0));
+  }
+  CHECK(ThresholdLength(0, 0).plan(StepView{1000}, SequenceView{2}).has_value());  // 0: no cut-off
+  const std::optional<DraftBound> fixed = FixedLength(2).plan(StepView{1000}, SequenceView{5});
+  REQUIRE(fixed.has_value());
+  CHECK((fixed->max_depth == 4 && fixed->stop_below == 0 && fixed->siblings == 2));
+
+  // Four greedy requests side by side, all the same length: with max_batch 3 no step drafts,
+  // with 4 every step may; both give plain greedy's tokens.
+  const auto prompts = reference_prompts();
+  GenerateOptions o;
+  o.model_dir = test::model_dir("target-16m");
+  o.max_new_tokens = test::kSanitized ? 6 : 16;
+  o.threads = 1;
+  o.draft.method = DraftMethod::kModel;
+  o.draft.model_dir = test::model_dir("draft-1m");
+  o.draft.gamma = 3;
+  o.gamma_policy = GammaPolicy::kThreshold;
+  std::vector<GenerateOptions> requests;
+  for (std::size_t i = 0; i < 4; ++i) {
+    requests.push_back(o);
+    requests.back().prompt_ids = prompts[i];
+  }
+  for (const int max_batch : {3, 4}) {
+    INFO("max_batch " << max_batch);
+    Scheduler scheduler(store(), requests[0], roomy(4, requests));
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      requests[i].length_threshold.max_batch = max_batch;
+      scheduler.submit(requests[i], i);
+    }
+    scheduler.run();
+    long drafted = 0;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      GenerateOptions plain = requests[i];
+      plain.draft = {};
+      plain.gamma_policy = GammaPolicy::kFixed;
+      CHECK(scheduler.outcome(static_cast<int>(i)).samples == alone(plain, i));
+      drafted += scheduler.outcome(static_cast<int>(i)).spec.drafted;
+    }
+    CHECK(scheduler.stats().max_sequences == 4);
+    CHECK((max_batch == 3 ? drafted == 0 : drafted > 0));
+  }
+
+  // The confidence stop: chains end early, the tokens stay plain greedy's.
+  GenerateOptions fixed_chain = requests[0], stopped = requests[0];
+  fixed_chain.gamma_policy = GammaPolicy::kFixed;
+  fixed_chain.length_threshold = {};
+  stopped.length_threshold = {0.9, 0};
+  const auto run = [](const GenerateOptions& options) {
+    Scheduler scheduler(store(), options, single_request_limits(options));
+    scheduler.submit(options);
+    scheduler.run();
+    return scheduler.outcome(0);
+  };
+  const RequestOutcome a = run(fixed_chain), b = run(stopped);
+  CHECK(a.samples == b.samples);
+  CHECK(b.spec.drafted < a.spec.drafted);
 }
 
 TEST_CASE("random arrivals in small pools: preemption, limits kept, own tokens, no block leaked",
