@@ -72,7 +72,9 @@ void launch_kv_copies(const std::int32_t* copies, int num_copies, const DevicePa
 // Tree verification of a batch of sequences (verify_tree.h's flat layout, one block per
 // sequence): for each, the accepted path root-down, its tokens then one bonus / corrected token,
 // exactly as verify_greedy / verify_stochastic (verify/verifier.h) emit them. Entries past a
-// sequence's own are not written.
+// sequence's own are not written. The inputs are taken to be what the CPU functions accept
+// (parents before their nodes, tokens in the vocabulary, q where it is read): nothing is
+// checked on the device.
 //   node_indptr: in [num_sequences + 1]; tokens, parent: in [nodes] (parents local, -1 = root,
 //   each smaller than its node); accepted_count: out [num_sequences];
 //   accepted_nodes: out [nodes] (sequence s's count at node_indptr[s], local indices);
