@@ -2,13 +2,14 @@
 // verify_stochastic ([gpu]: on a GPU, and on the host execution in CI): random trees of every
 // shape (empty, chains, static trees, bushes, random topologies) and draw mode (each of the
 // three, and mixed per context; duplicate siblings under kSampled), random p, q and uniforms
-// (zeros, ties, one-hot rows, vocabularies of 2-512; uniforms at and beside the boundaries of
-// the first acceptance test and of p's CDF, and in half of the trees one uniform the CPU
-// reads moved to the double where its verdict changes), verified in batches of many sequences
-// per launch: counts, accepted nodes and tokens must be identical.
+// (zeros, ties, one-hot rows, subnormal entries, vocabularies of 2-512; uniforms at and beside
+// the boundaries of the first acceptance test and of p's CDF, and in half of the trees one
+// uniform the CPU reads moved to the double where its verdict changes), verified in batches of
+// many sequences per launch: counts, accepted nodes and tokens must be identical.
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <limits>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <map>
@@ -65,6 +66,10 @@ std::vector<float> random_row(Rng& rng, int vocab) {
   if (sum <= 0.0) w[uniform_int(rng, 0, vocab - 1)] = sum = 1.0;
   std::vector<float> row(vocab);
   for (int v = 0; v < vocab; ++v) row[v] = static_cast<float>(w[v] / sum);
+  // Sometimes subnormal entries (a device flushing them to zero would differ).
+  if (coin(rng, 0.1))
+    for (int k = uniform_int(rng, 1, 3); k > 0; --k)
+      row[uniform_int(rng, 0, vocab - 1)] = std::numeric_limits<float>::denorm_min() * uniform_int(rng, 1, 1000);
   return row;
 }
 

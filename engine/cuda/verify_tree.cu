@@ -3,7 +3,8 @@
 // emit for the same inputs: the stochastic kernel repeats verify/residual.cpp's double
 // arithmetic operation for operation, in the same order, through the round-to-nearest
 // intrinsics (so nvcc contracts nothing), and every sum the CPU takes serially is taken
-// serially by thread 0; only elementwise work is spread over the block.
+// serially by thread 0; only elementwise work is spread over the block. It relies on nvcc's
+// default -ftz=false (a subnormal p or q entry widens to double exactly, as on the CPU).
 #include "engine/cuda/cuda_check.cuh"
 #include "engine/cuda/kernels.cuh"
 #include "engine/cuda/verify_tree.h"
