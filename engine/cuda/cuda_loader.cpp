@@ -126,6 +126,7 @@ std::vector<float> attention(const RaggedBatch& batch, const KvPlan& plan, const
 void kv_copies(std::span<const KvCopy> copies, PageStorage& pages, DType page_dtype) {
   harness_module().kv_copies(copies, pages, page_dtype);
 }
+TreeVerdicts verify_tree(const TreeBatch& batch, bool greedy) { return harness_module().verify_tree(batch, greedy); }
 
 }  // namespace cuda::harness
 }  // namespace specula

@@ -21,6 +21,7 @@ constexpr specula::cuda::CudaModule kModule = {
     &specula::cuda::harness::qk_rope_store,
     &specula::cuda::harness::attention,
     &specula::cuda::harness::kv_copies,
+    &specula::cuda::harness::verify_tree,
 };
 
 }  // namespace

@@ -20,7 +20,7 @@
 
 namespace specula::cuda {
 
-inline constexpr int kCudaModuleAbi = 2;
+inline constexpr int kCudaModuleAbi = 3;
 inline constexpr const char* kCudaModuleSymbol = "specula_cuda_module";
 
 // Each member is the function of the same name in device.h, cuda_backend.h or kernel_harness.h.
@@ -47,6 +47,7 @@ struct CudaModule {
   std::vector<float> (*attention)(const RaggedBatch& batch, const KvPlan& plan, const PageStorage& pages,
                                   DType page_dtype, int layer, int num_heads, int window, std::span<const float> q);
   void (*kv_copies)(std::span<const KvCopy> copies, PageStorage& pages, DType page_dtype);
+  harness::TreeVerdicts (*verify_tree)(const harness::TreeBatch& batch, bool greedy);
 };
 
 // The module's one exported function (extern "C", named kCudaModuleSymbol).

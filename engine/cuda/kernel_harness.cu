@@ -198,4 +198,29 @@ void kv_copies(std::span<const KvCopy> copies, PageStorage& pages, DType page_dt
   dp.download(pages);
 }
 
+TreeVerdicts verify_tree(const TreeBatch& batch, bool greedy) {
+  const int sequences = static_cast<int>(batch.node_indptr.size()) - 1;
+  const std::size_t nodes = batch.tokens.size(), contexts = nodes + sequences;
+  const Stream s;
+  Device<int> indptr(view(batch.node_indptr), s), tokens(view(batch.tokens), s), parent(view(batch.parent), s);
+  Device<int> count(sequences, s), accepted(nodes, s), out_tokens(contexts, s);
+  count.poison();
+  accepted.poison();
+  out_tokens.poison();
+  if (greedy) {
+    Device<int> argmax(view(batch.argmax), s);
+    launch_verify_greedy(indptr.ptr, tokens.ptr, parent.ptr, argmax.ptr, sequences, count.ptr, accepted.ptr,
+                         out_tokens.ptr, s.s);
+    return {count.get(), accepted.get(), out_tokens.get()};
+  }
+  Device<int> draw(view(batch.draw), s);
+  Device<float> p(view(batch.p), s), q(view(batch.q), s);
+  Device<double> uniforms(view(batch.uniforms), s);
+  Device<double> workspace(static_cast<std::size_t>(sequences) * 2 * batch.vocab, s);
+  launch_verify_stochastic(indptr.ptr, tokens.ptr, parent.ptr, draw.ptr, p.ptr, batch.q.empty() ? nullptr : q.ptr,
+                           uniforms.ptr, batch.vocab, sequences, workspace.ptr, count.ptr, accepted.ptr,
+                           out_tokens.ptr, s.s);
+  return {count.get(), accepted.get(), out_tokens.get()};
+}
+
 }  // namespace specula::cuda::harness

@@ -46,4 +46,25 @@ std::vector<float> attention(const RaggedBatch& batch, const KvPlan& plan, const
 // launch_kv_copies on `pages` (updated from the device afterwards).
 void kv_copies(std::span<const KvCopy> copies, PageStorage& pages, DType page_dtype);
 
+// A batch of flat draft trees (engine/cuda/verify_tree.h's layout) and what to verify it with.
+struct TreeBatch {
+  std::vector<int> node_indptr;   // [sequences + 1]
+  std::vector<int> tokens;        // [nodes]
+  std::vector<int> parent;        // [nodes] local to the sequence, -1 = the root
+  std::vector<int> draw;          // [contexts] kDraw* codes (stochastic)
+  std::vector<int> argmax;        // [contexts] the target's argmax (greedy)
+  std::vector<float> p;           // [contexts, vocab] (stochastic)
+  std::vector<float> q;           // [contexts, vocab] or empty (stochastic)
+  std::vector<double> uniforms;   // [2 nodes + sequences] (stochastic)
+  int vocab = 0;
+};
+// What the kernels wrote; entries past a sequence's own stay -1 (the poison).
+struct TreeVerdicts {
+  std::vector<int> accepted_count;  // [sequences]
+  std::vector<int> accepted_nodes;  // [nodes]
+  std::vector<int> tokens;          // [contexts]
+};
+// launch_verify_greedy (argmax) or launch_verify_stochastic (draw, p, q, uniforms) on `batch`.
+TreeVerdicts verify_tree(const TreeBatch& batch, bool greedy);
+
 }  // namespace specula::cuda::harness

@@ -1,6 +1,7 @@
-// defines: the launchers of the CUDA backend's kernels (ops.cu, attention.cu, matmul.cu),
-// each taking its stream, and the device views they share. Every launcher checks its launch
-// (CUDA_CHECK_LAUNCH). Shapes are row-major; "rows" are the batch's rows in order.
+// defines: the launchers of the CUDA backend's kernels (ops.cu, attention.cu, matmul.cu,
+// verify_tree.cu), each taking its stream, and the device views they share. Every launcher
+// checks its launch (CUDA_CHECK_LAUNCH). Shapes are row-major; "rows" are the batch's rows in
+// order.
 #pragma once
 
 #include <cublasLt.h>
@@ -67,6 +68,30 @@ void launch_silu_mul(const float* gu, float* act, int n, int ffn, cudaStream_t s
 // The copy list (pack_copies: {kind, src, dst}) in order, every layer, keys and values
 // (PageStorage::execute). One kernel: a block per layer walks the list.
 void launch_kv_copies(const std::int32_t* copies, int num_copies, const DevicePagesView& pages, cudaStream_t stream);
+
+// Tree verification of a batch of sequences (verify_tree.h's flat layout, one block per
+// sequence): for each, the accepted path root-down, its tokens then one bonus / corrected token,
+// exactly as verify_greedy / verify_stochastic (verify/verifier.h) emit them. Entries past a
+// sequence's own are not written. The inputs are taken to be what the CPU functions accept
+// (parents before their nodes, tokens in the vocabulary, q where it is read): nothing is
+// checked on the device.
+//   node_indptr: in [num_sequences + 1]; tokens, parent: in [nodes] (parents local, -1 = root,
+//   each smaller than its node); accepted_count: out [num_sequences];
+//   accepted_nodes: out [nodes] (sequence s's count at node_indptr[s], local indices);
+//   out_tokens: out [contexts] (sequence s's count + 1 at its first context)
+// Greedy: argmax: in [contexts], the target's argmax at each context.
+void launch_verify_greedy(const int* node_indptr, const int* tokens, const int* parent, const int* argmax,
+                          int num_sequences, int* accepted_count, int* accepted_nodes, int* out_tokens,
+                          cudaStream_t stream);
+// Stochastic: draw: in [contexts] (kDraw* codes); p: in [contexts, vocab]; q: in [contexts,
+// vocab], read only at contexts with children drawn kDrawSampled / kDrawWithoutReplacement
+// (null when there is none); uniforms: in [2 nodes + num_sequences], each sequence's
+// verify_uniform_count in verify/verifier.h's layout; workspace: [num_sequences, 2, vocab]
+// scratch. A context whose target row has no mass emits token -1 (the CPU throws).
+void launch_verify_stochastic(const int* node_indptr, const int* tokens, const int* parent, const int* draw,
+                              const float* p, const float* q, const double* uniforms, int vocab, int num_sequences,
+                              double* workspace, int* accepted_count, int* accepted_nodes, int* out_tokens,
+                              cudaStream_t stream);
 
 // y = x W^T + bias, or y += (x W^T + bias) when `accumulate` (cpu::matmul, add_bias,
 // add_inplace): the batch-invariant kernel (each output element reduced over k in one fixed

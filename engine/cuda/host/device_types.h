@@ -1,7 +1,8 @@
 // defines: the device-side vocabulary of CUDA C++ for the host execution (runtime.h): the
 // function and variable qualifiers, the vector types (dim3, uint3, uint4, float2, float4),
 // the 16-bit floats __half and __nv_bfloat16 (bits only; arithmetic goes through f32, as the
-// kernels do) with the conversions the kernels call, and the math built-ins they use.
+// kernels do) with the conversions the kernels call, and the math built-ins they use (the
+// double intrinsics __dadd_rn, __dsub_rn, __dmul_rn, __ddiv_rn among them).
 #pragma once
 
 #include <bit>
@@ -67,3 +68,10 @@ inline float __half2float(__half v) {
   }
   return __uint_as_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
+
+// One IEEE double operation each, rounded to nearest (host code is compiled without
+// contraction, -ffp-contract=off).
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
