@@ -82,15 +82,17 @@ struct Scheduler::Request {
   bool speculative() const { return options.draft.method != DraftMethod::kNone; }
   // Its chains end where the draft doubts them (a draft model's: DraftBound::stop_below).
   bool confidence_stop() const { return options.draft.method == DraftMethod::kModel; }
-  // Its samples' first token is drawn from the prompt's logits (plain and load-policy
-  // requests), not verified in a first speculative step (fixed-length studies: every token
-  // through the drafter and verifier). That step spends a target forward on what the prefill
-  // gives: one step in 49 for 48 new tokens.
-  bool first_token_from_prompt() const { return !speculative() || options.gamma_policy == GammaPolicy::kLoad; }
-  // A load-policy request's draft model gets the prompt only when the policy first drafts
-  // for it (its drafter catches up then, batched with the others' first rounds), not at
-  // admission: a request the policy never drafts for never runs a draft forward.
-  bool lazy_draft() const { return options.gamma_policy == GammaPolicy::kLoad; }
+  // Its samples' first token is drawn from the prompt's logits (plain requests and those of a
+  // length policy that may skip drafting: load, threshold), not verified in a first
+  // speculative step (fixed-length studies: every token through the drafter and verifier).
+  // That step spends a target forward on what the prefill gives: one step in 49 for 48 new
+  // tokens.
+  bool first_token_from_prompt() const { return !speculative() || options.gamma_policy != GammaPolicy::kFixed; }
+  // Under a policy that may skip drafting, a request's draft model gets the prompt only when
+  // the policy first drafts for it (its drafter catches up then, batched with the others'
+  // first rounds), not at admission: a request the policy never drafts for never runs a
+  // draft forward.
+  bool lazy_draft() const { return options.gamma_policy != GammaPolicy::kFixed; }
   int generated(int sample) const { return static_cast<int>(out.samples[static_cast<std::size_t>(sample)].size()); }
 };
 

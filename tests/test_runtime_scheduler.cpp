@@ -219,6 +219,7 @@ TEST_CASE("the threshold policy drafts only in steps of at most draft.max_batch 
       plain.gamma_policy = GammaPolicy::kFixed;
       CHECK(scheduler.outcome(static_cast<int>(i)).samples == alone(plain, i));
       drafted += scheduler.outcome(static_cast<int>(i)).spec.drafted;
+      if (max_batch == 3) CHECK(scheduler.outcome(static_cast<int>(i)).draft_forwards == 0);  // never prefilled
     }
     CHECK(scheduler.stats().max_sequences == 4);
     CHECK((max_batch == 3 ? drafted == 0 : drafted > 0));
