@@ -116,6 +116,11 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
       ->default_val(0);
   cmd_->add_option("--verify-rule", verify_rule_, "token | block: how sampled drafts are verified (block: chains)")
       ->capture_default_str();
+  cmd_->add_option("--logprobs", logprobs_,
+                   "With --json: each emitted token's log-probability and this many alternatives (0-20)");
+  cmd_->add_option("--logprobs-source", logprobs_source_,
+                   "raw (the target's softmax) | processed (the sampler's distribution) for --logprobs")
+      ->capture_default_str();
 }
 
 int GenerateCommand::run() {
@@ -141,6 +146,13 @@ int GenerateCommand::run() {
   const auto rule = parse_enum<VerifyRule>(verify_rule_);
   SPECULA_CHECK(rule, "--verify-rule must be ", enum_choices<VerifyRule>(), ", got '", verify_rule_, "'");
   options_.verify_rule = *rule;
+  if (cmd_->count("--logprobs") > 0) {
+    SPECULA_CHECK(json_, "--logprobs needs --json (the text output has no place for them)");
+    options_.logprobs = logprobs_;
+  }
+  const auto source = parse_enum<LogprobSource>(logprobs_source_);
+  SPECULA_CHECK(source, "--logprobs-source must be ", enum_choices<LogprobSource>(), ", got '", logprobs_source_, "'");
+  options_.logprobs_source = *source;
   SPECULA_CHECK(parse_weights(weights_, options_.weights), "--weights must be ", weights_choices(), ", got '", weights_,
                 "'");
   SPECULA_CHECK(parse_weights(draft_weights_, d.weights), "--draft-weights must be ", weights_choices(), ", got '",

@@ -31,6 +31,8 @@ class GenerateCommand {
   std::string kv_dtype_;  // "" = the backend's own
   std::string gamma_policy_ = "fixed";
   std::string verify_rule_ = "token";
+  int logprobs_ = 0;
+  std::string logprobs_source_ = "raw";
   std::string tree_;
   bool json_ = false;
 };

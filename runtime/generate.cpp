@@ -167,6 +167,25 @@ nlohmann::json request_json(const Model& target, const GenerateOptions& options,
   nlohmann::json result = {{"ids", out.samples.at(0)}, {"text", target.tokenizer().decode(out.samples.at(0))},
                            {"stats", stats}};
   if (out.samples.size() > 1) result["samples"] = out.samples;
+  if (options.logprobs && !out.logprobs.empty()) {
+    // Per token: {"token", "logprob", "top": [{"token", "logprob"}, ...]}; -inf prints as null.
+    const auto content = [](const std::vector<TokenLogprob>& tokens) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const TokenLogprob& t : tokens) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const auto& [token, logprob] : t.top) top.push_back({{"token", token}, {"logprob", logprob}});
+        list.push_back({{"token", t.token}, {"logprob", t.logprob}, {"top", std::move(top)}});
+      }
+      return list;
+    };
+    result["logprobs"] = {{"source", name_of(options.logprobs_source)}, {"top", *options.logprobs},
+                          {"content", content(out.logprobs.at(0))}};
+    if (out.logprobs.size() > 1) {
+      nlohmann::json samples = nlohmann::json::array();
+      for (const auto& tokens : out.logprobs) samples.push_back(content(tokens));
+      result["logprobs"]["samples"] = std::move(samples);
+    }
+  }
   return result;
 }
 

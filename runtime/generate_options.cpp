@@ -46,6 +46,8 @@ OptionNames cli_option_names() {
       {"draft.ngram_min", "--ngram-min"},
       {"draft.ngram_max", "--ngram-max"},
       {"verify.rule", "--verify-rule"},
+      {"output.logprobs", "--logprobs"},
+      {"output.logprobs_source", "--logprobs-source"},
   };
   OptionNames names;
   names.name = [](std::string_view key) {
@@ -166,6 +168,10 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                 names.name("draft.siblings"), ", ", names.name("draft.gamma_policy"), " load (which adds siblings) and ",
                 names.name("sampling.strategy"), " beam");
 
+  if (o.logprobs) in_range("output.logprobs", *o.logprobs, 0, kMaxLogprobs);
+  SPECULA_CHECK(!o.logprobs || s.strategy != Strategy::kBeam, names.at("output.logprobs"),
+                " does not apply to ", names.name("sampling.strategy"), " beam (a beam's tokens are not drawn one by one)");
+
   // Options given where they do not apply (the CLI knows which flags were given).
   refuse_given(names, {"sampling.temperature", "sampling.top_k", "sampling.top_p", "sampling.min_p", "run.seeds"},
                s.strategy == Strategy::kSample, "it needs " + names.name("sampling.strategy") + " sample");
@@ -177,6 +183,8 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                    names.name("draft.budget") + ")");
   refuse_given(names, {"draft.stop_below", "draft.max_batch"}, o.gamma_policy == GammaPolicy::kThreshold,
                "it needs " + names.name("draft.gamma_policy") + " threshold");
+  refuse_given(names, {"output.logprobs_source"}, o.logprobs.has_value(),
+               "it needs " + names.name("output.logprobs"));
   refuse_given(names, {"verify.rule"}, d.method != DraftMethod::kNone && s.strategy != Strategy::kBeam,
                "it needs a drafter (" + names.name("draft.path") + " DIR or " + names.name("draft.method") +
                    " ngram) and a sampler other than beam");

@@ -15,6 +15,7 @@
 #include "draft/draft_options.h"
 #include "engine/backend.h"
 #include "sampling/sampling_options.h"
+#include "sampling/token_logprob.h"
 #include "verify/verify_rule.h"
 
 namespace specula {
@@ -62,6 +63,10 @@ struct GenerateOptions {
   GammaPolicy gamma_policy = GammaPolicy::kFixed;
   LengthThreshold length_threshold;  // with gamma_policy threshold
   VerifyRule verify_rule = VerifyRule::kToken;  // verify.rule: how sampled drafts are verified (greedy: one rule)
+  // output.logprobs: every emitted token's log-probability and this many alternatives (nullopt:
+  // none), from output.logprobs_source's distribution (sampling/token_logprob.h).
+  std::optional<int> logprobs;
+  LogprobSource logprobs_source = LogprobSource::kRaw;
 };
 
 // Upper bounds of a request's sizes (validate_options names the option that exceeds one);

@@ -80,6 +80,13 @@ struct Scheduler::Request {
   }
 
   bool speculative() const { return options.draft.method != DraftMethod::kNone; }
+  // The log-probability options.logprobs asks for of `token` drawn from `logits` (whose
+  // sampler distribution is `probs`); nullopt when none is asked for.
+  std::optional<TokenLogprob> logprob(std::span<const float> logits, std::span<const float> probs, int token) const {
+    if (!options.logprobs) return std::nullopt;
+    const bool raw = options.logprobs_source == LogprobSource::kRaw;
+    return token_logprob(options.logprobs_source, raw ? logits : probs, token, *options.logprobs);
+  }
   // Its chains end where the draft doubts them (a draft model's: DraftBound::stop_below).
   bool confidence_stop() const { return options.draft.method == DraftMethod::kModel; }
   // Its samples' first token is drawn from the prompt's logits (plain requests and those of a
@@ -180,6 +187,7 @@ int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink si
   if (!beam) {
     r->sampler = make_sampler(options.sampling);
     r->out.samples.resize(static_cast<std::size_t>(options.num_samples));
+    if (options.logprobs) r->out.logprobs.resize(static_cast<std::size_t>(options.num_samples));
   }
   if (!beam && options.draft.method != DraftMethod::kNone) {
     r->pool = &acceptance_[acceptance_key(options)];
@@ -264,7 +272,8 @@ void Scheduler::fork_samples(Request& r) {
     s.tokens.push_back(token);
     bool done = false;
     const std::size_t before = r.out.samples[static_cast<std::size_t>(s.sample)].size();
-    emit(s, std::span(&token, 1), done);
+    const std::optional<TokenLogprob> logprob = r.logprob(r.root_logits, probs, token);
+    emit(s, std::span(&token, 1), done, logprob ? std::span(&*logprob, 1) : std::span<const TokenLogprob>());
     r.out.tokens_from_prompt += static_cast<int>(r.out.samples[static_cast<std::size_t>(s.sample)].size() - before);
     if (done) {
       finish(s);
@@ -294,16 +303,18 @@ void Scheduler::make_speculative(Sequence& s, KvCache::SeqId draft_seq) {
   Request& r = *s.request;
   s.spec = std::make_unique<SpeculativeSequence>(context_, s.seq, make_drafter(r, draft_seq, s.gamma), *r.sampler,
                                                  std::move(s.tokens), s.rng, r.options.verify_rule);
+  if (r.options.logprobs) s.spec->record_logprobs(*r.options.logprobs, r.options.logprobs_source);
   s.tokens.clear();
 }
 
-void Scheduler::emit(Sequence& s, std::span<const int> tokens, bool& done) {
+void Scheduler::emit(Sequence& s, std::span<const int> tokens, bool& done, std::span<const TokenLogprob> logprobs) {
   Request& r = *s.request;
   std::vector<int>& ids = r.out.samples[static_cast<std::size_t>(s.sample)];
-  for (int token : tokens) {
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
     const std::size_t before = ids.size();
-    done = emit_token(ids, token, r.options, target_.config().eos_token_ids, s.sample, r.sink);
+    done = emit_token(ids, tokens[i], r.options, target_.config().eos_token_ids, s.sample, r.sink);
     if (ids.size() > before) {
+      if (!logprobs.empty()) r.out.logprobs[static_cast<std::size_t>(s.sample)].push_back(logprobs[i]);
       if (r.out.first_token_s == 0) r.out.first_token_s = now();
       if (s.sample == 0) r.out.token_s.push_back(now());
     }
@@ -615,7 +626,7 @@ void Scheduler::step() {
         if (chain.siblings > 0) evidence->add_siblings(chain.siblings, chain.sibling_accepted);
       }
       bool complete = false;
-      emit(s, result.tokens, complete);
+      emit(s, result.tokens, complete, s.spec->last_logprobs());
       if (complete) done.push_back(&s);
       continue;
     }
@@ -630,7 +641,8 @@ void Scheduler::step() {
       const int token = r.sampler->draw(probs, s.rng);
       s.tokens.push_back(token);
       bool complete = false;
-      emit(s, std::span(&token, 1), complete);
+      const std::optional<TokenLogprob> logprob = r.logprob(own, probs, token);
+      emit(s, std::span(&token, 1), complete, logprob ? std::span(&*logprob, 1) : std::span<const TokenLogprob>());
       if (complete) done.push_back(&s);
     }
   }

@@ -27,6 +27,7 @@ namespace specula {
 
 struct RequestOutcome {
   std::vector<std::vector<int>> samples;  // new tokens of each sample (beam: the n-best)
+  std::vector<std::vector<TokenLogprob>> logprobs;  // with options.logprobs: [sample][token] beside samples
   // Times in seconds on the scheduler's clock (Scheduler::now()).
   double submitted_s = 0;
   double started_s = 0;      // first admitted: its prefill began (queue wait = started - submitted)
@@ -98,7 +99,9 @@ class Scheduler {
   void fork_samples(Request& r);
   void start_root(Request& r);
   void root_fed(Sequence& root, std::span<const float> logits);
-  void emit(Sequence& s, std::span<const int> tokens, bool& done);
+  // Appends what of `tokens` the request takes (emit_token: EOS, max_new_tokens) to the
+  // sample's output, with the matching entries of `logprobs` (one per token, or empty).
+  void emit(Sequence& s, std::span<const int> tokens, bool& done, std::span<const TokenLogprob> logprobs = {});
   void preempt(Sequence& s);
   void finish(Sequence& s);
   void make_speculative(Sequence& s, KvCache::SeqId draft_seq);

@@ -99,6 +99,22 @@ const VerifyResult& SpeculativeSequence::finish(std::span<const float> logits, S
       sampler_.distribution(row(logits, c), std::span(p_).subspan(static_cast<std::size_t>(c) * vocab, vocab));
     result_ = verify_with(rule_, tree, p_, proposal_.q, vocab, draw_verify_uniforms(tree, rng_));
   }
+  if (logprob_top_ >= 0) {
+    // Token k of the result was drawn at context 0 (k = 0) or after accepted node k - 1.
+    logprobs_.clear();
+    for (std::size_t k = 0; k < result_.tokens.size(); ++k) {
+      const int context = k == 0 ? 0 : result_.accepted_nodes[k - 1] + 1;
+      std::span<const float> source_row = row(logits, context);
+      if (logprob_source_ == LogprobSource::kProcessed && sampler_.is_greedy()) {
+        processed_row_.resize(source_row.size());
+        sampler_.distribution(source_row, processed_row_);
+        source_row = processed_row_;
+      } else if (logprob_source_ == LogprobSource::kProcessed) {
+        source_row = row(p_, context);
+      }
+      logprobs_.push_back(token_logprob(logprob_source_, source_row, result_.tokens[k], logprob_top_));
+    }
+  }
   stats.sample_verify_s += lap(mark);
 
   // Commit: the target keeps the root and the accepted path; the drafter follows.

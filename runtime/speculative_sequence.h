@@ -16,6 +16,7 @@
 #include "engine/forward.h"
 #include "runtime/lap_timer.h"
 #include "sampling/sampler.h"
+#include "sampling/token_logprob.h"
 #include "verify/verify_rule.h"
 
 namespace specula {
@@ -88,6 +89,12 @@ class SpeculativeSequence {
   // 3. sampling + verification of those rows' logits (in [tree size + 1, vocab]) and commit.
   const VerifyResult& finish(std::span<const float> logits, SpeculativeStats& stats);
 
+  // From now on finish() also gives each emitted token's log-probability with `top_n`
+  // alternatives from `source`'s distribution of its row (last_logprobs()).
+  void record_logprobs(int top_n, LogprobSource source) { logprob_top_ = top_n, logprob_source_ = source; }
+  // The last step's emitted tokens' log-probabilities (empty unless recorded).
+  const std::vector<TokenLogprob>& last_logprobs() const { return logprobs_; }
+
   const std::vector<int>& committed() const { return committed_; }
   // The last step's chain (after finish()).
   ChainStep last_chain() const;
@@ -115,8 +122,11 @@ class SpeculativeSequence {
   SequenceRows verify_rows_;
   int prefix_ = 0;  // target cache length before the verify rows
   VerifyResult result_;
+  int logprob_top_ = -1;  // < 0: no log-probabilities
+  LogprobSource logprob_source_ = LogprobSource::kRaw;
+  std::vector<TokenLogprob> logprobs_;
   // Scratch reused across steps.
-  std::vector<float> p_;
+  std::vector<float> p_, processed_row_;
   TreeVerifyRows rows_;
   std::vector<int> argmaxes_, path_;
 };

@@ -330,6 +330,11 @@ std::vector<Case> catalogue() {
             {"--verify-rule block", "--siblings"});
   flag_case("verify rule without a drafter", "--verify-rule token", {"--verify-rule", "does not apply"});
   flag_case("verify rule unknown", "--draft '" + kModel + "' --verify-rule blok", {"--verify-rule", "'blok'"});
+  flag_case("logprobs without --json", "--logprobs 2", {"--logprobs needs --json"});
+  flag_case("logprobs source without logprobs", "--json --logprobs-source processed",
+            {"--logprobs-source does not apply", "--logprobs"});
+  flag_case("logprobs source unknown", "--json --logprobs 1 --logprobs-source cooked", {"--logprobs-source", "'cooked'"});
+  flag_case("logprobs above the maximum", "--json --logprobs 21", {"--logprobs", "21"});
   flag_case("stop-below above 1", "--draft '" + kModel + "' --gamma-policy threshold --stop-below 1.5",
             {"--stop-below", "1.5"});
   flag_case("draft-max-batch negative", "--draft '" + kModel + "' --gamma-policy threshold --draft-max-batch -2",

@@ -44,8 +44,8 @@ TEST_CASE("shipped configs load, and their resolved form loads to the same runs"
                            Shipped{"configs/sampler-comparison.toml", 24, 16, 3}, Shipped{"configs/tree-shapes.toml", 10, 16, 1},
                            Shipped{"configs/beam-speculative.toml", 24, 6, 1},
                            Shipped{"configs/speedup-cpu.toml", 42, 9, 1}, Shipped{"configs/speedup-goals.toml", 3, 28, 1},
-                           Shipped{"configs/batch-sizes.toml", 32, 35, 1}, Shipped{"configs/kv-dtype.toml", 6, 2, 1},
-                           Shipped{"configs/tight-pool.toml", 4, 16, 1}}) {
+                           Shipped{"configs/batch-sizes.toml", 48, 35, 1}, Shipped{"configs/kv-dtype.toml", 6, 2, 1},
+                           Shipped{"configs/tight-pool.toml", 4, 16, 1}, Shipped{"configs/policies.toml", 16, 35, 4}}) {
     INFO(s.file);
     const ExperimentConfig c = load_config(source_path(s.file));
     CHECK(c.grid.size() == s.grid);
@@ -95,7 +95,7 @@ TEST_CASE("unknown keys are errors naming file:line and the closest valid key", 
                 {"@:6:1: unknown key 'draft.xyzzy_plugh'; valid: draft.name, draft.method, draft.path, draft.weights, draft.gamma, "
                  "draft.tree, draft.budget, draft.siblings, draft.adaptive, draft.ngram_min, draft.ngram_max"});
   require_error("xyzzy_plugh = 4\n" + minimal(""),
-                {"@:1:1: unknown key 'xyzzy_plugh'; valid: title, target, draft, sampling, run, output, sweep"});
+                {"@:1:1: unknown key 'xyzzy_plugh'; valid: title, target, draft, verify, sampling, run, output, sweep"});
   require_error(minimal("", "prompts_per_domian = 2\n"), {"@:5:1: unknown key 'run.prompts_per_domian'; did you mean 'run.prompts_per_domain'?"});
   require_error(minimal("[sampling]\nstrategy = \"sampel\"\n"),
                 {"@:6:", "sampling.strategy: unknown value 'sampel'; did you mean 'sample'?"});
