@@ -12,6 +12,8 @@
 //     subnormal step);
 //   - draws equal the CPU's, except where u * total lies within kDrawBound * total of a CPU
 //     CDF boundary between the two tokens.
+// The vocabulary-64 batch is launched again without uniforms: the same probabilities, tokens
+// for greedy rows only.
 // Each excused row is counted: supports at most 1% of the rows; draws at most 1% of those with
 // a random uniform (those placed on a boundary are counted apart: many differ by design).
 #include <algorithm>
@@ -283,6 +285,19 @@ TEST_CASE("cuda kernels: sampling matches sampling/'s chain and draw", "[gpu]") 
       in.uniforms.push_back(r.u);
     }
     const cuda::harness::SampledRows out = cuda::harness::sample(in);
+    if (vocab == 64) {
+      // Without uniforms: the same probabilities, tokens for greedy rows only (-1 for a
+      // refused one), sampled rows' tokens left unwritten (the harness's -1 poison).
+      cuda::harness::SamplingBatch no_draws = in;
+      no_draws.uniforms.clear();
+      const cuda::harness::SampledRows alone = cuda::harness::sample(no_draws);
+      CHECK(std::equal(alone.probs.begin(), alone.probs.end(), out.probs.begin(), out.probs.end(),
+                       [](float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); }));
+      int wrong_tokens = 0;
+      for (int i = 0; i < count; ++i)
+        wrong_tokens += alone.tokens[i] != (batch[i].options.temperature == 0.0f ? out.tokens[i] : -1);
+      CHECK(wrong_tokens == 0);
+    }
     for (int i = 0; i < count; ++i) {
       const Row& r = batch[i];
       const std::vector<float> device(out.probs.begin() + static_cast<std::ptrdiff_t>(i) * vocab,
