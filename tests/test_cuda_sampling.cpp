@@ -147,7 +147,8 @@ SamplingOptions random_options(Rng& rng, int vocab, std::string& kind) {
     const int ks[] = {1, 2, 3, 5, 10, 50, vocab - 1, vocab, vocab + 3};
     o.top_k = std::max(1, ks[uniform_int(rng, 0, 8)]);
   }
-  if (transforms & 2) o.top_p = coin(rng, 0.7) ? kTopP[uniform_int(rng, 0, 8)] : static_cast<float>(uniform01(rng) * 0.99 + 0.005);
+  if (transforms & 2)
+    o.top_p = coin(rng, 0.7) ? kTopP[uniform_int(rng, 0, 8)] : static_cast<float>(uniform01(rng) * 0.99 + 0.005);
   if (transforms & 4) o.min_p = coin(rng, 0.7) ? kMinP[uniform_int(rng, 0, 5)] : static_cast<float>(uniform01(rng));
   std::ostringstream s;
   s << ", t " << o.temperature << " k " << o.top_k << " p " << o.top_p << " min_p " << o.min_p;
@@ -206,9 +207,11 @@ bool top_p_boundary(const Row& r, const std::vector<float>& device) {
   std::vector<int> order(vocab);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int a, int b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
-  const int candidates = o.top_k > 0 && o.top_k < vocab
-                             ? static_cast<int>(std::count_if(s.begin(), s.end(), [&](float v) { return v >= s[order[o.top_k - 1]]; }))
-                             : vocab;
+  int candidates = vocab;
+  if (o.top_k > 0 && o.top_k < vocab) {
+    const float kth = s[order[o.top_k - 1]];
+    candidates = static_cast<int>(std::count_if(s.begin(), s.end(), [&](float v) { return v >= kth; }));
+  }
   long double mass = 0.0L;
   for (int r_ = 0; r_ < candidates; ++r_) mass += exp_nonpositive(s[order[r_]] - top);
   const long double limit = static_cast<long double>(o.top_p) * mass;
@@ -239,7 +242,8 @@ bool draw_boundary(const Row& r, int a, int b) {
 
 std::string describe(const Row& r, const std::vector<float>& device, int token) {
   std::ostringstream s;
-  s << r.kind << ", vocab " << r.logits.size() << ", u " << r.u << "; cpu token " << r.token << " device token " << token;
+  s << r.kind << ", vocab " << r.logits.size() << ", u " << r.u << "; cpu token " << r.token << " device token "
+    << token;
   if (r.logits.size() <= 64) {
     s << "; logits";
     for (float v : r.logits) s << ' ' << v;
@@ -259,7 +263,8 @@ TEST_CASE("cuda kernels: sampling matches sampling/'s chain and draw", "[gpu]") 
   }
   // Rows per vocabulary (fewer under the sanitizers); one launch per vocabulary.
   const std::vector<std::pair<int, int>> plan =
-      test::kSanitized ? std::vector<std::pair<int, int>>{{1, 50}, {2, 200}, {7, 300}, {64, 300}, {1000, 60}, {4096, 20}}
+      test::kSanitized ? std::vector<std::pair<int, int>>{{1, 50}, {2, 200}, {7, 300}, {64, 300},
+                                                          {1000, 60}, {4096, 20}}
                        : std::vector<std::pair<int, int>>{{1, 300}, {2, 1000}, {7, 2000}, {64, 2000},
                                                           {1000, 500}, {4096, 300}, {32000, 8}};
   Rng rng(3801);
@@ -321,7 +326,8 @@ TEST_CASE("cuda kernels: sampling matches sampling/'s chain and draw", "[gpu]") 
         fail("the device refused a row the CPU accepts");
         continue;
       }
-      const int support = static_cast<int>(std::count_if(r.probs.begin(), r.probs.end(), [](float v) { return v > 0.0f; }));
+      const int support =
+          static_cast<int>(std::count_if(r.probs.begin(), r.probs.end(), [](float v) { return v > 0.0f; }));
       cut_rows += support < vocab;
       bool same_support = true;
       for (int v = 0; v < vocab; ++v) same_support = same_support && (r.probs[v] > 0.0f) == (device[v] > 0.0f);
@@ -335,7 +341,8 @@ TEST_CASE("cuda kernels: sampling matches sampling/'s chain and draw", "[gpu]") 
       for (int v = 0; v < vocab; ++v) {
         if (r.probs[v] == 0.0f) continue;
         const double difference = std::fabs(double(device[v]) - double(r.probs[v]));
-        if (r.probs[v] >= std::numeric_limits<float>::min()) worst_relative = std::max(worst_relative, difference / r.probs[v]);
+        if (r.probs[v] >= std::numeric_limits<float>::min())
+          worst_relative = std::max(worst_relative, difference / r.probs[v]);
         if (difference > kProbBound * r.probs[v] + std::numeric_limits<float>::denorm_min()) {
           fail("probability beyond the bound");
           break;
@@ -356,7 +363,8 @@ TEST_CASE("cuda kernels: sampling matches sampling/'s chain and draw", "[gpu]") 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   WARN("sampling: " << rows << " rows (" << greedy << " greedy, " << refused << " refused, " << cut_rows
                     << " with a support smaller than the vocabulary), " << mismatches << " mismatches; "
-                    << support_at_boundary << " supports differing at a top-p boundary; draws differing at a CDF boundary: "
+                    << support_at_boundary << " supports differing at a top-p boundary; "
+                    << "draws differing at a CDF boundary: "
                     << draws_at_boundary << " of " << draws_compared - placed_draws << " random uniforms, "
                     << placed_at_boundary << " of " << placed_draws << " placed on one; worst probability "
                     << worst_relative << " relative; " << seconds << " s"
