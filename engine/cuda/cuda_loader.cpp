@@ -127,6 +127,7 @@ void kv_copies(std::span<const KvCopy> copies, PageStorage& pages, DType page_dt
   harness_module().kv_copies(copies, pages, page_dtype);
 }
 TreeVerdicts verify_tree(const TreeBatch& batch, bool greedy) { return harness_module().verify_tree(batch, greedy); }
+SampledRows sample(const SamplingBatch& batch) { return harness_module().sample(batch); }
 
 }  // namespace cuda::harness
 }  // namespace specula

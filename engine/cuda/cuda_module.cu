@@ -22,6 +22,7 @@ constexpr specula::cuda::CudaModule kModule = {
     &specula::cuda::harness::attention,
     &specula::cuda::harness::kv_copies,
     &specula::cuda::harness::verify_tree,
+    &specula::cuda::harness::sample,
 };
 
 }  // namespace

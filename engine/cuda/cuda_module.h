@@ -20,7 +20,7 @@
 
 namespace specula::cuda {
 
-inline constexpr int kCudaModuleAbi = 3;
+inline constexpr int kCudaModuleAbi = 4;
 inline constexpr const char* kCudaModuleSymbol = "specula_cuda_module";
 
 // Each member is the function of the same name in device.h, cuda_backend.h or kernel_harness.h.
@@ -48,6 +48,7 @@ struct CudaModule {
                                   DType page_dtype, int layer, int num_heads, int window, std::span<const float> q);
   void (*kv_copies)(std::span<const KvCopy> copies, PageStorage& pages, DType page_dtype);
   harness::TreeVerdicts (*verify_tree)(const harness::TreeBatch& batch, bool greedy);
+  harness::SampledRows (*sample)(const harness::SamplingBatch& batch);
 };
 
 // The module's one exported function (extern "C", named kCudaModuleSymbol).

@@ -223,4 +223,18 @@ TreeVerdicts verify_tree(const TreeBatch& batch, bool greedy) {
   return {count.get(), accepted.get(), out_tokens.get()};
 }
 
+SampledRows sample(const SamplingBatch& batch) {
+  const int rows = static_cast<int>(batch.temperature.size());
+  const Stream s;
+  Device<float> logits(view(batch.logits), s), temperature(view(batch.temperature), s), top_p(view(batch.top_p), s),
+      min_p(view(batch.min_p), s), probs(batch.logits.size(), s);
+  Device<int> top_k(view(batch.top_k), s), tokens(rows, s);
+  Device<double> uniforms(view(batch.uniforms), s);
+  probs.poison();
+  tokens.poison();
+  launch_sample(logits.ptr, temperature.ptr, top_k.ptr, top_p.ptr, min_p.ptr,
+                batch.uniforms.empty() ? nullptr : uniforms.ptr, rows, batch.vocab, probs.ptr, tokens.ptr, s.s);
+  return {probs.get(), tokens.get()};
+}
+
 }  // namespace specula::cuda::harness

@@ -67,4 +67,21 @@ struct TreeVerdicts {
 // launch_verify_greedy (argmax) or launch_verify_stochastic (draw, p, q, uniforms) on `batch`.
 TreeVerdicts verify_tree(const TreeBatch& batch, bool greedy);
 
+// A batch of rows to sample (launch_sample): logits and each row's options.
+struct SamplingBatch {
+  std::vector<float> logits;        // [rows, vocab]
+  std::vector<float> temperature;   // [rows], 0: greedy
+  std::vector<int> top_k;           // [rows], 0: none
+  std::vector<float> top_p;         // [rows], 1: none
+  std::vector<float> min_p;         // [rows], 0: none
+  std::vector<double> uniforms;     // [rows] or empty (no draws but greedy rows')
+  int vocab = 0;
+};
+struct SampledRows {
+  std::vector<float> probs;  // [rows, vocab]
+  std::vector<int> tokens;   // [rows]; -1: invalid row, or no uniform for a sampled row
+};
+// launch_sample on `batch`.
+SampledRows sample(const SamplingBatch& batch);
+
 }  // namespace specula::cuda::harness

@@ -1,5 +1,5 @@
 // defines: the launchers of the CUDA backend's kernels (ops.cu, attention.cu, matmul.cu,
-// verify_tree.cu), each taking its stream, and the device views they share. Every launcher
+// verify_tree.cu, sample.cu), each taking its stream, and the device views they share. Every launcher
 // checks its launch (CUDA_CHECK_LAUNCH). Shapes are row-major; "rows" are the batch's rows in
 // order.
 #pragma once
@@ -92,6 +92,21 @@ void launch_verify_stochastic(const int* node_indptr, const int* tokens, const i
                               const float* p, const float* q, const double* uniforms, int vocab, int num_sequences,
                               double* workspace, int* accepted_count, int* accepted_nodes, int* out_tokens,
                               cudaStream_t stream);
+
+// Sampling of a batch of rows (sample.cu, one block per row): the distribution of
+// sampling/logit_transforms.h's chain for the row's options (temperature, then top-k when
+// top_k > 0, top-p when top_p < 1, min-p when min_p > 0; options already validated), or
+// greedy's one-hot at the first index of the largest logit when temperature is 0; then, when
+// `uniforms` and `tokens` are given, one inverse-CDF draw per row (greedy rows: the argmax,
+// uniforms or not). A row the CPU refuses (a NaN or +inf score, every logit -inf, a NaN or +inf
+// greedy logit) gets NaN probabilities and token -1. Needs no scratch beyond its outputs.
+// Exactness against chain_distribution and inverse_cdf: sample.cu's header.
+//   logits: in [rows, vocab]; temperature, top_p, min_p: in [rows] float; top_k: in [rows] int;
+//   uniforms: in [rows] in [0, 1) or null; probs: out [rows, vocab] (zeros outside the support;
+//   must not alias logits); tokens: out [rows] or null
+void launch_sample(const float* logits, const float* temperature, const int* top_k, const float* top_p,
+                   const float* min_p, const double* uniforms, int rows, int vocab, float* probs, int* tokens,
+                   cudaStream_t stream);
 
 // y = x W^T + bias, or y += (x W^T + bias) when `accumulate` (cpu::matmul, add_bias,
 // add_inplace): the batch-invariant kernel (each output element reduced over k in one fixed

@@ -2,7 +2,8 @@
 // function and variable qualifiers, the vector types (dim3, uint3, uint4, float2, float4),
 // the 16-bit floats __half and __nv_bfloat16 (bits only; arithmetic goes through f32, as the
 // kernels do) with the conversions the kernels call, and the math built-ins they use (the
-// double intrinsics __dadd_rn, __dsub_rn, __dmul_rn, __ddiv_rn among them).
+// double intrinsics __dadd_rn, __dsub_rn, __dmul_rn, __ddiv_rn and their float counterparts
+// __fadd_rn, __fsub_rn, __fmul_rn, __fdiv_rn among them).
 #pragma once
 
 #include <bit>
@@ -75,3 +76,8 @@ inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dsub_rn(double a, double b) { return a - b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 inline double __ddiv_rn(double a, double b) { return a / b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __double2float_rn(double a) { return static_cast<float>(a); }

@@ -1,0 +1,347 @@
+// The sampling kernel (launch_sample, kernels.cuh): one block per row, the chain of
+// sampling/logit_transforms.h (temperature, top-k, top-p, min-p, in that order) or greedy,
+// the row's distribution and optionally one inverse-CDF draw. Kernels of our own, not Thrust:
+// every step is a block-wide count or sum, and a sort is never needed.
+//
+// The rules, each as sampling/ states it:
+//   scores       s = x / t (__fdiv_rn, the CPU's float division); a NaN or +inf score, or every
+//                score -inf, makes the row invalid (the CPU throws).
+//   numerators   e = exp_nonpositive(s - max s), base/exp_shifted.h's polynomial through the
+//                round-to-nearest float intrinsics (so nvcc contracts nothing; the CPU build has
+//                -ffp-contract=off): bit for bit the CPU's.
+//   top-k        keep s >= the k-th largest s. The k-th largest is found by bisection over the
+//                scores' order-preserving 32-bit keys (32 block-wide counts), exact.
+//   top-p        candidate order is s descending, ties by lower id; keep a token while the mass
+//                strictly before it is < p * mass. The boundary score T0 (the smallest score
+//                whose first token's mass-before is < limit) is found by bisection over keys
+//                (32 block-wide double sums of the candidates above a key); candidates above T0
+//                are kept, below dropped, and the tokens tied at T0 are walked in id order.
+//   min-p        keep e >= p (the top numerator is 1).
+//   probs        e / mass as float (e * (1 / mass) when no token was dropped, as the CPU).
+//   greedy       t = 0: one-hot at the first index of the largest logit; NaN or +inf invalid.
+//   draw         the smallest token whose prefix sum of probs exceeds u * total (prefix sums in
+//                double over per-thread chunks), else the last token of positive mass.
+// Sums are in double in this kernel's fixed order (per-thread strided partials added by thread
+// 0 in thread order), not the CPU's (lane_sum, or list order after a transform lists): a mass
+// differs from the CPU's by at most about vocab * 2^-53 relative. So the support equals the
+// CPU's except where a top-p mass-before sits within that of p * mass, probabilities are within
+// one float rounding of the CPU's (2^-23 relative), and draws equal the CPU's except where
+// u * total lies within that of a CDF boundary.
+//
+// Complexity per row: O(vocab) for temperature, numerators, min-p and the draw; 32 passes of
+// O(vocab) for top-k and 34 for top-p; each pass one block reduction. No global scratch: the
+// probs row holds the numerators (-1 marks a dropped token) until it is normalised.
+#include "engine/cuda/cuda_check.cuh"
+#include "engine/cuda/kernels.cuh"
+
+namespace specula::cuda {
+namespace {
+
+constexpr int kSampleThreads = 256;  // the most threads a block has (Shared's slots)
+constexpr float kDropped = -1.0f;  // in the probs row while it holds numerators: not a candidate
+
+__device__ __forceinline__ float infinity() { return __uint_as_float(0x7f800000u); }
+__device__ __forceinline__ float quiet_nan() { return __uint_as_float(0x7fc00000u); }
+
+// base/exp_shifted.h's exp_nonpositive, operation for operation: e^d for d <= 0 (or -inf).
+__device__ float exp_nonpositive(float d) {
+  const float kLowest = -103.97f;
+  const unsigned bits = __float_as_uint(d), lowest = __float_as_uint(kLowest);
+  const unsigned below = 0u - static_cast<unsigned>(bits > lowest);  // all ones where d < kLowest
+  const float x = __uint_as_float((bits & ~below) | (lowest & below));
+  const float kRound = 12582912.0f;
+  const float t = __fadd_rn(__fmul_rn(x, 1.44269504088896341f), kRound);
+  const float n = __fsub_rn(t, kRound);
+  const float r = __fsub_rn(__fsub_rn(x, __fmul_rn(n, 0.693359375f)), __fmul_rn(n, -2.12194440e-4f));
+  float p = 1.9875691500e-4f;
+  p = __fadd_rn(__fmul_rn(p, r), 1.3981999507e-3f);
+  p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
+  p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
+  p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
+  p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
+  const float er = __fadd_rn(__fadd_rn(__fmul_rn(__fmul_rn(p, r), r), r), 1.0f);
+  const int ni = static_cast<int>(__float_as_uint(t)) - static_cast<int>(__float_as_uint(kRound));
+  const int h = ni >> 1;
+  const float value = __fmul_rn(__fmul_rn(er, __uint_as_float(static_cast<unsigned>(h + 127) << 23)),
+                                __uint_as_float(static_cast<unsigned>(ni - h + 127) << 23));
+  return __uint_as_float(__float_as_uint(value) & ~below);
+}
+
+// A non-NaN float's order-preserving key: a < b exactly when key(a) < key(b); -0 is +0.
+__device__ __forceinline__ unsigned order_key(float v) {
+  const unsigned u = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (u & 0x80000000u) != 0u ? ~u : (u | 0x80000000u);
+}
+
+// The block's shared scratch: one slot per thread for reductions, and the broadcast result.
+struct Shared {
+  double d[kSampleThreads];
+  int i[kSampleThreads];
+  float f[kSampleThreads];
+  double d_out;
+  int i_out;
+  float f_out;
+};
+
+// Block reductions: every thread passes its partial and gets the result; thread 0 combines the
+// partials in thread order (a fixed order). Two barriers, so consecutive calls never race.
+__device__ double block_sum(double v, Shared& sh) {
+  sh.d[threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int t = 0; t < static_cast<int>(blockDim.x); ++t) total = __dadd_rn(total, sh.d[t]);
+    sh.d_out = total;
+  }
+  __syncthreads();
+  return sh.d_out;
+}
+
+__device__ int block_sum(int v, Shared& sh) {
+  sh.i[threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int total = 0;
+    for (int t = 0; t < static_cast<int>(blockDim.x); ++t) total += sh.i[t];
+    sh.i_out = total;
+  }
+  __syncthreads();
+  return sh.i_out;
+}
+
+__device__ float block_max(float v, Shared& sh) {
+  sh.f[threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float m = sh.f[0];
+    for (int t = 1; t < static_cast<int>(blockDim.x); ++t) m = sh.f[t] > m ? sh.f[t] : m;
+    sh.f_out = m;
+  }
+  __syncthreads();
+  return sh.f_out;
+}
+
+// Thread t's contiguous chunk [begin, end) of the row (chunked passes walk ids in order).
+struct Chunk {
+  int begin, end;
+};
+__device__ __forceinline__ Chunk chunk_of(int t, int vocab) {
+  const int size = (vocab + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
+  const int begin = t * size < vocab ? t * size : vocab;
+  return {begin, begin + size < vocab ? begin + size : vocab};
+}
+
+// The whole row invalid: NaN probabilities, token -1.
+__device__ void write_invalid(float* probs, int vocab, int* token) {
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) probs[v] = quiet_nan();
+  if (threadIdx.x == 0 && token != nullptr) *token = -1;
+}
+
+// greedy_token: the first index of the largest logit (NaN never larger; all -inf: index 0); a
+// NaN or +inf logit makes the row invalid. One-hot probabilities.
+__device__ void greedy_row(const float* x, int vocab, float* probs, int* token, Shared& sh) {
+  float best = -infinity();
+  int at = -1, bad = 0;
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
+    const float value = x[v];
+    bad |= !(value < infinity()) ? 1 : 0;  // NaN or +inf
+    if (value > best || (at < 0 && value == best)) best = value, at = v;
+  }
+  sh.f[threadIdx.x] = best;
+  sh.i[threadIdx.x] = at;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int t = 1; t < static_cast<int>(blockDim.x); ++t) {
+      const int other = sh.i[t];
+      if (other >= 0 && (at < 0 || sh.f[t] > best || (sh.f[t] == best && other < at))) best = sh.f[t], at = other;
+    }
+    sh.i_out = at;
+  }
+  __syncthreads();
+  const int argmax = sh.i_out;
+  if (block_sum(bad, sh) != 0) {
+    write_invalid(probs, vocab, token);
+    return;
+  }
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) probs[v] = v == argmax ? 1.0f : 0.0f;
+  if (threadIdx.x == 0 && token != nullptr) *token = argmax;
+}
+
+// The candidates' mass with score key > above (above = 0: every candidate), in double.
+__device__ double mass_above(const float* x, float t, const float* e, int vocab, unsigned above, Shared& sh) {
+  double partial = 0.0;
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x)
+    if (e[v] >= 0.0f && order_key(__fdiv_rn(x[v], t)) > above) partial = __dadd_rn(partial, static_cast<double>(e[v]));
+  return block_sum(partial, sh);
+}
+
+// TopK::apply, k < vocab: drops every token whose score is below the k-th largest.
+__device__ void top_k(const float* x, float t, float* e, int vocab, int k, Shared& sh) {
+  unsigned kth = 0;  // the largest key with at least k scores at or above it
+  for (int bit = 31; bit >= 0; --bit) {
+    const unsigned candidate = kth | (1u << bit);
+    int count = 0;
+    for (int v = threadIdx.x; v < vocab; v += blockDim.x) count += order_key(__fdiv_rn(x[v], t)) >= candidate ? 1 : 0;
+    if (block_sum(count, sh) >= k) kth = candidate;
+  }
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x)
+    if (order_key(__fdiv_rn(x[v], t)) < kth) e[v] = kDropped;
+}
+
+// TopP::apply: keeps the candidates whose mass before them, in candidate order, is < p * mass.
+__device__ void top_p(const float* x, float t, float* e, int vocab, float p, Shared& sh) {
+  const double limit = __dmul_rn(static_cast<double>(p), mass_above(x, t, e, vocab, 0u, sh));
+  // mass_above is non-increasing in the key and mass_above(0) >= limit: below is the largest
+  // key whose mass above is >= limit, so the boundary score's key is below + 1.
+  unsigned below = 0;
+  for (int bit = 31; bit >= 0; --bit) {
+    const unsigned candidate = below | (1u << bit);
+    if (mass_above(x, t, e, vocab, candidate, sh) >= limit) below = candidate;
+  }
+  const unsigned boundary = below + 1u;
+  const double before = mass_above(x, t, e, vocab, boundary, sh);  // < limit
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x)
+    if (order_key(__fdiv_rn(x[v], t)) < boundary) e[v] = kDropped;
+  // The candidates tied at the boundary, in id order: per-thread chunk masses, then thread 0
+  // finds the chunk where the running mass reaches the limit; earlier chunks keep their tied
+  // tokens, later ones drop them, and that chunk's thread walks it token by token.
+  const Chunk mine = chunk_of(threadIdx.x, vocab);
+  double tied = 0.0;
+  for (int v = mine.begin; v < mine.end; ++v)
+    if (e[v] >= 0.0f && order_key(__fdiv_rn(x[v], t)) == boundary) tied = __dadd_rn(tied, static_cast<double>(e[v]));
+  sh.d[threadIdx.x] = tied;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double running = before;
+    int cut = static_cast<int>(blockDim.x);  // none: every tied token kept
+    for (int c = 0; c < static_cast<int>(blockDim.x); ++c) {
+      const double next = __dadd_rn(running, sh.d[c]);
+      if (!(next < limit)) {
+        cut = c;
+        break;
+      }
+      running = next;
+    }
+    sh.i_out = cut;
+    sh.d_out = running;  // the mass before the cut chunk (< limit)
+  }
+  __syncthreads();
+  const int cut = sh.i_out;
+  if (static_cast<int>(threadIdx.x) < cut) return;
+  double running = sh.d_out;
+  for (int v = mine.begin; v < mine.end; ++v) {
+    if (!(e[v] >= 0.0f) || order_key(__fdiv_rn(x[v], t)) != boundary) continue;
+    if (static_cast<int>(threadIdx.x) == cut && running < limit)
+      running = __dadd_rn(running, static_cast<double>(e[v]));
+    else
+      e[v] = kDropped;
+  }
+}
+
+// inverse_cdf over the finished probs row: thread t sums its chunk in double, thread 0 adds
+// the chunks in order to find the one where the prefix exceeds u * total and walks it.
+__device__ void draw(const float* probs, int vocab, double u, int* token, Shared& sh) {
+  const Chunk mine = chunk_of(threadIdx.x, vocab);
+  double sum = 0.0;
+  for (int v = mine.begin; v < mine.end; ++v) sum = __dadd_rn(sum, static_cast<double>(probs[v]));
+  sh.d[threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  double total = 0.0;
+  for (int c = 0; c < static_cast<int>(blockDim.x); ++c) total = __dadd_rn(total, sh.d[c]);
+  const double target = __dmul_rn(u, total);
+  double cumulative = 0.0;
+  int chosen = -1, last_chunk = -1;
+  for (int c = 0; c < static_cast<int>(blockDim.x) && chosen < 0; ++c) {
+    if (!(sh.d[c] > 0.0)) continue;
+    last_chunk = c;
+    if (!(__dadd_rn(cumulative, sh.d[c]) > target)) {
+      cumulative = __dadd_rn(cumulative, sh.d[c]);
+      continue;
+    }
+    const Chunk walk = chunk_of(c, vocab);  // the prefix crosses here: its first token past target
+    for (int v = walk.begin; v < walk.end; ++v) {
+      if (!(probs[v] > 0.0f)) continue;
+      cumulative = __dadd_rn(cumulative, static_cast<double>(probs[v]));
+      chosen = v;
+      if (cumulative > target) break;
+    }
+  }
+  if (chosen < 0 && last_chunk >= 0) {  // rounding left none: the last token of positive mass
+    const Chunk walk = chunk_of(last_chunk, vocab);
+    for (int v = walk.end - 1; v >= walk.begin && chosen < 0; --v)
+      if (probs[v] > 0.0f) chosen = v;
+  }
+  *token = chosen;
+}
+
+__global__ void sample_kernel(const float* logits, const float* temperature, const int* top_k_of,
+                              const float* top_p_of, const float* min_p_of, const double* uniforms, int vocab,
+                              float* probs, int* tokens) {
+  __shared__ Shared sh;
+  const int row = blockIdx.x;
+  const float* x = logits + static_cast<std::size_t>(row) * vocab;
+  float* e = probs + static_cast<std::size_t>(row) * vocab;
+  int* token = tokens != nullptr ? tokens + row : nullptr;
+  const float t = temperature[row];
+  if (!(t > 0.0f)) {
+    greedy_row(x, vocab, e, token, sh);
+    return;
+  }
+  // Temperature, and the top score.
+  int bad = 0;
+  float top = -infinity();
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
+    const float s = __fdiv_rn(x[v], t);
+    bad |= !(s < infinity()) ? 1 : 0;
+    top = s > top ? s : top;
+  }
+  bad = block_sum(bad, sh);
+  top = block_max(top, sh);
+  if (bad != 0 || !(top > -infinity())) {
+    write_invalid(e, vocab, token);
+    return;
+  }
+  // Every token a candidate, with its numerator.
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) e[v] = exp_nonpositive(__fsub_rn(__fdiv_rn(x[v], t), top));
+  const int k = top_k_of[row];
+  if (k > 0 && k < vocab) top_k(x, t, e, vocab, k, sh);
+  const float p = top_p_of[row];
+  if (p < 1.0f) top_p(x, t, e, vocab, p, sh);
+  __syncthreads();  // top_p's chunked walk wrote tokens other threads own below
+  const float min_p = min_p_of[row];
+  if (min_p > 0.0f)
+    for (int v = threadIdx.x; v < vocab; v += blockDim.x)
+      if (e[v] >= 0.0f && e[v] < min_p) e[v] = kDropped;
+  // Normalise: the candidates' mass and count, then e / mass (e * (1 / mass) when every token
+  // is a candidate, as chain_distribution does).
+  double partial = 0.0;
+  int count = 0;
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x)
+    if (e[v] >= 0.0f) partial = __dadd_rn(partial, static_cast<double>(e[v])), ++count;
+  const double mass = block_sum(partial, sh);
+  const bool all = block_sum(count, sh) == vocab;
+  const double scale = __ddiv_rn(1.0, mass);
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
+    const double n = static_cast<double>(e[v]);
+    e[v] = !(e[v] >= 0.0f) ? 0.0f : __double2float_rn(all ? __dmul_rn(n, scale) : __ddiv_rn(n, mass));
+  }
+  if (uniforms == nullptr || token == nullptr) return;
+  __syncthreads();  // the draw's chunks read tokens other threads normalised
+  draw(e, vocab, uniforms[row], token, sh);
+}
+
+}  // namespace
+
+void launch_sample(const float* logits, const float* temperature, const int* top_k, const float* top_p,
+                   const float* min_p, const double* uniforms, int rows, int vocab, float* probs, int* tokens,
+                   cudaStream_t stream) {
+  if (rows == 0) return;
+  // A warp per 32 tokens up to kSampleThreads: a small vocabulary leaves no thread idle.
+  const int threads = vocab >= kSampleThreads ? kSampleThreads : (vocab + 31) / 32 * 32;
+  SPECULA_LAUNCH(sample_kernel, dim3(rows), dim3(threads), 0, stream, logits, temperature, top_k, top_p, min_p,
+                 uniforms, vocab, probs, tokens);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace specula::cuda

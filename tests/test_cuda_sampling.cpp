@@ -1,0 +1,380 @@
+// The sampling kernel (engine/cuda/sample.cu) against sampling/ ([gpu]: on a GPU, and on the
+// host execution in CI): random rows of logits (vocabularies 1, 2, 7, 64, 1000, 4096 and one
+// 32000; normal, tied at a few levels, flat, 0-or--inf, with -inf entries, peaked, of a huge
+// range, and rows the CPU refuses), each with its own options (greedy; temperature alone;
+// top-k, top-p, min-p each alone and chained), compared with chain_distribution (GreedySampler
+// for greedy) and inverse_cdf on the same uniforms (random, 0, and on or beside a CPU CDF
+// boundary). The contract checked:
+//   - a row the CPU refuses is NaN with token -1, and no other row is;
+//   - the support equals the CPU's, except where every differing token's top-p mass-before
+//     lies within kMassBound * mass of p * mass but not on it (exact ties must agree);
+//   - on an equal support, probabilities within kProbBound relative of the CPU's (and one
+//     subnormal step);
+//   - draws equal the CPU's, except where u * total lies within kDrawBound * total of a CPU
+//     CDF boundary between the two tokens.
+// The vocabulary-64 batch is launched again without uniforms: the same probabilities, tokens
+// for greedy rows only.
+// Each excused row is counted: supports at most 1% of the rows; draws at most 1% of those with
+// a random uniform (those placed on a boundary are counted apart: many differ by design).
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "base/error.h"
+#include "base/exp_shifted.h"
+#include "base/lane_sum.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/kernel_harness.h"
+#include "sampling/logit_transforms.h"
+#include "sampling/sampler.h"
+#include "tests/test_support.h"
+
+namespace specula {
+namespace {
+
+// The kernel's sums differ from the CPU's by about vocab * 2^-53 relative (4e-12 at 32000).
+constexpr long double kMassBound = 1e-9L;
+// One float rounding of e / mass on each side, from masses that differ as above (plus one
+// subnormal step, where the rounding is absolute).
+constexpr double kProbBound = 0x1p-22;
+// The CDF of probabilities within kProbBound, summed in another order.
+constexpr double kDrawBound = 1e-6;
+
+bool host_execution() { return cuda_device_name() == "specula host execution"; }
+
+using Rng = std::mt19937_64;
+int uniform_int(Rng& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+double uniform01(Rng& rng) { return std::uniform_real_distribution<double>(0.0, 1.0)(rng); }
+bool coin(Rng& rng, double p) { return uniform01(rng) < p; }
+
+struct Row {
+  std::vector<float> logits;
+  SamplingOptions options;
+  double u = 0.0;
+  bool placed = false;  // u set on or beside a CPU CDF boundary
+  std::string kind;
+  // The CPU's answer.
+  bool refused = false;
+  std::vector<float> probs;
+  int token = -1;
+};
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::vector<float> random_logits(Rng& rng, int vocab, std::string& kind) {
+  std::vector<float> x(vocab);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int pick = uniform_int(rng, 0, 19);
+  switch (pick) {
+    case 0:
+    case 1:
+    case 2:
+      kind = "normal";
+      for (float& v : x) v = 2.0f * normal(rng);
+      break;
+    case 3:
+    case 4:
+    case 5: {
+      kind = "tied levels";
+      const float step = coin(rng, 0.5) ? 1.0f : 0.25f;
+      const int levels = uniform_int(rng, 1, 4);
+      for (float& v : x) v = step * static_cast<float>(uniform_int(rng, 0, levels - 1));
+      break;
+    }
+    case 6:
+    case 7:
+      kind = "flat";
+      std::fill(x.begin(), x.end(), normal(rng));
+      break;
+    case 8:
+    case 9:
+    case 10: {
+      kind = "0 or -inf";  // numerators exactly 1: top-p masses are exact integers
+      for (float& v : x) v = coin(rng, 0.6) ? 0.0f : -kInf;
+      x[uniform_int(rng, 0, vocab - 1)] = 0.0f;
+      break;
+    }
+    case 11:
+    case 12:
+      kind = "-inf entries";
+      for (float& v : x) v = coin(rng, 0.3) ? -kInf : normal(rng);
+      x[uniform_int(rng, 0, vocab - 1)] = normal(rng);
+      break;
+    case 13:
+    case 14:
+      kind = "peaked";
+      for (float& v : x) v = normal(rng);
+      x[uniform_int(rng, 0, vocab - 1)] += coin(rng, 0.5) ? 8.0f : 20.0f;
+      break;
+    case 15:
+    case 16:
+      kind = "huge range";  // most numerators underflow to 0
+      for (float& v : x) v = 40.0f * normal(rng);
+      break;
+    case 17:
+      kind = "-0 and +0 ties";
+      for (float& v : x) v = coin(rng, 0.5) ? -0.0f : (coin(rng, 0.5) ? 0.0f : -1.0f);
+      break;
+    default: {
+      kind = "refused";
+      for (float& v : x) v = normal(rng);
+      const int what = uniform_int(rng, 0, 2);
+      if (what == 0) x[uniform_int(rng, 0, vocab - 1)] = std::numeric_limits<float>::quiet_NaN();
+      if (what == 1) x[uniform_int(rng, 0, vocab - 1)] = kInf;
+      if (what == 2) std::fill(x.begin(), x.end(), -kInf);
+    }
+  }
+  return x;
+}
+
+SamplingOptions random_options(Rng& rng, int vocab, std::string& kind) {
+  if (coin(rng, 0.1)) {
+    kind += ", greedy";
+    return SamplingOptions::sample(0.0f);
+  }
+  static constexpr float kTemperatures[] = {0.25f, 0.7f, 1.0f, 1.0f, 1.5f, 3.0f};
+  static constexpr float kTopP[] = {1e-3f, 0.1f, 0.25f, 0.5f, 0.5f, 0.75f, 0.9f, 0.95f, 0.999f};
+  static constexpr float kMinP[] = {1e-3f, 0.05f, 0.1f, 0.3f, 0.5f, 1.0f};
+  SamplingOptions o = SamplingOptions::sample(kTemperatures[uniform_int(rng, 0, 5)]);
+  const int transforms = uniform_int(rng, 0, 7);  // bits: top-k, top-p, min-p; each alone and chained
+  if (transforms & 1) {
+    const int ks[] = {1, 2, 3, 5, 10, 50, vocab - 1, vocab, vocab + 3};
+    o.top_k = std::max(1, ks[uniform_int(rng, 0, 8)]);
+  }
+  if (transforms & 2)
+    o.top_p = coin(rng, 0.7) ? kTopP[uniform_int(rng, 0, 8)] : static_cast<float>(uniform01(rng) * 0.99 + 0.005);
+  if (transforms & 4) o.min_p = coin(rng, 0.7) ? kMinP[uniform_int(rng, 0, 5)] : static_cast<float>(uniform01(rng));
+  std::ostringstream s;
+  s << ", t " << o.temperature << " k " << o.top_k << " p " << o.top_p << " min_p " << o.min_p;
+  kind += s.str();
+  return o;
+}
+
+// The CPU's distribution and draw for the row (refused: it threw).
+void reference(Row& r) {
+  r.probs.assign(r.logits.size(), 0.0f);
+  try {
+    make_sampler(r.options)->distribution(r.logits, r.probs);
+  } catch (const SpeculaError&) {
+    r.refused = true;
+    return;
+  }
+  r.token = inverse_cdf(r.probs, r.u);
+}
+
+// The CPU's prefix sums of probs in token order (inverse_cdf's) and their lane_sum total.
+std::vector<double> cdf(const std::vector<float>& probs, double& total) {
+  total = lane_sum(std::span<const float>(probs));
+  std::vector<double> c(probs.size());
+  double cumulative = 0.0;
+  for (std::size_t i = 0; i < probs.size(); ++i) c[i] = cumulative += probs[i] > 0.0f ? probs[i] : 0.0f;
+  return c;
+}
+
+// A uniform: random, 0, or on / beside the CPU's CDF boundary after a random token of the support.
+double random_uniform(Rng& rng, Row& r) {
+  const int kind = uniform_int(rng, 0, 9);
+  if (kind == 0) return 0.0;
+  if (kind >= 5 || r.refused) return uniform01(rng);
+  double total = 0.0;
+  const std::vector<double> c = cdf(r.probs, total);
+  std::vector<int> support;
+  for (std::size_t i = 0; i < r.probs.size(); ++i)
+    if (r.probs[i] > 0.0f) support.push_back(static_cast<int>(i));
+  if (support.size() < 2) return uniform01(rng);
+  const double u = c[support[uniform_int(rng, 0, static_cast<int>(support.size()) - 2)]] / total;
+  r.placed = true;
+  const double moved = kind == 1 ? std::nextafter(u, 0.0) : kind == 2 ? std::nextafter(u, 1.0) : u;
+  return std::clamp(moved, 0.0, std::nextafter(1.0, 0.0));
+}
+
+// True when every token whose support membership differs between `cpu` and `device` sits at
+// the row's top-p boundary: its mass-before, in candidate order over the CPU's numerators,
+// within kMassBound * mass of p * mass but not equal to it (long double sums).
+bool top_p_boundary(const Row& r, const std::vector<float>& device) {
+  const SamplingOptions& o = r.options;
+  if (o.temperature == 0.0f || o.top_p >= 1.0f) return false;
+  const int vocab = static_cast<int>(r.logits.size());
+  std::vector<float> s(vocab);
+  for (int i = 0; i < vocab; ++i) s[i] = r.logits[i] / o.temperature;
+  const float top = *std::max_element(s.begin(), s.end());
+  std::vector<int> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
+  int candidates = vocab;
+  if (o.top_k > 0 && o.top_k < vocab) {
+    const float kth = s[order[o.top_k - 1]];
+    candidates = static_cast<int>(std::count_if(s.begin(), s.end(), [&](float v) { return v >= kth; }));
+  }
+  long double mass = 0.0L;
+  for (int r_ = 0; r_ < candidates; ++r_) mass += exp_nonpositive(s[order[r_]] - top);
+  const long double limit = static_cast<long double>(o.top_p) * mass;
+  long double before = 0.0L;
+  std::vector<long double> mass_before(vocab, -1.0L);
+  for (int r_ = 0; r_ < candidates; ++r_) {
+    mass_before[order[r_]] = before;
+    before += exp_nonpositive(s[order[r_]] - top);
+  }
+  for (int i = 0; i < vocab; ++i) {
+    if ((r.probs[i] > 0.0f) == (device[i] > 0.0f)) continue;
+    const long double b = mass_before[i];
+    if (b < 0.0L || b == limit || std::fabs(b - limit) > kMassBound * mass) return false;
+  }
+  return true;
+}
+
+// True when u * total lies within kDrawBound * total of a CPU CDF boundary between tokens a and b.
+bool draw_boundary(const Row& r, int a, int b) {
+  if (a < 0 || b < 0) return false;
+  double total = 0.0;
+  const std::vector<double> c = cdf(r.probs, total);
+  const double target = r.u * total;
+  for (int i = std::min(a, b); i < std::max(a, b); ++i)
+    if (std::fabs(c[i] - target) <= kDrawBound * total) return true;
+  return false;
+}
+
+std::string describe(const Row& r, const std::vector<float>& device, int token) {
+  std::ostringstream s;
+  s << r.kind << ", vocab " << r.logits.size() << ", u " << r.u << "; cpu token " << r.token << " device token "
+    << token;
+  if (r.logits.size() <= 64) {
+    s << "; logits";
+    for (float v : r.logits) s << ' ' << v;
+  }
+  int shown = 0;
+  for (std::size_t i = 0; i < device.size() && shown < 12; ++i)
+    if (r.probs[i] != device[i]) s << "; [" << i << "] cpu " << r.probs[i] << " device " << device[i], ++shown;
+  return s.str();
+}
+
+}  // namespace
+
+TEST_CASE("cuda kernels: sampling matches sampling/'s chain and draw", "[gpu]") {
+  if (cuda_device_count() == 0) {
+    WARN("skipped: no GPU (" << cuda_unavailable_reason() << ")");
+    return;
+  }
+  // Rows per vocabulary (fewer under the sanitizers); one launch per vocabulary.
+  const std::vector<std::pair<int, int>> plan =
+      test::kSanitized ? std::vector<std::pair<int, int>>{{1, 50}, {2, 200}, {7, 300}, {64, 300},
+                                                          {1000, 60}, {4096, 20}}
+                       : std::vector<std::pair<int, int>>{{1, 300}, {2, 1000}, {7, 2000}, {64, 2000},
+                                                          {1000, 500}, {4096, 300}, {32000, 8}};
+  Rng rng(3801);
+  const auto start = std::chrono::steady_clock::now();
+  int rows = 0, refused = 0, greedy = 0, mismatches = 0, support_at_boundary = 0, draws_at_boundary = 0;
+  int cut_rows = 0, draws_compared = 0, placed_draws = 0, placed_at_boundary = 0;
+  double worst_relative = 0.0;
+  for (const auto& [vocab, count] : plan) {
+    std::vector<Row> batch(count);
+    cuda::harness::SamplingBatch in;
+    in.vocab = vocab;
+    for (Row& r : batch) {
+      r.logits = random_logits(rng, vocab, r.kind);
+      r.options = random_options(rng, vocab, r.kind);
+      reference(r);
+      r.u = random_uniform(rng, r);
+      if (!r.refused) r.token = inverse_cdf(r.probs, r.u);
+      in.logits.insert(in.logits.end(), r.logits.begin(), r.logits.end());
+      in.temperature.push_back(r.options.temperature);
+      in.top_k.push_back(r.options.top_k);
+      in.top_p.push_back(r.options.top_p);
+      in.min_p.push_back(r.options.min_p);
+      in.uniforms.push_back(r.u);
+    }
+    const cuda::harness::SampledRows out = cuda::harness::sample(in);
+    if (vocab == 64) {
+      // Without uniforms: the same probabilities, tokens for greedy rows only (-1 for a
+      // refused one), sampled rows' tokens left unwritten (the harness's -1 poison).
+      cuda::harness::SamplingBatch no_draws = in;
+      no_draws.uniforms.clear();
+      const cuda::harness::SampledRows alone = cuda::harness::sample(no_draws);
+      CHECK(std::equal(alone.probs.begin(), alone.probs.end(), out.probs.begin(), out.probs.end(),
+                       [](float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); }));
+      int wrong_tokens = 0;
+      for (int i = 0; i < count; ++i)
+        wrong_tokens += alone.tokens[i] != (batch[i].options.temperature == 0.0f ? out.tokens[i] : -1);
+      CHECK(wrong_tokens == 0);
+    }
+    for (int i = 0; i < count; ++i) {
+      const Row& r = batch[i];
+      const std::vector<float> device(out.probs.begin() + static_cast<std::ptrdiff_t>(i) * vocab,
+                                      out.probs.begin() + static_cast<std::ptrdiff_t>(i + 1) * vocab);
+      const int token = out.tokens[i];
+      ++rows;
+      greedy += r.options.temperature == 0.0f;
+      auto fail = [&](const char* what) {
+        if (++mismatches <= 5) {
+          INFO(what << ": " << describe(r, device, token));
+          CHECK(false);
+        }
+      };
+      const bool all_nan = std::all_of(device.begin(), device.end(), [](float v) { return std::isnan(v); });
+      if (r.refused) {
+        ++refused;
+        if (!all_nan || token != -1) fail("the CPU refuses the row");
+        continue;
+      }
+      if (std::any_of(device.begin(), device.end(), [](float v) { return std::isnan(v) || v < 0.0f; }) || token < 0) {
+        fail("the device refused a row the CPU accepts");
+        continue;
+      }
+      const int support =
+          static_cast<int>(std::count_if(r.probs.begin(), r.probs.end(), [](float v) { return v > 0.0f; }));
+      cut_rows += support < vocab;
+      bool same_support = true;
+      for (int v = 0; v < vocab; ++v) same_support = same_support && (r.probs[v] > 0.0f) == (device[v] > 0.0f);
+      if (!same_support) {
+        if (top_p_boundary(r, device))
+          ++support_at_boundary;
+        else
+          fail("support differs");
+        continue;
+      }
+      for (int v = 0; v < vocab; ++v) {
+        if (r.probs[v] == 0.0f) continue;
+        const double difference = std::fabs(double(device[v]) - double(r.probs[v]));
+        if (r.probs[v] >= std::numeric_limits<float>::min())
+          worst_relative = std::max(worst_relative, difference / r.probs[v]);
+        if (difference > kProbBound * r.probs[v] + std::numeric_limits<float>::denorm_min()) {
+          fail("probability beyond the bound");
+          break;
+        }
+      }
+      ++draws_compared;
+      placed_draws += r.placed;
+      if (token != r.token) {
+        if (!draw_boundary(r, token, r.token))
+          fail("draw differs");
+        else if (r.placed)
+          ++placed_at_boundary;
+        else
+          ++draws_at_boundary;
+      }
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  WARN("sampling: " << rows << " rows (" << greedy << " greedy, " << refused << " refused, " << cut_rows
+                    << " with a support smaller than the vocabulary), " << mismatches << " mismatches; "
+                    << support_at_boundary << " supports differing at a top-p boundary; "
+                    << "draws differing at a CDF boundary: "
+                    << draws_at_boundary << " of " << draws_compared - placed_draws << " random uniforms, "
+                    << placed_at_boundary << " of " << placed_draws << " placed on one; worst probability "
+                    << worst_relative << " relative; " << seconds << " s"
+                    << (host_execution() ? " (host execution)" : ""));
+  CHECK(mismatches == 0);
+  CHECK(support_at_boundary <= rows / 100);
+  CHECK(draws_at_boundary <= (draws_compared - placed_draws) / 100);
+  CHECK(refused > 0);
+  CHECK(greedy > 0);
+  CHECK(cut_rows > rows / 4);
+}
+
+}  // namespace specula
