@@ -27,6 +27,7 @@ TokenLogprob token_logprob(LogprobSource source, std::span<const float> row, int
     return x > 0 ? std::log(x) : -std::numeric_limits<double>::infinity();
   };
   TokenLogprob out{token, log_of(token), {}};
+  if (top_n == 0) return out;
   std::vector<int> order(static_cast<std::size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
   const int n = std::min(top_n, vocab);

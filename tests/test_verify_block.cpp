@@ -5,13 +5,10 @@
 // uniforms it passes the chi-square losslessness test of test_verify_lossless.cpp (and the
 // planted bug fails it); with one-hot target rows it is greedy verification.
 //
-// Power of the chi-square section (the experiment of test_verify_lossless.cpp with 100000
-// samples; first three tokens jointly with the prompt, df 165, critical value 226.9 at alpha
-// 1e-3): the planted bug shifts the cells by lambda = N * sum (b - e)^2 / e = 598, b measured
-// with 4e6 samples of the broken verifier; the statistic's mean is then 763, 10 standard
-// deviations (sd = sqrt(2 (df + 2 lambda)) = 52) above the critical value: a miss has
-// probability < 1e-20 by the normal approximation, and Chebyshev's bound alone gives power
-// > 0.99. (The first token cannot see this bug: keep_0 = 1, so its residual is token-level's.)
+// The chi-square section is test_verify_lossless.cpp's experiment with 10^5 samples at alpha
+// 1e-3, judged on the first three tokens jointly with the prompt (the first token alone cannot
+// see the planted bug: keep_0 = 1, so its residual is token-level's). Its power against the
+// planted bug is in docs/measurements.md ("Power of the block-verification test").
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <vector>

@@ -49,11 +49,12 @@ __device__ double lane_sum(const T* values, int size) {
 
 // Residual::sample's scan: the smallest token whose prefix sum of positive weights (in token
 // order) exceeds target, else the last token of positive weight, -1 if none. One thread.
-__device__ int sample_scan(const double* weights, int vocab, double target) {
+template <class T>
+__device__ int sample_scan(const T* weights, int vocab, double target) {
   double cumulative = 0.0;
   int chosen = -1;
   for (int v = 0; v < vocab; ++v) {
-    const double w = weights[v];
+    const double w = static_cast<double>(weights[v]);
     if (w <= 0.0) continue;
     cumulative = __dadd_rn(cumulative, w);
     chosen = v;
@@ -66,17 +67,7 @@ __device__ int sample_scan(const double* weights, int vocab, double target) {
 __device__ int sample_row(const float* row, int vocab, double u) {
   const double total = lane_sum(row, vocab);
   if (total <= 0.0) return -1;
-  const double target = __dmul_rn(u, total);
-  double cumulative = 0.0;
-  int chosen = -1;
-  for (int v = 0; v < vocab; ++v) {
-    const double w = static_cast<double>(row[v]);
-    if (w <= 0.0) continue;
-    cumulative = __dadd_rn(cumulative, w);
-    chosen = v;
-    if (!(cumulative <= target)) break;
-  }
-  return chosen;
+  return sample_scan(row, vocab, __dmul_rn(u, total));
 }
 
 // Writes the path root-down to `last` (-1: none) and its tokens, then `final_token`. One thread.
