@@ -12,21 +12,24 @@ namespace specula::cuda {
 namespace {
 
 constexpr int kAttentionThreads = 128;
+static_assert(kAttentionThreads / 32 <= kAttentionScratchFloats, "one reduction partial per warp");
 
 // ---- kernel ----
 
 // Equals cpu::attend_batch for one (row, head) (its reference: attend_batch_reference):
-// scores = scale * q . k_j, softmax over j, out = sum_j p_j v_j. Dynamic shared memory:
-// scores [keys_cap] f32, slots [keys_cap] int, q [head_dim] f32.
+// scores = scale * q . k_j, softmax over j, out = sum_j p_j v_j. Dynamic shared memory
+// (attention_smem_bytes): scores [keys_cap] f32, slots [keys_cap] int, q [head_dim] f32, the
+// block reductions' partials [kAttentionScratchFloats] f32. No static shared memory: the
+// dynamic limit prepare_attention sets is the device's whole opt-in limit.
 template <class T>
 __global__ void attention_kernel(const float* q, int q_stride, const RowDesc* rows, const int* pages_list,
                                  const int* mask, int num_heads, int num_kv_heads, int head_dim, int keys_cap,
                                  const T* layer_pages, int block_size, int kv_dim, float scale, float* out) {
   SPECULA_DYNAMIC_SHARED(float, smem);
-  __shared__ float partial[kAttentionThreads / 32];
   float* scores = smem;
   int* slots = reinterpret_cast<int*>(smem + keys_cap);
   float* qh = smem + 2 * static_cast<std::size_t>(keys_cap);
+  float* partial = qh + head_dim;
 
   const int r = blockIdx.x, h = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

@@ -10,10 +10,14 @@
 
 namespace specula::cuda {
 
+// A failed call's error is also the runtime's last error: it is cleared here, so that the next
+// launch's check does not report it again.
 inline void check_cuda(cudaError_t err, const char* call, const char* file, int line) {
-  if (err != cudaSuccess)
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
     throw SpeculaError(detail::concat("CUDA error at ", file, ":", line, ": ", call, ": ", cudaGetErrorName(err), " (",
                                       cudaGetErrorString(err), ")"));
+  }
 }
 
 inline void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {

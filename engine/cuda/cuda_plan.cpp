@@ -196,7 +196,7 @@ bool graph_eligible(const GraphKey& key, const CudaOptions& options) {
 
 std::size_t attention_smem_bytes(int keys_cap, int head_dim) {
   return static_cast<std::size_t>(keys_cap) * (sizeof(float) + sizeof(std::int32_t)) +
-         static_cast<std::size_t>(head_dim) * sizeof(float);
+         static_cast<std::size_t>(head_dim + kAttentionScratchFloats) * sizeof(float);
 }
 
 int keys_capacity(int max_keys) {
@@ -205,7 +205,8 @@ int keys_capacity(int max_keys) {
 }
 
 int max_attention_keys(std::size_t max_shared_bytes, int head_dim) {
-  const std::size_t per_key = sizeof(float) + sizeof(std::int32_t), head = static_cast<std::size_t>(head_dim) * sizeof(float);
+  const std::size_t per_key = sizeof(float) + sizeof(std::int32_t),
+                    head = static_cast<std::size_t>(head_dim + kAttentionScratchFloats) * sizeof(float);
   if (max_shared_bytes < head + 256 * per_key) return 0;
   const int fits = static_cast<int>((max_shared_bytes - head) / per_key);
   return fits <= kKeysStep ? static_cast<int>(std::bit_floor(static_cast<unsigned>(fits))) : fits / kKeysStep * kKeysStep;

@@ -156,7 +156,10 @@ StepUpload pack_step(const RaggedBatch& batch, const KvPlan& plan, int window, c
 // never captured) and graphs on.
 bool graph_eligible(const GraphKey& key, const CudaOptions& options);
 
-// Shared memory of one attention block: scores and slots of keys_cap keys, the query head.
+// Floats of an attention block's reduction scratch: one partial per warp, at most 32 warps.
+inline constexpr int kAttentionScratchFloats = 32;
+// Shared memory of one attention block: scores and slots of keys_cap keys, the query head, the
+// reduction scratch.
 std::size_t attention_smem_bytes(int keys_cap, int head_dim);
 // The key capacity a step whose rows see at most `max_keys` keys is planned for: a power of two
 // from 256 to kKeysStep, then a multiple of kKeysStep (few graph keys, little shared memory lost).
