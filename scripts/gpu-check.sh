@@ -2,8 +2,14 @@
 # The CUDA backend's proof on a GPU machine, in two calls of under 5 minutes each (so that both fit
 # in 15 minutes of device time with room to rerun one):
 #   scripts/gpu-check.sh tests [BUNDLE.tar.gz | BUILD_DIR]
-#     the [gpu] tests, then compute-sanitizer memcheck and racecheck over the `cuda kernels:*`
-#     test cases (GPU_CHECK_SANITIZE_FILTER, a Catch2 test spec, narrows or widens them);
+#     the [gpu] tests, then compute-sanitizer memcheck over the `cuda kernels:*` test cases
+#     (GPU_CHECK_SANITIZE_FILTER, a Catch2 test spec, narrows or widens them) and racecheck over
+#     our kernels in those cases but the matrix products' (GPU_CHECK_RACECHECK_FILTER,
+#     GPU_CHECK_RACECHECK_KERNELS);
+#   scripts/gpu-check.sh speculation [BUNDLE.tar.gz | BUILD_DIR]
+#     configs/gpu-speedup.toml through the experiment runner (plain against chains, trees and
+#     n-grams on the CUDA backend, greedy): every greedy request must emit plain decoding's
+#     tokens; a table of tok/s and speedups;
 #   scripts/gpu-check.sh bench [BUNDLE.tar.gz | BUILD_DIR]
 #     a random TinyLlama-1.1B-shape checkpoint, then bench_cuda one row at a time, each under its
 #     own timeout within the call's budget (copy bandwidth, decode tokens/s at batch 1/8/16/32 for
@@ -22,7 +28,8 @@
 # the last line says which steps failed and why.
 # scripts/gpu-check.sh verdict KIND ARGS...: the verdicts alone, on recorded outputs, with no GPU
 # (tests/check_gpu_check.sh); KIND ARGS: tests XML EXPECTED_CASES RC |
-# sanitizer TOOL LOG XML EXPECTED_CASES RC | bench ROWS_DIR [MERGED_JSON].
+# sanitizer TOOL LOG XML EXPECTED_CASES RC | bench ROWS_DIR [MERGED_JSON] |
+# speculation RESULTS_JSONL EXPECTED_JOBS RC.
 set -uo pipefail
 t0=$(date +%s)
 : "${GPU_CHECK_TESTS_S:=150}"      # the [gpu] tests' timeout
@@ -30,8 +37,11 @@ t0=$(date +%s)
 : "${GPU_CHECK_BENCH_S:=240}"      # the bench call's budget, from its start
 : "${GPU_CHECK_ROW_S:=60}"         # one benchmark row's timeout
 : "${GPU_CHECK_ROW_MIN_S:=10}"     # a row starts only with this much of the budget left
+: "${GPU_CHECK_SPECULATION_S:=150}" # the speculation config's timeout
 : "${GPU_CHECK_CKPT:=/tmp/specula-tinyllama-1.1b}"  # the random 1.1B checkpoint's folder
 : "${GPU_CHECK_SANITIZE_FILTER:=cuda kernels:*}"
+: "${GPU_CHECK_RACECHECK_FILTER:=\"$GPU_CHECK_SANITIZE_FILTER\"~\"cuda kernels: the matrix*\"}"
+: "${GPU_CHECK_RACECHECK_KERNELS=specula}"  # racecheck's kernels: mangled names holding this (empty: all)
 say() { echo "gpu-check: $*"; }
 die() { echo "gpu-check: error: $*" >&2; exit 2; }
 elapsed() { echo $(( $(date +%s) - t0 )); }
@@ -214,18 +224,67 @@ def bench(d, merged=None):
     print(f"bench: passed: {finished} of {len(expected)} rows finished")
     return 0
 
+def speculation(path, expected, rc):
+    """Greedy speculative runs emit plain decoding's tokens; the table of tok/s and speedups."""
+    rc, expected = int(rc), int(expected)
+    jobs = []
+    try:
+        for line in open(path):
+            if line.strip():
+                jobs.append(json.loads(line))
+    except (OSError, ValueError) as e:
+        jobs = jobs if isinstance(e, ValueError) else []
+    plain, rates, baseline_of = {}, {}, {}
+    for j in jobs:
+        rates.setdefault(j["run"], []).append(j["stats"]["throughput_tokens_per_s"])
+        baseline_of[j["run"]] = (j["label"], j["baseline"])
+        if j["baseline"] == "":
+            for r in j["requests"]:
+                plain.setdefault((j["run"], r["prompt_id"]), r["ids"])
+    compared, differ = 0, []
+    for j in jobs:
+        if j["baseline"] == "" or j["settings"]["sampling"]["strategy"] != "greedy":
+            continue
+        for r in j["requests"]:
+            want = plain.get((j["baseline"], r["prompt_id"]))
+            if want is None:
+                continue
+            compared += 1
+            if r["ids"] != want:
+                differ.append(f'{j["label"]}, {r["prompt_id"]}')
+    print(f"{'run':<56} {'tok/s':>9} {'speedup':>8}")
+    for run, v in rates.items():
+        label, base = baseline_of[run]
+        tps = statistics.median(v)
+        ratio = f"{tps / statistics.median(rates[base]):7.2f}x" if base in rates else ""
+        print(f"{label:<56} {tps:>9.0f} {ratio:>8}")
+    problems = []
+    if len(jobs) < expected:
+        problems.append(f"{len(jobs)} of {expected} jobs ran" + (f" ({rc_text(rc)})" if rc else ""))
+    elif rc:
+        problems.append(rc_text(rc))
+    if not compared:
+        problems.append("no greedy request had a plain run to compare with")
+    if differ:
+        problems.append(f"{len(differ)} of {compared} greedy requests differ from plain decoding ({differ[0]})")
+    if problems:
+        print(f"speculation: FAILED: {'; '.join(problems)}")
+        return 1
+    print(f"speculation: passed: {len(jobs)} jobs ran; {compared} greedy requests equal plain decoding's tokens")
+    return 0
+
 kind, args = sys.argv[1], sys.argv[2:]
-sys.exit({"tests": tests, "sanitizer": sanitizer, "bench": bench}[kind](*args))
+sys.exit({"tests": tests, "sanitizer": sanitizer, "bench": bench, "speculation": speculation}[kind](*args))
 PY
 verdict() { python3 -c "$verdict_py" "$@"; }
 
 mode=${1:-}
 case "$mode" in
   verdict)
-    case "${2:-}" in tests|sanitizer|bench) shift; verdict "$@"; exit $? ;; esac
-    die "usage: scripts/gpu-check.sh verdict tests|sanitizer|bench ARGS..." ;;
-  tests|bench) ;;
-  *) die "usage: scripts/gpu-check.sh tests|bench [BUNDLE.tar.gz | BUILD_DIR]" ;;
+    case "${2:-}" in tests|sanitizer|bench|speculation) shift; verdict "$@"; exit $? ;; esac
+    die "usage: scripts/gpu-check.sh verdict tests|sanitizer|bench|speculation ARGS..." ;;
+  tests|bench|speculation) ;;
+  *) die "usage: scripts/gpu-check.sh tests|bench|speculation [BUNDLE.tar.gz | BUILD_DIR]" ;;
 esac
 # A path given relative to where the script was called from.
 src=${2:-gpu-bundle.tar.gz}
@@ -321,7 +380,6 @@ if [ "$mode" = tests ]; then
            /opt/nvidia/*/compute-sanitizer/compute-sanitizer; do
     [ -n "$c" ] && [ -x "$c" ] && { san=$c; break; }
   done
-  n_kernels=$("$tests" --list-test-names-only "$GPU_CHECK_SANITIZE_FILTER" | grep -c .)
   for tool in memcheck racecheck; do
     if [ $tests_state -eq 3 ]; then
       echo "$tool: FAILED: not run (every [gpu] test case skipped)" > "$tmp/v"
@@ -332,13 +390,35 @@ if [ "$mode" = tests ]; then
       record "$tmp/v" 1
       continue
     fi
-    say "$tool: $san over '$GPU_CHECK_SANITIZE_FILTER' ($n_kernels test cases)"
-    timeout -k 10 "$GPU_CHECK_SANITIZER_S" "$san" --tool "$tool" --error-exitcode 1 \
-      "$tests" "$GPU_CHECK_SANITIZE_FILTER" -r xml -d yes -o "$out/$tool.xml" > "$out/$tool.log" 2>&1
+    # racecheck watches our kernels only, over its own test cases: the libraries' kernels
+    # (cuBLASLt's wgmma and bulk-copy kernels) order shared memory by means racecheck does not
+    # model, and stop it with an internal error in the matrix-products case, whose kernels of
+    # ours use no shared memory.
+    spec=$GPU_CHECK_SANITIZE_FILTER only=()
+    if [ "$tool" = racecheck ]; then
+      spec=$GPU_CHECK_RACECHECK_FILTER
+      [ -n "$GPU_CHECK_RACECHECK_KERNELS" ] && only=(--kernel-name "kns=$GPU_CHECK_RACECHECK_KERNELS")
+    fi
+    n_kernels=$("$tests" --list-test-names-only "$spec" | grep -c .)
+    say "$tool: $san ${only[*]} over '$spec' ($n_kernels test cases)"
+    timeout -k 10 "$GPU_CHECK_SANITIZER_S" "$san" --tool "$tool" "${only[@]}" --error-exitcode 1 \
+      "$tests" "$spec" -r xml -d yes -o "$out/$tool.xml" > "$out/$tool.log" 2>&1
     verdict sanitizer "$tool" "$out/$tool.log" "$out/$tool.xml" "$n_kernels" $? > "$tmp/v"
     record "$tmp/v" $?
     say "$tool done ($(elapsed) s)"
   done
+  finish
+fi
+
+if [ "$mode" = speculation ]; then
+  # 2. The speculation config through the experiment runner, greedy outputs against plain's.
+  config=configs/gpu-speedup.toml
+  jobs=$("$specula" run "$config" --out "$tmp/spec" --dry-run 2>&1 | sed -n 's/^jobs: \([0-9]*\),.*/\1/p')
+  timeout -k 10 "$GPU_CHECK_SPECULATION_S" "$specula" run "$config" --out "$tmp/spec" --quiet > "$out/speculation.log" 2>&1
+  rc=$?
+  cp "$tmp/spec/results.jsonl" "$tmp/spec/summary.md" "$out/" 2>/dev/null
+  verdict speculation "$out/results.jsonl" "${jobs:-0}" $rc > "$tmp/v"
+  record "$tmp/v" $?
   finish
 fi
 

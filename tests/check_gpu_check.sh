@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh without a GPU: its verdicts on recorded outputs (tests/data/gpu-check/:
-# catch2-no-gpu.xml and bench-no-gpu/row-0.json are real runs without a GPU, the rest are written
-# in the same formats), then both calls end to end over stand-in binaries and compute-sanitizer
+# catch2-no-gpu.xml and bench-no-gpu/row-0.json are real runs without a GPU, speculation-results.jsonl
+# two CPU runs' results cut to the fields read, the rest are written in the same formats), then both calls end to end over stand-in binaries and compute-sanitizer
 # (passing, with a skipped test case, with sanitizer errors, with a benchmark row past its
 # timeout, with the budget spent, stopped by a signal), then, when BUILD_DIR holds the CUDA
 # module, both calls over the real binaries, which must fail with the reason.
@@ -62,6 +62,12 @@ expect "bench, budget spent" 1 'FAILED: 2 of 3 rows finished; 1 rows not run \(t
   v bench "$work/cut"
 sed -i '2s/\t0\t3$/\t124\t60/' "$work/cut/rows.tsv" && rm "$work/cut/row-1.json"
 expect "bench, a row timed out" 1 'FAILED: 1 of 3 rows finished; BM_Decode/draft-1m/8: timed out after 60 s' v bench "$work/cut"
+spec=$data/speculation-results.jsonl
+expect "speculation, greedy equal" 0 '^speculation: passed: 2 jobs ran; 2 greedy requests equal plain' v speculation "$spec" 2 0
+expect "speculation, jobs missing" 1 '^speculation: FAILED: 2 of 3 jobs ran \(timed out\)' v speculation "$spec" 3 124
+sed '2s/"ids": \[260, /"ids": [261, /' "$spec" > "$work/spec.jsonl"
+expect "speculation, a token differs" 1 'FAILED: 1 of 2 greedy requests differ from plain decoding \(draft-1m' \
+  v speculation "$work/spec.jsonl" 2 0
 
 # 2. Both calls end to end over stand-ins: a build folder of scripts that write what the real
 # binaries write, compute-sanitizer and nvidia-smi on PATH.
@@ -84,7 +90,12 @@ spec = args[1] if args[0] == "--list-test-names-only" else args[0]
 src = "$data/catch2-no-gpu.xml" if os.environ.get("FAKE_SKIP") else "$data/catch2-passed.xml"
 text = open(src).read()
 cases = re.findall(r'    <TestCase name="([^"]*)".*?</TestCase>\n', text, re.S)
-keep = lambda n: spec == "[gpu]" or (spec.endswith("*") and n.startswith(spec[:-1]))
+def pattern(p):  # a name, or a prefix ending in *, quoted or not
+    p = p.strip('"')
+    return (lambda n: n.startswith(p[:-1])) if p.endswith("*") else (lambda n: n == p)
+include, _, exclude = spec.partition("~")
+inc, exc = pattern(include), pattern(exclude) if exclude else (lambda n: False)
+keep = lambda n: spec == "[gpu]" or (inc(n) and not exc(n))
 if args[0] == "--list-test-names-only":
     print("\n".join(n for n in cases if keep(n)))
     sys.exit(0)
@@ -127,7 +138,15 @@ EOF
 # compute-sanitizer: runs the program, then its summary (FAKE_SANITIZER_ERRORS: that many errors).
 cat > "$fakebin/compute-sanitizer" <<'EOF'
 #!/bin/sh
-tool=$2; shift 4
+tool=memcheck
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tool) tool=$2; shift 2 ;;
+    --kernel-name) echo "========= checking kernels $2"; shift 2 ;;
+    --error-exitcode) shift 2 ;;
+    *) break ;;
+  esac
+done
 echo "========= COMPUTE-SANITIZER"
 "$@"; rc=$?
 n=${FAKE_SANITIZER_ERRORS:-0}
@@ -138,8 +157,10 @@ exit $rc
 EOF
 chmod +x "$fake/tests/specula_tests" "$fake/cli/specula" "$fake/bench/bench_cuda" "$fake/engine/cuda/libspecula_cuda.so" "$fakebin"/*
 run() { env PATH="$fakebin:$PATH" OUT="$work/out" GPU_CHECK_CKPT="$work/ckpt" "$@"; }
-expect "tests call, passing" 0 '^gpu-check: tests: passed in [0-9]+ s: \[gpu\] tests: passed: 7 test cases ran.*memcheck: passed.*racecheck: passed' \
+expect "tests call, passing" 0 '^gpu-check: tests: passed in [0-9]+ s: \[gpu\] tests: passed: 7 test cases ran.*memcheck: passed: 0 errors; 4 test cases.*racecheck: passed: 0 errors; 3 test cases' \
   run "$check" tests "$fake"
+expect "racecheck watches our kernels only" 0 '^========= checking kernels kns=specula$' \
+  grep "checking kernels" "$work/out/tests/racecheck.log"
 expect "tests call, skipped" 1 '^gpu-check: tests: FAILED in [0-9]+ s: \[gpu\] tests: FAILED: 7 of 7 test cases skipped.*memcheck: FAILED: not run' \
   run FAKE_SKIP=1 "$check" tests "$fake"
 expect "tests call, sanitizer errors" 1 '^gpu-check: tests: FAILED .*memcheck: FAILED: 1 errors reported.*racecheck: FAILED: 1 errors' \

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "base/error.h"
+#include "engine/cuda/device.h"
 #include "experiments/config.h"
 #include "experiments/plan.h"
 #include "tests/test_experiments_support.h"
@@ -60,6 +61,24 @@ TEST_CASE("shipped configs load, and their resolved form loads to the same runs"
     REQUIRE(a.runs.size() == b.runs.size());
     for (std::size_t i = 0; i < a.runs.size(); ++i) CHECK(a.runs[i].info.id == b.runs[i].info.id);
     CHECK(again.base.output.directory == c.base.output.directory);
+  }
+}
+
+TEST_CASE("the shipped GPU config loads where a GPU is and is refused naming run.backend where none is",
+          "[experiments]") {
+  const std::string file = source_path("configs/gpu-speedup.toml");
+  if (cuda_device_count() > 0) {
+    const ExperimentConfig c = load_config(file);
+    CHECK(c.grid.size() == 18);
+    CHECK(c.prompts.size() == 16);
+    CHECK(make_plan(c).runs.size() == 20);
+    return;
+  }
+  try {
+    load_config(file);
+    FAIL("accepted without a GPU: " << file);
+  } catch (const SpeculaError& e) {
+    CHECK_THAT(e.what(), Contains(file) && Contains("run.backend cuda: no usable GPU"));
   }
 }
 
