@@ -31,6 +31,28 @@ std::vector<int> parse_int_list(const std::string& text, const char* flag) {
   return out;
 }
 
+// --logit-bias ID:VALUE,ID:VALUE,...
+std::vector<std::pair<int, float>> parse_logit_bias(const std::string& text) {
+  std::vector<std::pair<int, float>> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    const std::size_t colon = item.find(':');
+    try {
+      SPECULA_CHECK(colon != std::string::npos, "--logit-bias: '", item, "' is not ID:VALUE");
+      std::size_t used_id = 0, used_value = 0;
+      const std::string id = item.substr(0, colon), value = item.substr(colon + 1);
+      const int token = std::stoi(id, &used_id);
+      const float bias = std::stof(value, &used_value);
+      SPECULA_CHECK(used_id == id.size() && used_value == value.size(), "--logit-bias: '", item, "' is not ID:VALUE");
+      out.emplace_back(token, bias);
+    } catch (const std::logic_error&) {
+      throw SpeculaError(detail::concat("--logit-bias: '", item, "' is not ID:VALUE"));
+    }
+  }
+  SPECULA_CHECK(!out.empty(), "--logit-bias: expected ID:VALUE,ID:VALUE,...");
+  return out;
+}
+
 // "64 tokens · prefill 1200 tok/s · decode 310.5 tok/s · 0.26 s · τ 2.31 · acceptance 0.66".
 std::string stats_line(const nlohmann::json& stats) {
   char out[256];
@@ -83,6 +105,20 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_option("--min-p", s.min_p, "Drop tokens below min-p x the top probability (0 = off)")->default_val(0.0f);
   cmd_->add_option("--beam-width", s.beam_width, "Beam width")->default_val(4);
   cmd_->add_option("--length-penalty", s.length_penalty, "Beam score = log-prob / length^alpha")->default_val(1.0f);
+  LogitControls& c = options_.controls;
+  cmd_->add_option("--repetition-penalty", c.repetition_penalty,
+                   "Hugging Face's: logits of tokens in prompt + output divided (positive) or multiplied (negative) by it (1 = off)")
+      ->default_val(1.0f);
+  cmd_->add_option("--frequency-penalty", c.frequency_penalty, "OpenAI's: minus this x each token's count in the output (0 = off)")
+      ->default_val(0.0f);
+  cmd_->add_option("--presence-penalty", c.presence_penalty, "OpenAI's: minus this for each token present in the output (0 = off)")
+      ->default_val(0.0f);
+  cmd_->add_option("--no-repeat-ngram-size", c.no_repeat_ngram_size, "Never repeat an n-gram of this size (0 = off)")
+      ->default_val(0);
+  cmd_->add_option("--logit-bias", logit_bias_, "Added to tokens' logits: ID:VALUE,ID:VALUE,...");
+  cmd_->add_option("--banned-tokens", banned_tokens_, "Token ids never generated, comma-separated");
+  cmd_->add_option("--min-new-tokens", c.min_new_tokens, "No end-of-sequence token before this many new tokens")
+      ->default_val(0);
   cmd_->add_option("--seed", options_.seed, "Seed of the per-sample random streams")
       ->default_val(0)
       ->check(CLI::Validator(  // unsigned: CLI11 alone would wrap -1 to 2^64 - 1
@@ -168,6 +204,8 @@ int GenerateCommand::run() {
     d.method = d.model_dir.empty() ? DraftMethod::kNone : DraftMethod::kModel;
   }
   if (!tree_.empty()) d.tree = parse_int_list(tree_, "--tree");
+  if (!banned_tokens_.empty()) options_.controls.banned_tokens = parse_int_list(banned_tokens_, "--banned-tokens");
+  if (!logit_bias_.empty()) options_.controls.logit_bias = parse_logit_bias(logit_bias_);
   OptionNames names = cli_option_names();  // and which flags were given: one that does not apply is an error
   names.given = [this, flag = names.name](std::string_view key) {
     const CLI::Option* option = cmd_->get_option_no_throw(flag(key));

@@ -34,6 +34,7 @@ class GenerateCommand {
   int logprobs_ = 0;
   std::string logprobs_source_ = "raw";
   std::string tree_;
+  std::string logit_bias_, banned_tokens_;
   bool json_ = false;
 };
 

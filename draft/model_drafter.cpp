@@ -20,10 +20,11 @@ SiblingDraw draw_mode(bool stochastic, const TreeShape& shape) {
 }  // namespace
 
 ModelDrafter::ModelDrafter(const ForwardContext& draft, KvCache::SeqId seq, DistributionFn distribution,
-                           bool stochastic, TreeShape shape)
+                           bool stochastic, TreeShape shape, RowControls controls)
     : draft_(draft),
       seq_(seq),
       distribution_(std::move(distribution)),
+      controls_(controls),
       stochastic_(stochastic),
       shape_(std::move(shape)),
       gamma_(static_cast<int>(shape_.branching.size())) {
@@ -38,6 +39,7 @@ void ModelDrafter::start(std::span<const int> committed, DraftBound bound, Philo
   const int total = static_cast<int>(committed.size());
   assert(cached < total);
   rng_ = &rng;
+  committed_ = committed;
   max_depth_ = bound.max_depth;
   stop_below_ = bound.stop_below;
   siblings_ = bound.siblings;
@@ -68,6 +70,14 @@ void ModelDrafter::request_feed(int first, int last) {
   feeding_last_ = last;
 }
 
+void ModelDrafter::context_distribution(std::span<const float> logits, int context, std::span<float> q) {
+  if (!controls_.active()) return distribution_(logits, q);
+  edited_.assign(logits.begin(), logits.end());
+  proposal_.tree.path_tokens(context, path_);
+  controls_.apply(committed_, path_, edited_);
+  distribution_(edited_, q);
+}
+
 void ModelDrafter::forward_done(std::span<const float> logits) {
   assert(pending_);
   pending_.reset();
@@ -75,7 +85,7 @@ void ModelDrafter::forward_done(std::span<const float> logits) {
   const std::size_t v = static_cast<std::size_t>(vocab());
   if (phase_ == Phase::kCatchUp) {
     proposal_.q.resize(v);
-    distribution_(logits.first(v), proposal_.q);
+    context_distribution(logits.first(v), 0, proposal_.q);
     if (max_depth_ <= 0) {
       phase_ = Phase::kDone;
     } else if (shape_.dynamic_budget > 0) {
@@ -99,7 +109,8 @@ void ModelDrafter::forward_done(std::span<const float> logits) {
   // A feed: one q row per fed node, in node order.
   for (int i = 0; i < feeding_last_ - feeding_first_; ++i) {
     proposal_.q.resize(proposal_.q.size() + v);
-    distribution_(logits.subspan(static_cast<std::size_t>(i) * v, v), std::span(proposal_.q).last(v));
+    context_distribution(logits.subspan(static_cast<std::size_t>(i) * v, v), feeding_first_ + i + 1,
+                         std::span(proposal_.q).last(v));
   }
   fed_nodes_ = feeding_last_;
   if (phase_ == Phase::kStatic) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "draft/drafter.h"
+#include "sampling/logit_controls.h"
 
 namespace specula {
 
@@ -37,9 +38,10 @@ class ModelDrafter : public Drafter {
   // `seq` is this drafter's sequence in draft.cache (it owns it and frees it on destruction);
   // it holds a prefix of the committed tokens. `stochastic`: siblings are sampled from
   // `distribution` (chains i.i.d., static trees without replacement) and q is returned;
-  // otherwise proposals are the deterministic top-k of `distribution`.
+  // otherwise proposals are the deterministic top-k of `distribution`. `controls` edit each
+  // row over the committed tokens and the row's own path before `distribution` reads it.
   ModelDrafter(const ForwardContext& draft, KvCache::SeqId seq, DistributionFn distribution, bool stochastic,
-               TreeShape shape);
+               TreeShape shape, RowControls controls = {});
   ~ModelDrafter() override;
   ModelDrafter(const ModelDrafter&) = delete;
   ModelDrafter& operator=(const ModelDrafter&) = delete;
@@ -76,10 +78,13 @@ class ModelDrafter : public Drafter {
   // max_nodes_ nodes in all (0: no bound).
   void add_siblings();
   void push_children(int context, double base);
+  // q of `context` (0: the root, 1 + i: after node i) from its draft logits, edited by controls_.
+  void context_distribution(std::span<const float> logits, int context, std::span<float> q);
 
   ForwardContext draft_;
   KvCache::SeqId seq_;
   DistributionFn distribution_;
+  RowControls controls_;
   bool stochastic_;
   TreeShape shape_;
   int gamma_;                // current chain length (adaptive), else the branching depth
@@ -98,6 +103,9 @@ class ModelDrafter : public Drafter {
   int fed_nodes_ = 0;        // nodes fed to the draft (a prefix of node order)
   int feeding_first_ = 0, feeding_last_ = 0;  // the nodes of the pending feed
   Proposal proposal_;
+  std::span<const int> committed_;  // the tokens start() was given (valid until the proposal is taken)
+  std::vector<float> edited_;       // a row edited by controls_
+  std::vector<int> path_;           // a context's path tokens
   std::optional<SequenceRows> pending_;
   std::vector<int> pending_positions_;
   std::vector<int> branching_;      // static: the levels to grow

@@ -59,6 +59,7 @@ GenerateOptions request_options(const PointConfig& p) {
   o.threads = p.threads;
   o.backend = p.backend;
   o.sampling = p.sampling;
+  o.controls = p.controls;
   o.draft = p.draft;
   o.gamma_policy = p.gamma_policy;
   o.length_threshold = p.length_threshold;
@@ -98,6 +99,15 @@ nlohmann::json canonical_settings(const PointConfig& p) {
   }
   if (d.siblings != 0) settings["draft"]["siblings"] = d.siblings;
   if (p.verify_rule != VerifyRule::kToken) settings["verify"] = {{"rule", name_of(p.verify_rule)}};
+  const LogitControls& c = p.controls;
+  if (c.repetition_penalty != 1.0f) settings["sampling"]["repetition_penalty"] = as_written(c.repetition_penalty);
+  if (c.frequency_penalty != 0.0f) settings["sampling"]["frequency_penalty"] = as_written(c.frequency_penalty);
+  if (c.presence_penalty != 0.0f) settings["sampling"]["presence_penalty"] = as_written(c.presence_penalty);
+  if (c.no_repeat_ngram_size != 0) settings["sampling"]["no_repeat_ngram_size"] = c.no_repeat_ngram_size;
+  for (const auto& [token, bias] : c.logit_bias)
+    settings["sampling"]["logit_bias"].push_back(nlohmann::json::array({token, as_written(bias)}));
+  if (!c.banned_tokens.empty()) settings["sampling"]["banned_tokens"] = c.banned_tokens;
+  if (c.min_new_tokens != 0) settings["sampling"]["min_new_tokens"] = c.min_new_tokens;
   if (p.batch_size > 0) {
     settings["batch_size"] = p.batch_size;
     settings["request_rate"] = p.request_rate;

@@ -18,6 +18,7 @@
 
 #include "text/chat_template.h"
 #include "runtime/generate_options.h"
+#include "sampling/logit_controls.h"
 
 namespace specula {
 
@@ -40,6 +41,7 @@ struct PointConfig {
   DraftOptions draft;         // draft.method, path, gamma, tree, budget, adaptive, ngram_*
   std::string sampling_name;  // sampling.name, display only; "" = derived
   SamplingOptions sampling;
+  LogitControls controls;     // sampling.repetition_penalty, ..., sampling.min_new_tokens
   int max_new_tokens = 64;    // run.max_new_tokens
   int kv_block_size = 16;     // run.kv_block_size
   int kv_pool_blocks = 0;     // run.kv_pool_blocks: 0 = sized for the run

@@ -231,6 +231,31 @@ ConfigField int_list_field(std::string key, Ref ref, int64_t min, bool allow_emp
   return {key, sweepable, parse, write};
 }
 
+// An array of [token, value] pairs: token an integer >= 0, value a finite number.
+template <typename Ref>
+ConfigField logit_bias_field(std::string key, Ref ref) {
+  auto parse = [key, ref](const toml::node& n, const fs::path&) -> Assignment {
+    std::vector<std::pair<int, float>> v;
+    for (const toml::node& e : array_of(n, key)) {
+      const toml::array& pair = array_of(e, key + " element");
+      if (pair.size() != 2 || !pair[1].is_number())
+        config_error(e.source(), key + " elements must be [token, value], got " + render_value(e));
+      const int token = static_cast<int>(integer_at_least(pair[0], key + " token", 0));
+      const double value = pair[1].is_integer() ? static_cast<double>(pair[1].as_integer()->get())
+                                                : pair[1].as_floating_point()->get();
+      if (!(std::fabs(value) <= FLT_MAX)) config_error(e.source(), key + " values must be finite, got " + render_value(e));
+      v.emplace_back(token, static_cast<float>(value));
+    }
+    return [ref, v](Settings& s) { ref(s) = v; };
+  };
+  auto write = [key, ref](const Settings& s, toml::table& root) {
+    toml::array a;
+    for (const auto& [token, value] : ref(s)) a.push_back(toml::array{static_cast<int64_t>(token), as_written(value)});
+    parent_table(root, key).insert_or_assign(last_component(key), std::move(a));
+  };
+  return {key, true, parse, write};
+}
+
 // An array of strings, each one of `allowed` unless `allowed` is empty.
 template <typename Ref>
 ConfigField string_list_field(std::string key, Ref ref, std::vector<std::string> allowed) {
@@ -353,6 +378,17 @@ std::vector<ConfigField> make_fields() {
       float_field("sampling.min_p", [](auto& s) -> auto& { return s.point.sampling.min_p; },
                   [](double v) { return v >= 0 && v <= 1; }, "in [0, 1]"),
       int_field("sampling.beam_width", [](auto& s) -> auto& { return s.point.sampling.beam_width; }, 1),
+      float_field("sampling.repetition_penalty", [](auto& s) -> auto& { return s.point.controls.repetition_penalty; },
+                  [](double v) { return v > 0; }, "> 0"),
+      float_field("sampling.frequency_penalty", [](auto& s) -> auto& { return s.point.controls.frequency_penalty; },
+                  [](double v) { return v >= -2 && v <= 2; }, "in [-2, 2]"),
+      float_field("sampling.presence_penalty", [](auto& s) -> auto& { return s.point.controls.presence_penalty; },
+                  [](double v) { return v >= -2 && v <= 2; }, "in [-2, 2]"),
+      int_field("sampling.no_repeat_ngram_size", [](auto& s) -> auto& { return s.point.controls.no_repeat_ngram_size; }, 0),
+      logit_bias_field("sampling.logit_bias", [](auto& s) -> auto& { return s.point.controls.logit_bias; }),
+      int_list_field<int>("sampling.banned_tokens", [](auto& s) -> auto& { return s.point.controls.banned_tokens; }, 0,
+                          true, true),
+      int_field("sampling.min_new_tokens", [](auto& s) -> auto& { return s.point.controls.min_new_tokens; }, 0),
       float_field("sampling.length_penalty", [](auto& s) -> auto& { return s.point.sampling.length_penalty; },
                   at_least_zero, ">= 0"),
       path_field("run.prompts_file", [](auto& s) -> auto& { return s.run.prompts_file; }, PathKind::file, false),

@@ -73,6 +73,7 @@ void validate_generate_options(ModelStore& models, const GenerateOptions& o, con
   for (int id : o.prompt_ids)
     SPECULA_CHECK(id >= 0 && id < c.vocab_size, names.at("prompt"), ": id ", id, " is outside the vocabulary [0, ",
                   c.vocab_size, ")");
+  validate_logit_controls(o.controls, c.vocab_size, names);
   const Model* draft = o.draft.method == DraftMethod::kModel ? &draft_model(models, o.draft).model() : nullptr;
   if (draft) check_draft_compatible(target, *draft, names);
 

@@ -32,6 +32,13 @@ OptionNames cli_option_names() {
       {"sampling.min_p", "--min-p"},
       {"sampling.beam_width", "--beam-width"},
       {"sampling.length_penalty", "--length-penalty"},
+      {"sampling.repetition_penalty", "--repetition-penalty"},
+      {"sampling.frequency_penalty", "--frequency-penalty"},
+      {"sampling.presence_penalty", "--presence-penalty"},
+      {"sampling.no_repeat_ngram_size", "--no-repeat-ngram-size"},
+      {"sampling.logit_bias", "--logit-bias"},
+      {"sampling.banned_tokens", "--banned-tokens"},
+      {"sampling.min_new_tokens", "--min-new-tokens"},
       {"draft.method", "--draft-method"},
       {"draft.path", "--draft"},
       {"draft.weights", "--draft-weights"},
@@ -167,6 +174,10 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                 " model or ngram) and excludes ", names.name("draft.tree"), ", ", names.name("draft.budget"), ", ",
                 names.name("draft.siblings"), ", ", names.name("draft.gamma_policy"), " load (which adds siblings) and ",
                 names.name("sampling.strategy"), " beam");
+
+  validate_logit_controls(o.controls, INT_MAX, names);
+  SPECULA_CHECK(!o.controls.active() || s.strategy != Strategy::kBeam, names.at(first_active_control(o.controls)),
+                " is not available with ", names.name("sampling.strategy"), " beam");
 
   if (o.logprobs) in_range("output.logprobs", *o.logprobs, 0, kMaxLogprobs);
   SPECULA_CHECK(!o.logprobs || s.strategy != Strategy::kBeam, names.at("output.logprobs"),

@@ -14,6 +14,7 @@
 #include "base/option_names.h"
 #include "draft/draft_options.h"
 #include "engine/backend.h"
+#include "sampling/logit_controls.h"
 #include "sampling/sampling_options.h"
 #include "sampling/token_logprob.h"
 #include "verify/verify_rule.h"
@@ -59,6 +60,7 @@ struct GenerateOptions {
   int threads = 0;              // 0 = all cores
   BackendKind backend = BackendKind::kCpu;
   SamplingOptions sampling;
+  LogitControls controls;       // sampling.repetition_penalty, ..., min_new_tokens: edits before the sampler
   DraftOptions draft;
   GammaPolicy gamma_policy = GammaPolicy::kFixed;
   LengthThreshold length_threshold;  // with gamma_policy threshold

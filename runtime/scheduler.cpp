@@ -45,6 +45,7 @@ struct Scheduler::Request {
   uint64_t key = 0;
   TokenSink sink;
   std::unique_ptr<Sampler> sampler;        // none for beam search
+  RowControls controls;                    // options.controls over its sequences' tokens
   DistributionFn draft_distribution;       // model drafter
   std::unique_ptr<DraftLengthPolicy> length_policy;  // speculative, but for the load policy
   DraftPool* draft = nullptr;              // model drafter
@@ -80,6 +81,15 @@ struct Scheduler::Request {
   }
 
   bool speculative() const { return options.draft.method != DraftMethod::kNone; }
+  // The next-token logits after `tokens` as its sampler reads them: `logits` itself without
+  // controls, else their edit in `scratch`.
+  std::span<const float> controlled(std::span<const float> logits, std::span<const int> tokens,
+                                    std::vector<float>& scratch) const {
+    if (!controls.active()) return logits;
+    scratch.assign(logits.begin(), logits.end());
+    controls.apply(tokens, {}, scratch);
+    return scratch;
+  }
   // The log-probability options.logprobs asks for of `token` drawn from `logits` (whose
   // sampler distribution is `probs`); nullopt when none is asked for.
   std::optional<TokenLogprob> logprob(std::span<const float> logits, std::span<const float> probs, int token) const {
@@ -186,6 +196,7 @@ int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink si
   r->out.submitted_s = arrived_s < 0 ? now() : std::min(arrived_s, now());
   if (!beam) {
     r->sampler = make_sampler(options.sampling);
+    r->controls = RowControls{&r->options.controls, options.prompt_ids.size(), target_.config().eos_token_ids};
     r->out.samples.resize(static_cast<std::size_t>(options.num_samples));
     if (options.logprobs) r->out.logprobs.resize(static_cast<std::size_t>(options.num_samples));
   }
@@ -266,8 +277,8 @@ void Scheduler::fork_samples(Request& r) {
       make_speculative(s, draft_seq());
       continue;
     }
-    std::vector<float> probs(r.root_logits.size());
-    r.sampler->distribution(r.root_logits, probs);
+    std::vector<float> probs(r.root_logits.size()), edited;
+    r.sampler->distribution(r.controlled(r.root_logits, s.tokens, edited), probs);
     const int token = r.sampler->draw(probs, s.rng);
     s.tokens.push_back(token);
     bool done = false;
@@ -296,13 +307,13 @@ std::unique_ptr<Drafter> Scheduler::make_drafter(Request& r, KvCache::SeqId draf
   TreeShape shape = tree_shape(d);
   if (shape.adaptive && gamma > 0) shape.branching.assign(static_cast<std::size_t>(gamma), 1);
   return std::make_unique<ModelDrafter>(r.draft->context, draft_seq, r.draft_distribution, !r.sampler->is_greedy(),
-                                        std::move(shape));
+                                        std::move(shape), r.controls);
 }
 
 void Scheduler::make_speculative(Sequence& s, KvCache::SeqId draft_seq) {
   Request& r = *s.request;
   s.spec = std::make_unique<SpeculativeSequence>(context_, s.seq, make_drafter(r, draft_seq, s.gamma), *r.sampler,
-                                                 std::move(s.tokens), s.rng, r.options.verify_rule);
+                                                 std::move(s.tokens), s.rng, r.options.verify_rule, r.controls);
   if (r.options.logprobs) s.spec->record_logprobs(*r.options.logprobs, r.options.logprobs_source);
   s.tokens.clear();
 }
@@ -636,8 +647,8 @@ void Scheduler::step() {
     } else if (r.speculative()) {
       make_speculative(s, r.draft ? r.draft->cache.create() : -1);  // recomputed: the drafter catches up
     } else {
-      std::vector<float> probs(vocab);
-      r.sampler->distribution(own, probs);
+      std::vector<float> probs(vocab), edited;
+      r.sampler->distribution(r.controlled(own, s.tokens, edited), probs);
       const int token = r.sampler->draw(probs, s.rng);
       s.tokens.push_back(token);
       bool complete = false;

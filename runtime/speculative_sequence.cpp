@@ -46,12 +46,14 @@ void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const Draf
 
 SpeculativeSequence::SpeculativeSequence(const ForwardContext& target, KvCache::SeqId seq,
                                          std::unique_ptr<Drafter> drafter, const Sampler& sampler,
-                                         std::vector<int> committed, Philox rng, VerifyRule rule)
+                                         std::vector<int> committed, Philox rng, VerifyRule rule,
+                                         RowControls controls)
     : target_(target),
       seq_(seq),
       drafter_(std::move(drafter)),
       sampler_(sampler),
       rule_(rule),
+      controls_(controls),
       committed_(std::move(committed)),
       rng_(rng) {}
 
@@ -89,14 +91,23 @@ const VerifyResult& SpeculativeSequence::finish(std::span<const float> logits, S
   auto row = [vocab](std::span<const float> rows, int context) {
     return rows.subspan(static_cast<std::size_t>(context) * vocab, static_cast<std::size_t>(vocab));
   };
+  // The sampler reads every context's row edited by the controls over its own path.
+  if (controls_.active()) {
+    edited_.assign(logits.begin(), logits.end());
+    for (int c = 0; c <= n; ++c) {
+      tree.path_tokens(c, context_path_);
+      controls_.apply(committed_, context_path_, std::span(edited_).subspan(static_cast<std::size_t>(c) * vocab, vocab));
+    }
+  }
+  const std::span<const float> sampled = controls_.active() ? std::span<const float>(edited_) : logits;
   if (sampler_.is_greedy()) {
     argmaxes_.resize(static_cast<std::size_t>(n + 1));
-    for (int c = 0; c <= n; ++c) argmaxes_[static_cast<std::size_t>(c)] = greedy_token(row(logits, c));
+    for (int c = 0; c <= n; ++c) argmaxes_[static_cast<std::size_t>(c)] = greedy_token(row(sampled, c));
     result_ = verify_greedy(tree, argmaxes_);
   } else {
     p_.resize(logits.size());
     for (int c = 0; c <= n; ++c)
-      sampler_.distribution(row(logits, c), std::span(p_).subspan(static_cast<std::size_t>(c) * vocab, vocab));
+      sampler_.distribution(row(sampled, c), std::span(p_).subspan(static_cast<std::size_t>(c) * vocab, vocab));
     result_ = verify_with(rule_, tree, p_, proposal_.q, vocab, draw_verify_uniforms(tree, rng_));
   }
   if (logprob_top_ >= 0) {
@@ -107,7 +118,7 @@ const VerifyResult& SpeculativeSequence::finish(std::span<const float> logits, S
       std::span<const float> source_row = row(logits, context);
       if (logprob_source_ == LogprobSource::kProcessed && sampler_.is_greedy()) {
         processed_row_.resize(source_row.size());
-        sampler_.distribution(source_row, processed_row_);
+        sampler_.distribution(row(sampled, context), processed_row_);
         source_row = processed_row_;
       } else if (logprob_source_ == LogprobSource::kProcessed) {
         source_row = row(p_, context);

@@ -15,6 +15,7 @@
 #include "draft/drafter.h"
 #include "engine/forward.h"
 #include "runtime/lap_timer.h"
+#include "sampling/logit_controls.h"
 #include "sampling/sampler.h"
 #include "sampling/token_logprob.h"
 #include "verify/verify_rule.h"
@@ -69,7 +70,8 @@ class SpeculativeSequence {
   // last, the root; `committed` is the prompt (and anything generated before). Sampled steps
   // are verified with `rule` (greedy ones with verify_greedy, what every rule reduces to).
   SpeculativeSequence(const ForwardContext& target, KvCache::SeqId seq, std::unique_ptr<Drafter> drafter,
-                      const Sampler& sampler, std::vector<int> committed, Philox rng, VerifyRule rule);
+                      const Sampler& sampler, std::vector<int> committed, Philox rng, VerifyRule rule,
+                      RowControls controls = {});
   ~SpeculativeSequence();
   SpeculativeSequence(const SpeculativeSequence&) = delete;
   SpeculativeSequence& operator=(const SpeculativeSequence&) = delete;
@@ -115,6 +117,7 @@ class SpeculativeSequence {
   std::unique_ptr<Drafter> drafter_;
   const Sampler& sampler_;
   VerifyRule rule_;
+  RowControls controls_;  // each context's row edited over committed_ and that context's path
   std::vector<int> committed_;
   Philox rng_;
   Proposal proposal_;
@@ -126,7 +129,8 @@ class SpeculativeSequence {
   LogprobSource logprob_source_ = LogprobSource::kRaw;
   std::vector<TokenLogprob> logprobs_;
   // Scratch reused across steps.
-  std::vector<float> p_, processed_row_;
+  std::vector<float> p_, processed_row_, edited_;
+  std::vector<int> context_path_;
   TreeVerifyRows rows_;
   std::vector<int> argmaxes_, path_;
 };

@@ -335,6 +335,14 @@ std::vector<Case> catalogue() {
             {"--logprobs-source does not apply", "--logprobs"});
   flag_case("logprobs source unknown", "--json --logprobs 1 --logprobs-source cooked", {"--logprobs-source", "'cooked'"});
   flag_case("logprobs above the maximum", "--json --logprobs 21", {"--logprobs", "21"});
+  flag_case("repetition penalty 0", "--repetition-penalty 0", {"--repetition-penalty must be > 0", "got 0"});
+  flag_case("presence penalty above 2", "--presence-penalty 2.5", {"--presence-penalty must be in [-2, 2]", "2.5"});
+  flag_case("logit bias without a value", "--logit-bias 13", {"--logit-bias", "'13' is not ID:VALUE"});
+  flag_case("logit bias outside the vocabulary", "--logit-bias 5000:1.5", {"--logit-bias", "token 5000", "[0, 4096)"});
+  flag_case("banned token not an integer", "--banned-tokens 3,x", {"--banned-tokens", "'x' is not an integer"});
+  flag_case("min new tokens negative", "--min-new-tokens -1", {"--min-new-tokens must be >= 0", "-1"});
+  flag_case("controls with beam search", "--sampler beam --no-repeat-ngram-size 2",
+            {"--no-repeat-ngram-size is not available with --sampler beam"});
   flag_case("stop-below above 1", "--draft '" + kModel + "' --gamma-policy threshold --stop-below 1.5",
             {"--stop-below", "1.5"});
   flag_case("draft-max-batch negative", "--draft '" + kModel + "' --gamma-policy threshold --draft-max-batch -2",

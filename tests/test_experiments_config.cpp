@@ -82,6 +82,30 @@ TEST_CASE("the shipped GPU config loads where a GPU is and is refused naming run
   }
 }
 
+TEST_CASE("logit controls load from sampling.*, label the run, key it only when set and survive resolving",
+          "[experiments]") {
+  ScratchDir dir;
+  const ExperimentConfig plain = load_config(dir.write("plain.toml", minimal("")));
+  const ExperimentConfig c = load_config(dir.write(
+      "controls.toml", minimal("[sampling]\nrepetition_penalty = 1.25\nfrequency_penalty = -0.5\n"
+                               "no_repeat_ngram_size = 3\nlogit_bias = [[3, -1.5], [7, 2]]\nbanned_tokens = [11]\n"
+                               "min_new_tokens = 4\n")));
+  const LogitControls& k = c.base.point.controls;
+  CHECK(k.repetition_penalty == 1.25f);
+  CHECK(k.frequency_penalty == -0.5f);
+  CHECK(k.no_repeat_ngram_size == 3);
+  CHECK(k.logit_bias == std::vector<std::pair<int, float>>{{3, -1.5f}, {7, 2.0f}});
+  CHECK(k.banned_tokens == std::vector<int>{11});
+  CHECK(k.min_new_tokens == 4);
+  const Plan a = make_plan(c), none = make_plan(plain);
+  CHECK_THAT(a.runs[0].info.label, Contains("greedy rep=1.25 freq=-0.5 no-repeat=3 bias×2 banned×1 min-new=4"));
+  CHECK(a.runs[0].settings["sampling"]["logit_bias"] == nlohmann::json::parse("[[3, -1.5], [7, 2.0]]"));
+  CHECK(!none.runs[0].settings["sampling"].contains("repetition_penalty"));  // earlier run ids unchanged
+  CHECK(a.runs[0].info.id != none.runs[0].info.id);
+  const ExperimentConfig again = load_config(dir.write("resolved.toml", c.resolved_toml));
+  CHECK(make_plan(again).runs[0].info.id == a.runs[0].info.id);
+}
+
 TEST_CASE("quickstart resolves to two draft models and n-grams at gamma 1 and 4, two prompts per domain",
           "[experiments]") {
   const ExperimentConfig c = load_config(source_path("configs/quickstart.toml"));
@@ -173,6 +197,9 @@ TEST_CASE("out-of-range values are errors naming key, file:line and the range", 
       {"[sampling]\ntop_p = 0\n", "", "@:6:9: sampling.top_p must be in (0, 1], got 0"},
       {"[sampling]\ntop_k = -1\n", "", "@:6:9: sampling.top_k must be an integer >= 0, got -1"},
       {"[sampling]\nmin_p = 1.25\n", "", "@:6:9: sampling.min_p must be in [0, 1], got 1.25"},
+      {"[sampling]\nrepetition_penalty = 0\n", "", "@:6:22: sampling.repetition_penalty must be > 0, got 0"},
+      {"[sampling]\nlogit_bias = [[3]]\n", "", "@:6:15: sampling.logit_bias elements must be [token, value], got [3]"},
+      {"[sampling]\nbanned_tokens = [-1]\n", "", "sampling.banned_tokens element must be an integer >= 0, got -1"},
       {"[sampling]\nbeam_width = 0\n", "", "@:6:14: sampling.beam_width must be an integer >= 1, got 0"},
       {"[sampling]\nlength_penalty = -1\n", "", "@:6:18: sampling.length_penalty must be >= 0, got -1"},
       {"[draft]\ngamma = 0\n", "", "@:6:9: draft.gamma must be an integer >= 1, got 0"},

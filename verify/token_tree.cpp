@@ -66,4 +66,11 @@ void TokenTree::validate(int vocab) const {
                 " although its children were drawn without replacement or top-k");
 }
 
+void TokenTree::path_tokens(int context, std::vector<int>& out) const {
+  out.clear();
+  for (int node = context - 1; node >= 0; node = parent[static_cast<std::size_t>(node)])
+    out.push_back(tokens[static_cast<std::size_t>(node)]);
+  std::reverse(out.begin(), out.end());
+}
+
 }  // namespace specula

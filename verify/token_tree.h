@@ -44,6 +44,9 @@ struct TokenTree {
   std::vector<int> children(int context) const;
   int first_child(int context) const;
   int next_sibling(int node) const;
+  // The tokens of the path that ends at `context` (root first): empty for the root, else the
+  // tokens of node context - 1 and its ancestors, in depth order. Written into `out`.
+  void path_tokens(int context, std::vector<int>& out) const;
 
   // Throws SpeculaError unless the arrays have consistent sizes, parents precede their
   // children, depth = parent depth + 1, tokens lie in [0, vocab) and the children of

@@ -1,0 +1,90 @@
+// defines: LogitControls, the history-dependent edits of one row of target (or draft) logits
+// before the sampler's transforms, ControlHistory (the tokens they read: the prompt, the tokens
+// generated so far and, under speculation, the drafted path to the row's node), apply_controls
+// and validate_logit_controls.
+//
+// In this order, each over the row's own history (prompt + generated + path):
+//   repetition   Hugging Face's repetition_penalty r > 0: a token present in prompt, generated
+//                or path has its logit x divided by r when x > 0, multiplied by r otherwise.
+//   frequency,   OpenAI's: x -= frequency * c + presence * (c > 0), c the token's count in
+//   presence     generated + path (the prompt does not count).
+//   no-repeat    Hugging Face's no_repeat_ngram_size n: a token that would complete an n-gram
+//                already present in prompt + generated + path gets -inf.
+//   bias         x += logit_bias[token].
+//   banned       x = -inf for every banned token.
+//   min tokens   while generated + path holds fewer than min_new_tokens tokens, every EOS id
+//                gets -inf.
+// The sampler (temperature, top-k, top-p, min-p, or greedy) then reads the edited row.
+//
+// Why speculation stays exact: a tree node's target row is the target's next-token logits
+// after the node's own path, so its controls read that path's tokens (ControlHistory::path),
+// never only the committed prefix; the verifier then sees, at every node, the very distribution
+// plain decoding would sample from after the same tokens. The draft's rows are edited over the
+// same paths, which keeps q close to p; verification is exact for any q it is given.
+//
+//   LogitControls c;
+//   c.presence_penalty = 0.5f;
+//   c.banned_tokens = {13};
+//   validate_logit_controls(c, vocab, {});                   // once, before decoding
+//   std::vector<float> row(logits.begin(), logits.end());
+//   apply_controls(c, {prompt, generated, path, eos_ids}, row);
+//   sampler.distribution(row, probs);
+#pragma once
+
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/option_names.h"
+
+namespace specula {
+
+struct LogitControls {
+  float repetition_penalty = 1.0f;            // > 0; 1 = off
+  float frequency_penalty = 0.0f;             // in [-2, 2]; 0 = off
+  float presence_penalty = 0.0f;              // in [-2, 2]; 0 = off
+  int no_repeat_ngram_size = 0;               // >= 0; 0 = off
+  std::vector<std::pair<int, float>> logit_bias;  // (token, added value), tokens distinct
+  std::vector<int> banned_tokens;
+  int min_new_tokens = 0;                     // >= 0
+
+  // True when any control would edit a row.
+  bool active() const;
+};
+
+// The key of the first control set (in the order above), "" when none is.
+std::string_view first_active_control(const LogitControls& controls);
+
+// The tokens a row's controls read. generated + path are the tokens after the prompt, the
+// path ending at the row's node (empty for a plain step or a tree's root row).
+struct ControlHistory {
+  std::span<const int> prompt;
+  std::span<const int> generated;
+  std::span<const int> path;
+  std::span<const int> eos_ids;
+};
+
+// Edits `logits` (one row, [vocab]) in the order above. Tokens of the history outside
+// [0, vocab) are ignored.
+void apply_controls(const LogitControls& controls, const ControlHistory& history, std::span<float> logits);
+
+// A request's controls bound to its sequence: the prompt's length within the sequence's tokens
+// and the model's EOS ids. Decoders hold one per sequence and edit each row through it.
+struct RowControls {
+  const LogitControls* controls = nullptr;  // nullptr or inactive: rows stay as they are
+  std::size_t prompt_len = 0;
+  std::span<const int> eos_ids;
+
+  bool active() const { return controls != nullptr && controls->active(); }
+  // Edits `row` ([vocab]), the logits after `tokens` (prompt + generated) and then `path`.
+  void apply(std::span<const int> tokens, std::span<const int> path, std::span<float> row) const;
+};
+
+// Throws SpeculaError naming the key (through `names`, keys sampling.*) and the value: a
+// repetition penalty <= 0 or not finite, a frequency or presence penalty outside [-2, 2], a
+// negative no-repeat size or min_new_tokens, a bias or banned token outside [0, vocab), a bias
+// value not finite, a token biased twice.
+void validate_logit_controls(const LogitControls& controls, int vocab, const OptionNames& names);
+
+}  // namespace specula
