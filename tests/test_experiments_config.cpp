@@ -42,7 +42,7 @@ TEST_CASE("shipped configs load, and their resolved form loads to the same runs"
     std::size_t grid, prompts, seeds;
   };
   for (const Shipped& s : {Shipped{"configs/quickstart.toml", 6, 8, 1}, Shipped{"configs/acceptance-study.toml", 18, 35, 1},
-                           Shipped{"configs/sampler-comparison.toml", 24, 16, 3}, Shipped{"configs/tree-shapes.toml", 10, 16, 1},
+                           Shipped{"configs/sampler-comparison.toml", 28, 16, 3}, Shipped{"configs/tree-shapes.toml", 10, 16, 1},
                            Shipped{"configs/beam-speculative.toml", 24, 6, 1},
                            Shipped{"configs/speedup-cpu.toml", 42, 9, 1}, Shipped{"configs/speedup-goals.toml", 3, 28, 1},
                            Shipped{"configs/batch-sizes.toml", 48, 35, 1}, Shipped{"configs/kv-dtype.toml", 6, 2, 1},
