@@ -42,8 +42,7 @@ int argmax(std::span<const float> values);
 
 // argmax of a row of logits for greedy decoding, which refuses NaN and +inf logits as the
 // sampling transforms do (SpeculaError "sampler: logit i is nan"): a model computing NaN
-// must not emit token 0 forever; and a row whose every logit is -inf (logit controls that
-// leave no token), which has no token to emit.
+// must not emit token 0 forever.
 //   logits: in [vocab], vocab >= 1
 int greedy_token(std::span<const float> logits);
 

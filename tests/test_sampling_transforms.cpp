@@ -93,7 +93,6 @@ TEST_CASE("greedy is the one-hot argmax, ties to the lowest id", "[sampling]") {
   CHECK_THROWS_WITH(distribution(greedy, {std::nanf(""), std::nanf("")}), "sampler: logit 0 is nan");
   CHECK_THROWS_WITH(distribution(greedy, {0.0f, kInf}), "sampler: logit 1 is inf");
   CHECK(greedy_token(std::vector<float>{-kInf, 2.0f, 1.0f}) == 1);
-  CHECK_THROWS_WITH(greedy_token(std::vector<float>{-kInf, -kInf}), "sampler: every logit is -inf");
 }
 
 TEST_CASE("temperature divides the logits", "[sampling]") {
