@@ -71,11 +71,8 @@ void ModelDrafter::request_feed(int first, int last) {
 }
 
 void ModelDrafter::context_distribution(std::span<const float> logits, int context, std::span<float> q) {
-  if (!controls_.active()) return distribution_(logits, q);
-  edited_.assign(logits.begin(), logits.end());
-  proposal_.tree.path_tokens(context, path_);
-  controls_.apply(committed_, path_, edited_);
-  distribution_(edited_, q);
+  if (controls_.active()) proposal_.tree.path_tokens(context, path_);
+  distribution_(controls_.edited(logits, committed_, path_, edited_), q);
 }
 
 void ModelDrafter::forward_done(std::span<const float> logits) {

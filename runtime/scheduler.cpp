@@ -81,15 +81,6 @@ struct Scheduler::Request {
   }
 
   bool speculative() const { return options.draft.method != DraftMethod::kNone; }
-  // The next-token logits after `tokens` as its sampler reads them: `logits` itself without
-  // controls, else their edit in `scratch`.
-  std::span<const float> controlled(std::span<const float> logits, std::span<const int> tokens,
-                                    std::vector<float>& scratch) const {
-    if (!controls.active()) return logits;
-    scratch.assign(logits.begin(), logits.end());
-    controls.apply(tokens, {}, scratch);
-    return scratch;
-  }
   // The log-probability options.logprobs asks for of `token` drawn from `logits` (whose
   // sampler distribution is `probs`); nullopt when none is asked for.
   std::optional<TokenLogprob> logprob(std::span<const float> logits, std::span<const float> probs, int token) const {
@@ -278,7 +269,7 @@ void Scheduler::fork_samples(Request& r) {
       continue;
     }
     std::vector<float> probs(r.root_logits.size()), edited;
-    r.sampler->distribution(r.controlled(r.root_logits, s.tokens, edited), probs);
+    r.sampler->distribution(r.controls.edited(r.root_logits, s.tokens, {}, edited), probs);
     const int token = r.sampler->draw(probs, s.rng);
     s.tokens.push_back(token);
     bool done = false;
@@ -648,7 +639,7 @@ void Scheduler::step() {
       make_speculative(s, r.draft ? r.draft->cache.create() : -1);  // recomputed: the drafter catches up
     } else {
       std::vector<float> probs(vocab), edited;
-      r.sampler->distribution(r.controlled(own, s.tokens, edited), probs);
+      r.sampler->distribution(r.controls.edited(own, s.tokens, {}, edited), probs);
       const int token = r.sampler->draw(probs, s.rng);
       s.tokens.push_back(token);
       bool complete = false;

@@ -81,6 +81,14 @@ void RowControls::apply(std::span<const int> tokens, std::span<const int> path, 
   apply_controls(*controls, {tokens.first(prompt), tokens.subspan(prompt), path, eos_ids}, row);
 }
 
+std::span<const float> RowControls::edited(std::span<const float> logits, std::span<const int> tokens,
+                                           std::span<const int> path, std::vector<float>& scratch) const {
+  if (!active()) return logits;
+  scratch.assign(logits.begin(), logits.end());
+  apply(tokens, path, scratch);
+  return scratch;
+}
+
 void validate_logit_controls(const LogitControls& c, int vocab, const OptionNames& names) {
   SPECULA_CHECK(c.repetition_penalty > 0.0f && std::isfinite(c.repetition_penalty),
                 names.at("sampling.repetition_penalty"), " must be > 0 and finite, got ", c.repetition_penalty);

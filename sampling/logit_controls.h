@@ -5,7 +5,7 @@
 //
 // In this order, each over the row's own history (prompt + generated + path):
 //   repetition   Hugging Face's repetition_penalty r > 0: a token present in prompt, generated
-//                or path has its logit x divided by r when x > 0, multiplied by r otherwise.
+//                or path has its logit x multiplied by r when x < 0, divided by r otherwise.
 //   frequency,   OpenAI's: x -= frequency * c + presence * (c > 0), c the token's count in
 //   presence     generated + path (the prompt does not count).
 //   no-repeat    Hugging Face's no_repeat_ngram_size n: a token that would complete an n-gram
@@ -79,6 +79,9 @@ struct RowControls {
   bool active() const { return controls != nullptr && controls->active(); }
   // Edits `row` ([vocab]), the logits after `tokens` (prompt + generated) and then `path`.
   void apply(std::span<const int> tokens, std::span<const int> path, std::span<float> row) const;
+  // `logits` as the sampler reads them: themselves when inactive, else their edit in `scratch`.
+  std::span<const float> edited(std::span<const float> logits, std::span<const int> tokens,
+                                std::span<const int> path, std::vector<float>& scratch) const;
 };
 
 // Throws SpeculaError naming the key (through `names`, keys sampling.*) and the value: a

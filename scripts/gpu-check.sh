@@ -390,10 +390,9 @@ if [ "$mode" = tests ]; then
       record "$tmp/v" 1
       continue
     fi
-    # racecheck watches our kernels only, over its own test cases: the libraries' kernels
-    # (cuBLASLt's wgmma and bulk-copy kernels) order shared memory by means racecheck does not
-    # model, and stop it with an internal error in the matrix-products case, whose kernels of
-    # ours use no shared memory.
+    # racecheck checks our kernels only, over the kernel cases but the matrix products': the
+    # libraries' kernels (cuBLASLt's wgmma and bulk copies) order shared memory by means racecheck
+    # does not model, the matrix case runs them, and our kernels there use no shared memory.
     spec=$GPU_CHECK_SANITIZE_FILTER only=()
     if [ "$tool" = racecheck ]; then
       spec=$GPU_CHECK_RACECHECK_FILTER
