@@ -51,7 +51,6 @@ int run_batch(ModelStore& models, const GenerateOptions& base, const std::string
   }
   const BatchRun run = run_requests(models, requests, batch_size);
 
-  const Model& target = models.model(base.model_dir);
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     if (json) {
       nlohmann::json result = run.results[i];
@@ -65,9 +64,9 @@ int run_batch(ModelStore& models, const GenerateOptions& base, const std::string
       std::cout << r["text"].get<std::string>() << "\n";
       continue;
     }
-    for (std::size_t s = 0; s < r["samples"].size(); ++s) {
+    for (std::size_t s = 0; s < r["sample_texts"].size(); ++s) {
       std::cout << "--- " << prompts[i].id << " sample " << s + 1 << " ---\n";
-      std::cout << target.tokenizer().decode(r["samples"][s].get<std::vector<int>>()) << "\n";
+      std::cout << r["sample_texts"][s].get<std::string>() << "\n";
     }
   }
   const nlohmann::json& summary = run.summary;

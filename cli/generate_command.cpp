@@ -9,6 +9,7 @@
 #include "base/enum_names.h"
 #include "base/error.h"
 #include "text/chat_template.h"
+#include "text/stop_strings.h"
 #include "runtime/generate.h"
 
 namespace specula::cli {
@@ -119,6 +120,10 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_option("--banned-tokens", banned_tokens_, "Token ids never generated, comma-separated");
   cmd_->add_option("--min-new-tokens", c.min_new_tokens, "No end-of-sequence token before this many new tokens")
       ->default_val(0);
+  cmd_->add_option("--stop", options_.stop_strings,
+                   "A stop string (repeatable): a sample ends once its text holds one, its text cut before it")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd_->add_option("--seed", options_.seed, "Seed of the per-sample random streams")
       ->default_val(0)
       ->check(CLI::Validator(  // unsigned: CLI11 alone would wrap -1 to 2^64 - 1
@@ -226,23 +231,27 @@ int GenerateCommand::run() {
                                               : parse_int_list(prompt_ids_, "--prompt-ids");
   }
 
-  // Text mode streams each sample's text; with several samples each starts with a
-  // "--- sample k ---" line (beam search streams its best and prints the others after).
+  // Text mode streams each sample's text, holding back a tail that may begin a stop string
+  // until it is decided; with several samples each starts with a "--- sample k ---" line
+  // (beam search streams its best and prints the others after).
   std::vector<int> streamed;
+  StopStrings text(options_.stop_strings);
+  std::size_t shown = 0;
   int current = -1;
   const bool several = options_.num_samples > 1;
   auto begin_sample = [&](int sample) {
     if (several) std::cout << (sample > 0 ? "\n" : "") << "--- sample " << sample + 1 << " ---\n";
-    streamed.clear();
     current = sample;
   };
   TokenSink sink;
   if (!json_) {
     sink = [&](int sample, int token) {  // samples decode side by side: sample 0 streams, the others print after
-      if (sample != 0) return;
+      if (sample != 0 || text.matched()) return;
       if (current != 0) begin_sample(0);
-      std::cout << target.tokenizer().decode_piece(streamed, token) << std::flush;
+      text.feed(target.tokenizer().decode_piece(streamed, token));
       streamed.push_back(token);
+      std::cout << text.text().substr(shown, text.released() - shown) << std::flush;
+      shown = text.released();
     };
   }
   nlohmann::json result = generate(models, options_, sink);
@@ -250,10 +259,12 @@ int GenerateCommand::run() {
     std::cout << result.dump() << std::endl;
     return 0;
   }
-  const nlohmann::json samples = result.value("samples", nlohmann::json::array());
-  for (int s = current + 1; s < static_cast<int>(samples.size()); ++s) {
+  text.end();
+  std::cout << text.text().substr(shown);
+  const nlohmann::json texts = result.value("sample_texts", nlohmann::json::array());
+  for (int s = current + 1; s < static_cast<int>(texts.size()); ++s) {
     begin_sample(s);
-    std::cout << target.tokenizer().decode(samples[s].get<std::vector<int>>());
+    std::cout << texts[s].get<std::string>();
   }
   std::cout << std::endl;
   const nlohmann::json& stats = result.at("stats");

@@ -60,6 +60,7 @@ GenerateOptions request_options(const PointConfig& p) {
   o.backend = p.backend;
   o.sampling = p.sampling;
   o.controls = p.controls;
+  o.stop_strings = p.stop_strings;
   o.draft = p.draft;
   o.gamma_policy = p.gamma_policy;
   o.length_threshold = p.length_threshold;
@@ -108,6 +109,7 @@ nlohmann::json canonical_settings(const PointConfig& p) {
     settings["sampling"]["logit_bias"].push_back(nlohmann::json::array({token, as_written(bias)}));
   if (!c.banned_tokens.empty()) settings["sampling"]["banned_tokens"] = c.banned_tokens;
   if (c.min_new_tokens != 0) settings["sampling"]["min_new_tokens"] = c.min_new_tokens;
+  if (!p.stop_strings.empty()) settings["sampling"]["stop_strings"] = p.stop_strings;
   if (p.batch_size > 0) {
     settings["batch_size"] = p.batch_size;
     settings["request_rate"] = p.request_rate;

@@ -42,6 +42,7 @@ struct PointConfig {
   std::string sampling_name;  // sampling.name, display only; "" = derived
   SamplingOptions sampling;
   LogitControls controls;     // sampling.repetition_penalty, ..., sampling.min_new_tokens
+  std::vector<std::string> stop_strings;  // sampling.stop_strings
   int max_new_tokens = 64;    // run.max_new_tokens
   int kv_block_size = 16;     // run.kv_block_size
   int kv_pool_blocks = 0;     // run.kv_pool_blocks: 0 = sized for the run

@@ -258,7 +258,7 @@ ConfigField logit_bias_field(std::string key, Ref ref) {
 
 // An array of strings, each one of `allowed` unless `allowed` is empty.
 template <typename Ref>
-ConfigField string_list_field(std::string key, Ref ref, std::vector<std::string> allowed) {
+ConfigField string_list_field(std::string key, Ref ref, std::vector<std::string> allowed, bool sweepable = false) {
   auto parse = [key, ref, allowed](const toml::node& n, const fs::path&) -> Assignment {
     std::vector<std::string> v;
     for (const toml::node& e : array_of(n, key)) {
@@ -275,7 +275,7 @@ ConfigField string_list_field(std::string key, Ref ref, std::vector<std::string>
     for (const std::string& x : ref(s)) a.push_back(x);
     parent_table(root, key).insert_or_assign(last_component(key), std::move(a));
   };
-  return {key, false, parse, write};
+  return {key, sweepable, parse, write};
 }
 
 const std::vector<std::string> kPromptKeys = {"id", "domain", "prompt", "messages"};
@@ -389,6 +389,7 @@ std::vector<ConfigField> make_fields() {
       int_list_field<int>("sampling.banned_tokens", [](auto& s) -> auto& { return s.point.controls.banned_tokens; }, 0,
                           true, true),
       int_field("sampling.min_new_tokens", [](auto& s) -> auto& { return s.point.controls.min_new_tokens; }, 0),
+      string_list_field("sampling.stop_strings", [](auto& s) -> auto& { return s.point.stop_strings; }, {}, true),
       float_field("sampling.length_penalty", [](auto& s) -> auto& { return s.point.sampling.length_penalty; },
                   at_least_zero, ">= 0"),
       path_field("run.prompts_file", [](auto& s) -> auto& { return s.run.prompts_file; }, PathKind::file, false),
@@ -473,7 +474,13 @@ void config_error(const toml::source_region& region, const std::string& message)
 
 std::string toml_text(const toml::node& node) {
   std::ostringstream out;
-  out << toml::toml_formatter(node, toml::toml_formatter::default_flags | toml::format_flags::relaxed_float_precision);
+  // Strings are written as basic strings, control characters escaped: toml++ writes a newline
+  // into a literal string (where TOML forbids it) or right after a multi-line string's opening
+  // quotes (where reading drops it).
+  const auto flags = (toml::toml_formatter::default_flags & ~toml::format_flags::allow_multi_line_strings &
+                      ~toml::format_flags::allow_literal_strings) |
+                     toml::format_flags::relaxed_float_precision;
+  out << toml::toml_formatter(node, flags);
   return out.str();
 }
 

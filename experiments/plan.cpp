@@ -26,8 +26,9 @@ std::string number(double v) {
   return out;
 }
 
-// The logit controls set, as a label suffix.
-std::string derived_controls(const LogitControls& c) {
+// The logit controls and stop strings set, as a label suffix.
+std::string derived_controls(const PointConfig& p) {
+  const LogitControls& c = p.controls;
   std::string out;
   if (c.repetition_penalty != 1.0f) out += " rep=" + number(c.repetition_penalty);
   if (c.frequency_penalty != 0.0f) out += " freq=" + number(c.frequency_penalty);
@@ -36,18 +37,20 @@ std::string derived_controls(const LogitControls& c) {
   if (!c.logit_bias.empty()) out += " bias×" + std::to_string(c.logit_bias.size());
   if (!c.banned_tokens.empty()) out += " banned×" + std::to_string(c.banned_tokens.size());
   if (c.min_new_tokens > 0) out += " min-new=" + std::to_string(c.min_new_tokens);
+  if (!p.stop_strings.empty()) out += " stop×" + std::to_string(p.stop_strings.size());
   return out;
 }
 
-std::string derived_strategy(const SamplingOptions& s, const LogitControls& c) {
-  if (s.strategy == Strategy::kGreedy) return "greedy" + derived_controls(c);
+std::string derived_strategy(const PointConfig& p) {
+  const SamplingOptions& s = p.sampling;
+  if (s.strategy == Strategy::kGreedy) return "greedy" + derived_controls(p);
   if (s.strategy == Strategy::kBeam) return "beam w=" + std::to_string(s.beam_width) +
                                     (s.length_penalty != 1.0f ? " lp=" + number(s.length_penalty) : "");
   std::string out = "T=" + number(s.temperature);
   if (s.top_k > 0) out += " top-k=" + std::to_string(s.top_k);
   if (s.top_p < 1.0f) out += " top-p=" + number(s.top_p);
   if (s.min_p > 0.0f) out += " min-p=" + number(s.min_p);
-  return out + derived_controls(c);
+  return out + derived_controls(p);
 }
 
 // Sweep axes the drafter, shape and strategy already show.
@@ -63,7 +66,7 @@ RunInfo describe(const PointConfig& p, const nlohmann::json& coords) {
   const DraftOptions& d = p.draft;
   RunInfo info;
   info.coords = coords;
-  info.strategy = p.sampling_name.empty() ? derived_strategy(p.sampling, p.controls) : p.sampling_name;
+  info.strategy = p.sampling_name.empty() ? derived_strategy(p) : p.sampling_name;
   info.drafter = !p.draft_name.empty() ? p.draft_name
                  : d.method == DraftMethod::kModel
                      ? std::filesystem::path(d.model_dir).filename().string() +

@@ -63,9 +63,19 @@ void check_line_shape(const nlohmann::json& j, const std::string& where) {
     SPECULA_CHECK(it->is_string(), where, ": results line settings.target = ", it->dump(), " must be a string");
   if (const auto it = settings.find("sampling"); it != settings.end()) {
     SPECULA_CHECK(it->is_object(), where, ": results line settings.sampling = ", it->dump(), " must be an object");
-    for (const auto& [name, value] : it->items())
-      SPECULA_CHECK(name == "strategy" ? value.is_string() : value.is_number(), where, ": results line settings.sampling.",
-                    name, " = ", value.dump(), name == "strategy" ? " must be a string" : " must be a number");
+    const auto all = [](const nlohmann::json& list, auto is) { return list.is_array() && std::all_of(list.begin(), list.end(), is); };
+    const auto is_pair = [](const nlohmann::json& p) {
+      return p.is_array() && p.size() == 2 && p[0].is_number_integer() && p[1].is_number();
+    };
+    for (const auto& [name, value] : it->items()) {
+      const auto [ok, expected] =
+          name == "strategy"        ? std::pair{value.is_string(), "a string"}
+          : name == "logit_bias"    ? std::pair{all(value, is_pair), "a list of [token, value]"}
+          : name == "banned_tokens" ? std::pair{all(value, [](const nlohmann::json& t) { return t.is_number_integer(); }), "a list of integers"}
+          : name == "stop_strings"  ? std::pair{all(value, [](const nlohmann::json& s) { return s.is_string(); }), "a list of strings"}
+                                    : std::pair{value.is_number(), "a number"};
+      SPECULA_CHECK(ok, where, ": results line settings.sampling.", name, " = ", value.dump(), " must be ", expected);
+    }
   }
   if (const auto it = j.find("requests"); it != j.end()) {  // a batched job: each request's object
     SPECULA_CHECK(it->is_array() && !it->empty(), where, ": results line field 'requests' must be a non-empty list");

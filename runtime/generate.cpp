@@ -165,9 +165,28 @@ nlohmann::json request_json(const Model& target, const GenerateOptions& options,
     stats["draft"]["verify_rule"] = name_of(options.verify_rule);
     if (d.method == DraftMethod::kModel) stats["draft"]["kv_blocks_in_use_at_end"] = draft_blocks_in_use;
   }
-  nlohmann::json result = {{"ids", out.samples.at(0)}, {"text", target.tokenizer().decode(out.samples.at(0))},
+  // Each sample's text (cut before its stop string) and why it ended.
+  std::vector<std::string> texts;
+  std::vector<std::string> reasons;
+  nlohmann::json stops = nlohmann::json::array();
+  const std::span<const int> eos = target.config().eos_token_ids;
+  for (std::size_t i = 0; i < out.samples.size(); ++i) {
+    const std::vector<int>& ids = out.samples[i];
+    const StopStrings* cut = out.texts.empty() ? nullptr : &out.texts[i];
+    texts.push_back(cut ? std::string(cut->text()) : target.tokenizer().decode(ids));
+    const bool eos_end = !ids.empty() && std::find(eos.begin(), eos.end(), ids.back()) != eos.end();
+    reasons.push_back(cut && cut->matched() ? "stop_string" : eos_end ? "eos" : "length");
+    if (cut) stops.push_back(cut->matched() ? nlohmann::json(*cut->matched()) : nlohmann::json());
+  }
+  nlohmann::json result = {{"ids", out.samples.at(0)}, {"text", texts.at(0)}, {"finish_reason", reasons.at(0)},
                            {"stats", stats}};
-  if (out.samples.size() > 1) result["samples"] = out.samples;
+  if (!out.texts.empty()) result["stop_string"] = stops.at(0);
+  if (out.samples.size() > 1) {
+    result["samples"] = out.samples;
+    result["sample_texts"] = texts;
+    result["finish_reasons"] = reasons;
+    if (!out.texts.empty()) result["stop_strings"] = stops;
+  }
   if (options.logprobs && !out.logprobs.empty()) {
     // Per token: {"token", "logprob", "top": [{"token", "logprob"}, ...]}; -inf prints as null.
     const auto content = [](const std::vector<TokenLogprob>& tokens) {

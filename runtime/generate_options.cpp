@@ -39,6 +39,7 @@ OptionNames cli_option_names() {
       {"sampling.logit_bias", "--logit-bias"},
       {"sampling.banned_tokens", "--banned-tokens"},
       {"sampling.min_new_tokens", "--min-new-tokens"},
+      {"sampling.stop_strings", "--stop"},
       {"draft.method", "--draft-method"},
       {"draft.path", "--draft"},
       {"draft.weights", "--draft-weights"},
@@ -182,6 +183,15 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   if (o.logprobs) in_range("output.logprobs", *o.logprobs, 0, kMaxLogprobs);
   SPECULA_CHECK(!o.logprobs || s.strategy != Strategy::kBeam, names.at("output.logprobs"),
                 " does not apply to ", names.name("sampling.strategy"), " beam (a beam's tokens are not drawn one by one)");
+
+  SPECULA_CHECK(o.stop_strings.size() <= static_cast<std::size_t>(kMaxStopStrings), names.at("sampling.stop_strings"),
+                ": ", o.stop_strings.size(), " stop strings, more than ", kMaxStopStrings);
+  for (const std::string& stop : o.stop_strings)
+    SPECULA_CHECK(!stop.empty() && stop.size() <= static_cast<std::size_t>(kMaxStopBytes),
+                  names.at("sampling.stop_strings"), ": a stop string must hold 1 to ", kMaxStopBytes,
+                  " bytes, got ", stop.size());
+  SPECULA_CHECK(o.stop_strings.empty() || s.strategy != Strategy::kBeam, names.at("sampling.stop_strings"),
+                " is not available with ", names.name("sampling.strategy"), " beam");
 
   // Options given where they do not apply (the CLI knows which flags were given).
   refuse_given(names, {"sampling.temperature", "sampling.top_k", "sampling.top_p", "sampling.min_p", "run.seeds"},

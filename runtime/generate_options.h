@@ -61,6 +61,9 @@ struct GenerateOptions {
   BackendKind backend = BackendKind::kCpu;
   SamplingOptions sampling;
   LogitControls controls;       // sampling.repetition_penalty, ..., min_new_tokens: edits before the sampler
+  // sampling.stop_strings: a sample ends once its text holds one of them, its text cut before
+  // it (text/stop_strings.h).
+  std::vector<std::string> stop_strings;
   DraftOptions draft;
   GammaPolicy gamma_policy = GammaPolicy::kFixed;
   LengthThreshold length_threshold;  // with gamma_policy threshold
@@ -81,6 +84,8 @@ inline constexpr int kMaxBeamWidth = 1024;    // sampling.beam_width
 inline constexpr int kMaxNumSamples = 1 << 20;  // run.num_samples
 inline constexpr int kMaxKvBlockSize = 4096;  // run.kv_block_size (token slots per block)
 inline constexpr int kMaxNgram = 256;         // draft.ngram_max
+inline constexpr int kMaxStopStrings = 16;     // sampling.stop_strings: strings per request
+inline constexpr int kMaxStopBytes = 1024;     // and bytes of each
 inline constexpr float kMinTemperature = 1e-6f;  // sampling.temperature when not 0 (logits / T stay finite)
 
 // Nodes of the largest tree one proposal of `draft` can hold (the chain's gamma, a static

@@ -190,6 +190,8 @@ int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink si
     r->controls = RowControls{&r->options.controls, options.prompt_ids.size(), target_.config().eos_token_ids};
     r->out.samples.resize(static_cast<std::size_t>(options.num_samples));
     if (options.logprobs) r->out.logprobs.resize(static_cast<std::size_t>(options.num_samples));
+    if (!options.stop_strings.empty())
+      r->out.texts.assign(static_cast<std::size_t>(options.num_samples), StopStrings(options.stop_strings));
   }
   if (!beam && options.draft.method != DraftMethod::kNone) {
     r->pool = &acceptance_[acceptance_key(options)];
@@ -319,6 +321,11 @@ void Scheduler::emit(Sequence& s, std::span<const int> tokens, bool& done, std::
       if (!logprobs.empty()) r.out.logprobs[static_cast<std::size_t>(s.sample)].push_back(logprobs[i]);
       if (r.out.first_token_s == 0) r.out.first_token_s = now();
       if (s.sample == 0) r.out.token_s.push_back(now());
+      if (!r.out.texts.empty()) {
+        const std::vector<int> previous(ids.begin(), ids.end() - 1);
+        const std::string piece = target_.model().tokenizer().decode_piece(previous, ids.back());
+        done = r.out.texts[static_cast<std::size_t>(s.sample)].feed(piece) || done;
+      }
     }
     if (done) return;
   }

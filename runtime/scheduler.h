@@ -22,12 +22,16 @@
 #include "runtime/generate.h"
 #include "runtime/scheduler_limits.h"
 #include "runtime/speculative_sequence.h"
+#include "text/stop_strings.h"
 
 namespace specula {
 
 struct RequestOutcome {
   std::vector<std::vector<int>> samples;  // new tokens of each sample (beam: the n-best)
   std::vector<std::vector<TokenLogprob>> logprobs;  // with options.logprobs: [sample][token] beside samples
+  // With options.stop_strings: [sample] its text under the stop-string rule (cut before the
+  // stop string it met).
+  std::vector<StopStrings> texts;
   // Times in seconds on the scheduler's clock (Scheduler::now()).
   double submitted_s = 0;
   double started_s = 0;      // first admitted: its prefill began (queue wait = started - submitted)
@@ -99,8 +103,9 @@ class Scheduler {
   void fork_samples(Request& r);
   void start_root(Request& r);
   void root_fed(Sequence& root, std::span<const float> logits);
-  // Appends what of `tokens` the request takes (emit_token: EOS, max_new_tokens) to the
-  // sample's output, with the matching entries of `logprobs` (one per token, or empty).
+  // Appends what of `tokens` the request takes (emit_token: EOS, max_new_tokens; then a stop
+  // string) to the sample's output, with the matching entries of `logprobs` (one per token,
+  // or empty).
   void emit(Sequence& s, std::span<const int> tokens, bool& done, std::span<const TokenLogprob> logprobs = {});
   void preempt(Sequence& s);
   void finish(Sequence& s);

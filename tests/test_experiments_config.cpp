@@ -82,14 +82,14 @@ TEST_CASE("the shipped GPU config loads where a GPU is and is refused naming run
   }
 }
 
-TEST_CASE("logit controls load from sampling.*, label the run, key it only when set and survive resolving",
+TEST_CASE("logit controls and stop strings load from sampling.*, label the run, key it only when set and survive resolving",
           "[experiments]") {
   ScratchDir dir;
   const ExperimentConfig plain = load_config(dir.write("plain.toml", minimal("")));
   const ExperimentConfig c = load_config(dir.write(
       "controls.toml", minimal("[sampling]\nrepetition_penalty = 1.25\nfrequency_penalty = -0.5\n"
                                "no_repeat_ngram_size = 3\nlogit_bias = [[3, -1.5], [7, 2]]\nbanned_tokens = [11]\n"
-                               "min_new_tokens = 4\n")));
+                               "min_new_tokens = 4\nstop_strings = [\"\\n\\n\", \"END\"]\n")));
   const LogitControls& k = c.base.point.controls;
   CHECK(k.repetition_penalty == 1.25f);
   CHECK(k.frequency_penalty == -0.5f);
@@ -97,10 +97,14 @@ TEST_CASE("logit controls load from sampling.*, label the run, key it only when 
   CHECK(k.logit_bias == std::vector<std::pair<int, float>>{{3, -1.5f}, {7, 2.0f}});
   CHECK(k.banned_tokens == std::vector<int>{11});
   CHECK(k.min_new_tokens == 4);
+  CHECK(c.base.point.stop_strings == std::vector<std::string>{"\n\n", "END"});
+  CHECK(request_options(c.base.point).stop_strings == c.base.point.stop_strings);
   const Plan a = make_plan(c), none = make_plan(plain);
-  CHECK_THAT(a.runs[0].info.label, Contains("greedy rep=1.25 freq=-0.5 no-repeat=3 bias×2 banned×1 min-new=4"));
+  CHECK_THAT(a.runs[0].info.label, Contains("greedy rep=1.25 freq=-0.5 no-repeat=3 bias×2 banned×1 min-new=4 stop×2"));
+  CHECK(a.runs[0].settings["sampling"]["stop_strings"] == nlohmann::json::parse(R"(["\n\n", "END"])"));
   CHECK(a.runs[0].settings["sampling"]["logit_bias"] == nlohmann::json::parse("[[3, -1.5], [7, 2.0]]"));
   CHECK(!none.runs[0].settings["sampling"].contains("repetition_penalty"));  // earlier run ids unchanged
+  CHECK(!none.runs[0].settings["sampling"].contains("stop_strings"));
   CHECK(a.runs[0].info.id != none.runs[0].info.id);
   const ExperimentConfig again = load_config(dir.write("resolved.toml", c.resolved_toml));
   CHECK(make_plan(again).runs[0].info.id == a.runs[0].info.id);
@@ -200,6 +204,8 @@ TEST_CASE("out-of-range values are errors naming key, file:line and the range", 
       {"[sampling]\nrepetition_penalty = 0\n", "", "@:6:22: sampling.repetition_penalty must be > 0, got 0"},
       {"[sampling]\nlogit_bias = [[3]]\n", "", "@:6:15: sampling.logit_bias elements must be [token, value], got [3]"},
       {"[sampling]\nbanned_tokens = [-1]\n", "", "sampling.banned_tokens element must be an integer >= 0, got -1"},
+      {"[sampling]\nstop_strings = [\"\"]\n", "", "sampling.stop_strings: a stop string must hold 1 to 1024 bytes, got 0"},
+      {"[sampling]\nstop_strings = [3]\n", "", "@:6:17: sampling.stop_strings element must be a string, got an integer (3)"},
       {"[sampling]\nbeam_width = 0\n", "", "@:6:14: sampling.beam_width must be an integer >= 1, got 0"},
       {"[sampling]\nlength_penalty = -1\n", "", "@:6:18: sampling.length_penalty must be >= 0, got -1"},
       {"[draft]\ngamma = 0\n", "", "@:6:9: draft.gamma must be an integer >= 1, got 0"},
@@ -362,8 +368,8 @@ TEST_CASE("defaults are filled in and written to the resolved config", "[experim
   CHECK(c.base.point.max_new_tokens == 64);
   CHECK(c.base.run.seeds == std::vector<uint64_t>{0});
   CHECK(c.base.output.formats == std::vector<std::string>{"csv", "md", "png"});
-  for (const char* line : {"temperature = 0.7", "strategy = 'greedy'", "max_new_tokens = 64", "kv_block_size = 16",
-                           "top_p = 1.0", "formats = [ 'csv', 'md', 'png' ]", "[run]"}) {
+  for (const char* line : {"temperature = 0.7", "strategy = \"greedy\"", "max_new_tokens = 64", "kv_block_size = 16",
+                           "top_p = 1.0", "formats = [ \"csv\", \"md\", \"png\" ]", "[run]"}) {
     CHECK_THAT(c.resolved_toml, Contains(line));
   }
   REQUIRE(c.prompts.size() == 1);

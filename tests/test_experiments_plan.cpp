@@ -78,7 +78,7 @@ TEST_CASE("sweep.exclude drops the grid points it matches", "[experiments]") {
   CHECK(c.grid[3].point.draft.method == DraftMethod::kNone);
   const Plan plan = make_plan(c);
   CHECK(plan.runs.size() == 4);  // the target-alone points are the baselines
-  CHECK_THAT(c.resolved_toml, Catch::Matchers::Contains("exclude = [ { 'draft.method' = 'model', 'sampling.strategy' = 'beam' }"));
+  CHECK_THAT(c.resolved_toml, Catch::Matchers::Contains(R"(exclude = [ { "draft.method" = "model", "sampling.strategy" = "beam" })"));
 
   auto error = [&](const std::string& exclude) {
     try {

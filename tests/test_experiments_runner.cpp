@@ -345,6 +345,14 @@ TEST_CASE("a results file with a corrupt complete line is refused, naming the li
   wrong["stats"] = "fast";
   CHECK_THROWS_WITH(read_lines(dir.write("type.jsonl", wrong.dump() + "\n")),
                     Contains("type.jsonl:1: results line field 'stats' = \"fast\" has the wrong type"));
+  // The list-valued sampling settings read back; a list of the wrong elements is refused.
+  nlohmann::json lists = e.lines().front();
+  lists["settings"]["sampling"].update(nlohmann::json::parse(
+      R"({"logit_bias": [[3, -1.5]], "banned_tokens": [11], "stop_strings": ["\n\n"]})"));
+  CHECK(read_lines(dir.write("lists.jsonl", lists.dump() + "\n")).size() == 1);
+  lists["settings"]["sampling"]["stop_strings"] = {1};
+  CHECK_THROWS_WITH(read_lines(dir.write("lists2.jsonl", lists.dump() + "\n")),
+                    Contains("lists2.jsonl:1: results line settings.sampling.stop_strings = [1] must be a list of strings"));
 }
 
 TEST_CASE("the streamed summaries: any line order, a planted suspect pair's keys, a cut line, malformed lines",
