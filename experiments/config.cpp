@@ -65,6 +65,8 @@ GenerateOptions request_options(const PointConfig& p) {
   o.gamma_policy = p.gamma_policy;
   o.length_threshold = p.length_threshold;
   o.verify_rule = p.verify_rule;
+  o.logprobs = p.logprobs;
+  o.logprobs_source = p.logprobs_source;
   return o;
 }
 
@@ -119,6 +121,7 @@ nlohmann::json canonical_settings(const PointConfig& p) {
   if (p.kv_dtype) settings["kv_dtype"] = name_of(*p.kv_dtype);
   // Only when set, so the ids of runs on stored weights stay what they were.
   if (p.target_weights) settings["target_weights"] = weights_name(p.target_weights);
+  if (p.logprobs) settings["output"] = {{"logprobs", *p.logprobs}, {"logprobs_source", name_of(p.logprobs_source)}};
   return settings;
 }
 

@@ -55,6 +55,8 @@ struct PointConfig {
   int batch_size = 0;         // run.batch_size: 0 = one request per job; N >= 1 = every prompt in
                               //   one job through the scheduler, N sequences live at once
   double request_rate = 0;    // run.request_rate: Poisson arrivals per second of a batched job, 0 = all at once
+  std::optional<int> logprobs;  // output.logprobs: each emitted token's log-probability and this many alternatives
+  LogprobSource logprobs_source = LogprobSource::kRaw;  // output.logprobs_source
 };
 inline constexpr int kMaxBatchSize = 4096;          // run.batch_size
 inline constexpr double kMaxRequestRate = 1e6;      // run.request_rate (requests per second)

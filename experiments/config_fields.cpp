@@ -116,6 +116,19 @@ ConfigField double_field(std::string key, Ref ref, double min, double max) {
   return {key, true, parse, writer<double>(key, ref)};
 }
 
+// An integer in [min, max] that is unset (nullopt, not written) unless the config sets it.
+template <typename Ref>
+ConfigField optional_int_field(std::string key, Ref ref, int64_t min, int64_t max, bool sweepable) {
+  auto parse = [key, ref, min, max](const toml::node& n, const fs::path&) -> Assignment {
+    const int v = static_cast<int>(integer_at_least(n, key, min, max));
+    return [ref, v](Settings& s) { ref(s) = v; };
+  };
+  auto write = [key, ref](const Settings& s, toml::table& root) {
+    if (ref(s)) parent_table(root, key).insert_or_assign(last_component(key), int64_t{*ref(s)});
+  };
+  return {key, sweepable, parse, write};
+}
+
 template <typename Ref>
 ConfigField bool_field(std::string key, Ref ref) {
   auto parse = [key, ref](const toml::node& n, const fs::path&) -> Assignment {
@@ -137,7 +150,7 @@ ConfigField string_field(std::string key, Ref ref, bool sweepable = true) {
 
 // A string key parsed into an option enum (base/enum_names.h), spelled back by name_of.
 template <typename Ref>
-ConfigField enum_field(std::string key, Ref ref) {
+ConfigField enum_field(std::string key, Ref ref, bool sweepable = true) {
   using Enum = std::decay_t<decltype(ref(std::declval<Settings&>()))>;
   auto parse = [key, ref](const toml::node& n, const fs::path&) -> Assignment {
     const std::string v = string_of(n, key);
@@ -151,7 +164,7 @@ ConfigField enum_field(std::string key, Ref ref) {
   auto write = [key, ref](const Settings& s, toml::table& root) {
     parent_table(root, key).insert_or_assign(last_component(key), std::string(name_of(ref(s))));
   };
-  return {key, true, parse, write};
+  return {key, sweepable, parse, write};
 }
 
 // target.weights, draft.weights: "stored" or a MatrixFormat name (draft/draft_options.h).
@@ -348,6 +361,14 @@ ConfigField inline_prompts_field() {
   return {key, false, parse, write};
 }
 
+// `field`, written only when output.logprobs is set (it does not apply otherwise).
+ConfigField written_with_logprobs(ConfigField field) {
+  field.write = [write = field.write](const Settings& s, toml::table& root) {
+    if (s.point.logprobs) write(s, root);
+  };
+  return field;
+}
+
 std::vector<ConfigField> make_fields() {
   auto at_least_zero = [](double v) { return v >= 0; };
   return {
@@ -408,6 +429,8 @@ std::vector<ConfigField> make_fields() {
       kv_dtype_field("run.kv_dtype", [](auto& s) -> auto& { return s.point.kv_dtype; }),
       path_field("output.directory", [](auto& s) -> auto& { return s.output.directory; }, PathKind::output_dir, false),
       string_list_field("output.formats", [](auto& s) -> auto& { return s.output.formats; }, {"csv", "md", "png"}),
+      optional_int_field("output.logprobs", [](auto& s) -> auto& { return s.point.logprobs; }, 0, kMaxLogprobs, false),
+      written_with_logprobs(enum_field("output.logprobs_source", [](auto& s) -> auto& { return s.point.logprobs_source; }, false)),
   };
 }
 

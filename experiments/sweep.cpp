@@ -134,6 +134,8 @@ void check_point(const PointConfig& p, const Origins& origins, const std::string
   names.where = [&](std::string_view key) { return origin_of(origins, std::string(key), file) + ": "; };
   try {
     validate_options(request_options(p), names);
+    SPECULA_CHECK(p.logprobs || !origins.count("output.logprobs_source"), names.at("output.logprobs_source"),
+                  " does not apply: it needs output.logprobs");
     SPECULA_CHECK(p.request_rate == 0 || p.batch_size >= 1, names.at("run.request_rate"), " = ", p.request_rate,
                   ": arrivals need a batched run; set run.batch_size >= 1 (0 runs one request per job)");
   } catch (const SpeculaError& e) {

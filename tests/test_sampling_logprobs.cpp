@@ -2,9 +2,11 @@
 // independent log-softmax in long double, with ties, -inf logits and the processed source's
 // support; through generate(), speculative decoding reports the very bits plain decoding does
 // for the same tokens (greedy: every drafter; sampled: a forward over the emitted tokens
-// recomputes them), and the options are refused where they do not apply.
+// recomputes them), the options are refused where they do not apply, and output.logprobs puts
+// them in every results line of an experiment.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -16,6 +18,7 @@
 #include "sampling/sampler.h"
 #include "sampling/token_logprob.h"
 #include "tests/test_engine_support.h"
+#include "tests/test_experiments_support.h"
 #include "tests/test_support.h"
 
 namespace specula {
@@ -170,6 +173,47 @@ TEST_CASE("logprobs: refused with beam search and above the maximum", "[runtime]
   o.logprobs = 2;
   o.sampling.strategy = Strategy::kBeam;
   CHECK_THROWS_WITH(validate_options(o, cli_option_names()), Catch::Contains("--logprobs does not apply to --sampler beam"));
+}
+
+}  // namespace specula
+
+namespace specula {
+
+TEST_CASE("logprobs: output.logprobs puts them in every results line of a run, one request or a batch",
+          "[experiments][logprobs]") {
+  test::ScratchDir dir;
+  const std::string config = (dir.path() / "logprobs.toml").string();
+  std::ofstream(config) << "[target]\npath = \"" << test::model_dir("target-16m")
+                        << "\"\n[sampling]\nstrategy = \"sample\"\n[run]\nmax_new_tokens = 3\nrepetitions = 1\n"
+                           "prompts = [{ id = \"a\", domain = \"d\", prompt = \"def\" }, { id = \"b\", domain = \"d\", prompt = \"int\" }]\n"
+                           "[output]\ndirectory = \"out\"\nformats = [\"csv\"]\nlogprobs = 2\nlogprobs_source = \"processed\"\n"
+                           "[sweep]\n\"run.batch_size\" = [0, 2]\n";
+  const test::Outcome ran = test::run_specula("run --quiet '" + config + "'");
+  INFO("run stderr: " << ran.err);
+  REQUIRE(ran.status == 0);
+  std::ifstream lines(dir.path() / "out" / "results.jsonl");
+  int objects = 0;
+  for (std::string text; std::getline(lines, text);) {
+    const nlohmann::json line = nlohmann::json::parse(text);
+    CHECK(line.at("settings").at("output") == nlohmann::json::parse(R"({"logprobs": 2, "logprobs_source": "processed"})"));
+    for (const nlohmann::json& r : line.contains("requests") ? line.at("requests") : nlohmann::json::array({line})) {
+      const nlohmann::json& l = r.at("logprobs");
+      CHECK(l.at("source") == "processed");
+      CHECK(l.at("content").size() == r.at("ids").size());
+      CHECK(l.at("content").at(0).at("top").size() == 2);
+      ++objects;
+    }
+  }
+  CHECK(objects == 4);  // two single-request lines, one batched line of two requests
+
+  std::ofstream(config) << "[target]\npath = \"" << test::model_dir("target-16m")
+                        << "\"\n[run]\nprompts = [\"x\"]\n[output]\nlogprobs_source = \"raw\"\n";
+  CHECK_THAT(test::run_specula("run --dry-run '" + config + "'").err,
+             Catch::Contains("output.logprobs_source does not apply: it needs output.logprobs"));
+  std::ofstream(config) << "[target]\npath = \"" << test::model_dir("target-16m")
+                        << "\"\n[run]\nprompts = [\"x\"]\n[output]\nlogprobs = 21\n";
+  CHECK_THAT(test::run_specula("run --dry-run '" + config + "'").err,
+             Catch::Contains("output.logprobs must be an integer in [0, 20], got 21"));
 }
 
 }  // namespace specula
