@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "text/chat_template.h"
+#include "experiments/prompt_options.h"
 #include "experiments/prompts.h"
 #include "runtime/batch_run.h"
 #include "runtime/generate.h"
@@ -43,7 +44,10 @@ int run_batch(ModelStore& models, const GenerateOptions& base, const std::string
     GenerateOptions o = base;
     try {
       o.prompt_ids = prompt_token_ids(models, base.model_dir, prompts[i]);
-      validate_generate_options(models, o, cli_option_names());
+      apply_prompt_options(prompts[i].options, o, std::filesystem::absolute(prompts_file).parent_path());
+      const OptionNames names = prompt_option_names(prompts[i].options, cli_option_names());
+      SPECULA_CHECK(json || !o.logprobs, names.at("output.logprobs"), " needs --json (the text output has no place for them)");
+      validate_generate_options(models, o, names);
     } catch (const SpeculaError& e) {
       throw SpeculaError(where[i] + " (" + prompts[i].id + "): " + e.what());
     }

@@ -31,6 +31,7 @@ struct Prompt {
   std::string text;
   std::vector<ChatMessage> messages;
   std::vector<int> ids;
+  nlohmann::json options;  // `specula generate --prompts-file` only: the line's per-request "options" (null: none)
 };
 
 // The settings that define one run of the sweep (everything but prompt and seed).

@@ -492,6 +492,7 @@ std::string source_location(const toml::source_region& region) {
 }
 
 void config_error(const toml::source_region& region, const std::string& message) {
+  if (!region.path && region.begin.line == 0) throw SpeculaError(message);  // a node built in code, from no file
   throw SpeculaError(source_location(region) + ": " + message);
 }
 

@@ -43,7 +43,8 @@ std::string resolve_path(const std::filesystem::path& dir, const std::string& gi
 
 // "file:line:column" of a parsed node or key.
 std::string source_location(const toml::source_region& region);
-// Throws SpeculaError "<file:line:column>: <message>".
+// Throws SpeculaError "<file:line:column>: <message>" (just the message for a node read from
+// no file).
 [[noreturn]] void config_error(const toml::source_region& region, const std::string& message);
 // A compact rendering of a value for labels: strings bare, arrays "[3,2,1]", tables "{k=v}".
 std::string render_value(const toml::node& value);

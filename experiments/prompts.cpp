@@ -70,6 +70,7 @@ std::vector<Prompt> read_prompts_file(const std::string& path, const std::string
         p.ids.push_back(id.get<int>());
       }
     }
+    if (j.contains("options")) p.options = j["options"];
     prompts.push_back(std::move(p));
   }
   SPECULA_CHECK(!prompts.empty(), option, ": '", path, "' holds no prompts");
@@ -86,6 +87,9 @@ std::vector<Prompt> select_prompts(const RunConfig& run, const Origins& origins,
     SPECULA_CHECK(ids.insert(p.id).second, origin_of(origins, run.prompts_file.empty() ? "run.prompts" : "run.prompts_file",
                                                     config_file), ": prompt id '", p.id, "' appears twice");
     if (std::find(domains.begin(), domains.end(), p.domain) == domains.end()) domains.push_back(p.domain);
+    SPECULA_CHECK(p.options.is_null(), origin_of(origins, "run.prompts_file", config_file), ": prompt '", p.id,
+                  "' has per-request 'options' (those are for specula generate --prompts-file; an experiment sets "
+                  "config keys, and sweeps them)");
   }
   for (const std::string& d : run.domains) {
     SPECULA_CHECK(std::find(domains.begin(), domains.end(), d) != domains.end(), origin_of(origins, "run.domains", config_file),

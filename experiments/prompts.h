@@ -1,7 +1,8 @@
 // defines: read_prompts_file(), the one reader of prompt files (JSON lines: a string "id",
 // an optional string "domain", and exactly one of "prompt" (a text), "messages" (a chat) and
-// "prompt_ids" (token ids); other fields ignored) behind run.prompts_file and
-// `specula generate --prompts-file`; and select_prompts(), the prompts of an experiment —
+// "prompt_ids" (token ids); optional "options", the per-request options of
+// experiments/prompt_options.h, refused in an experiment; other fields ignored) behind
+// run.prompts_file and `specula generate --prompts-file`; and select_prompts(), the prompts of an experiment —
 // run.prompts_file or run.prompts inline — filtered by run.domains and cut to the first
 // run.prompts_per_domain of each domain.
 #pragma once

@@ -211,6 +211,8 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                    " ngram) and a sampler other than beam");
   refuse_given(names, {"draft.ngram_min", "draft.ngram_max"}, d.method == DraftMethod::kNgram,
                "it needs " + names.name("draft.method") + " ngram");
+  refuse_given(names, {"draft.path"}, d.method == DraftMethod::kModel,
+               "it needs " + names.name("draft.method") + " model");
   refuse_given(names, {"draft.weights"}, d.method == DraftMethod::kModel,
                "it needs a draft model (" + names.name("draft.path") + ")");
   if (d.method == DraftMethod::kNone) {
