@@ -44,8 +44,9 @@ std::string derived_controls(const PointConfig& p) {
 std::string derived_strategy(const PointConfig& p) {
   const SamplingOptions& s = p.sampling;
   if (s.strategy == Strategy::kGreedy) return "greedy" + derived_controls(p);
-  if (s.strategy == Strategy::kBeam) return "beam w=" + std::to_string(s.beam_width) +
-                                    (s.length_penalty != 1.0f ? " lp=" + number(s.length_penalty) : "");
+  if (s.strategy == Strategy::kBeam)
+    return "beam w=" + std::to_string(s.beam_width) +
+           (s.length_penalty != 1.0f ? " lp=" + number(s.length_penalty) : "") + derived_controls(p);
   std::string out = "T=" + number(s.temperature);
   if (s.top_k > 0) out += " top-k=" + std::to_string(s.top_k);
   if (s.top_p < 1.0f) out += " top-p=" + number(s.top_p);

@@ -10,7 +10,8 @@
 // at the child's context. The replay takes depth d + 1 only if that holds for every next
 // beam; otherwise it stops with the beams of depth d (their last token, drafted or not, is
 // the next root). The search's state is exactly what plain beam search has after the same
-// number of steps, since the rows it read are the same rows.
+// number of steps, since the rows it read are the same rows (and the logit controls it applies
+// read its own beams' tokens, not the trees).
 #pragma once
 
 #include <span>

@@ -76,7 +76,7 @@ DecodeRun decode_beam(const Backend& target, const GenerateOptions& options, con
   CachedBeamModel model(context);
   const int n_best = std::min(options.num_samples, width);
   const BeamResult result = beam_search(model, root, logits, options.sampling, options.max_new_tokens,
-                                        c.eos_token_ids, n_best);
+                                        c.eos_token_ids, n_best, options.controls, options.prompt_ids);
   cache.free(root);
   run.decode_s = std::chrono::duration<double>(Clock::now() - decode_start).count();
   run.target_forwards = 1 + model.forwards();
@@ -128,7 +128,7 @@ DecodeRun decode_speculative_beam(ModelStore& models, const Backend& target, con
   long beam_steps = 0;
   {
     SpeculativeBeam beam(context, root_seq, *drafters, options.sampling, options.max_new_tokens,
-                         target.config().eos_token_ids, options.prompt_ids);
+                         target.config().eos_token_ids, options.prompt_ids, options.controls);
     while (!beam.done()) {
       run.target_sequences += beam.num_beams();  // every live beam has its root and tree in the forward
       beam_steps += speculative_beam_step(beam, context, stats);

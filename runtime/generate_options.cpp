@@ -177,8 +177,6 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                 names.name("sampling.strategy"), " beam");
 
   validate_logit_controls(o.controls, INT_MAX, names);
-  SPECULA_CHECK(!o.controls.active() || s.strategy != Strategy::kBeam, names.at(first_active_control(o.controls)),
-                " is not available with ", names.name("sampling.strategy"), " beam");
 
   if (o.logprobs) in_range("output.logprobs", *o.logprobs, 0, kMaxLogprobs);
   SPECULA_CHECK(!o.logprobs || s.strategy != Strategy::kBeam, names.at("output.logprobs"),

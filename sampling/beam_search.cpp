@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <iterator>
 #include <limits>
+#include <utility>
 
 #include "base/error.h"
 #include "sampling/sampler.h"
@@ -52,13 +54,17 @@ class Forks {
 
 }  // namespace
 
-BeamSearch::BeamSearch(const SamplingOptions& options, int max_new_tokens, std::span<const int> eos_ids, int vocab)
+BeamSearch::BeamSearch(const SamplingOptions& options, int max_new_tokens, std::span<const int> eos_ids, int vocab,
+                       LogitControls controls, std::span<const int> prompt)
     : width_(options.beam_width),
       length_penalty_(options.length_penalty),
       max_new_tokens_(max_new_tokens),
       eos_ids_(eos_ids.begin(), eos_ids.end()),
-      vocab_(vocab) {
+      vocab_(vocab),
+      controls_(std::move(controls)),
+      prompt_(prompt.begin(), prompt.end()) {
   validate_sampling_options(options);
+  validate_logit_controls(controls_, vocab, {});
   beams_.push_back({{}, 0.0});  // the prompt
   SPECULA_CHECK(max_new_tokens >= 1, "--max-new-tokens must be >= 1 for beam search, got ", max_new_tokens);
   assert(std::all_of(eos_ids_.begin(), eos_ids_.end(), [vocab](int eos) { return eos >= 0 && eos < vocab; }));
@@ -86,12 +92,13 @@ void BeamSearch::finish(std::vector<int> tokens, double sum_logprob) {
 const std::vector<BeamChoice>& BeamSearch::step(std::span<const std::span<const float>> rows) {
   assert(!done_ && rows.size() == beams_.size());
   ++steps_;
-  // The best 2W candidates: each beam's best 2W tokens by log_softmax (double), then merged.
+  // The best 2W candidates: each beam's best 2W finite tokens by edited log_softmax (double),
+  // then merged.
   const int count = 2 * width_;
-  const int per_beam = std::min(count, vocab_);
   constexpr double kInf = std::numeric_limits<double>::infinity();
+  const bool controlled = controls_.active();
   candidates_.clear();
-  row_candidates_.resize(static_cast<std::size_t>(vocab_));
+  scores_.resize(static_cast<std::size_t>(vocab_));
   for (int b = 0; b < num_beams(); ++b) {
     const std::span<const float> row = rows[static_cast<std::size_t>(b)];
     assert(static_cast<int>(row.size()) == vocab_);
@@ -104,11 +111,19 @@ const std::vector<BeamChoice>& BeamSearch::step(std::span<const std::span<const 
     double sum = 0.0;
     for (int t = 0; t < vocab_; ++t) sum += std::exp(double(row[t]) - max);
     const double log_normaliser = max + std::log(sum);
-    const double base = beams_[static_cast<std::size_t>(b)].sum_logprob;
-    for (int t = 0; t < vocab_; ++t) row_candidates_[static_cast<std::size_t>(t)] = {b, t, base + (row[t] - log_normaliser)};
-    std::partial_sort(row_candidates_.begin(), row_candidates_.begin() + per_beam, row_candidates_.end(), before);
-    candidates_.insert(candidates_.end(), row_candidates_.begin(), row_candidates_.begin() + per_beam);
+    for (int t = 0; t < vocab_; ++t) scores_[static_cast<std::size_t>(t)] = row[t] - log_normaliser;
+    const Beam& beam = beams_[static_cast<std::size_t>(b)];
+    if (controlled) apply_controls(controls_, {prompt_, beam.tokens, {}, eos_ids_}, scores_);
+    row_candidates_.clear();
+    for (int t = 0; t < vocab_; ++t)
+      if (scores_[static_cast<std::size_t>(t)] > -kInf)
+        row_candidates_.push_back({b, t, beam.sum_logprob + scores_[static_cast<std::size_t>(t)]});
+    const auto per_beam = row_candidates_.begin() + std::min<std::ptrdiff_t>(count, std::ssize(row_candidates_));
+    std::partial_sort(row_candidates_.begin(), per_beam, row_candidates_.end(), before);
+    candidates_.insert(candidates_.end(), row_candidates_.begin(), per_beam);
   }
+  SPECULA_CHECK(!candidates_.empty() || !finished_.empty(), "beam search: after ", steps_ - 1,
+                " tokens the logit controls leave no token of finite score, and no hypothesis has finished");
   std::sort(candidates_.begin(), candidates_.end(), before);
   candidates_.resize(std::min<std::size_t>(candidates_.size(), static_cast<std::size_t>(count)));
 
@@ -123,9 +138,10 @@ const std::vector<BeamChoice>& BeamSearch::step(std::span<const std::span<const 
       finish(extended(beams_[static_cast<std::size_t>(c.parent)].tokens, c.token), c.sum_logprob);
     }
   }
-  const double best_possible = candidates_.front().sum_logprob / std::pow(double(steps_), length_penalty_);
+  // Without a next beam (every candidate EOS, or none finite) the search ends.
   const bool full = static_cast<int>(finished_.size()) >= width_;
-  if ((full && worst_finished() >= best_possible) || chosen_.empty()) {
+  if (chosen_.empty() ||
+      (full && worst_finished() >= candidates_.front().sum_logprob / std::pow(double(steps_), length_penalty_))) {
     done_ = true;
   } else if (steps_ == max_new_tokens_) {
     // At the limit the live beams join the finished set as they are (no EOS).
@@ -159,9 +175,9 @@ BeamResult BeamSearch::result(int n_best) && {
 
 BeamResult beam_search(BeamLanguageModel& model, int root_seq, std::span<const float> root_logits,
                        const SamplingOptions& options, int max_new_tokens, std::span<const int> eos_ids,
-                       int n_best) {
+                       int n_best, const LogitControls& controls, std::span<const int> prompt) {
   const int vocab = model.vocab_size();
-  BeamSearch search(options, max_new_tokens, eos_ids, vocab);
+  BeamSearch search(options, max_new_tokens, eos_ids, vocab, controls, prompt);
   SPECULA_CHECK(n_best >= 1 && n_best <= search.width(), "beam search returns 1 to --beam-width = ", search.width(),
                 " hypotheses, asked for ", n_best);
   assert(static_cast<int>(root_logits.size()) == vocab);

@@ -6,9 +6,14 @@
 // later vectorised rewrite reproduces), with early_stopping=False, HF's default:
 //
 //  - Scores are log_softmax of the raw logits (no temperature or top-k/p/min-p: plain beam
-//    search), computed in double, accumulated per beam.
+//    search), computed in double, then edited by the logit controls (sampling/logit_controls.h)
+//    over the history prompt + the beam's own tokens, as HF's logits processors edit
+//    next_token_scores (no renormalisation); the edited scores are accumulated per beam.
+//  - A candidate of score -inf (banned, a repeated n-gram, an EOS below min_new_tokens) is
+//    never taken, so a step may rank fewer than 2W; one with none ends the search (an error
+//    when nothing was finished).
 //  - Each step takes the best 2W candidates (beam, token) over all live beams, ordered by
-//    accumulated log-prob, ties by lower (beam, token).  In that order: an EOS candidate (any
+//    accumulated score, ties by lower (beam, token).  In that order: an EOS candidate (any
 //    of the model's EOS ids) of
 //    rank < W becomes a finished hypothesis, one of rank >= W is dropped; other candidates
 //    become the next beams until there are W.
@@ -23,15 +28,17 @@
 //    as they are (L = max_new_tokens, no EOS).
 //  - n-best: finished set by score descending, ties: the later added first (HF pops from a
 //    stable ascending sort).
-// One deliberate difference: HF starts with W copies of the prompt scored 0, -1e9, -1e9...;
+// Deliberate differences: HF starts with W copies of the prompt scored 0, -1e9, -1e9...;
 // this driver starts from the single prompt beam.  The two searches agree whenever the
 // first step has at least 2W candidates (vocab >= 2W); with fewer, HF would carry -1e9
-// placeholder beams, this driver carries fewer beams.
+// placeholder beams, this driver carries fewer beams.  Likewise where a step has fewer than
+// W finite candidates: HF would carry beams of score -inf, this driver carries fewer beams.
 #pragma once
 
 #include <span>
 #include <vector>
 
+#include "sampling/logit_controls.h"
 #include "sampling/sampling_options.h"
 
 namespace specula {
@@ -50,7 +57,7 @@ class BeamLanguageModel {
 
 struct BeamHypothesis {
   std::vector<int> tokens;  // generated tokens, the EOS included when it ended the hypothesis
-  double sum_logprob;       // sum of log-probs of `tokens`
+  double sum_logprob;       // sum of the (control-edited) log-probs of `tokens`
   double score;             // sum_logprob / tokens.size() ^ length_penalty
 };
 
@@ -62,7 +69,7 @@ struct BeamResult {
 struct BeamChoice {
   int parent;
   int token;
-  double sum_logprob;  // the parent's sum plus the token's log-prob
+  double sum_logprob;  // the parent's sum plus the token's edited log-prob
 };
 
 // The step rule above, one step per call. It holds the live beams (generated tokens and
@@ -72,7 +79,10 @@ class BeamSearch {
  public:
   // options: beam_width (W) and length_penalty are used; all fields are validated.
   // eos_ids: the end-of-sequence tokens (any of them ends a hypothesis; may be empty).
-  BeamSearch(const SamplingOptions& options, int max_new_tokens, std::span<const int> eos_ids, int vocab);
+  // controls (validated): the edits of every row; prompt: the tokens before the generated
+  // ones, which the controls read.
+  BeamSearch(const SamplingOptions& options, int max_new_tokens, std::span<const int> eos_ids, int vocab,
+             LogitControls controls = {}, std::span<const int> prompt = {});
 
   // One step over the live beams' next-token logits: rows[b] in [vocab] for live beam b.
   // Returns the next live beams in their new order (the previous beams' indices are gone
@@ -103,22 +113,25 @@ class BeamSearch {
   int max_new_tokens_;
   std::vector<int> eos_ids_;
   int vocab_;
+  LogitControls controls_;
+  std::vector<int> prompt_;
   int steps_ = 0;
   bool done_ = false;
   std::vector<Beam> beams_;
   std::vector<BeamHypothesis> finished_;  // HF's BeamHypotheses: the best W, in insertion order
   std::vector<BeamChoice> chosen_;
   std::vector<BeamChoice> candidates_, row_candidates_;  // scratch
+  std::vector<double> scores_;                           // scratch: one beam's edited log-probs
 };
 
 // Beam search from a prompt already fed to `root_seq`.  The driver forks root_seq (never
 // feeds or releases it: it stays the caller's) and releases every sequence it forked before
 // returning, also when the model throws.
 //   root_logits: in [vocab], the next-token logits after the prompt
-//   options, max_new_tokens, eos_ids: as BeamSearch
+//   options, max_new_tokens, eos_ids, controls, prompt: as BeamSearch
 //   n_best: 1..W hypotheses to return (fewer only when fewer were finished)
 BeamResult beam_search(BeamLanguageModel& model, int root_seq, std::span<const float> root_logits,
                        const SamplingOptions& options, int max_new_tokens, std::span<const int> eos_ids,
-                       int n_best);
+                       int n_best, const LogitControls& controls = {}, std::span<const int> prompt = {});
 
 }  // namespace specula

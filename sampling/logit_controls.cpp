@@ -10,20 +10,55 @@
 namespace specula {
 namespace {
 
-constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
-
 bool in_vocab(int token, std::size_t vocab) { return token >= 0 && static_cast<std::size_t>(token) < vocab; }
 
 // Hugging Face's no-repeat rule over `seq`: every token that follows an earlier occurrence of
 // the sequence's last n - 1 tokens.
-void ban_repeated_ngrams(std::span<const int> seq, int n, std::span<float> logits) {
+template <typename T>
+void ban_repeated_ngrams(std::span<const int> seq, int n, std::span<T> logits) {
   const std::size_t len = seq.size(), k = static_cast<std::size_t>(n - 1);
   if (len + 1 < static_cast<std::size_t>(n)) return;
   const std::span<const int> tail = seq.last(k);
   for (std::size_t i = 0; i + k < len; ++i)
     if (std::equal(tail.begin(), tail.end(), seq.begin() + static_cast<std::ptrdiff_t>(i)) &&
         in_vocab(seq[i + k], logits.size()))
-      logits[static_cast<std::size_t>(seq[i + k])] = kMinusInf;
+      logits[static_cast<std::size_t>(seq[i + k])] = -std::numeric_limits<T>::infinity();
+}
+
+template <typename T>
+void edit(const LogitControls& c, const ControlHistory& h, std::span<T> logits) {
+  constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
+  const std::size_t vocab = logits.size();
+  if (c.repetition_penalty != 1.0f) {
+    const T r = c.repetition_penalty;
+    std::vector<bool> seen(vocab, false);
+    for (std::span<const int> part : {h.prompt, h.generated, h.path})
+      for (int t : part)
+        if (in_vocab(t, vocab)) seen[static_cast<std::size_t>(t)] = true;
+    for (std::size_t t = 0; t < vocab; ++t)
+      if (seen[t]) logits[t] = logits[t] < 0 ? logits[t] * r : logits[t] / r;
+  }
+  if (c.frequency_penalty != 0.0f || c.presence_penalty != 0.0f) {
+    std::vector<int> count(vocab, 0);
+    for (std::span<const int> part : {h.generated, h.path})
+      for (int t : part)
+        if (in_vocab(t, vocab)) ++count[static_cast<std::size_t>(t)];
+    for (std::size_t t = 0; t < vocab; ++t)
+      if (count[t] > 0) logits[t] -= T(c.frequency_penalty) * static_cast<T>(count[t]) + T(c.presence_penalty);
+  }
+  if (c.no_repeat_ngram_size > 0) {
+    std::vector<int> seq(h.prompt.begin(), h.prompt.end());
+    seq.insert(seq.end(), h.generated.begin(), h.generated.end());
+    seq.insert(seq.end(), h.path.begin(), h.path.end());
+    ban_repeated_ngrams(seq, c.no_repeat_ngram_size, logits);
+  }
+  for (const auto& [token, bias] : c.logit_bias)
+    if (in_vocab(token, vocab)) logits[static_cast<std::size_t>(token)] += T(bias);
+  for (int token : c.banned_tokens)
+    if (in_vocab(token, vocab)) logits[static_cast<std::size_t>(token)] = kMinusInf;
+  if (h.generated.size() + h.path.size() < static_cast<std::size_t>(c.min_new_tokens))
+    for (int eos : h.eos_ids)
+      if (in_vocab(eos, vocab)) logits[static_cast<std::size_t>(eos)] = kMinusInf;
 }
 
 }  // namespace
@@ -41,39 +76,8 @@ std::string_view first_active_control(const LogitControls& c) {
   return "";
 }
 
-void apply_controls(const LogitControls& c, const ControlHistory& h, std::span<float> logits) {
-  const std::size_t vocab = logits.size();
-  if (c.repetition_penalty != 1.0f) {
-    std::vector<bool> seen(vocab, false);
-    for (std::span<const int> part : {h.prompt, h.generated, h.path})
-      for (int t : part)
-        if (in_vocab(t, vocab)) seen[static_cast<std::size_t>(t)] = true;
-    for (std::size_t t = 0; t < vocab; ++t)
-      if (seen[t]) logits[t] = logits[t] < 0.0f ? logits[t] * c.repetition_penalty : logits[t] / c.repetition_penalty;
-  }
-  if (c.frequency_penalty != 0.0f || c.presence_penalty != 0.0f) {
-    std::vector<int> count(vocab, 0);
-    for (std::span<const int> part : {h.generated, h.path})
-      for (int t : part)
-        if (in_vocab(t, vocab)) ++count[static_cast<std::size_t>(t)];
-    for (std::size_t t = 0; t < vocab; ++t)
-      if (count[t] > 0)
-        logits[t] -= c.frequency_penalty * static_cast<float>(count[t]) + c.presence_penalty;
-  }
-  if (c.no_repeat_ngram_size > 0) {
-    std::vector<int> seq(h.prompt.begin(), h.prompt.end());
-    seq.insert(seq.end(), h.generated.begin(), h.generated.end());
-    seq.insert(seq.end(), h.path.begin(), h.path.end());
-    ban_repeated_ngrams(seq, c.no_repeat_ngram_size, logits);
-  }
-  for (const auto& [token, bias] : c.logit_bias)
-    if (in_vocab(token, vocab)) logits[static_cast<std::size_t>(token)] += bias;
-  for (int token : c.banned_tokens)
-    if (in_vocab(token, vocab)) logits[static_cast<std::size_t>(token)] = kMinusInf;
-  if (h.generated.size() + h.path.size() < static_cast<std::size_t>(c.min_new_tokens))
-    for (int eos : h.eos_ids)
-      if (in_vocab(eos, vocab)) logits[static_cast<std::size_t>(eos)] = kMinusInf;
-}
+void apply_controls(const LogitControls& c, const ControlHistory& h, std::span<float> logits) { edit(c, h, logits); }
+void apply_controls(const LogitControls& c, const ControlHistory& h, std::span<double> logits) { edit(c, h, logits); }
 
 void RowControls::apply(std::span<const int> tokens, std::span<const int> path, std::span<float> row) const {
   if (!active()) return;

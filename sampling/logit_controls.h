@@ -14,7 +14,9 @@
 //   banned       x = -inf for every banned token.
 //   min tokens   while generated + path holds fewer than min_new_tokens tokens, every EOS id
 //                gets -inf.
-// The sampler (temperature, top-k, top-p, min-p, or greedy) then reads the edited row.
+// The sampler (temperature, top-k, top-p, min-p, or greedy) then reads the edited row; beam
+// search (sampling/beam_search.h) edits each live beam's row of log-probabilities instead,
+// over prompt + that beam's own tokens.
 //
 // Why speculation stays exact: a tree node's target row is the target's next-token logits
 // after the node's own path, so its controls read that path's tokens (ControlHistory::path),
@@ -65,9 +67,11 @@ struct ControlHistory {
   std::span<const int> eos_ids;
 };
 
-// Edits `logits` (one row, [vocab]) in the order above. Tokens of the history outside
-// [0, vocab) are ignored.
+// Edits `logits` (one row, [vocab]) in the order above, in the row's own precision (beam
+// search edits rows of log-probabilities in double). Tokens of the history outside [0, vocab)
+// are ignored.
 void apply_controls(const LogitControls& controls, const ControlHistory& history, std::span<float> logits);
+void apply_controls(const LogitControls& controls, const ControlHistory& history, std::span<double> logits);
 
 // A request's controls bound to its sequence: the prompt's length within the sequence's tokens
 // and the model's EOS ids. Decoders hold one per sequence and edit each row through it.

@@ -341,8 +341,8 @@ std::vector<Case> catalogue() {
   flag_case("logit bias outside the vocabulary", "--logit-bias 5000:1.5", {"--logit-bias", "token 5000", "[0, 4096)"});
   flag_case("banned token not an integer", "--banned-tokens 3,x", {"--banned-tokens", "'x' is not an integer"});
   flag_case("min new tokens negative", "--min-new-tokens -1", {"--min-new-tokens must be >= 0", "-1"});
-  flag_case("controls with beam search", "--sampler beam --no-repeat-ngram-size 2",
-            {"--no-repeat-ngram-size is not available with --sampler beam"});
+  flag_case("logprobs with beam search", "--sampler beam --json --logprobs 1",
+            {"--logprobs", "does not apply to --sampler beam"});
   flag_case("stop-below above 1", "--draft '" + kModel + "' --gamma-policy threshold --stop-below 1.5",
             {"--stop-below", "1.5"});
   flag_case("draft-max-batch negative", "--draft '" + kModel + "' --gamma-policy threshold --draft-max-batch -2",

@@ -108,6 +108,9 @@ TEST_CASE("logit controls and stop strings load from sampling.*, label the run, 
   CHECK(a.runs[0].info.id != none.runs[0].info.id);
   const ExperimentConfig again = load_config(dir.write("resolved.toml", c.resolved_toml));
   CHECK(make_plan(again).runs[0].info.id == a.runs[0].info.id);
+  const ExperimentConfig beam = load_config(dir.write(
+      "beam.toml", minimal("[sampling]\nstrategy = \"beam\"\nbeam_width = 3\nno_repeat_ngram_size = 2\n")));
+  CHECK_THAT(make_plan(beam).runs[0].info.label, Contains("beam w=3 no-repeat=2"));
 }
 
 TEST_CASE("quickstart resolves to two draft models and n-grams at gamma 1 and 4, two prompts per domain",

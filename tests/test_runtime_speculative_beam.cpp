@@ -1,9 +1,12 @@
 // Speculative beam search on the bundled models: its n-best sequences and scores equal plain
 // beam search's bitwise for every drafter (draft-1m and draft-4m chains, static and dynamic
 // trees, n-grams), widths 1, 2, 4 and 8 and length penalties 0.6, 1 and 1.5; width 1 equals
-// greedy speculative decoding (the same tokens and target forwards); after every step each
-// beam's target and draft caches equal a plain prefill of its tokens, and no block is leaked.
+// greedy speculative decoding (the same tokens and target forwards); with every logit control
+// on, and with EOS favoured but masked below min_new_tokens, it still equals plain beam search;
+// after every step each beam's target and draft caches equal a plain prefill of its tokens,
+// and no block is leaked.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "draft/model_drafter.h"
@@ -91,6 +94,62 @@ TEST_CASE("speculative beam search equals plain beam search bitwise for every dr
       }
     }
   }
+}
+
+TEST_CASE("speculative beam search equals plain beam search with every logit control on",
+          "[runtime][beam][speculative]") {
+  const std::span<const int> eos = test::store().get(test::model_dir("target-16m")).config().eos_token_ids;
+  REQUIRE(!eos.empty());
+  const auto prompts = test::reference_prompts();
+  const int max_new = 8;
+  long accepted = 0;  // beam steps the replays took past the first of a pass
+  for (std::size_t p : test::kSanitized ? std::vector<std::size_t>{2} : std::vector<std::size_t>{2, 6}) {
+    const std::vector<int> prompt(prompts[p].begin(), prompts[p].begin() + 32);
+    const GenerateOptions free = beam_options("target-16m", prompt, 3, 1.0f, max_new);
+    const std::vector<int> free_ids = generate(test::store(), free)["ids"].get<std::vector<int>>();
+    // Every control on; the ban and the bias hit tokens the search picks without them.
+    LogitControls every;
+    every.repetition_penalty = 1.3f;
+    every.frequency_penalty = 0.4f;
+    every.presence_penalty = 0.2f;
+    every.no_repeat_ngram_size = 2;
+    every.logit_bias = {{free_ids[1], -2.0f}, {free_ids[2], 1.0f}};
+    every.banned_tokens = {free_ids[0]};
+    every.min_new_tokens = 2;
+    // EOS favoured by 40 nats but masked below the minimum: every hypothesis ends in it, at or
+    // after the minimum.
+    LogitControls eos_min;
+    eos_min.logit_bias = {{eos[0], 40.0f}};
+    eos_min.min_new_tokens = 3;
+    for (const bool eos_case : {false, true}) {
+      const LogitControls& c = eos_case ? eos_min : every;
+      GenerateOptions plain = free;
+      plain.controls = c;
+      const auto expected = generate(test::store(), plain);
+      CHECK(expected["ids"].get<std::vector<int>>() != free_ids);
+      const auto samples = expected["samples"].get<std::vector<std::vector<int>>>();
+      const auto is_eos = [&](int t) { return std::find(eos.begin(), eos.end(), t) != eos.end(); };
+      for (const std::vector<int>& sample : samples) {
+        for (std::size_t i = 0; i < sample.size(); ++i)
+          if (is_eos(sample[i])) CHECK(int(i) >= c.min_new_tokens);
+        if (eos_case) CHECK(is_eos(sample.back()));
+      }
+      for (const DraftOptions& d :
+           {model_draft("draft-1m", 3, {}, 0), model_draft("draft-1m", 3, {3, 2}, 0), ngram_draft(3)}) {
+        INFO("prompt " << p << ", " << first_active_control(c) << ", " << name_of(d.method) << " tree "
+                       << d.tree.size());
+        GenerateOptions spec = plain;
+        spec.draft = d;
+        const auto got = generate(test::store(), spec);
+        CHECK(got["ids"] == expected["ids"]);
+        CHECK(got["samples"] == expected["samples"]);
+        CHECK(got["stats"]["beam"]["hypotheses"] == expected["stats"]["beam"]["hypotheses"]);
+        CHECK(got["stats"]["kv"]["blocks_in_use_at_end"] == 0);
+        accepted += got["stats"]["accepted"].get<long>();
+      }
+    }
+  }
+  CHECK(accepted > 0);
 }
 
 TEST_CASE("speculative beam search of width 1 is greedy speculative decoding", "[runtime][beam][speculative]") {

@@ -1,7 +1,10 @@
 // Beam search on toy models whose logits are a pure function of the token history:
 // width 1 equals greedy; a beam as wide as the search space equals brute force over every
 // sequence; scores match a direct computation; a hand-traced run pins HF's EOS, length
-// and early-stopping rules; every fork is released, also when the model throws.
+// and early-stopping rules; every fork is released, also when the model throws.  With logit
+// controls, on random control settings: the search equals Hugging Face's beam search with its
+// logits processors written out (processors on the log-softmax row, the edited scores
+// accumulated); min_new_tokens keeps every hypothesis's EOS at or after the minimum.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -13,6 +16,7 @@
 
 #include "base/error.h"
 #include "sampling/beam_search.h"
+#include "sampling/logit_controls.h"
 #include "sampling/sampler.h"
 #include "base/rng.h"
 
@@ -357,4 +361,241 @@ TEST_CASE("beam search rejects bad arguments naming the flag", "[sampling]") {
   bad[2] = std::nanf("");
   CHECK_THROWS_WITH(beam_search(model, root, bad, SamplingOptions::beam(2, 1.0f), 4, std::vector<int>{3}, 1), "beam search: logit 2 is nan");
   CHECK(model.live().size() == 1);
+}
+
+namespace {
+
+// Hugging Face's beam search with logits processors, written out from its source
+// (BeamSearchScorer, BeamHypotheses, the processors) over whole rows, one step at a time, with
+// beam_search.h's deliberate differences: one prompt beam, and no candidate of score -inf.
+// `none`: no token of finite score was left before any hypothesis finished; `fewer`: a step
+// carried fewer than W beams for want of finite candidates.
+struct ReferenceResult {
+  std::vector<BeamHypothesis> hypotheses;
+  bool none = false;
+  bool fewer = false;
+};
+
+// The processors on one row of log-probs after prompt + generated, in logit_controls.h's order.
+void reference_processors(const LogitControls& c, const History& prompt, const History& generated,
+                          const std::vector<int>& eos, std::vector<double>& scores) {
+  History all = prompt;
+  all.insert(all.end(), generated.begin(), generated.end());
+  const int vocab = int(scores.size());
+  // RepetitionPenaltyLogitsProcessor: score = gather(scores, input_ids); where(score < 0, score * r, score / r).
+  const double r = c.repetition_penalty;
+  for (int t : std::set<int>(all.begin(), all.end())) scores[t] = scores[t] < 0 ? scores[t] * r : scores[t] / r;
+  // OpenAI's frequency and presence penalties over the generated tokens.
+  for (int t = 0; t < vocab; ++t) {
+    const long n = std::count(generated.begin(), generated.end(), t);
+    if (n > 0) scores[t] -= double(c.frequency_penalty) * double(n) + double(c.presence_penalty);
+  }
+  // NoRepeatNGramLogitsProcessor: _get_ngrams, then ban the tokens after the last n - 1.
+  const int n = c.no_repeat_ngram_size;
+  if (n > 0 && int(all.size()) + 1 >= n) {
+    std::map<History, std::vector<int>> ngrams;
+    for (std::size_t i = 0; i + n <= all.size(); ++i)
+      ngrams[History(all.begin() + i, all.begin() + i + n - 1)].push_back(all[i + n - 1]);
+    for (int t : ngrams[History(all.end() - (n - 1), all.end())]) scores[t] = -INFINITY;
+  }
+  for (const auto& [t, bias] : c.logit_bias) scores[t] += double(bias);
+  for (int t : c.banned_tokens) scores[t] = -INFINITY;
+  // MinNewTokensLengthLogitsProcessor.
+  if (int(generated.size()) < c.min_new_tokens)
+    for (int t : eos) scores[t] = -INFINITY;
+}
+
+ReferenceResult reference_beam_search(const ToyModel& model, const History& prompt, int width, double length_penalty,
+                                      int max_new, const std::vector<int>& eos, const LogitControls& c) {
+  const int vocab = model.vocab_size();
+  struct Beam {
+    History tokens;
+    double score;
+  };
+  // BeamHypotheses: (score, tokens, sum) in insertion order, and worst_score.
+  struct Hypotheses {
+    std::vector<BeamHypothesis> beams;
+    double worst_score = 1e9;
+  } hyps;
+  const auto add = [&](const History& tokens, double sum) {
+    const double score = sum / std::pow(double(tokens.size()), length_penalty);
+    if (int(hyps.beams.size()) < width || score > hyps.worst_score) {
+      hyps.beams.push_back({tokens, sum, score});
+      if (int(hyps.beams.size()) > width) {
+        std::vector<std::pair<double, int>> sorted;
+        for (int i = 0; i < int(hyps.beams.size()); ++i) sorted.push_back({hyps.beams[i].score, i});
+        std::sort(sorted.begin(), sorted.end());
+        hyps.beams.erase(hyps.beams.begin() + sorted[0].second);
+        hyps.worst_score = sorted[1].first;
+      } else {
+        hyps.worst_score = std::min(score, hyps.worst_score);
+      }
+    }
+  };
+  const auto is_eos = [&](int t) { return std::count(eos.begin(), eos.end(), t) > 0; };
+
+  std::vector<Beam> beams = {{{}, 0.0}};
+  std::vector<float> logits(vocab);
+  ReferenceResult out;
+  for (int step = 1; step <= max_new; ++step) {
+    // next_token_scores = log_softmax(logits) (double); processors; + beam_scores; flattened.
+    struct Flat {
+      double score;
+      int index;  // beam * vocab + token
+    };
+    std::vector<Flat> flat;
+    for (int b = 0; b < int(beams.size()); ++b) {
+      History history = prompt;
+      history.insert(history.end(), beams[b].tokens.begin(), beams[b].tokens.end());
+      model.logits(history, logits);
+      std::vector<double> scores(vocab);
+      for (int t = 0; t < vocab; ++t) scores[t] = log_softmax(logits, t);
+      reference_processors(c, prompt, beams[b].tokens, eos, scores);
+      for (int t = 0; t < vocab; ++t)
+        if (scores[t] != -INFINITY) flat.push_back({beams[b].score + scores[t], b * vocab + t});
+    }
+    if (flat.empty()) {
+      out.none = hyps.beams.empty();
+      if (out.none) return out;
+      break;
+    }
+    // topk(2W), sorted; ties to the lower flat index.
+    std::sort(flat.begin(), flat.end(), [](const Flat& a, const Flat& b) {
+      return a.score != b.score ? a.score > b.score : a.index < b.index;
+    });
+    flat.resize(std::min<std::size_t>(flat.size(), 2 * width));
+    // BeamSearchScorer.process.
+    std::vector<Beam> next;
+    for (int rank = 0; rank < int(flat.size()); ++rank) {
+      const int b = flat[rank].index / vocab, t = flat[rank].index % vocab;
+      History tokens = beams[b].tokens;
+      tokens.push_back(t);
+      if (is_eos(t)) {
+        if (rank >= width) continue;
+        add(tokens, flat[rank].score);
+      } else {
+        next.push_back({tokens, flat[rank].score});
+      }
+      if (int(next.size()) == width) break;
+    }
+    // BeamHypotheses.is_done (early_stopping=False), cur_len = tokens generated.
+    const bool done = int(hyps.beams.size()) >= width &&
+                      hyps.worst_score >= flat[0].score / std::pow(double(step), length_penalty);
+    if (done || next.empty()) break;
+    out.fewer = out.fewer || (int(next.size()) < width && int(flat.size()) < 2 * width);
+    beams = next;
+    // finalize at max_length.
+    if (step == max_new)
+      for (const Beam& beam : beams) add(beam.tokens, beam.score);
+  }
+  // Sorted ascending (stable), popped from the end.
+  std::vector<BeamHypothesis> sorted = hyps.beams;
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.score < b.score; });
+  while (!sorted.empty()) {
+    out.hypotheses.push_back(sorted.back());
+    sorted.pop_back();
+  }
+  return out;
+}
+
+LogitControls random_beam_controls(Philox& rng, int vocab) {
+  LogitControls c;
+  const auto on = [&] { return rng.uniform() < 0.5; };
+  const auto token = [&] { return int(rng.uniform() * vocab); };
+  if (on()) c.repetition_penalty = float(0.5 + rng.uniform() * 1.5);
+  if (on()) c.frequency_penalty = float(rng.uniform() * 4 - 2);
+  if (on()) c.presence_penalty = float(rng.uniform() * 4 - 2);
+  if (on()) c.no_repeat_ngram_size = 1 + int(rng.uniform() * 3);
+  if (on())
+    for (int t = 0; t < vocab; ++t)
+      if (rng.uniform() < 0.2) c.logit_bias.emplace_back(t, float(rng.uniform() * 6 - 3));
+  // Up to most of the vocabulary banned: steps with fewer than 2W finite candidates.
+  if (on())
+    for (int i = int(rng.uniform() * 2 * vocab); i > 0; --i) c.banned_tokens.push_back(token());
+  if (on()) c.min_new_tokens = int(rng.uniform() * 6);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("beam search with logit controls equals Hugging Face's rule written out", "[sampling][beam]") {
+  Philox rng(2037);
+  int with_controls = 0, fewer_beams = 0, none = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int vocab = 12 + int(rng.uniform() * 9), width = 2 + int(rng.uniform() * 2);
+    const int max_new = 3 + int(rng.uniform() * 6);
+    const float length_penalty = std::vector<float>{1.0f, 0.0f, 0.6f, 1.5f}[trial % 4];
+    History prompt(1 + int(rng.uniform() * 6));
+    for (int& t : prompt) t = int(rng.uniform() * vocab);
+    std::vector<int> eos = {int(rng.uniform() * vocab)};
+    if (rng.uniform() < 0.3) eos.push_back((eos[0] + 1) % vocab);
+    const LogitControls c = random_beam_controls(rng, vocab);
+    with_controls += c.active();
+
+    ToyModel model(vocab, random_logits(4000 + trial));
+    const ReferenceResult want = reference_beam_search(model, prompt, width, length_penalty, max_new, eos, c);
+    std::vector<float> root_logits;
+    const int root = model.add_root(prompt, root_logits);
+    INFO("trial " << trial << ", vocab " << vocab << ", width " << width << ", max new " << max_new
+                  << ", first control " << first_active_control(c));
+    const SamplingOptions options = SamplingOptions::beam(width, length_penalty);
+    if (want.none) {
+      ++none;
+      CHECK_THROWS_WITH(beam_search(model, root, root_logits, options, max_new, eos, 1, c, prompt),
+                        Catch::Contains("the logit controls leave no token of finite score"));
+      CHECK(model.live().size() == 1);
+      continue;
+    }
+    const BeamResult got = beam_search(model, root, root_logits, options, max_new, eos, width, c, prompt);
+    fewer_beams += want.fewer;
+    REQUIRE(got.hypotheses.size() == want.hypotheses.size());
+    for (std::size_t i = 0; i < got.hypotheses.size(); ++i) {
+      INFO("hypothesis " << i);
+      CHECK(got.hypotheses[i].tokens == want.hypotheses[i].tokens);
+      CHECK(got.hypotheses[i].sum_logprob == Approx(want.hypotheses[i].sum_logprob).epsilon(1e-12).margin(1e-12));
+      CHECK(got.hypotheses[i].score == Approx(want.hypotheses[i].score).epsilon(1e-12).margin(1e-12));
+      CHECK(std::isfinite(got.hypotheses[i].score));
+    }
+    CHECK(model.live().size() == 1);
+  }
+  // The draws reach every case: controls on, fewer beams than W, and no token left.
+  INFO(with_controls << " trials with controls, " << fewer_beams << " carrying fewer than W beams, " << none
+                     << " with no token left");
+  CHECK(with_controls > 300);
+  CHECK(fewer_beams > 5);
+  CHECK(none > 5);
+}
+
+TEST_CASE("beam search with min_new_tokens: no hypothesis ends before the minimum", "[sampling][beam]") {
+  // EOS (token 0) has logit 6, every other token one in [-3, 3): without the minimum the
+  // best hypothesis is [EOS]; with it, since scores are sums (length penalty 0) and another
+  // token costs more than 3 nats, the best ends as soon as the mask lifts.
+  const int vocab = 10, eos = 0, max_new = 10;
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    const LogitFunction base = random_logits(700 + seed);
+    ToyModel model(vocab, [&base](const History& h, std::span<float> out) {
+      base(h, out);
+      out[0] = 6;
+    });
+    std::vector<float> root_logits;
+    const int root = model.add_root({3, 1}, root_logits);
+    for (int min_new : {0, 1, 4, 7}) {
+      LogitControls c;
+      c.min_new_tokens = min_new;
+      const BeamResult r = beam_search(model, root, root_logits, SamplingOptions::beam(3, 0.0f), max_new,
+                                       std::vector<int>{eos}, 3, c, History{3, 1});
+      INFO("seed " << seed << ", min new tokens " << min_new);
+      REQUIRE(r.hypotheses.size() == 3);
+      for (const BeamHypothesis& h : r.hypotheses) {
+        // EOS only last, after at least min_new other tokens; without it, the limit's length.
+        CHECK(std::find(h.tokens.begin(), h.tokens.end() - 1, eos) == h.tokens.end() - 1);
+        if (h.tokens.back() == eos)
+          CHECK(int(h.tokens.size()) >= min_new + 1);
+        else
+          CHECK(int(h.tokens.size()) == max_new);
+      }
+      CHECK(r.hypotheses[0].tokens.back() == eos);
+      CHECK(int(r.hypotheses[0].tokens.size()) == min_new + 1);
+    }
+  }
 }

@@ -179,8 +179,10 @@ TEST_CASE("logit controls: invalid values are refused naming the key and the val
   GenerateOptions beam = options_for({1, 2, 3}, {});
   beam.sampling = SamplingOptions::beam(2);
   beam.controls.presence_penalty = 0.5f;
+  CHECK_NOTHROW(validate_options(beam, cli_option_names()));
+  beam.controls.presence_penalty = 2.5f;
   CHECK_THROWS_WITH(validate_options(beam, cli_option_names()),
-                    Catch::Contains("--presence-penalty is not available with --sampler beam"));
+                    Catch::Contains("--presence-penalty must be in [-2, 2], got 2.5"));
   GenerateOptions big = options_for({1, 2, 3}, {});
   big.controls.banned_tokens = {4096};
   CHECK_THROWS_WITH(generate(test::store(), big), Catch::Contains("--banned-tokens: token 4096 is outside the vocabulary [0, 4096)"));
