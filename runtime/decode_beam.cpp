@@ -5,11 +5,14 @@
 // trees, several beam steps per target forward, with the same output.
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <memory>
 
 #include "runtime/decoders.h"
 #include "runtime/scheduler_limits.h"
 #include "runtime/speculative_beam.h"
 #include "sampling/beam_search.h"
+#include "text/stop_strings.h"
 
 namespace specula {
 namespace {
@@ -41,6 +44,21 @@ class CachedBeamModel : public BeamLanguageModel {
   std::vector<SequenceRows> parts_;
   int forwards_ = 0, rows_ = 0;
 };
+
+// Ends a hypothesis at the token whose text completes one of `stops` (text/stop_strings.h);
+// each candidate's text extends its parent beam's, kept by the beam's tokens.
+HypothesisEnds stop_string_ends(const Tokenizer& tokenizer, const std::vector<std::string>& stops) {
+  if (stops.empty()) return {};
+  auto texts = std::make_shared<std::map<std::vector<int>, StopStrings>>();
+  return [&tokenizer, stops, texts](std::span<const int> tokens) {
+    const std::vector<int> parent(tokens.begin(), tokens.end() - 1);
+    const auto it = texts->find(parent);
+    StopStrings text = it != texts->end() ? it->second : stop_text(tokenizer, stops, parent);
+    if (text.feed(tokenizer.decode_piece(parent, tokens.back()))) return true;
+    texts->emplace(std::vector<int>(tokens.begin(), tokens.end()), std::move(text));
+    return false;
+  };
+}
 
 // The n-best as the run's samples (the best streamed to `sink`); returns their scores for
 // stats.beam.hypotheses.
@@ -76,7 +94,8 @@ DecodeRun decode_beam(const Backend& target, const GenerateOptions& options, con
   CachedBeamModel model(context);
   const int n_best = std::min(options.num_samples, width);
   const BeamResult result = beam_search(model, root, logits, options.sampling, options.max_new_tokens,
-                                        c.eos_token_ids, n_best, options.controls, options.prompt_ids);
+                                        c.eos_token_ids, n_best, options.controls, options.prompt_ids,
+                                        stop_string_ends(target.model().tokenizer(), options.stop_strings));
   cache.free(root);
   run.decode_s = std::chrono::duration<double>(Clock::now() - decode_start).count();
   run.target_forwards = 1 + model.forwards();
@@ -128,7 +147,8 @@ DecodeRun decode_speculative_beam(ModelStore& models, const Backend& target, con
   long beam_steps = 0;
   {
     SpeculativeBeam beam(context, root_seq, *drafters, options.sampling, options.max_new_tokens,
-                         target.config().eos_token_ids, options.prompt_ids, options.controls);
+                         target.config().eos_token_ids, options.prompt_ids, options.controls,
+                         stop_string_ends(target.model().tokenizer(), options.stop_strings));
     while (!beam.done()) {
       run.target_sequences += beam.num_beams();  // every live beam has its root and tree in the forward
       beam_steps += speculative_beam_step(beam, context, stats);

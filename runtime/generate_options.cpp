@@ -188,8 +188,6 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
     SPECULA_CHECK(!stop.empty() && stop.size() <= static_cast<std::size_t>(kMaxStopBytes),
                   names.at("sampling.stop_strings"), ": a stop string must hold 1 to ", kMaxStopBytes,
                   " bytes, got ", stop.size());
-  SPECULA_CHECK(o.stop_strings.empty() || s.strategy != Strategy::kBeam, names.at("sampling.stop_strings"),
-                " is not available with ", names.name("sampling.strategy"), " beam");
 
   // Options given where they do not apply (the CLI knows which flags were given).
   refuse_given(names, {"sampling.temperature", "sampling.top_k", "sampling.top_p", "sampling.min_p", "run.seeds"},

@@ -387,6 +387,9 @@ void Scheduler::run_beam(Request& r) {
   r.out.started_s = start;
   r.out.prefilled_s = start + run.prefill_s;
   r.out.samples = std::move(run.samples);
+  if (!r.options.stop_strings.empty())
+    for (const std::vector<int>& hypothesis : r.out.samples)
+      r.out.texts.push_back(stop_text(target_.model().tokenizer(), r.options.stop_strings, hypothesis));
   // Plain beam search draws every hypothesis's first token from the prompt's logits; the
   // speculative one verifies it in its first step.
   if (r.options.draft.method == DraftMethod::kNone)

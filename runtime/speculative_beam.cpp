@@ -63,10 +63,10 @@ std::unique_ptr<BeamDrafters> make_beam_drafters(const DraftOptions& d, const Fo
 
 SpeculativeBeam::SpeculativeBeam(const ForwardContext& target, KvCache::SeqId seq, BeamDrafters& drafters,
                                  const SamplingOptions& options, int max_new_tokens, std::span<const int> eos_ids,
-                                 std::span<const int> prompt, const LogitControls& controls)
+                                 std::span<const int> prompt, const LogitControls& controls, HypothesisEnds ends)
     : target_(target),
       drafters_(drafters),
-      search_(options, max_new_tokens, eos_ids, target.backend.config().vocab_size, controls, prompt) {
+      search_(options, max_new_tokens, eos_ids, target.backend.config().vocab_size, controls, prompt, std::move(ends)) {
   assert(!prompt.empty() && target.cache.length(seq) == static_cast<int>(prompt.size()) - 1);
   Beam beam;
   beam.seq = seq;

@@ -52,12 +52,12 @@ std::unique_ptr<BeamDrafters> make_beam_drafters(const DraftOptions& d, const Fo
 
 class SpeculativeBeam {
  public:
-  // `seq` (owned) of target.cache holds the prompt but its last token. The search's options
-  // and controls are BeamSearch's; the drafters ignore the controls (the replay is exact for
+  // `seq` (owned) of target.cache holds the prompt but its last token. The search's options,
+  // controls and ends are BeamSearch's; the drafters ignore the controls (the replay is exact for
   // any draft).
   SpeculativeBeam(const ForwardContext& target, KvCache::SeqId seq, BeamDrafters& drafters,
                   const SamplingOptions& options, int max_new_tokens, std::span<const int> eos_ids,
-                  std::span<const int> prompt, const LogitControls& controls = {});
+                  std::span<const int> prompt, const LogitControls& controls = {}, HypothesisEnds ends = {});
   ~SpeculativeBeam();  // frees every live beam's sequence and drafter
   SpeculativeBeam(const SpeculativeBeam&) = delete;
   SpeculativeBeam& operator=(const SpeculativeBeam&) = delete;

@@ -55,14 +55,15 @@ class Forks {
 }  // namespace
 
 BeamSearch::BeamSearch(const SamplingOptions& options, int max_new_tokens, std::span<const int> eos_ids, int vocab,
-                       LogitControls controls, std::span<const int> prompt)
+                       LogitControls controls, std::span<const int> prompt, HypothesisEnds ends)
     : width_(options.beam_width),
       length_penalty_(options.length_penalty),
       max_new_tokens_(max_new_tokens),
       eos_ids_(eos_ids.begin(), eos_ids.end()),
       vocab_(vocab),
       controls_(std::move(controls)),
-      prompt_(prompt.begin(), prompt.end()) {
+      prompt_(prompt.begin(), prompt.end()),
+      ends_(std::move(ends)) {
   validate_sampling_options(options);
   validate_logit_controls(controls_, vocab, {});
   beams_.push_back({{}, 0.0});  // the prompt
@@ -72,6 +73,15 @@ BeamSearch::BeamSearch(const SamplingOptions& options, int max_new_tokens, std::
 
 bool BeamSearch::is_eos(int token) const {
   return std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
+}
+
+bool BeamSearch::ends(const BeamChoice& candidate) {
+  if (is_eos(candidate.token)) return true;
+  if (!ends_) return false;
+  const std::vector<int>& parent = beams_[static_cast<std::size_t>(candidate.parent)].tokens;
+  extended_.assign(parent.begin(), parent.end());
+  extended_.push_back(candidate.token);
+  return ends_(extended_);
 }
 
 double BeamSearch::worst_finished() const {
@@ -127,18 +137,18 @@ const std::vector<BeamChoice>& BeamSearch::step(std::span<const std::span<const 
   std::sort(candidates_.begin(), candidates_.end(), before);
   candidates_.resize(std::min<std::size_t>(candidates_.size(), static_cast<std::size_t>(count)));
 
-  // In rank order: a non-EOS candidate becomes a next beam (until W), an EOS one of rank < W
-  // a finished hypothesis.
+  // In rank order: a candidate that does not end becomes a next beam (until W), an ending one
+  // of rank < W a finished hypothesis.
   chosen_.clear();
   for (std::size_t rank = 0; rank < candidates_.size() && static_cast<int>(chosen_.size()) < width_; ++rank) {
     const BeamChoice& c = candidates_[rank];
-    if (!is_eos(c.token)) {
+    if (!ends(c)) {
       chosen_.push_back(c);
     } else if (static_cast<int>(rank) < width_) {
       finish(extended(beams_[static_cast<std::size_t>(c.parent)].tokens, c.token), c.sum_logprob);
     }
   }
-  // Without a next beam (every candidate EOS, or none finite) the search ends.
+  // Without a next beam (every candidate ending, or none finite) the search ends.
   const bool full = static_cast<int>(finished_.size()) >= width_;
   if (chosen_.empty() ||
       (full && worst_finished() >= candidates_.front().sum_logprob / std::pow(double(steps_), length_penalty_))) {
@@ -175,9 +185,10 @@ BeamResult BeamSearch::result(int n_best) && {
 
 BeamResult beam_search(BeamLanguageModel& model, int root_seq, std::span<const float> root_logits,
                        const SamplingOptions& options, int max_new_tokens, std::span<const int> eos_ids,
-                       int n_best, const LogitControls& controls, std::span<const int> prompt) {
+                       int n_best, const LogitControls& controls, std::span<const int> prompt,
+                       HypothesisEnds ends) {
   const int vocab = model.vocab_size();
-  BeamSearch search(options, max_new_tokens, eos_ids, vocab, controls, prompt);
+  BeamSearch search(options, max_new_tokens, eos_ids, vocab, controls, prompt, std::move(ends));
   SPECULA_CHECK(n_best >= 1 && n_best <= search.width(), "beam search returns 1 to --beam-width = ", search.width(),
                 " hypotheses, asked for ", n_best);
   assert(static_cast<int>(root_logits.size()) == vocab);

@@ -13,10 +13,10 @@
 //    never taken, so a step may rank fewer than 2W; one with none ends the search (an error
 //    when nothing was finished).
 //  - Each step takes the best 2W candidates (beam, token) over all live beams, ordered by
-//    accumulated score, ties by lower (beam, token).  In that order: an EOS candidate (any
-//    of the model's EOS ids) of
-//    rank < W becomes a finished hypothesis, one of rank >= W is dropped; other candidates
-//    become the next beams until there are W.
+//    accumulated score, ties by lower (beam, token).  In that order: an ending candidate (any
+//    of the model's EOS ids, or a token the HypothesisEnds rule ends the hypothesis with: a
+//    stop string) of rank < W becomes a finished hypothesis, one of rank >= W is dropped;
+//    other candidates become the next beams until there are W.
 //  - A finished hypothesis scores sum_logprob / L^length_penalty, L = generated tokens
 //    excluding the prompt and including the EOS (HF's generated_len = cur_len + 1 -
 //    prompt_len).  The finished set keeps the best W (a newcomer must beat the worst
@@ -35,6 +35,7 @@
 // W finite candidates: HF would carry beams of score -inf, this driver carries fewer beams.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -65,6 +66,10 @@ struct BeamResult {
   std::vector<BeamHypothesis> hypotheses;  // n-best, score descending
 };
 
+// Whether a hypothesis of these generated tokens (the candidate token last) ends there besides
+// EOS; an empty function ends none.
+using HypothesisEnds = std::function<bool(std::span<const int> tokens)>;
+
 // A next beam chosen by a step: candidate `token` after live beam `parent`.
 struct BeamChoice {
   int parent;
@@ -80,9 +85,9 @@ class BeamSearch {
   // options: beam_width (W) and length_penalty are used; all fields are validated.
   // eos_ids: the end-of-sequence tokens (any of them ends a hypothesis; may be empty).
   // controls (validated): the edits of every row; prompt: the tokens before the generated
-  // ones, which the controls read.
+  // ones, which the controls read; ends: the hypotheses that end besides EOS.
   BeamSearch(const SamplingOptions& options, int max_new_tokens, std::span<const int> eos_ids, int vocab,
-             LogitControls controls = {}, std::span<const int> prompt = {});
+             LogitControls controls = {}, std::span<const int> prompt = {}, HypothesisEnds ends = {});
 
   // One step over the live beams' next-token logits: rows[b] in [vocab] for live beam b.
   // Returns the next live beams in their new order (the previous beams' indices are gone
@@ -105,6 +110,7 @@ class BeamSearch {
     double sum_logprob;
   };
   bool is_eos(int token) const;
+  bool ends(const BeamChoice& candidate);
   void finish(std::vector<int> tokens, double sum_logprob);
   double worst_finished() const;
 
@@ -115,6 +121,8 @@ class BeamSearch {
   int vocab_;
   LogitControls controls_;
   std::vector<int> prompt_;
+  HypothesisEnds ends_;
+  std::vector<int> extended_;  // scratch: a candidate's tokens
   int steps_ = 0;
   bool done_ = false;
   std::vector<Beam> beams_;
@@ -128,10 +136,11 @@ class BeamSearch {
 // feeds or releases it: it stays the caller's) and releases every sequence it forked before
 // returning, also when the model throws.
 //   root_logits: in [vocab], the next-token logits after the prompt
-//   options, max_new_tokens, eos_ids, controls, prompt: as BeamSearch
+//   options, max_new_tokens, eos_ids, controls, prompt, ends: as BeamSearch
 //   n_best: 1..W hypotheses to return (fewer only when fewer were finished)
 BeamResult beam_search(BeamLanguageModel& model, int root_seq, std::span<const float> root_logits,
                        const SamplingOptions& options, int max_new_tokens, std::span<const int> eos_ids,
-                       int n_best, const LogitControls& controls = {}, std::span<const int> prompt = {});
+                       int n_best, const LogitControls& controls = {}, std::span<const int> prompt = {},
+                       HypothesisEnds ends = {});
 
 }  // namespace specula

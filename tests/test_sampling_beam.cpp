@@ -406,7 +406,8 @@ void reference_processors(const LogitControls& c, const History& prompt, const H
 }
 
 ReferenceResult reference_beam_search(const ToyModel& model, const History& prompt, int width, double length_penalty,
-                                      int max_new, const std::vector<int>& eos, const LogitControls& c) {
+                                      int max_new, const std::vector<int>& eos, const LogitControls& c,
+                                      const HypothesisEnds& ends = {}) {
   const int vocab = model.vocab_size();
   struct Beam {
     History tokens;
@@ -470,7 +471,7 @@ ReferenceResult reference_beam_search(const ToyModel& model, const History& prom
       const int b = flat[rank].index / vocab, t = flat[rank].index % vocab;
       History tokens = beams[b].tokens;
       tokens.push_back(t);
-      if (is_eos(t)) {
+      if (is_eos(t) || (ends && ends(tokens))) {
         if (rank >= width) continue;
         add(tokens, flat[rank].score);
       } else {
@@ -518,9 +519,9 @@ LogitControls random_beam_controls(Philox& rng, int vocab) {
 
 }  // namespace
 
-TEST_CASE("beam search with logit controls equals Hugging Face's rule written out", "[sampling][beam]") {
+TEST_CASE("beam search with logit controls and an ending rule equals Hugging Face's rule written out", "[sampling][beam]") {
   Philox rng(2037);
-  int with_controls = 0, fewer_beams = 0, none = 0;
+  int with_controls = 0, fewer_beams = 0, none = 0, ended_by_rule = 0;
   for (int trial = 0; trial < 400; ++trial) {
     const int vocab = 12 + int(rng.uniform() * 9), width = 2 + int(rng.uniform() * 2);
     const int max_new = 3 + int(rng.uniform() * 6);
@@ -531,9 +532,18 @@ TEST_CASE("beam search with logit controls equals Hugging Face's rule written ou
     if (rng.uniform() < 0.3) eos.push_back((eos[0] + 1) % vocab);
     const LogitControls c = random_beam_controls(rng, vocab);
     with_controls += c.active();
+    // A third of the trials: hypotheses also end at the token a or the bigram (b, c), as stop
+    // strings of one and of two tokens end them.
+    HypothesisEnds ends;
+    if (trial % 3 == 0) {
+      const int a = int(rng.uniform() * vocab), b = int(rng.uniform() * vocab), c2 = int(rng.uniform() * vocab);
+      ends = [a, b, c2](std::span<const int> t) {
+        return t.back() == a || (t.size() >= 2 && t[t.size() - 2] == b && t.back() == c2);
+      };
+    }
 
     ToyModel model(vocab, random_logits(4000 + trial));
-    const ReferenceResult want = reference_beam_search(model, prompt, width, length_penalty, max_new, eos, c);
+    const ReferenceResult want = reference_beam_search(model, prompt, width, length_penalty, max_new, eos, c, ends);
     std::vector<float> root_logits;
     const int root = model.add_root(prompt, root_logits);
     INFO("trial " << trial << ", vocab " << vocab << ", width " << width << ", max new " << max_new
@@ -541,13 +551,15 @@ TEST_CASE("beam search with logit controls equals Hugging Face's rule written ou
     const SamplingOptions options = SamplingOptions::beam(width, length_penalty);
     if (want.none) {
       ++none;
-      CHECK_THROWS_WITH(beam_search(model, root, root_logits, options, max_new, eos, 1, c, prompt),
+      CHECK_THROWS_WITH(beam_search(model, root, root_logits, options, max_new, eos, 1, c, prompt, ends),
                         Catch::Contains("the logit controls leave no token of finite score"));
       CHECK(model.live().size() == 1);
       continue;
     }
-    const BeamResult got = beam_search(model, root, root_logits, options, max_new, eos, width, c, prompt);
+    const BeamResult got = beam_search(model, root, root_logits, options, max_new, eos, width, c, prompt, ends);
     fewer_beams += want.fewer;
+    for (const BeamHypothesis& h : got.hypotheses)
+      ended_by_rule += ends && !std::count(eos.begin(), eos.end(), h.tokens.back()) && ends(h.tokens);
     REQUIRE(got.hypotheses.size() == want.hypotheses.size());
     for (std::size_t i = 0; i < got.hypotheses.size(); ++i) {
       INFO("hypothesis " << i);
@@ -560,8 +572,9 @@ TEST_CASE("beam search with logit controls equals Hugging Face's rule written ou
   }
   // The draws reach every case: controls on, fewer beams than W, and no token left.
   INFO(with_controls << " trials with controls, " << fewer_beams << " carrying fewer than W beams, " << none
-                     << " with no token left");
+                     << " with no token left, " << ended_by_rule << " hypotheses ended by the rule besides EOS");
   CHECK(with_controls > 300);
+  CHECK(ended_by_rule > 50);
   CHECK(fewer_beams > 5);
   CHECK(none > 5);
 }

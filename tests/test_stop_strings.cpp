@@ -3,8 +3,9 @@
 // equals a plain search of each prefix of the text, and what a stream shows is always a prefix
 // of the final text that holds no complete stop; generation stops where plain greedy decoding's
 // text first holds the stop, with the same ids and text under every drafter (a stop inside an
-// accepted run included), every block freed; the CLI streams exactly the JSON's text; invalid
-// stop strings are refused naming the flag or key.
+// accepted run included), every block freed; beam search ends a hypothesis at the token that
+// completes a stop, speculative beam search alike; the CLI streams exactly the JSON's text;
+// invalid stop strings are refused naming the flag or key.
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -247,6 +248,46 @@ TEST_CASE("stop strings: generation ends where plain decoding's text first holds
   }
 }
 
+TEST_CASE("stop strings under beam search: a hypothesis ends at the token completing one, speculative = plain",
+          "[runtime][beam]") {
+  GenerateOptions o = greedy_options(test::reference_prompts().at(0));
+  o.sampling = SamplingOptions::beam(3, 0.0f);  // scores are sums: a hypothesis cut short by a stop ranks high
+  o.num_samples = 3;
+  o.max_new_tokens = 16;
+  const nlohmann::json free = generate(test::store(), o);
+  const std::string best = free["text"];
+  const Tokenizer& tokenizer = test::store().model(test::model_dir("target-16m")).tokenizer();
+  o.stop_strings = {best.substr(best.size() / 2, 2)};
+  const nlohmann::json got = generate(test::store(), o);
+  INFO("stop '" << o.stop_strings[0] << "'");
+  REQUIRE(got["samples"].size() == 3);
+  CHECK(got["samples"] != free["samples"]);
+  int stopped = 0;
+  for (std::size_t s = 0; s < 3; ++s) {
+    const std::vector<int> ids = got["samples"][s];
+    const StopStrings text = stop_text(tokenizer, o.stop_strings, ids);
+    if (got["finish_reasons"][s] == "stop_string") {
+      ++stopped;
+      // The stop completes at the last token, not before it.
+      CHECK(text.matched() == o.stop_strings[0]);
+      CHECK(!stop_text(tokenizer, o.stop_strings, std::span(ids).first(ids.size() - 1)).matched());
+    } else {
+      CHECK(!text.matched());
+    }
+    CHECK(got["sample_texts"][s] == std::string(text.text()));
+  }
+  CHECK(stopped > 0);
+  for (const DraftOptions& d : {drafter(DraftMethod::kModel), drafter(DraftMethod::kNgram)}) {
+    GenerateOptions spec = o;
+    spec.draft = d;
+    const nlohmann::json speculative = generate(test::store(), spec);
+    INFO(name_of(d.method));
+    CHECK(speculative["samples"] == got["samples"]);
+    CHECK(speculative["sample_texts"] == got["sample_texts"]);
+    CHECK(speculative["stats"]["beam"]["hypotheses"] == got["stats"]["beam"]["hypotheses"]);
+  }
+}
+
 TEST_CASE("stop strings: the CLI streams the JSON's text and refuses invalid stops", "[cli]") {
   const std::string gen = "generate --model '" + test::model_dir("target-16m") + "' --prompt 'def main():' --max-new-tokens 40 ";
   const test::Outcome json = test::run_specula(gen + "--stop 'self' --stop ')\n' --json");
@@ -261,8 +302,6 @@ TEST_CASE("stop strings: the CLI streams the JSON's text and refuses invalid sto
   CHECK(unstopped.out == plain.out);
 
   CHECK_THAT(test::run_specula(gen + "--stop ''").err, Catch::Contains("--stop: a stop string must hold 1 to 1024 bytes, got 0"));
-  CHECK_THAT(test::run_specula(gen + "--sampler beam --stop x").err,
-             Catch::Contains("--stop is not available with --sampler beam"));
   std::string many;
   for (int i = 0; i <= kMaxStopStrings; ++i) many += "--stop s" + std::to_string(i) + " ";
   CHECK_THAT(test::run_specula(gen + many).err, Catch::Contains("--stop: 17 stop strings, more than 16"));

@@ -49,4 +49,14 @@ bool StopStrings::feed(std::string_view piece) {
 
 void StopStrings::end() { released_ = text_.size(); }
 
+StopStrings stop_text(const Tokenizer& tokenizer, std::vector<std::string> stops, std::span<const int> ids) {
+  StopStrings text(std::move(stops));
+  std::vector<int> previous;
+  for (int id : ids) {
+    if (text.feed(tokenizer.decode_piece(previous, id))) break;
+    previous.push_back(id);
+  }
+  return text;
+}
+
 }  // namespace specula

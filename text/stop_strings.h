@@ -21,9 +21,12 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "text/tokenizer.h"
 
 namespace specula {
 
@@ -52,5 +55,9 @@ class StopStrings {
   std::size_t released_ = 0;
   std::optional<std::string> matched_;
 };
+
+// The rule over `ids`' text, each token's Tokenizer::decode_piece after the tokens before it,
+// fed up to the first stop.
+StopStrings stop_text(const Tokenizer& tokenizer, std::vector<std::string> stops, std::span<const int> ids);
 
 }  // namespace specula
