@@ -114,6 +114,9 @@ void validate_logit_controls(const LogitControls& c, int vocab, const OptionName
   for (int token : c.banned_tokens)
     SPECULA_CHECK(token >= 0 && token < vocab, names.at("sampling.banned_tokens"), ": token ", token,
                   " is outside the vocabulary [0, ", vocab, ")");
+  const std::set<int> banned(c.banned_tokens.begin(), c.banned_tokens.end());
+  SPECULA_CHECK(static_cast<long long>(banned.size()) < vocab, names.at("sampling.banned_tokens"),
+                " bans every token of the vocabulary (", vocab, "): nothing is left to generate");
 }
 
 }  // namespace specula

@@ -91,7 +91,7 @@ struct RowControls {
 // Throws SpeculaError naming the key (through `names`, keys sampling.*) and the value: a
 // repetition penalty <= 0 or not finite, a frequency or presence penalty outside [-2, 2], a
 // negative no-repeat size or min_new_tokens, a bias or banned token outside [0, vocab), a bias
-// value not finite, a token biased twice.
+// value not finite, a token biased twice, bans of the whole vocabulary.
 void validate_logit_controls(const LogitControls& controls, int vocab, const OptionNames& names);
 
 }  // namespace specula

@@ -186,6 +186,13 @@ TEST_CASE("logit controls: invalid values are refused naming the key and the val
   GenerateOptions big = options_for({1, 2, 3}, {});
   big.controls.banned_tokens = {4096};
   CHECK_THROWS_WITH(generate(test::store(), big), Catch::Contains("--banned-tokens: token 4096 is outside the vocabulary [0, 4096)"));
+  big.controls.banned_tokens.resize(4096);
+  std::iota(big.controls.banned_tokens.begin(), big.controls.banned_tokens.end(), 0);
+  CHECK_THROWS_WITH(generate(test::store(), big),
+                    Catch::Contains("--banned-tokens bans every token of the vocabulary (4096): nothing is left to generate"));
+  big.controls.banned_tokens.pop_back();
+  CHECK(generate(test::store(), big)["ids"].get<std::vector<int>>() ==
+        std::vector<int>(static_cast<std::size_t>(big.max_new_tokens), 4095));  // the one token left
 }
 
 TEST_CASE("logit controls: greedy speculative decoding emits plain decoding's tokens with every control on",
