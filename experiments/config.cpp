@@ -70,6 +70,28 @@ GenerateOptions request_options(const PointConfig& p) {
   return o;
 }
 
+PointConfig point_config(const GenerateOptions& o) {
+  PointConfig p;
+  p.target = o.model_dir;
+  p.target_weights = o.weights;
+  p.draft = o.draft;
+  p.sampling = o.sampling;
+  p.controls = o.controls;
+  p.stop_strings = o.stop_strings;
+  p.max_new_tokens = o.max_new_tokens;
+  p.kv_block_size = o.kv_block_size;
+  p.kv_pool_blocks = o.kv_pool_blocks;
+  p.kv_dtype = o.kv_dtype;
+  p.threads = o.threads;
+  p.backend = o.backend;
+  p.gamma_policy = o.gamma_policy;
+  p.length_threshold = o.length_threshold;
+  p.verify_rule = o.verify_rule;
+  p.logprobs = o.logprobs;
+  p.logprobs_source = o.logprobs_source;
+  return p;
+}
+
 void clear_draft(PointConfig& p) {
   p.draft = DraftOptions{};
   p.draft_name.clear();

@@ -134,6 +134,8 @@ double as_written(float v);
 
 // The request settings of `p` (GenerateOptions without prompt and seed).
 GenerateOptions request_options(const PointConfig& p);
+// The point whose request_options() are `o`'s settings (prompt, seed and samples aside).
+PointConfig point_config(const GenerateOptions& o);
 
 // `p` with its draft settings reset: the target-alone run (draft.method = "none").
 void clear_draft(PointConfig& p);

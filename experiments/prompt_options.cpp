@@ -57,28 +57,6 @@ std::unique_ptr<toml::node> toml_node(const nlohmann::json& value) {
   }
 }
 
-// GenerateOptions as the config point that request_options() maps back to it.
-PointConfig point_of(const GenerateOptions& o) {
-  PointConfig p;
-  p.target = o.model_dir;
-  p.target_weights = o.weights;
-  p.draft = o.draft;
-  p.sampling = o.sampling;
-  p.controls = o.controls;
-  p.stop_strings = o.stop_strings;
-  p.max_new_tokens = o.max_new_tokens;
-  p.kv_block_size = o.kv_block_size;
-  p.kv_pool_blocks = o.kv_pool_blocks;
-  p.kv_dtype = o.kv_dtype;
-  p.threads = o.threads;
-  p.backend = o.backend;
-  p.gamma_policy = o.gamma_policy;
-  p.length_threshold = o.length_threshold;
-  p.verify_rule = o.verify_rule;
-  p.logprobs = o.logprobs;
-  p.logprobs_source = o.logprobs_source;
-  return p;
-}
 
 }  // namespace
 
@@ -86,7 +64,7 @@ void apply_prompt_options(const nlohmann::json& options, GenerateOptions& reques
   if (options.is_null()) return;
   SPECULA_CHECK(options.is_object(), "options must be an object of config keys, got ", options.dump());
   Settings settings;
-  settings.point = point_of(request);
+  settings.point = point_config(request);
   for (const auto& [key, value] : options.items()) {
     const ConfigField* field = find_config_field(key);
     const std::vector<std::string> keys = per_request_keys();

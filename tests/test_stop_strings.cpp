@@ -76,13 +76,10 @@ GenerateOptions greedy_options(const std::vector<int>& prompt) {
   return o;
 }
 
-DraftOptions drafter(DraftMethod method, std::vector<int> tree = {}, int budget = 0) {
+DraftOptions ngram_draft() {
   DraftOptions d;
-  d.method = method;
-  if (method == DraftMethod::kModel) d.model_dir = test::model_dir("draft-1m");
+  d.method = DraftMethod::kNgram;
   d.gamma = 4;
-  d.tree = std::move(tree);
-  d.tree_budget = budget;
   return d;
 }
 
@@ -200,8 +197,9 @@ TEST_CASE("stop strings: generation ends where plain decoding's text first holds
     const std::vector<int> want(ids.begin(), ids.begin() + static_cast<long>(last) + 1);
     GenerateOptions plain = greedy_options(prompt);
     plain.stop_strings = {stop, "never in this text \x01"};
-    for (const DraftOptions& d : {DraftOptions{}, drafter(DraftMethod::kModel), drafter(DraftMethod::kModel, {2, 2}),
-                                  drafter(DraftMethod::kModel, {}, 6), drafter(DraftMethod::kNgram)}) {
+    for (const DraftOptions& d : {DraftOptions{}, test::model_draft("draft-1m", 4, {}, 0),
+                                  test::model_draft("draft-1m", 4, {2, 2}, 0), test::model_draft("draft-1m", 4, {}, 6),
+                                  ngram_draft()}) {
       GenerateOptions o = plain;
       o.draft = d;
       const nlohmann::json got = generate(test::store(), o);
@@ -226,7 +224,7 @@ TEST_CASE("stop strings: generation ends where plain decoding's text first holds
   for (int i = 0; i < 4; ++i) {
     batch.push_back(greedy_options(prompt));
     batch.back().stop_strings = {stops[static_cast<std::size_t>(i % 2)]};
-    batch.back().draft = drafter(i < 2 ? DraftMethod::kNgram : DraftMethod::kModel);
+    batch.back().draft = i < 2 ? ngram_draft() : test::model_draft("draft-1m", 4, {}, 0);
   }
   const BatchRun run = run_requests(test::store(), batch, 4);
   for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -277,7 +275,7 @@ TEST_CASE("stop strings under beam search: a hypothesis ends at the token comple
     CHECK(got["sample_texts"][s] == std::string(text.text()));
   }
   CHECK(stopped > 0);
-  for (const DraftOptions& d : {drafter(DraftMethod::kModel), drafter(DraftMethod::kNgram)}) {
+  for (const DraftOptions& d : {test::model_draft("draft-1m", 4, {}, 0), ngram_draft()}) {
     GenerateOptions spec = o;
     spec.draft = d;
     const nlohmann::json speculative = generate(test::store(), spec);
