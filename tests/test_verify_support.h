@@ -1,13 +1,15 @@
 // defines: helpers of the [verify] and [draft] statistical tests: the chi-square
-// goodness-of-fit test (with its p-value), a toy second-order Markov target and draft over
-// a tiny vocabulary (so that multi-token sequences are enumerable), a static-tree drafter
-// over it, and a driver that generates tokens by repeated speculative steps.
+// goodness-of-fit test (with its p-value) and its power against laws at a given total
+// variation, a toy second-order Markov target and draft over a tiny vocabulary (so that
+// multi-token sequences are enumerable), a static-tree drafter over it, and a driver that
+// generates tokens by repeated speculative steps.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -84,6 +86,58 @@ inline ChiSquare chi_square(std::span<const long> observed, std::span<const doub
   out.df = cells - 1;
   out.p_value = gamma_q(out.df / 2.0, out.statistic / 2.0);
   return out;
+}
+
+// Total variation distance between two laws over the same cells.
+inline double total_variation(std::span<const double> a, std::span<const double> b) {
+  double tv = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) tv += std::abs(a[i] - b[i]) / 2;
+  return tv;
+}
+
+// The power of chi_square against `probs` at level `alpha` when the n counts are drawn from
+// `truth`: the share of `trials` multinomial samples (drawn with Philox(seed)) whose p-value is
+// below alpha.
+inline double chi_square_power(std::span<const double> probs, std::span<const double> truth, long n, double alpha,
+                               int trials, uint64_t seed) {
+  std::vector<double> cumulative(truth.size());
+  double total = 0.0;
+  for (std::size_t i = 0; i < truth.size(); ++i) cumulative[i] = total += truth[i];
+  Philox rng(seed);
+  std::vector<long> counts(truth.size());
+  int rejected = 0;
+  for (int t = 0; t < trials; ++t) {
+    std::fill(counts.begin(), counts.end(), 0L);
+    for (long s = 0; s < n; ++s) {
+      const auto it = std::upper_bound(cumulative.begin(), cumulative.end(), rng.uniform() * total);
+      ++counts[std::min<std::size_t>(static_cast<std::size_t>(it - cumulative.begin()), truth.size() - 1)];
+    }
+    rejected += chi_square(counts, probs).p_value < alpha;
+  }
+  return static_cast<double>(rejected) / trials;
+}
+
+// The law at total variation `tv` from `probs` on the segment towards `away` (tv at most
+// TV(probs, away)): probs + (tv / TV(probs, away)) (away - probs).
+inline std::vector<double> toward(std::span<const double> probs, std::span<const double> away, double tv) {
+  const double t = tv / total_variation(probs, away);
+  std::vector<double> out(probs.size());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = probs[i] + t * (away[i] - probs[i]);
+  return out;
+}
+
+// The smallest total variation from `probs` towards `away` (within 1% of it, by bisection) at
+// which chi_square_power reaches `power`; TV(probs, away) itself when it never does before.
+inline double tv_at_power(std::span<const double> probs, std::span<const double> away, long n, double alpha,
+                          double power, int trials, uint64_t seed) {
+  double lo = 0.0, hi = total_variation(probs, away);
+  if (chi_square_power(probs, toward(probs, away, hi), n, alpha, trials, seed) < power)
+    return std::numeric_limits<double>::infinity();
+  while (hi - lo > 0.01 * hi) {
+    const double mid = (lo + hi) / 2;
+    (chi_square_power(probs, toward(probs, away, mid), n, alpha, trials, seed) >= power ? hi : lo) = mid;
+  }
+  return hi;
 }
 
 // Target p and draft q: next-token distributions given the last two tokens (a, b). The
