@@ -67,8 +67,10 @@ void apply_prompt_options(const nlohmann::json& options, GenerateOptions& reques
   settings.point = point_config(request);
   for (const auto& [key, value] : options.items()) {
     const ConfigField* field = find_config_field(key);
-    const std::vector<std::string> keys = per_request_keys();
-    SPECULA_CHECK(field, "options: unknown key '", key, "'", did_you_mean(key, keys, keys));
+    if (!field) {
+      const std::vector<std::string> keys = per_request_keys();
+      throw SpeculaError(detail::concat("options: unknown key '", key, "'", did_you_mean(key, keys, keys)));
+    }
     SPECULA_CHECK(per_request(key), "options.", key, " is shared by every request of the batch: set it on the command line");
     const std::unique_ptr<toml::node> node = toml_node(value);
     SPECULA_CHECK(node, "options.", key, " is null");
