@@ -319,7 +319,7 @@ ConfigField inline_prompts_field() {
   auto parse = [key](const toml::node& n, const fs::path&) -> Assignment {
     std::vector<Prompt> prompts;
     for (const toml::node& e : array_of(n, key)) {
-      Prompt p{"prompt-" + std::to_string(prompts.size()), "inline", "", {}, {}};
+      Prompt p{"prompt-" + std::to_string(prompts.size()), "inline", "", {}, {}, {}};
       if (e.is_string()) {
         p.text = e.as_string()->get();
       } else if (e.is_table()) {

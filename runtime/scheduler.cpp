@@ -322,8 +322,8 @@ void Scheduler::emit(Sequence& s, std::span<const int> tokens, bool& done, std::
       if (r.out.first_token_s == 0) r.out.first_token_s = now();
       if (s.sample == 0) r.out.token_s.push_back(now());
       if (!r.out.texts.empty()) {
-        const std::vector<int> previous(ids.begin(), ids.end() - 1);
-        const std::string piece = target_.model().tokenizer().decode_piece(previous, ids.back());
+        const std::string piece =
+            target_.model().tokenizer().decode_piece(std::span(ids).first(ids.size() - 1), ids.back());
         done = r.out.texts[static_cast<std::size_t>(s.sample)].feed(piece) || done;
       }
     }

@@ -51,11 +51,8 @@ void StopStrings::end() { released_ = text_.size(); }
 
 StopStrings stop_text(const Tokenizer& tokenizer, std::vector<std::string> stops, std::span<const int> ids) {
   StopStrings text(std::move(stops));
-  std::vector<int> previous;
-  for (int id : ids) {
-    if (text.feed(tokenizer.decode_piece(previous, id))) break;
-    previous.push_back(id);
-  }
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (text.feed(tokenizer.decode_piece(ids.first(i), ids[i]))) break;
   return text;
 }
 

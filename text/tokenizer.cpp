@@ -87,7 +87,7 @@ std::string Tokenizer::decode(const std::vector<int>& ids) const {
   return backend_->decode(pieces);
 }
 
-std::string Tokenizer::decode_piece(const std::vector<int>& previous, int id) const {
+std::string Tokenizer::decode_piece(std::span<const int> previous, int id) const {
   SPECULA_CHECK(id >= 0 && id < vocab_size(), "tokenizer: id ", id, " is outside the vocabulary");
   if (id >= piece_count()) return "";
   return backend_->decode_piece(previous, id);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,7 @@ class Tokenizer {
   // Text that token `id` adds when appended after `previous` (for streaming output: byte
   // pieces and a leading space that decode drops need the context). The bytes of a
   // multi-byte character come out with the piece that completes it.
-  std::string decode_piece(const std::vector<int>& previous, int id) const;
+  std::string decode_piece(std::span<const int> previous, int id) const;
 
   // The vocabulary's string for `id` ("▁the", "Ġthe", "<|eot_id|>"); "" for padding ids.
   std::string piece(int id) const;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,7 +19,7 @@ class TokenizerBackend {
   // Text of `ids`, every id in [0, piece_count()); specials produce no text.
   virtual std::string decode(const std::vector<int>& ids) const = 0;
   // Text that `id` adds after `previous` (Tokenizer::decode_piece), ids in [0, piece_count()).
-  virtual std::string decode_piece(const std::vector<int>& previous, int id) const = 0;
+  virtual std::string decode_piece(std::span<const int> previous, int id) const = 0;
   // The vocabulary's string for `id` in [0, piece_count()) ("" for an id without one).
   virtual std::string piece(int id) const = 0;
   virtual int piece_count() const = 0;

@@ -298,7 +298,7 @@ class BpeTokenizer final : public TokenizerBackend {
     return utf8_lossy(text);
   }
 
-  std::string decode_piece(const std::vector<int>& previous, int id) const override {
+  std::string decode_piece(std::span<const int> previous, int id) const override {
     // The text `id` adds is decode(context + id) past decode(context), over a window of recent
     // tokens; tokens that end in an incomplete character are held back until it completes.
     const std::size_t window = 16;

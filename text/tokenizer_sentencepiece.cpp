@@ -92,7 +92,7 @@ class SentencePieceTokenizer final : public TokenizerBackend {
     return text;
   }
 
-  std::string decode_piece(const std::vector<int>& previous, int id) const override {
+  std::string decode_piece(std::span<const int> previous, int id) const override {
     // Decoding is not per-token additive (byte fallback, leading-space removal), so the
     // new text is the difference between decoding with and without the token. A window
     // of recent tokens keeps this O(1) per token.
