@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
-#include "text/chat_template.h"
+#include "experiments/engine_backend.h"
 #include "experiments/prompt_options.h"
 #include "experiments/prompts.h"
 #include "runtime/batch_run.h"
@@ -27,13 +27,6 @@ std::vector<std::string> prompt_lines(const std::string& path) {
 }
 
 }  // namespace
-
-std::vector<int> prompt_token_ids(ModelStore& models, const std::string& model_dir, const Prompt& prompt) {
-  if (!prompt.ids.empty()) return prompt.ids;
-  const Tokenizer& tokenizer = models.model(model_dir).tokenizer();
-  if (prompt.messages.empty()) return tokenizer.encode(prompt.text, true);
-  return encode_chat(tokenizer, load_chat_template(model_dir), prompt.messages);
-}
 
 int run_batch(ModelStore& models, const GenerateOptions& base, const std::string& prompts_file, int batch_size, bool json) {
   SPECULA_CHECK(batch_size >= 1, "--batch-size must be >= 1, got ", batch_size);

@@ -54,6 +54,27 @@ std::vector<std::pair<int, float>> parse_logit_bias(const std::string& text) {
   return out;
 }
 
+// --sequoia P,P,...;P,P,...: rows of acceptance probabilities by sibling rank, one per depth.
+std::vector<std::vector<double>> parse_rank_acceptance(const std::string& text) {
+  std::vector<std::vector<double>> out;
+  std::stringstream rows(text);
+  for (std::string row; std::getline(rows, row, ';');) {
+    std::vector<double>& values = out.emplace_back();
+    std::stringstream in(row);
+    for (std::string item; std::getline(in, item, ',');) {
+      try {
+        std::size_t used = 0;
+        values.push_back(std::stod(item, &used));
+        SPECULA_CHECK(used == item.size(), "--sequoia: '", item, "' is not a number");
+      } catch (const std::logic_error&) {
+        throw SpeculaError(detail::concat("--sequoia: '", item, "' is not a number"));
+      }
+    }
+  }
+  SPECULA_CHECK(!out.empty(), "--sequoia: expected rows P,P,...;P,P,... (one per depth, by sibling rank)");
+  return out;
+}
+
 // "64 tokens · prefill 1200 tok/s · decode 310.5 tok/s · 0.26 s · τ 2.31 · acceptance 0.66".
 std::string stats_line(const nlohmann::json& stats) {
   char out[256];
@@ -138,7 +159,10 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
       ->capture_default_str();
   cmd_->add_option("--gamma", d.gamma, "Drafted tokens per step (chain, n-gram)")->default_val(4);
   cmd_->add_option("--tree", tree_, "Static tree branching, e.g. 3,2,1,1");
-  cmd_->add_option("--tree-budget", d.tree_budget, "Dynamic tree with this many nodes")->default_val(0);
+  cmd_->add_option("--tree-budget", d.tree_budget, "Dynamic tree (with --sequoia: a Sequoia tree) with this many nodes")->default_val(0);
+  cmd_->add_option("--sequoia", sequoia_,
+                   "The static tree of --tree-budget nodes best for these acceptance probabilities: "
+                   "P,P,...;P,P,... one row per depth, by sibling rank");
   cmd_->add_option("--siblings", d.siblings,
                    "Other candidates for a draft-model chain's first token, fixed length (the load policy chooses its own)")
       ->default_val(0);
@@ -209,6 +233,7 @@ int GenerateCommand::run() {
     d.method = d.model_dir.empty() ? DraftMethod::kNone : DraftMethod::kModel;
   }
   if (!tree_.empty()) d.tree = parse_int_list(tree_, "--tree");
+  if (!sequoia_.empty()) d.sequoia = parse_rank_acceptance(sequoia_);
   if (!banned_tokens_.empty()) options_.controls.banned_tokens = parse_int_list(banned_tokens_, "--banned-tokens");
   if (!logit_bias_.empty()) options_.controls.logit_bias = parse_logit_bias(logit_bias_);
   OptionNames names = cli_option_names();  // and which flags were given: one that does not apply is an error

@@ -33,7 +33,7 @@ class GenerateCommand {
   std::string verify_rule_ = "token";
   int logprobs_ = 0;
   std::string logprobs_source_ = "raw";
-  std::string tree_;
+  std::string tree_, sequoia_;
   std::string logit_bias_, banned_tokens_;
   bool json_ = false;
 };

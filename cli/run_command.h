@@ -18,7 +18,7 @@ class RunCommand {
 
  private:
   CLI::App* cmd_;
-  std::string config_path_;
+  std::string config_path_, shard_;
   RunOptions options_;
 };
 

@@ -28,7 +28,10 @@ struct DraftOptions {
   std::optional<MatrixFormat> weights;  // the format the draft's matrices are read in; nullopt = as stored
   int gamma = 4;                      // chain length (and n-gram proposal length)
   std::vector<int> tree;              // static tree branching, e.g. {3,2,1,1}; empty = chain
-  int tree_budget = 0;                // > 0: dynamic tree with this many nodes
+  int tree_budget = 0;                // > 0: dynamic tree (or with `sequoia`, a Sequoia tree) of this many nodes
+  // Non-empty: [depth - 1][sibling rank] acceptance probabilities the static tree of
+  // tree_budget nodes is chosen for (draft/sequoia_tree.h).
+  std::vector<std::vector<double>> sequoia;
   int siblings = 0;                   // fixed-length draft-model chains: other candidates for the first token (DraftBound::siblings)
   int ngram_min = 1;
   int ngram_max = 3;
@@ -36,6 +39,7 @@ struct DraftOptions {
 
   // The drafter proposes a chain: neither a static (`tree`) nor a dynamic (`tree_budget`) tree.
   bool drafts_chain() const { return tree.empty() && tree_budget == 0; }
+  bool dynamic_tree() const { return tree_budget > 0 && sequoia.empty(); }
 };
 
 // "stored" for nullopt, else the format's name (engine/matrix_format.h).

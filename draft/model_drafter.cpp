@@ -13,8 +13,7 @@ namespace {
 // How the children of every context are drawn, given the proposer's configuration.
 SiblingDraw draw_mode(bool stochastic, const TreeShape& shape) {
   if (!stochastic || shape.dynamic_budget > 0) return SiblingDraw::kTopK;
-  const bool chain = std::all_of(shape.branching.begin(), shape.branching.end(), [](int b) { return b == 1; });
-  return chain ? SiblingDraw::kSampled : SiblingDraw::kWithoutReplacement;
+  return shape.topology.is_chain() ? SiblingDraw::kSampled : SiblingDraw::kWithoutReplacement;
 }
 
 }  // namespace
@@ -27,9 +26,9 @@ ModelDrafter::ModelDrafter(const ForwardContext& draft, KvCache::SeqId seq, Dist
       controls_(controls),
       stochastic_(stochastic),
       shape_(std::move(shape)),
-      gamma_(static_cast<int>(shape_.branching.size())) {
-  SPECULA_CHECK(shape_.dynamic_budget > 0 || !shape_.branching.empty(), "draft: empty tree shape");
-  for (int b : shape_.branching) SPECULA_CHECK(b >= 1, "--tree: every branching factor must be >= 1, got ", b);
+      gamma_(shape_.topology.depth()),
+      topology_children_(shape_.topology.children()) {
+  SPECULA_CHECK(shape_.dynamic_budget > 0 || shape_.topology.size() > 0, "draft: empty tree shape");
 }
 
 ModelDrafter::~ModelDrafter() { draft_.cache.free(seq_); }
@@ -94,11 +93,9 @@ void ModelDrafter::forward_done(std::span<const float> logits) {
       advance_dynamic();
     } else {
       phase_ = Phase::kStatic;
-      branching_ = shape_.branching;
-      if (shape_.adaptive) branching_.assign(static_cast<std::size_t>(gamma_), 1);
-      branching_.resize(std::min<std::size_t>(branching_.size(), static_cast<std::size_t>(max_depth_)));
+      if (shape_.adaptive) topology_children_ = chain_topology(gamma_).children();
       level_ = 0;
-      frontier_.assign(1, 0);
+      frontier_.assign(1, {0, 0});
       advance_static();
     }
     return;
@@ -123,22 +120,31 @@ void ModelDrafter::forward_done(std::span<const float> logits) {
 void ModelDrafter::advance_static() {
   const std::size_t v = static_cast<std::size_t>(vocab());
   TokenTree& tree = proposal_.tree;
-  while (level_ < branching_.size() && !frontier_.empty()) {
+  while (level_ < max_depth_ && !frontier_.empty()) {
     const int first = tree.size();
-    for (int context : frontier_) {
+    std::vector<std::pair<int, int>> next;
+    for (const auto& [context, shape_context] : frontier_) {
+      const std::vector<int>& shape_children = topology_children_[static_cast<std::size_t>(shape_context)];
+      if (shape_children.empty()) continue;
       const auto q_row = std::span<const float>(proposal_.q).subspan(static_cast<std::size_t>(context) * v, v);
-      for (int token : draw_siblings(q_row, branching_[level_], tree.draw[static_cast<std::size_t>(context)], *rng_)) {
-        tree.add_node(context - 1, token);
-        confidence_ *= q_row[static_cast<std::size_t>(token)];
+      const int k = static_cast<int>(shape_children.size());
+      const std::vector<int> drawn = draw_siblings(q_row, k, tree.draw[static_cast<std::size_t>(context)], *rng_);
+      for (std::size_t rank = 0; rank < drawn.size(); ++rank) {
+        const int node = tree.add_node(context - 1, drawn[rank]);
+        confidence_ *= q_row[static_cast<std::size_t>(drawn[rank])];
+        next.emplace_back(node + 1, shape_children[rank] + 1);
       }
     }
     const int last = tree.size();
-    frontier_.clear();
-    for (int node = first; node < last; ++node) frontier_.push_back(node + 1);
+    frontier_ = std::move(next);
     ++level_;
-    if (level_ == branching_.size() || last == first) break;
+    // Leaves of the topology need no draft forward: a level of leaves ends the tree.
+    const bool grows = std::any_of(frontier_.begin(), frontier_.end(), [&](const auto& f) {
+      return !topology_children_[static_cast<std::size_t>(f.second)].empty();
+    });
+    if (level_ == max_depth_ || last == first || !grows) break;
     // A chain (one node a level so far) whose draft doubts it stops here.
-    if (last == static_cast<int>(level_) && confidence_ < stop_below_) {
+    if (last == level_ && confidence_ < stop_below_) {
       proposal_.stopped = true;
       break;
     }

@@ -1,7 +1,7 @@
-// defines: TreeShape and ModelDrafter, the draft-model proposer: a chain of gamma tokens,
-// a static tree from a branching list (3,2,1,1: three children of the root, two under
-// each, ...) or a dynamic tree grown best-first by cumulative draft probability under a
-// node budget (in the spirit of EAGLE-2). The draft runs on its own paged cache with the
+// defines: TreeShape and ModelDrafter, the draft-model proposer: a static tree of any
+// topology (a chain of gamma tokens, a branching list, a Sequoia tree: draft/tree_topology.h,
+// draft/sequoia_tree.h) or a dynamic tree grown best-first by cumulative draft probability
+// under a node budget (in the spirit of EAGLE-2). The draft runs on its own paged cache with the
 // same tree-masked forward as the target, one forward per tree level, each handed out
 // through Drafter::pending_forward() (so many sequences' levels can run as one batch), and
 // catches up on accepted-but-unfed tokens and the bonus token at the next step.
@@ -14,12 +14,13 @@
 #include <vector>
 
 #include "draft/drafter.h"
+#include "draft/tree_topology.h"
 #include "sampling/logit_controls.h"
 
 namespace specula {
 
 struct TreeShape {
-  std::vector<int> branching;  // static tree (a chain of gamma is gamma ones); empty when dynamic
+  TreeTopology topology;       // static tree; empty when dynamic
   int dynamic_budget = 0;      // > 0: dynamic tree of this many nodes
   int dynamic_top_k = 4;       // dynamic: children considered per expanded node
   int dynamic_width = 4;       // dynamic: nodes added (and fed to the draft) per round
@@ -87,7 +88,7 @@ class ModelDrafter : public Drafter {
   RowControls controls_;
   bool stochastic_;
   TreeShape shape_;
-  int gamma_;                // current chain length (adaptive), else the branching depth
+  int gamma_;                // current chain length (adaptive), else the topology's depth
   int forwards_ = 0;
 
   // The proposal in progress.
@@ -108,9 +109,10 @@ class ModelDrafter : public Drafter {
   std::vector<int> path_;           // a context's path tokens
   std::optional<SequenceRows> pending_;
   std::vector<int> pending_positions_;
-  std::vector<int> branching_;      // static: the levels to grow
-  std::size_t level_ = 0;           // static: the next level
-  std::vector<int> frontier_;       // static: contexts whose children the next level draws
+  std::vector<std::vector<int>> topology_children_;  // static: TreeTopology::children() of the tree to grow
+  int level_ = 0;                   // static: levels grown
+  // static: contexts whose children the next level draws, each with its topology context
+  std::vector<std::pair<int, int>> frontier_;
   std::priority_queue<Candidate> candidates_;  // dynamic: the frontier
   std::vector<double> node_score_;  // dynamic: per node
   long pushed_ = 0;                 // dynamic: candidates pushed so far

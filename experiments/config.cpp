@@ -123,6 +123,7 @@ nlohmann::json canonical_settings(const PointConfig& p) {
     settings["draft"]["max_batch"] = p.length_threshold.max_batch;
   }
   if (d.siblings != 0) settings["draft"]["siblings"] = d.siblings;
+  if (!d.sequoia.empty()) settings["draft"]["sequoia"] = d.sequoia;
   if (p.verify_rule != VerifyRule::kToken) settings["verify"] = {{"rule", name_of(p.verify_rule)}};
   const LogitControls& c = p.controls;
   if (c.repetition_penalty != 1.0f) settings["sampling"]["repetition_penalty"] = as_written(c.repetition_penalty);

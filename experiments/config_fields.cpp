@@ -269,6 +269,34 @@ ConfigField logit_bias_field(std::string key, Ref ref) {
   return {key, true, parse, write};
 }
 
+// An array of rows of numbers (draft.sequoia: one row per depth, by sibling rank); the
+// values are checked by validate_options.
+template <typename Ref>
+ConfigField number_rows_field(std::string key, Ref ref) {
+  auto parse = [key, ref](const toml::node& n, const fs::path&) -> Assignment {
+    std::vector<std::vector<double>> rows;
+    for (const toml::node& e : array_of(n, key)) {
+      std::vector<double>& row = rows.emplace_back();
+      for (const toml::node& x : array_of(e, key + " row")) {
+        if (!x.is_number()) config_error(x.source(), key + " rows must hold numbers, got " + render_value(x));
+        row.push_back(x.is_integer() ? static_cast<double>(x.as_integer()->get()) : x.as_floating_point()->get());
+      }
+    }
+    return [ref, rows](Settings& s) { ref(s) = rows; };
+  };
+  auto write = [key, ref](const Settings& s, toml::table& root) {
+    if (ref(s).empty()) return;
+    toml::array a;
+    for (const std::vector<double>& row : ref(s)) {
+      toml::array r;
+      for (double x : row) r.push_back(x);
+      a.push_back(std::move(r));
+    }
+    parent_table(root, key).insert_or_assign(last_component(key), std::move(a));
+  };
+  return {key, true, parse, write};
+}
+
 // An array of strings, each one of `allowed` unless `allowed` is empty.
 template <typename Ref>
 ConfigField string_list_field(std::string key, Ref ref, std::vector<std::string> allowed, bool sweepable = false) {
@@ -382,6 +410,7 @@ std::vector<ConfigField> make_fields() {
       int_field("draft.gamma", [](auto& s) -> auto& { return s.point.draft.gamma; }, 1),
       int_list_field<int>("draft.tree", [](auto& s) -> auto& { return s.point.draft.tree; }, 1, true, true),
       int_field("draft.budget", [](auto& s) -> auto& { return s.point.draft.tree_budget; }, 0),
+      number_rows_field("draft.sequoia", [](auto& s) -> auto& { return s.point.draft.sequoia; }),
       int_field("draft.siblings", [](auto& s) -> auto& { return s.point.draft.siblings; }, 0),
       bool_field("draft.adaptive", [](auto& s) -> auto& { return s.point.draft.adaptive; }),
       int_field("draft.ngram_min", [](auto& s) -> auto& { return s.point.draft.ngram_min; }, 1),

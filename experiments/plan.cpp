@@ -5,6 +5,7 @@
 #include <map>
 
 #include "base/error.h"
+#include "draft/sequoia_tree.h"
 
 namespace specula {
 namespace {
@@ -82,6 +83,11 @@ RunInfo describe(const PointConfig& p, const nlohmann::json& coords) {
     info.nodes = static_tree_nodes(d.tree);  // saturating: validation refuses big trees
     info.gamma = static_cast<int>(d.tree.size());
     info.variant = "tree " + info.tree;
+  } else if (!d.sequoia.empty()) {
+    info.shape = "sequoia";
+    info.nodes = d.tree_budget;
+    info.gamma = sequoia_tree(d.sequoia, d.tree_budget, d.tree_budget).depth();
+    info.variant = "sequoia " + std::to_string(d.tree_budget);
   } else if (d.tree_budget > 0) {
     info.shape = "dynamic";
     info.nodes = d.tree_budget;

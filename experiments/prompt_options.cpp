@@ -60,7 +60,8 @@ std::unique_ptr<toml::node> toml_node(const nlohmann::json& value) {
 
 }  // namespace
 
-void apply_prompt_options(const nlohmann::json& options, GenerateOptions& request, const std::filesystem::path& dir) {
+void apply_prompt_options(const nlohmann::json& options, GenerateOptions& request, const std::filesystem::path& dir,
+                          std::string_view shared_where) {
   if (options.is_null()) return;
   SPECULA_CHECK(options.is_object(), "options must be an object of config keys, got ", options.dump());
   Settings settings;
@@ -71,7 +72,7 @@ void apply_prompt_options(const nlohmann::json& options, GenerateOptions& reques
       const std::vector<std::string> keys = per_request_keys();
       throw SpeculaError(detail::concat("options: unknown key '", key, "'", did_you_mean(key, keys, keys)));
     }
-    SPECULA_CHECK(per_request(key), "options.", key, " is shared by every request of the batch: set it on the command line");
+    SPECULA_CHECK(per_request(key), "options.", key, " is shared by every request of the batch: set it ", shared_where);
     const std::unique_ptr<toml::node> node = toml_node(value);
     SPECULA_CHECK(node, "options.", key, " is null");
     try {

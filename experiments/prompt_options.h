@@ -11,6 +11,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string_view>
 #include <nlohmann/json.hpp>
 
 #include "base/option_names.h"
@@ -20,8 +21,9 @@ namespace specula {
 
 // Applies `options` (null: nothing) to `request`; a path (draft.path) resolves against `dir`.
 // Throws SpeculaError "options.KEY ..." for an object that is not one, an unknown or shared
-// key, or a value its config key refuses.
-void apply_prompt_options(const nlohmann::json& options, GenerateOptions& request, const std::filesystem::path& dir);
+// key (its message says to set it `shared_where`), or a value its config key refuses.
+void apply_prompt_options(const nlohmann::json& options, GenerateOptions& request, const std::filesystem::path& dir,
+                          std::string_view shared_where = "on the command line");
 
 // `names`, but for the keys `options` sets, which it names "options.KEY" and counts as given
 // (validation refuses one set where it does not apply, as it does a flag).

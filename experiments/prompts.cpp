@@ -18,7 +18,8 @@ std::string origin_of(const Origins& origins, const std::string& key, const std:
   return it == origins.end() ? config_file : it->second;
 }
 
-// messages: a non-empty array of {"role": string, "content": string}.
+}  // namespace
+
 std::vector<ChatMessage> read_messages(const nlohmann::json& j, const std::string& where) {
   SPECULA_CHECK(j.is_array() && !j.empty(), where, ": field 'messages' must be a non-empty array of {role, content}, got ",
                 j.dump());
@@ -31,8 +32,6 @@ std::vector<ChatMessage> read_messages(const nlohmann::json& j, const std::strin
   }
   return messages;
 }
-
-}  // namespace
 
 std::vector<Prompt> read_prompts_file(const std::string& path, const std::string& option, DomainField domain) {
   std::ifstream in(path);

@@ -22,6 +22,9 @@ enum class DomainField { kRequired, kOptional };
 // "<option>: ..." (cannot open, no prompts).
 std::vector<Prompt> read_prompts_file(const std::string& path, const std::string& option, DomainField domain);
 
+// A chat: a non-empty array of {"role": string, "content": string}; errors begin with `where`.
+std::vector<ChatMessage> read_messages(const nlohmann::json& messages, const std::string& where);
+
 // Errors name the prompts file and line, or the run.* key and its origin.
 std::vector<Prompt> select_prompts(const RunConfig& run, const Origins& origins, const std::string& config_file);
 

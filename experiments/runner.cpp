@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "experiments/arrivals.h"
 #include "experiments/batch_summary.h"
 #include "experiments/config.h"
+#include "experiments/files.h"
 #include "experiments/interrupt.h"
 #include "experiments/machine.h"
 #include "experiments/plan.h"
@@ -36,12 +38,6 @@ using Clock = std::chrono::steady_clock;
 const char* kResults = "results.jsonl";
 const char* kExperiment = "experiment.json";
 
-void write_file(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  SPECULA_CHECK(out, "cannot write '", path.string(), "'");
-}
-
 // CPU seconds this process has used, all threads together.
 double process_cpu_seconds() {
   timespec t{};
@@ -54,11 +50,6 @@ std::string now_utc() {
   char out[32];
   std::strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return out;
-}
-
-nlohmann::json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  return in ? nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
 }
 
 // An advisory lock (flock) on the output directory, held while a run or a report writes
@@ -118,7 +109,7 @@ nlohmann::json session_machine(GenerationBackend& backend, const Plan& plan) {
 // experiment.json, with this session appended to those of earlier runs into `dir`.
 void record_session(const fs::path& dir, const ExperimentConfig& config, const nlohmann::json& machine,
                     std::size_t planned_jobs) {
-  nlohmann::json record = read_json(dir / kExperiment);
+  nlohmann::json record = read_json_if_any(dir / kExperiment);
   if (!record.is_object()) record = nlohmann::json::object();
   record["title"] = config.base.title;
   record["config"] = fs::absolute(config.file).string();
@@ -126,7 +117,7 @@ void record_session(const fs::path& dir, const ExperimentConfig& config, const n
   m["threads"] = config.base.point.threads;
   record["sessions"].push_back(
       {{"started", now_utc()}, {"version", machine["version"]}, {"machine", m}, {"planned_jobs", planned_jobs}});
-  write_file(dir / kExperiment, record.dump(2) + "\n");
+  write_text(dir / kExperiment, record.dump(2) + "\n");
 }
 
 // The Markdown lines under the title of summary.md, from experiment.json.
@@ -181,7 +172,7 @@ void write_reports(const fs::path& dir, const std::vector<std::string>& formats,
     });
   }
   name_suspect_jobs(summaries, [&](std::uint32_t line) { return suspect_keys.at(line); });
-  const nlohmann::json record = read_json(dir / kExperiment);
+  const nlohmann::json record = read_json_if_any(dir / kExperiment);
   const std::string notes = result_notes(digest, record);
   auto wanted = [&](const char* f) { return std::find(formats.begin(), formats.end(), f) != formats.end(); };
   if (wanted("csv")) {
@@ -224,7 +215,8 @@ std::string duration(double seconds) {
   return out;
 }
 
-void print_plan(const ExperimentConfig& config, const Plan& plan, const fs::path& dir, std::size_t done, std::ostream& out) {
+void print_plan(const ExperimentConfig& config, const Plan& plan, const fs::path& dir, std::size_t jobs, std::size_t done,
+                std::ostream& out) {
   out << "config " << config.file << " -> " << dir.string() << "\n";
   std::string axes;
   for (const SweepAxis& a : config.sweep.axes) {
@@ -243,8 +235,9 @@ void print_plan(const ExperimentConfig& config, const Plan& plan, const fs::path
     if (!r.info.baseline.empty()) out << " vs " << r.info.baseline;
     out << "\n      " << r.settings.dump() << "\n";
   }
-  out << "jobs: " << plan.jobs.size() << ", " << done << " already in results.jsonl, " << plan.jobs.size() - done
-      << " to run\n";
+  out << "jobs: " << jobs;
+  if (jobs != plan.jobs.size()) out << " of the plan's " << plan.jobs.size() << " (this shard's)";
+  out << ", " << done << " already in results.jsonl, " << jobs - done << " to run\n";
 }
 
 }  // namespace
@@ -253,7 +246,12 @@ int run_experiment(const std::string& config_path, GenerationBackend& backend, c
                    std::ostream& out, std::ostream& log) {
   const ExperimentConfig config = load_config(config_path);
   const Plan plan = make_plan(config);
-  const fs::path dir = options.out_dir.empty() ? fs::path(config.base.output.directory) : fs::absolute(options.out_dir);
+  const fs::path base_dir = options.out_dir.empty() ? fs::path(config.base.output.directory) : fs::absolute(options.out_dir);
+  const fs::path dir = options.shard ? base_dir / shard_directory(*options.shard) : base_dir;
+  std::vector<const Job*> jobs;  // this run's: the plan's, or the shard's part of it
+  const std::vector<int> shard_of = job_shards(plan, options.shard ? options.shard->count : 1);
+  for (std::size_t j = 0; j < plan.jobs.size(); ++j)
+    if (!options.shard || shard_of[j] == options.shard->index) jobs.push_back(&plan.jobs[j]);
 
   std::map<std::string, std::vector<std::vector<int>>> prompt_ids;  // target -> ids of each prompt
   for (const PlannedRun& r : plan.runs) {
@@ -283,7 +281,7 @@ int run_experiment(const std::string& config_path, GenerationBackend& backend, c
     lock.emplace(dir);
   }
   std::set<std::string> planned, done;
-  for (const Job& j : plan.jobs) planned.insert(j.key);
+  for (const Job* j : jobs) planned.insert(j->key);
   std::optional<std::string> refused;  // the first line of another config or a repeated key, once every line is checked
   const ResultsRead existing = read_results((dir / kResults).string(), [&](const nlohmann::json& line, std::uint32_t) {
     if (refused) return;
@@ -296,27 +294,28 @@ int run_experiment(const std::string& config_path, GenerationBackend& backend, c
   });
   if (refused) throw SpeculaError(*refused);
   if (options.dry_run) {
-    print_plan(config, plan, dir, done.size(), out);
+    print_plan(config, plan, dir, jobs.size(), done.size(), out);
     return 0;
   }
 
   if (!fs::exists(dir / "config.toml") || !fs::equivalent(config.file, dir / "config.toml")) {
     fs::copy_file(config.file, dir / "config.toml", fs::copy_options::overwrite_existing);
   }
-  write_file(dir / "config.resolved.toml", config.resolved_toml);
+  write_text(dir / "config.resolved.toml", config.resolved_toml);
   const nlohmann::json machine = session_machine(backend, plan);
-  record_session(dir, config, machine, plan.jobs.size());
+  record_session(dir, config, machine, jobs.size());
   if (existing.cut_line) log << "results.jsonl: dropped a last line cut short by a crash; it is redone\n";
 
   ResultsWriter writer((dir / kResults).string(), existing.complete_bytes);
-  const std::size_t todo = plan.jobs.size() - done.size();
+  const std::size_t todo = jobs.size() - done.size();
   std::size_t finished = 0;
   std::set<int> warm;  // runs with a warm-up generation in this session
   const auto start = Clock::now();
-  for (const Job& job : plan.jobs) {
+  for (const Job* next : jobs) {
+    const Job& job = *next;
     if (done.count(job.key)) continue;
     if (interrupted()) {
-      log << "interrupted after " << done.size() + finished << " of " << plan.jobs.size()
+      log << "interrupted after " << done.size() + finished << " of " << jobs.size()
           << " jobs; rerun the same command to resume\n";
       return kInterruptedExit;
     }
@@ -373,14 +372,25 @@ int run_experiment(const std::string& config_path, GenerationBackend& backend, c
           << duration(elapsed / finished * (todo - finished)) << "\n";
     }
   }
+  if (options.shard) {
+    out << "shard " << options.shard->index << " of " << options.shard->count << ": " << jobs.size() << " jobs in "
+        << dir.string() << "; once every shard has finished, `specula report " << base_dir.string()
+        << "` joins them and writes the summaries\n";
+    return 0;
+  }
   write_reports(dir, config.base.output.formats, out, log);
   return 0;
 }
 
 int report_experiment(const std::string& dir, std::ostream& out, std::ostream& log) {
   const fs::path path = fs::path(dir) / kResults;
-  SPECULA_CHECK(fs::is_regular_file(path), path.string(), ": no results to report");
   const DirectoryLock lock(dir);
+  if (const std::vector<fs::path> shards = shard_directories(dir); !shards.empty()) {
+    std::vector<std::unique_ptr<DirectoryLock>> shard_locks;  // no shard may be running
+    for (const fs::path& shard : shards) shard_locks.push_back(std::make_unique<DirectoryLock>(shard));
+    join_shards(dir, log);
+  }
+  SPECULA_CHECK(fs::is_regular_file(path), path.string(), ": no results to report");
   write_reports(dir, {"csv", "md", "png"}, out, log);
   return 0;
 }

@@ -8,10 +8,12 @@
 // type, version, threads, load average), summary.csv, summary.md and the plots (*.png).
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 
 #include "experiments/backend.h"
+#include "experiments/shards.h"
 
 namespace specula {
 
@@ -19,6 +21,8 @@ struct RunOptions {
   std::string out_dir;   // replaces output.directory when not empty (relative to the cwd)
   bool dry_run = false;  // validate, print the resolved runs and the jobs left; run nothing
   bool quiet = false;    // no progress lines on `log`
+  // Only this shard's jobs, into <output>/shard-I-of-N, and no reports (experiments/shards.h).
+  std::optional<Shard> shard;
 };
 
 // Loads and validates the config (a bad one throws SpeculaError before anything runs),
@@ -32,7 +36,8 @@ int run_experiment(const std::string& config_path, GenerationBackend& backend, c
                    std::ostream& out, std::ostream& log);
 
 // Rebuilds summary.csv, summary.md and the plots of `dir` from its results.jsonl and
-// prints the overview tables on `out`. Returns 0.
+// prints the overview tables on `out`; where `dir` holds shard directories, joins them into
+// its results.jsonl first (join_shards). Returns 0.
 int report_experiment(const std::string& dir, std::ostream& out, std::ostream& log);
 
 }  // namespace specula

@@ -126,6 +126,10 @@ RunSummary summarize_group(const SummaryDigest& d, const RunInfo& run, const std
   s.predicted_speedup = std::isfinite(s.alpha) && std::isfinite(s.cost_ratio)
                             ? leviathan_speedup(s.alpha, run.gamma, s.cost_ratio)
                             : kNaN;
+  const bool rounds_timed = std::isfinite(s.tau) && !ratios.empty() && g.rounds > 0 && g.verify_s > 0;
+  s.verify_cost = rounds_timed ? g.verify_s / g.rounds * s.baseline_tokens_per_s : kNaN;
+  s.cost_predicted_speedup =
+      rounds_timed ? s.tau / ((g.draft_s + g.verify_s) / g.rounds * s.baseline_tokens_per_s) : kNaN;
   s.bound = std::isfinite(s.tau) && !ratios.empty() && g.rounds > 0
                 ? speedup_bound(s.tau, g.draft_s / g.rounds * s.baseline_tokens_per_s)
                 : kNaN;

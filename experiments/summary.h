@@ -2,7 +2,8 @@
 // alone (streamed through a SummaryDigest): acceptance and τ with bootstrap intervals, acceptance per depth (cumulative and
 // given the depth before), the histogram of accepted tokens per round, tokens/s, the
 // decode-only and end-to-end speedups over the target-alone baseline with their intervals,
-// Leviathan et al.'s predicted speedup, the sanity bound τ and c allow (and the jobs of a
+// Leviathan et al.'s predicted speedup and the one from the measured costs of drafting and
+// verifying, the sanity bound τ and c allow (and the jobs of a
 // cell above it), the time breakdown — and the writers of summary.csv, summary.md and the
 // terminal tables and warnings.
 #pragma once
@@ -50,6 +51,11 @@ struct RunSummary {
   double cost_ratio = 0;                // c: (Σ draft_s / Σ drafted) · baseline_tokens_per_s,
                                         //   a draft token's time over a target decode step's
   double predicted_speedup = 0;         // chains: leviathan_speedup(alpha, γ, cost_ratio)
+  double verify_cost = 0;               // v: (Σ verify_forward_s / Σ rounds) · baseline_tokens_per_s,
+                                        //   a verify pass's time over a target decode step's
+  double cost_predicted_speedup = 0;    // τ / ((Σ draft_s + Σ verify_forward_s) / Σ rounds ·
+                                        //   baseline tok/s): the measured acceptance at the
+                                        //   measured costs of a round's drafting and verify pass
   double bound = 0;                     // speedup_bound(τ, Σ draft_s / Σ rounds · baseline tok/s)
   std::vector<std::uint32_t> suspect_lines;  // when the decode speedup exceeds `bound`: the lines
                                              // (ordinals) of the pairs (both runs) whose own ratio

@@ -237,8 +237,7 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
       return tokens / seconds;
     }
     // The slowest sequence's steps, every load-policy sequence's counted, those without an
-    // n-gram match this step too: at batch 8, with them left out, n-gram drafting finished
-    // the others early and lost 4% to plain over the thin steps after.
+    // n-gram match this step too: they hold back the batch's end as much as the others.
     double steps = 0;
     for (const LoadSequence& s : load) {
       const double drafted = chain_tokens(s, future_length(s, g), sure, siblings) - 1;
@@ -266,12 +265,11 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
     if (target_.observations(other_rows + n) < 3) return {};  // measure the plain step first (three times)
     // The probe's round of n sequences at n one-sequence rounds (0 before a round): the scout
     // priced one sequence's round, and a round's cost is mostly per sequence (each has its
-    // own logits, draft distribution and draw: 8 sequences of f32 draft-1m took 0.5 ms where
-    // one took 0.17 and the scout's 25 catch-up rows 0.69); batching saves no more than that.
+    // own logits, draft distribution and draw); batching saves no more than that.
     // A lone sequence's probe is its own scout and commits no one else's catch-up: its draft
-    // rounds stay free in this bound until its step is measured twice (priced at the scout's
-    // round, a batch-1 run whose first prefill set the row floor at 0.2 ms stopped probing
-    // after one step and stayed plain for all 8 requests, 1 run in 4 at T = 1).
+    // rounds stay free in this bound until its step is measured twice (priced from its first,
+    // cold figures, a row floor from a cold first prefill among them, it could stop probing
+    // after one step and stay plain for good).
     const double probe_draft_s = n == 1 ? 0.0 : drafting * draft_.fewest();
     const double probe_floor_s = plain_s + (rows_at(1) - other_rows - n) * row_floor() + probe_draft_s;
     const auto fewest = std::min_element(load.begin(), load.end(), [](const LoadSequence& a, const LoadSequence& b) {
@@ -279,12 +277,12 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
     });
     // Before any draft round, the scout's own catch-up with each draft row at row_floor(): a
     // scout late in a batch feeds every token committed so far to the draft model for the
-    // few tokens left (at batch 8 in bf16amx, 50 rows of f32 draft-1m: over 4 ms of a 95 ms run).
+    // few tokens left.
     const double first_catch_up_s = draft_.observed() ? catch_up_s : fewest->catch_up_rows * row_floor();
     if (!repays(rate(1, probe_floor_s, false), first_catch_up_s)) return {};
     // The scout drafts two tokens: its second round, of one row, prices a round's fixed part
-    // (from the catch-up round alone, a round of 8 sequences of f32 draft-1m was priced at
-    // under half of its 0.5 ms, and the probe that followed at batch 8 cost 7 ms of a 95 ms run).
+    // (the catch-up round alone, of many rows, puts too little of its cost in that part, and
+    // the probe's round of n sequences priced from it would be underpriced).
     const int scout_gamma = std::min(2, max_gamma);
     if (n == 1) return {scout_gamma, -1};
     if (draft_.observed()) return {1, -1};
@@ -315,10 +313,11 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
   if (best > 0 && !repays(best_rate, catch_up_s)) best = 0;
   if (best == 0) {
     drafted_steps_ = 0;
-    // Exploration: the figures that keep it plain come from a few steps (the first request's
-    // first rejections put an n-gram chain at 1.04 tokens for good at batch 1, where it makes
-    // 1.5). Where one γ = 1 step would pay if every drafted token were accepted, and the
-    // catch-up costs no more than a plain step, every kPlainEvery-th plain step drafts.
+    // Exploration: the figures that keep it plain come from a few steps (a request's first
+    // rejections, which also set the others' prior, can price a chain below plain for good
+    // where drafting pays). Where one γ = 1 step would pay if every drafted token were
+    // accepted, and the catch-up costs no more than a plain step, every kPlainEvery-th plain
+    // step drafts.
     const double sure_rate = rate(1, target_.at(rows_at(1)) + draft_.at(drafting), true);
     if (++plain_steps_ >= kPlainEvery && sure_rate > plain_rate * (1 + margin) && catch_up_s <= plain_s) {
       plain_steps_ = 0;

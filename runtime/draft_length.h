@@ -5,7 +5,8 @@
 // and no draft forward) that maximises the step's expected tokens per second, from the
 // measured costs of target steps and draft rounds and each speculative sequence's measured
 // acceptance — so that it falls back to plain decoding where the rows a draft adds cost more
-// than the tokens it is expected to gain.
+// than the tokens it is expected to gain. The runs behind its rules: docs/measurements.md,
+// "Load policy".
 #pragma once
 
 #include <limits>
@@ -24,11 +25,9 @@ class CostFit {
   // figure, so observations at one row count never erase what was measured at others: the
   // median of its last kRecent observations (the lower middle one of an even count), which
   // an outlier does not move and which follows a drift (attention over longer contexts)
-  // within kRecent observations; its first observation is dropped once a second arrives
-  // (one-time costs, and the first decode steps after a prefill run slow: plain steps of
-  // batch 16 in bf16amx took 2.30, 2.15, then 1.74-1.88 ms, and an exponentially smoothed
-  // figure still said 2.9 ms twenty steps later, so drafting looked 27% faster than plain
-  // where it was 13% slower).
+  // within kRecent observations (a smoothed mean would carry a slow start for many steps);
+  // its first observation is dropped once a second arrives (one-time costs, and the first
+  // decode steps after a prefill run slow).
   void add(int rows, double seconds);
   // Predicted seconds of `rows` rows: linear between the nearest row counts observed on
   // either side; beyond the observed range, the slope of the two outermost ones (clamped to
@@ -36,8 +35,8 @@ class CostFit {
   // cost from below: s for rows >= r (costs grow with rows), s · rows / r for fewer (a fixed
   // part plus a part per row costs no less per row at fewer rows). Optimistic on purpose: an
   // estimate from one observation must not keep the chooser from measuring a second (a load
-  // request's first draft round holds its whole prompt's catch-up, and taking that round's
-  // cost for a one-row round had it stop drafting for good at batch 1).
+  // request's first draft round holds its whole prompt's catch-up, and a one-row round priced
+  // at that round's cost would never be drafted again).
   double at(double rows) const;
   bool varied() const { return figures_.size() >= 2; }  // two or more row counts in use
   bool observed() const { return !by_rows_.empty(); }
@@ -62,11 +61,10 @@ class CostFit {
   std::map<int, Figure> by_rows_;  // row count -> its figure
   // With settle_, the figures at() uses, by row count, are those of two or more observations
   // once any row count has two (a single observation is cold, and left alone it would price
-  // its row count for good: a 3-row step at batch 1 measured 1.33 ms once where they take
-  // 1.12, and γ = 2 was never chosen again), else every row count's; without, every row
-  // count's (draft rounds: a catch-up's row count is seldom seen twice, and without its
-  // figure one row's cost bounds every catch-up row, 40 rows at 6.5 ms, which kept a request
-  // plain for good at batch 1).
+  // its row count for good: a length priced too high is not chosen, so never measured again),
+  // else every row count's; without, every row count's (draft rounds: a catch-up's row count
+  // is seldom seen twice, and without its figure one row's cost bounds every catch-up row,
+  // which can price a catch-up high enough to keep a request plain for good).
   bool settle_;
   std::map<int, double> figures_;
 };
@@ -116,9 +114,8 @@ struct ChainAcceptance {
 // sequences of the same drafter with evidence `pool` (own included; chain_estimate_among:
 // `others`, the pool less own): own evidence with
 // `prior_trials` pseudo-trials at the others' (pool less own) (accepted + 1) / (trials + 2).
-// The prior is the others' alone: with own counted in it too, a lone request's first two
-// rejections put its first drafted token at 0.08 (twice shrunk towards its own evidence),
-// and T = 1 drafting with draft-1m at batch 1 stayed plain for most of a run.
+// The prior is the others' alone: with own counted in it too, a lone request's first
+// rejections would count twice, shrinking its estimate towards them twice over.
 inline double chain_estimate_among(const ChainAcceptance& own, const ChainAcceptance& others, double prior_trials) {
   return own.rate(others.rate(0.5, 2), prior_trials);
 }
@@ -154,8 +151,8 @@ struct ChainPrice {
 // own evidence, the shape across depths from theirs. The chances of drafting the k-th token,
 // c_k after k-1 drafted and c'_k after k-1 accepted (ChainAcceptance), are own counts with
 // w pseudo-counts at the others' (with 2 at 1: no stop seen, every token drafted; or, for
-// chains with a confidence stop, at alpha past depth 1 — priced at full length until a
-// stop was seen, such chains lost to plain at batch 1 and never drafted to see one).
+// chains with a confidence stop, at alpha past depth 1 — priced at full length before a
+// stop is seen, such a chain can lose to plain and never draft to see one).
 // tokens(g) = 1 + sum_{k <= g} c'_1 p_1 ... c'_k p_k, reaches(g) = c_1 ... c_g.
 // With no per-depth evidence every p_k is alpha and tokens(g) is expected_chain_tokens(alpha, g).
 // chain_price_among takes the others' evidence (pool less own) itself.
@@ -236,39 +233,34 @@ class DraftLengthChooser {
   // second, with R_i = Σ_{k <= g} reaches_i[k] the tokens sequence i is expected to draft,
   // E_k = Σ_i reaches_i[k] the rows of draft round k and P_k = 1 - Π_i (1 - reaches_i[k])
   // the chance that it runs at all, and A_g = Σ_i (tokens_i[g] - 1) over the sequences that
-  // feed accepted tokens: a model drafter's
-  // first round of a step feeds the previous step's accepted tokens beside the roots (at
-  // batch 8, γ = 1 rounds took 0.43-0.6 ms where the 8-row figure said 0.38, and drafting
-  // promised 5.9-6.1 tokens a millisecond and made 4.1-5.2, plain's 5.1). The best length is
-  // drafted when it promises kMargin more than plain and its saving over the sequences'
-  // remaining tokens, W (1/rate_0 - 1/rate_g) with W = Σ_i remaining_tokens_i, repays the
-  // draft model's catch-up (the draft rows of Σ_i catch_up_rows_i, once: a sequence's draft
-  // model feeds what plain steps committed before it drafts).
+  // feed accepted tokens: a model drafter's first round of a step feeds the previous step's
+  // accepted tokens beside the roots, and costs more than a round of the roots alone. The
+  // best length is drafted when it promises kMargin more than plain and its saving over the
+  // sequences' remaining tokens, W (1/rate_0 - 1/rate_g) with W = Σ_i remaining_tokens_i,
+  // repays the draft model's catch-up (the draft rows of Σ_i catch_up_rows_i, once: a
+  // sequence's draft model feeds what plain steps committed before it drafts).
   // A `closed` batch (nothing waits to take a finished sequence's place) is done when its
   // slowest sequence is: there a length g is worth W / (seconds_g max_i(remaining_i /
   // steady_i[g])), with steady_i[g] = 1 + proposal_rate_i (tokens_i[g] - 1) the tokens a step
   // brings it on average (tokens_i at min(g, remaining_i - 1): this step's depth_limit does
   // not bound the steps to come), against plain's W / (seconds_0 max_i remaining_i); every
-  // load-policy sequence counts, those with depth_limit 0 this step too (with them left out,
-  // n-gram drafting at batch 8 finished the sequences that matched early and lost 4% to plain
-  // over the thin steps after). Drafting that
-  // speeds up all but one sequence only thins the batch's last steps: at batch 8, n-gram
-  // load drafting finished most sequences in 24 steps and ran 24 more for the one whose
-  // lookups rarely matched, 34-37 ms of a 90 ms run, 0.93-0.95x plain. (Other sequences'
-  // remaining tokens are not weighed.)
+  // load-policy sequence counts, those with depth_limit 0 this step too (left out, they
+  // would not hold back the batch's end, and drafting for the sequences that match would
+  // seem to bring it nearer). Drafting that speeds up all but one sequence only thins the
+  // batch's last steps: the others finish early and the batch runs on for the one left.
+  // (Other sequences' remaining tokens are not weighed.)
   // Before target steps of two row counts and a draft round are measured: the plain step
-  // first, three times (0; the first decode steps after a prefill run slow: plain steps of
-  // batch 16 in bf16amx took 2.30, 2.15, then 1.74-1.88 ms); then, unless even a γ = 1 step
-  // at its lower bound (the plain step plus n rows at row_floor(), drafting free) loses to
-  // plain, or its saving does not repay the scout's catch-up with each draft row at
-  // row_floor(), a scout: one sequence (the one with the fewest catch-up rows) drafts γ = 2,
-  // so the draft model's cost is measured on one sequence's rows and not on all n prompts'
-  // catch-up (at batch 32, 768 draft rows took 10 ms, 3.6 plain steps), its second round of
-  // one row; then the probe, γ = 1 for all, where a γ = 1 step at the plain step plus n rows
-  // at row_floor() and m of the scout's one-row rounds repays the catch-up (a round's cost is
-  // mostly per sequence: logits, draft distribution and draw each). With step costs linear in
-  // g and expected tokens concave in g, a chain that loses at g = 1 loses at every g. At
-  // batch 1 the scout is the probe.
+  // first, three times (0; the first decode steps after a prefill run slow); then, unless
+  // even a γ = 1 step at its lower bound (the plain step plus n rows at row_floor(),
+  // drafting free) loses to plain, or its saving does not repay the scout's catch-up with
+  // each draft row at row_floor(), a scout: one sequence (the one with the fewest catch-up
+  // rows) drafts γ = 2, so the draft model's cost is measured on one sequence's rows and not
+  // on all n prompts' catch-up (at a large batch, several plain steps' time), its second
+  // round of one row; then the probe, γ = 1 for all, where a γ = 1 step at the plain step
+  // plus n rows at row_floor() and m of the scout's one-row rounds repays the catch-up (a
+  // round's cost is mostly per sequence: logits, draft distribution and draw each). With
+  // step costs linear in g and expected tokens concave in g, a chain that loses at g = 1
+  // loses at every g. At batch 1 the scout is the probe.
   // Where every sequence's drafter has a confidence stop, only g = max_gamma is weighed
   // against plain: the stop sets each chain's depth. Where a sequence's drafter proposes
   // siblings of its chain's first token (sibling_tokens > 0), each length is weighed with
@@ -281,9 +273,9 @@ class DraftLengthChooser {
   // the plain step's cost stays measured (it is what drafting is compared with; otherwise it
   // keeps the figure of the steps before drafting began); for a lone sequence (no other rows,
   // n = 1) every kLonePlainEvery-th: its plain step drifts only with attention over its
-  // growing context, and at batch 1, where drafting pays 1.3-1.6x, each plain step in 16
-  // cost about 1.4%. And once it has drafted and stopped, every kPlainEvery-th
-  // plain step drafts γ = 1 where that would pay with every drafted token accepted and the
+  // growing context, and each plain step forgoes the speedup drafting brings a lone
+  // sequence. And once it has drafted and stopped, every kPlainEvery-th plain step drafts
+  // γ = 1 where that would pay with every drafted token accepted and the
   // catch-up costs no more than a plain step: acceptance and cost figures from a few steps
   // are not a verdict for good.
   LoadChoice choose(int other_rows, double other_tokens, std::span<const LoadSequence> load, int max_gamma,
@@ -293,9 +285,9 @@ class DraftLengthChooser {
   // Drafting must promise this much more than plain's tokens a second: the model's figures
   // err (acceptance from a few steps, costs that drift with the context), and drafting has
   // costs it does not see (sequences that finish at different steps leave a tail of thin
-  // steps in a batch that nothing refills: 10-12 ms of a 90 ms run at batch 8). Not for a
-  // lone sequence (no other rows, n = 1): it has no tail and its rows are nearly free; with
-  // the margin, T = 1 draft-1m at batch 1 stayed plain 2 steps in 3 where γ = 1 made 1.2x.
+  // steps in a batch that nothing refills). Not for a lone sequence (no other rows, n = 1):
+  // it has no tail and its rows are nearly free, so a wrong guess costs little and the margin
+  // would only keep it plain where drafting pays.
   static constexpr double kMargin = 0.1;
   // The same for sequences with nothing to catch up and no end in sight, with independent
   // acceptance (tokens[i][g] = expected_chain_tokens(alphas[i], g)) or per-depth chains.

@@ -175,7 +175,8 @@ nlohmann::json request_json(const Model& target, const GenerateOptions& options,
     const StopStrings* cut = out.texts.empty() ? nullptr : &out.texts[i];
     texts.push_back(cut ? std::string(cut->text()) : target.tokenizer().decode(ids));
     const bool eos_end = !ids.empty() && std::find(eos.begin(), eos.end(), ids.back()) != eos.end();
-    reasons.push_back(cut && cut->matched() ? "stop_string" : eos_end ? "eos" : "length");
+    const bool cut_short = out.cancelled && static_cast<int>(ids.size()) < options.max_new_tokens;
+    reasons.push_back(cut && cut->matched() ? "stop_string" : eos_end ? "eos" : cut_short ? "cancelled" : "length");
     if (cut) stops.push_back(cut->matched() ? nlohmann::json(*cut->matched()) : nlohmann::json());
   }
   nlohmann::json result = {{"ids", out.samples.at(0)}, {"text", texts.at(0)}, {"finish_reason", reasons.at(0)},

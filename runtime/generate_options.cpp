@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "draft/model_drafter.h"
+#include "draft/sequoia_tree.h"
 #include "engine/cuda/device.h"
 #include "sampling/sampler.h"
 
@@ -46,6 +47,7 @@ OptionNames cli_option_names() {
       {"draft.gamma", "--gamma"},
       {"draft.tree", "--tree"},
       {"draft.budget", "--tree-budget"},
+      {"draft.sequoia", "--sequoia"},
       {"draft.siblings", "--siblings"},
       {"draft.adaptive", "--adaptive"},
       {"draft.gamma_policy", "--gamma-policy"},
@@ -150,6 +152,20 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   if (!d.tree.empty() && d.tree_budget == 0) {
     const int nodes = static_tree_nodes(d.tree);
     SPECULA_CHECK(nodes <= kMaxTreeNodes, names.at("draft.tree"), " has ", nodes, " nodes, more than ", kMaxTreeNodes);
+  }
+  if (!d.sequoia.empty()) {
+    const std::string where = names.at("draft.sequoia");
+    validate_rank_acceptance(d.sequoia, where.c_str());
+    SPECULA_CHECK(d.sequoia.size() <= static_cast<std::size_t>(kMaxSequoiaDepths), where, " has ", d.sequoia.size(),
+                  " rows (depths), more than ", kMaxSequoiaDepths);
+    for (const std::vector<double>& row : d.sequoia)
+      SPECULA_CHECK(row.size() <= static_cast<std::size_t>(kMaxSequoiaRanks), where, " has a row of ", row.size(),
+                    " ranks, more than ", kMaxSequoiaRanks);
+    SPECULA_CHECK(d.method == DraftMethod::kModel && d.tree.empty() && d.tree_budget >= 1 &&
+                      d.tree_budget <= kMaxSequoiaNodes,
+                  where, " chooses a draft model's static tree of ", names.name("draft.budget"),
+                  " nodes: it needs ", names.name("draft.path"), " DIR and ", names.name("draft.budget"), " in [1, ",
+                  kMaxSequoiaNodes, "] (got ", d.tree_budget, ") and excludes ", names.name("draft.tree"));
   }
   in_range("draft.ngram_max", d.ngram_max, 1, kMaxNgram);
   SPECULA_CHECK(d.ngram_min >= 1 && d.ngram_min <= d.ngram_max, names.at("draft.ngram_max"), " (", d.ngram_max,

@@ -80,6 +80,9 @@ struct GenerateOptions {
 inline constexpr int kMaxThreads = 1024;      // run.threads: OpenMP teams beyond this only thrash
 inline constexpr int kMaxGamma = 256;         // draft.gamma, and the depth of a draft.tree
 inline constexpr int kMaxTreeNodes = 4096;    // nodes of one draft.tree, and draft.budget
+inline constexpr int kMaxSequoiaNodes = 128;  // draft.budget with draft.sequoia (its DP is cubic in it)
+inline constexpr int kMaxSequoiaRanks = 16;   // sibling ranks of one draft.sequoia row
+inline constexpr int kMaxSequoiaDepths = 64;  // rows of draft.sequoia
 inline constexpr int kMaxBeamWidth = 1024;    // sampling.beam_width
 inline constexpr int kMaxNumSamples = 1 << 20;  // run.num_samples
 inline constexpr int kMaxKvBlockSize = 4096;  // run.kv_block_size (token slots per block)

@@ -47,6 +47,7 @@ struct Scheduler::Request {
   std::unique_ptr<Sampler> sampler;        // none for beam search
   RowControls controls;                    // options.controls over its sequences' tokens
   DistributionFn draft_distribution;       // model drafter
+  TreeShape tree_shape;                    // model drafter: its tree, built once for every sequence
   std::unique_ptr<DraftLengthPolicy> length_policy;  // speculative, but for the load policy
   DraftPool* draft = nullptr;              // model drafter
   int forked = 0;                          // samples started
@@ -152,7 +153,17 @@ int Scheduler::draft_blocks_in_use() const {
   return blocks;
 }
 
-const RequestOutcome& Scheduler::outcome(int request) const { return requests_.at(static_cast<std::size_t>(request))->out; }
+const RequestOutcome& Scheduler::outcome(int request) const {
+  const std::unique_ptr<Request>& r = requests_.at(static_cast<std::size_t>(request));
+  SPECULA_CHECK(r, "scheduler: request ", request, " was released");
+  return r->out;
+}
+
+void Scheduler::release(int request) {
+  std::unique_ptr<Request>& r = requests_.at(static_cast<std::size_t>(request));
+  SPECULA_CHECK(r && r->out.done, "scheduler: request ", request, " is ", r ? "not finished" : "released already");
+  r.reset();
+}
 
 bool Scheduler::idle() const { return waiting_.empty() && parked_.empty() && live_.empty() && preempted_.empty(); }
 
@@ -199,6 +210,7 @@ int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink si
   }
   if (!beam && options.draft.method == DraftMethod::kModel) {
     r->draft_distribution = draft_distribution(options.sampling, options.draft);
+    r->tree_shape = tree_shape(options.draft);
     r->draft = &draft_pool(options.draft);
   }
   requests_.push_back(std::move(r));
@@ -286,19 +298,15 @@ void Scheduler::fork_samples(Request& r) {
     }
   }
   if (r.forked < r.options.num_samples) return;
-  cache_.free(r.root_target);
-  r.root_target = -1;
-  if (r.root_draft >= 0) r.draft->cache.free(r.root_draft);
-  r.root_draft = -1;
-  r.root_logits.clear();
+  drop_root(r);
   parked_.erase(std::find(parked_.begin(), parked_.end(), &r));
 }
 
 std::unique_ptr<Drafter> Scheduler::make_drafter(Request& r, KvCache::SeqId draft_seq, int gamma) {
   const DraftOptions& d = r.options.draft;
   if (d.method == DraftMethod::kNgram) return std::make_unique<NgramDrafter>(NgramConfig{d.ngram_min, d.ngram_max, d.gamma});
-  TreeShape shape = tree_shape(d);
-  if (shape.adaptive && gamma > 0) shape.branching.assign(static_cast<std::size_t>(gamma), 1);
+  TreeShape shape = r.tree_shape;
+  if (shape.adaptive && gamma > 0) shape.topology = chain_topology(gamma);
   return std::make_unique<ModelDrafter>(r.draft->context, draft_seq, r.draft_distribution, !r.sampler->is_greedy(),
                                         std::move(shape), r.controls);
 }
@@ -331,14 +339,46 @@ void Scheduler::emit(Sequence& s, std::span<const int> tokens, bool& done, std::
   }
 }
 
-void Scheduler::finish(Sequence& s) {
-  Request& r = *s.request;
+void Scheduler::free_blocks(Sequence& s) {
   if (s.spec) {
-    if (auto* md = dynamic_cast<ModelDrafter*>(&s.spec->drafter())) r.out.draft_forwards += md->draft_forwards();
+    if (auto* md = dynamic_cast<ModelDrafter*>(&s.spec->drafter())) s.request->out.draft_forwards += md->draft_forwards();
     s.spec.reset();  // frees its target and draft sequences
   } else if (s.seq >= 0) {
     cache_.free(s.seq);
   }
+  s.seq = -1;
+}
+
+void Scheduler::drop_root(Request& r) {
+  cache_.free(r.root_target);
+  r.root_target = -1;
+  if (r.root_draft >= 0) r.draft->cache.free(r.root_draft);
+  r.root_draft = -1;
+  r.root_logits.clear();
+}
+
+void Scheduler::cancel(int request) {
+  const std::unique_ptr<Request>& held = requests_.at(static_cast<std::size_t>(request));
+  if (!held || held->out.done) return;
+  Request& r = *held;
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &r), waiting_.end());
+  if (const auto it = std::find(parked_.begin(), parked_.end(), &r); it != parked_.end()) {
+    parked_.erase(it);
+    drop_root(r);
+  }
+  const auto of_request = [&r](const std::unique_ptr<Sequence>& s) { return s->request == &r; };
+  for (const auto& s : live_)
+    if (of_request(s)) free_blocks(*s);
+  std::erase_if(live_, of_request);
+  std::erase_if(preempted_, of_request);
+  r.out.cancelled = true;
+  r.out.finished_s = now();
+  r.out.done = true;
+}
+
+void Scheduler::finish(Sequence& s) {
+  Request& r = *s.request;
+  free_blocks(s);
   const auto it = std::find_if(live_.begin(), live_.end(), [&](const auto& p) { return p.get() == &s; });
   live_.erase(it);
   if (--r.unfinished == 0 && r.forked == r.options.num_samples) {
@@ -439,14 +479,13 @@ void Scheduler::admit() {
 void Scheduler::unpark_newest() {
   Request& r = *parked_.back();
   parked_.pop_back();
-  cache_.free(r.root_target);
-  if (r.root_draft >= 0) r.draft->cache.free(r.root_draft);
-  r.root_target = r.root_draft = -1;
-  r.root_logits.clear();
+  drop_root(r);
   waiting_.push_front(&r);
 }
 
-void Scheduler::step() {
+// Makes sequences live (admission, then giving parked prompts back while nothing else can
+// run); false when none is.
+bool Scheduler::make_live() {
   admit();
   // Prompts fed but unable to fork while nothing else runs hold the blocks others need: the
   // newest gives its prompt back (it is fed again later).
@@ -454,12 +493,13 @@ void Scheduler::step() {
     unpark_newest();
     admit();
   }
-  if (live_.empty()) {
-    SPECULA_CHECK(idle(), "scheduler: nothing fits the KV pool (", limits_.kv_blocks, " blocks)");
-    return;
-  }
+  if (!live_.empty()) return true;
+  SPECULA_CHECK(idle(), "scheduler: nothing fits the KV pool (", limits_.kv_blocks, " blocks)");
+  return false;
+}
 
-  // Plan: oldest first within the row and prefill budgets; a sequence that does not fit waits.
+std::vector<Scheduler::Sequence*> Scheduler::plan_step() {
+  // Oldest first within the row and prefill budgets; a sequence that does not fit waits.
   const int bs = shared_.kv_block_size;
   std::vector<Sequence*> plan;
   for (;;) {
@@ -484,7 +524,7 @@ void Scheduler::step() {
     }
     int need = 0;
     for (const Sequence* s : plan) need += append_blocks(cache_.length(s->seq), s->spec ? step_rows(*s) : s->feed, bs);
-    if (need <= cache_.stats().blocks_free()) break;
+    if (need <= cache_.stats().blocks_free()) return plan;
     if (live_.size() == 1 && !parked_.empty()) {
       unpark_newest();
       continue;
@@ -494,10 +534,14 @@ void Scheduler::step() {
                                              cache_.stats().blocks_free(), " free"));
     preempt(*live_.back());
   }
+}
 
-  // Chain lengths: the drafter's (fixed), or one length this step for the load policy's
-  // sequences (or a scout: one of them), from the measured costs and acceptance
-  // (runtime/draft_length.h).
+struct Scheduler::LoadStep {
+  LoadChoice choice;
+  const Sequence* scout = nullptr;  // the one load-policy sequence that drafts, the others stepping plainly
+};
+
+Scheduler::LoadStep Scheduler::choose_load_lengths(const std::vector<Sequence*>& plan) {
   // A load-policy sequence whose drafter has nothing to propose (no n-gram matches) takes a
   // plain step beside the others (depth_limit 0), still weighed in a closed batch's end;
   // every lookup counts towards its proposal rate.
@@ -520,6 +564,7 @@ void Scheduler::step() {
       other_tokens += (cache_.length(s->seq) + s->feed == s->feed_target() && s->wants_logits()) ? 1 : 0;
     }
   }
+  if (load_sequences.empty()) return {};
   std::vector<LoadSequence> load;
   for (const Sequence* s : load_sequences) {
     const Request& r = *s->request;
@@ -533,44 +578,43 @@ void Scheduler::step() {
   }
   // Closed: nothing waits to take a finished sequence's place.
   const bool closed = waiting_.empty() && parked_.empty() && preempted_.empty();
-  const LoadChoice load_choice =
-      load.empty() ? LoadChoice{} : chooser_.choose(other_rows, other_tokens, load, load_max, closed);
-  const Sequence* scout = load_choice.scout >= 0 ? load_sequences[static_cast<std::size_t>(load_choice.scout)] : nullptr;
+  LoadStep step;
+  step.choice = chooser_.choose(other_rows, other_tokens, load, load_max, closed);
+  if (step.choice.scout >= 0) step.scout = load_sequences[static_cast<std::size_t>(step.choice.scout)];
+  return step;
+}
 
-  // Draft rounds of every speculative sequence (one batched call per draft cache and round).
-  auto mark = Clock::now();
+std::optional<DraftBound> Scheduler::draft_bound(const Sequence& s, const LoadStep& load, int sequences) const {
+  const Request& r = *s.request;
+  const SequenceView sequence{r.options.max_new_tokens - r.generated(s.sample)};
+  if (r.length_policy) return r.length_policy->plan(StepView{sequences}, sequence);
+  DraftBound bound;
+  // The bonus token needs room too: at most remaining - 1 drafted levels.
+  bound.max_depth = (load.scout && &s != load.scout) || s.draft_limit == 0
+                        ? 0
+                        : std::min(sequence.remaining_tokens - 1, load.choice.gamma);
+  bound.stop_below = load.choice.stop_below;
+  bound.siblings = load.scout ? 0 : load.choice.siblings;
+  bound.max_nodes = bound.max_depth;  // its rows: 1 + the chosen length
+  if (bound.max_depth == 0) return std::nullopt;
+  return bound;
+}
+
+double Scheduler::draft_phase(const std::vector<Sequence*>& plan, const LoadStep& load) {
+  const auto mark = Clock::now();
   std::vector<SpeculativeSequence*> specs;
   std::vector<DraftBound> bounds;
   int deepest = 0;
-  const StepView step_view{static_cast<int>(plan.size())};
   for (Sequence* s : plan) {
     if (!s->spec) continue;
-    const Request& r = *s->request;
-    const SequenceView sequence_view{r.options.max_new_tokens - r.generated(s->sample)};
-    DraftBound bound;
-    if (r.length_policy) {
-      const std::optional<DraftBound> planned = r.length_policy->plan(step_view, sequence_view);
-      if (!planned) {
-        s->spec->start_plain();
-        continue;
-      }
-      bound = *planned;
-    } else {
-      // The bonus token needs room too: at most remaining - 1 drafted levels.
-      bound.max_depth = (scout && s != scout) || s->draft_limit == 0
-                            ? 0
-                            : std::min(sequence_view.remaining_tokens - 1, load_choice.gamma);
-      bound.stop_below = load_choice.stop_below;
-      bound.siblings = scout ? 0 : load_choice.siblings;
-      bound.max_nodes = bound.max_depth;  // its rows: 1 + the chosen length
-      if (bound.max_depth == 0) {
-        s->spec->start_plain();
-        continue;
-      }
+    const std::optional<DraftBound> bound = draft_bound(*s, load, static_cast<int>(plan.size()));
+    if (!bound) {
+      s->spec->start_plain();
+      continue;
     }
     specs.push_back(s->spec.get());
-    bounds.push_back(bound);
-    deepest = std::max(deepest, bound.max_depth);
+    bounds.push_back(*bound);
+    deepest = std::max(deepest, bound->max_depth);
   }
   std::vector<DraftCall> draft_calls;
   if (!specs.empty()) run_drafts(specs, bounds, &draft_calls);
@@ -583,8 +627,10 @@ void Scheduler::step() {
   for (const DraftCall& c : draft_calls) chooser_.draft_round(c.rows, calls_s > 0 ? c.seconds * draft_s / calls_s : 0);
   if (!specs.empty() && draft_calls.empty())
     chooser_.draft_round(static_cast<int>(specs.size()), draft_s / std::max(1, deepest));
+  return draft_s;
+}
 
-  // ONE target forward with every planned sequence's rows.
+std::vector<SequenceRows> Scheduler::target_rows(const std::vector<Sequence*>& plan) {
   std::vector<SequenceRows> parts;
   for (Sequence* s : plan) {
     if (s->spec) {
@@ -598,11 +644,63 @@ void Scheduler::step() {
     parts.push_back({s->seq, std::span(s->tokens).subspan(static_cast<std::size_t>(cached), static_cast<std::size_t>(s->feed)),
                      s->positions, {}, last && s->wants_logits() ? RowLogits::kLast : RowLogits::kNone});
   }
+  return parts;
+}
+
+void Scheduler::settle(Sequence& s, int rows, std::span<const float> logits, const StepTimes& times, Settled& settled) {
+  Request& r = *s.request;
+  if (r.counted_step != stats_.steps) {
+    r.counted_step = stats_.steps;
+    ++r.out.target_forwards;
+    if (s.spec) {
+      r.out.spec.draft_s += times.draft_s;
+      r.out.spec.verify_forward_s += times.forward_s;
+      ++r.out.spec.target_forwards;
+    }
+  }
+  r.out.target_rows += rows;
+  bool complete = false;
+  if (s.spec) {
+    r.out.spec.target_rows += rows;
+    const VerifyResult& result = s.spec->verify_and_commit(logits, r.out.spec);
+    const ChainStep chain = s.spec->last_chain();
+    for (ChainAcceptance* evidence : {&r.own, r.pool}) {
+      evidence->add(chain.drafted, chain.accepted, r.options.draft.drafts_chain(), chain.stopped);
+      if (chain.siblings > 0) evidence->add_siblings(chain.siblings, chain.sibling_accepted);
+    }
+    emit(s, result.tokens, complete, s.spec->last_logprobs());
+  } else if (cache_.length(s.seq) < s.feed_target()) {
+    return;  // a prefill chunk with more to come
+  } else if (s.sample < 0) {
+    settled.fed_roots.emplace_back(&s, logits);
+  } else if (r.speculative()) {
+    make_speculative(s, r.draft ? r.draft->cache.create() : -1);  // recomputed: the drafter catches up
+  } else {
+    const std::size_t vocab = logits.size();
+    std::vector<float> probs(vocab), edited;
+    r.sampler->distribution(r.controls.edited(logits, s.tokens, {}, edited), probs);
+    const int token = r.sampler->draw(probs, s.rng);
+    s.tokens.push_back(token);
+    const std::optional<TokenLogprob> logprob = r.logprob(logits, probs, token);
+    emit(s, std::span(&token, 1), complete, logprob ? std::span(&*logprob, 1) : std::span<const TokenLogprob>());
+  }
+  if (complete) settled.done.push_back(&s);
+}
+
+void Scheduler::step() {
+  if (!make_live()) return;
+  const std::vector<Sequence*> plan = plan_step();
+  const LoadStep load = choose_load_lengths(plan);
+  StepTimes times;
+  times.draft_s = draft_phase(plan, load);
+
+  // ONE target forward with every planned sequence's rows.
+  const std::vector<SequenceRows> parts = target_rows(plan);
   const std::size_t vocab = static_cast<std::size_t>(target_.config().vocab_size);
   std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * vocab);
-  mark = Clock::now();
+  const auto mark = Clock::now();
   context_.run(parts, logits);
-  const double forward_s = seconds(mark, Clock::now());
+  times.forward_s = seconds(mark, Clock::now());
   const int rows = batch_rows(parts);
   ++stats_.steps;
   stats_.rows += rows;
@@ -611,52 +709,13 @@ void Scheduler::step() {
   stats_.max_sequences = std::max(stats_.max_sequences, static_cast<int>(plan.size()));
 
   // Each sequence on its own: sample or verify, commit, emit.
-  std::vector<Sequence*> done, fed_roots;
+  Settled settled;
   std::size_t row = 0;
   for (std::size_t i = 0; i < plan.size(); ++i) {
-    Sequence& s = *plan[i];
-    Request& r = *s.request;
     const std::size_t n = static_cast<std::size_t>(logit_rows(std::span(&parts[i], 1)));
-    const auto own = std::span<const float>(logits).subspan(row * vocab, n * vocab);
+    settle(*plan[i], static_cast<int>(parts[i].tokens.size()), std::span<const float>(logits).subspan(row * vocab, n * vocab),
+           times, settled);
     row += n;
-    if (r.counted_step != stats_.steps) {
-      r.counted_step = stats_.steps;
-      ++r.out.target_forwards;
-      if (s.spec) {
-        r.out.spec.draft_s += draft_s;
-        r.out.spec.verify_forward_s += forward_s;
-        ++r.out.spec.target_forwards;
-      }
-    }
-    r.out.target_rows += static_cast<int>(parts[i].tokens.size());
-    if (s.spec) {
-      r.out.spec.target_rows += static_cast<long>(parts[i].tokens.size());
-      const VerifyResult& result = s.spec->finish(own, r.out.spec);
-      const ChainStep chain = s.spec->last_chain();
-      for (ChainAcceptance* evidence : {&r.own, r.pool}) {
-        evidence->add(chain.drafted, chain.accepted, r.options.draft.drafts_chain(), chain.stopped);
-        if (chain.siblings > 0) evidence->add_siblings(chain.siblings, chain.sibling_accepted);
-      }
-      bool complete = false;
-      emit(s, result.tokens, complete, s.spec->last_logprobs());
-      if (complete) done.push_back(&s);
-      continue;
-    }
-    if (cache_.length(s.seq) < s.feed_target()) continue;  // a prefill chunk with more to come
-    if (s.sample < 0) {
-      fed_roots.push_back(&s);
-    } else if (r.speculative()) {
-      make_speculative(s, r.draft ? r.draft->cache.create() : -1);  // recomputed: the drafter catches up
-    } else {
-      std::vector<float> probs(vocab), edited;
-      r.sampler->distribution(r.controls.edited(own, s.tokens, {}, edited), probs);
-      const int token = r.sampler->draw(probs, s.rng);
-      s.tokens.push_back(token);
-      bool complete = false;
-      const std::optional<TokenLogprob> logprob = r.logprob(own, probs, token);
-      emit(s, std::span(&token, 1), complete, logprob ? std::span(&*logprob, 1) : std::span<const TokenLogprob>());
-      if (complete) done.push_back(&s);
-    }
   }
   // The load policy's cost model is of decode steps (prefill chunks cost per row otherwise):
   // the forward and the sampling, verification and commits its rows need.
@@ -664,16 +723,10 @@ void Scheduler::step() {
   // A scout step's is not a decode step's figure (DraftLengthChooser::target_forward).
   if (std::any_of(plan.begin(), plan.end(), [](const Sequence* s) { return s->feed > 1; }))
     chooser_.prefill_step(rows, seconds(mark, Clock::now()));
-  else if (!scout)
+  else if (!load.scout)
     chooser_.target_forward(rows, seconds(mark, Clock::now()));
-  for (Sequence* s : done) finish(*s);
-  for (Sequence* root : fed_roots) {
-    const std::size_t i = static_cast<std::size_t>(std::find(plan.begin(), plan.end(), root) - plan.begin());
-    std::size_t first = 0;
-    for (std::size_t j = 0; j < i; ++j) first += static_cast<std::size_t>(logit_rows(std::span(&parts[j], 1)));
-    const std::size_t n = static_cast<std::size_t>(logit_rows(std::span(&parts[i], 1)));
-    root_fed(*root, std::span<const float>(logits).subspan(first * vocab, n * vocab));
-  }
+  for (Sequence* s : settled.done) finish(*s);
+  for (const auto& [root, root_logits] : settled.fed_roots) root_fed(*root, root_logits);
 }
 
 }  // namespace specula

@@ -48,6 +48,7 @@ struct RequestOutcome {
   nlohmann::json extra;         // beam search: its hypotheses' scores
   std::optional<KvStats> own_kv;  // beam search: its own cache's (it runs alone, outside the pool)
   bool done = false;
+  bool cancelled = false;       // ended by Scheduler::cancel: its samples are what it had emitted
 };
 
 struct SchedulerStats {
@@ -74,6 +75,11 @@ class Scheduler {
   // arrived on the scheduler's clock, where its latencies start. Returns the request's index.
   int submit(const GenerateOptions& options, uint64_t key = 0, TokenSink sink = {}, double arrived_s = -1);
 
+  // Ends request `request` between steps: it leaves the queue, its fed prompt and its live
+  // and preempted sequences are dropped and their target and draft blocks freed; its outcome
+  // keeps the tokens emitted so far (done, cancelled). A finished request is left as it is.
+  void cancel(int request);
+
   bool idle() const;  // nothing queued, live or preempted
   // One step: admit what fits, plan the rows (preempting the newest sequences when the pool
   // cannot hold them), run the draft rounds and the target forward, then sample, verify and
@@ -83,7 +89,12 @@ class Scheduler {
     while (!idle()) step();
   }
 
+  // Throws SpeculaError for a request released by release().
   const RequestOutcome& outcome(int request) const;
+  // Frees a finished request's record (its outcome, options and evidence of its own), for a
+  // process that runs requests without end; its index is not reused. Throws SpeculaError for
+  // an unfinished request.
+  void release(int request);
   const SchedulerStats& stats() const { return stats_; }
   KvStats kv_stats() const;  // of the target pool
   int draft_blocks_in_use() const;  // over every draft pool
@@ -99,6 +110,28 @@ class Scheduler {
   using AcceptanceKey = std::tuple<int, std::string, std::string, int, int, int, float, int, float, float>;
   static AcceptanceKey acceptance_key(const GenerateOptions& o);
 
+  struct LoadStep;
+  struct StepTimes {
+    double draft_s = 0;    // the step's draft phase
+    double forward_s = 0;  // its target forward
+  };
+  // What settling a step's sequences leaves to do once all are settled.
+  struct Settled {
+    std::vector<Sequence*> done;                                           // complete samples
+    std::vector<std::pair<Sequence*, std::span<const float>>> fed_roots;  // prompts fed, [rows, vocab] logits
+  };
+
+  // One step's phases, in order.
+  bool make_live();
+  std::vector<Sequence*> plan_step();
+  LoadStep choose_load_lengths(const std::vector<Sequence*>& plan);
+  double draft_phase(const std::vector<Sequence*>& plan, const LoadStep& load);
+  std::vector<SequenceRows> target_rows(const std::vector<Sequence*>& plan);
+  // Samples or verifies, commits and emits for `s`, which fed `rows` rows and got `logits`.
+  void settle(Sequence& s, int rows, std::span<const float> logits, const StepTimes& times, Settled& settled);
+  // The bound of `s`'s draft this step (nullopt: a plain step), in a step of `sequences`.
+  std::optional<DraftBound> draft_bound(const Sequence& s, const LoadStep& load, int sequences) const;
+
   void admit();
   void fork_samples(Request& r);
   void start_root(Request& r);
@@ -109,6 +142,8 @@ class Scheduler {
   void emit(Sequence& s, std::span<const int> tokens, bool& done, std::span<const TokenLogprob> logprobs = {});
   void preempt(Sequence& s);
   void finish(Sequence& s);
+  void free_blocks(Sequence& s);  // its target and draft sequences (a preempted one holds none)
+  void drop_root(Request& r);     // the fed prompt's target and draft sequences and logits
   void make_speculative(Sequence& s, KvCache::SeqId draft_seq);
   void unpark_newest();
   std::unique_ptr<Drafter> make_drafter(Request& r, KvCache::SeqId draft_seq, int gamma);

@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "base/error.h"
+#include "draft/sequoia_tree.h"
 #include "runtime/decoders.h"
 
 namespace specula {
@@ -18,12 +19,14 @@ void validate_limits(const SchedulerLimits& l) {
 TreeShape tree_shape(const DraftOptions& d) {
   TreeShape shape;
   shape.adaptive = d.adaptive;
-  if (d.tree_budget > 0) {
+  if (!d.sequoia.empty()) {
+    shape.topology = sequoia_tree(d.sequoia, d.tree_budget, d.tree_budget);
+  } else if (d.tree_budget > 0) {
     shape.dynamic_budget = d.tree_budget;
   } else if (!d.tree.empty()) {
-    shape.branching = d.tree;
+    shape.topology = branching_topology(d.tree);
   } else {
-    shape.branching.assign(static_cast<std::size_t>(d.gamma), 1);
+    shape.topology = chain_topology(d.gamma);
   }
   return shape;
 }

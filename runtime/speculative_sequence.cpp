@@ -83,7 +83,7 @@ const SequenceRows& SpeculativeSequence::verify_rows() {
   return verify_rows_;
 }
 
-const VerifyResult& SpeculativeSequence::finish(std::span<const float> logits, SpeculativeStats& stats) {
+const VerifyResult& SpeculativeSequence::verify_and_commit(std::span<const float> logits, SpeculativeStats& stats) {
   const int vocab = target_.backend.config().vocab_size;
   const TokenTree& tree = proposal_.tree;
   const int n = tree.size();
@@ -143,10 +143,36 @@ const VerifyResult& SpeculativeSequence::finish(std::span<const float> logits, S
   if (stats.accepted_at_depth.size() < result_.accepted_nodes.size())
     stats.accepted_at_depth.resize(result_.accepted_nodes.size());
   for (std::size_t d = 0; d < result_.accepted_nodes.size(); ++d) ++stats.accepted_at_depth[d];
+  stats.count_ranks(tree, result_.accepted_nodes);
   const ChainStep chain = last_chain();
   stats.siblings += chain.siblings;
   stats.siblings_accepted += chain.sibling_accepted ? 1 : 0;
   return result_;
+}
+
+void SpeculativeStats::count_ranks(const TokenTree& tree, std::span<const int> accepted_nodes) {
+  int context = 0;
+  for (std::size_t d = 0; d <= accepted_nodes.size(); ++d) {
+    const std::vector<int> children = tree.children(context);
+    if (children.empty()) return;
+    if (rank_tried.size() <= d) {
+      rank_tried.resize(d + 1);
+      rank_accepted.resize(d + 1);
+    }
+    if (rank_tried[d].size() < children.size()) {
+      rank_tried[d].resize(children.size());
+      rank_accepted[d].resize(children.size());
+    }
+    const int next = d < accepted_nodes.size() ? accepted_nodes[d] : -1;
+    for (std::size_t rank = 0; rank < children.size(); ++rank) {
+      ++rank_tried[d][rank];
+      if (children[rank] == next) {
+        ++rank_accepted[d][rank];
+        break;
+      }
+    }
+    context = next + 1;
+  }
 }
 
 ChainStep SpeculativeSequence::last_chain() const {
@@ -189,7 +215,7 @@ std::vector<const VerifyResult*> speculative_step(std::span<SpeculativeSequence*
   std::size_t row = 0;
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     const std::size_t rows = parts[i].tokens.size();
-    results.push_back(&seqs[i]->finish(std::span(logits).subspan(row * vocab, rows * vocab), stats));
+    results.push_back(&seqs[i]->verify_and_commit(std::span(logits).subspan(row * vocab, rows * vocab), stats));
     row += rows;
   }
   return results;

@@ -32,6 +32,13 @@ struct SpeculativeStats {
   long target_forwards = 0;             // batched target forwards
   long target_rows = 0;                 // rows of those forwards
   double draft_s = 0, verify_forward_s = 0, sample_verify_s = 0, commit_s = 0;
+  // [depth - 1][sibling rank]: children tried along accepted paths (a context's children are
+  // tried in node order up to the accepted one, or all), and those accepted: the censored
+  // evidence of Sequoia's acceptance vector (draft/sequoia_tree.h).
+  std::vector<std::vector<long>> rank_tried, rank_accepted;
+
+  // Counts one verified tree's ranks along its accepted path (node indices, root-down).
+  void count_ranks(const TokenTree& tree, std::span<const int> accepted_nodes);
 };
 
 // The target rows that verify a tree after `committed` (whose last token, the root, is not
@@ -89,16 +96,16 @@ class SpeculativeSequence {
   // 2. the target rows to verify it: the root and every node (logits of every row),
   const SequenceRows& verify_rows();
   // 3. sampling + verification of those rows' logits (in [tree size + 1, vocab]) and commit.
-  const VerifyResult& finish(std::span<const float> logits, SpeculativeStats& stats);
+  const VerifyResult& verify_and_commit(std::span<const float> logits, SpeculativeStats& stats);
 
-  // From now on finish() also gives each emitted token's log-probability with `top_n`
-  // alternatives from `source`'s distribution of its row (last_logprobs()).
+  // From now on verify_and_commit() also gives each emitted token's log-probability with
+  // `top_n` alternatives from `source`'s distribution of its row (last_logprobs()).
   void record_logprobs(int top_n, LogprobSource source) { logprob_top_ = top_n, logprob_source_ = source; }
   // The last step's emitted tokens' log-probabilities (empty unless recorded).
   const std::vector<TokenLogprob>& last_logprobs() const { return logprobs_; }
 
   const std::vector<int>& committed() const { return committed_; }
-  // The last step's chain (after finish()).
+  // The last step's chain (after verify_and_commit()).
   ChainStep last_chain() const;
   KvCache::SeqId seq() const { return seq_; }
   Drafter& drafter() { return *drafter_; }

@@ -21,7 +21,7 @@ nlohmann::json speculative_stats_json(const DraftOptions& d, const SpeculativeSt
                                       long draft_forwards) {
   std::vector<double> per_depth;
   for (long count : stats.accepted_at_depth) per_depth.push_back(double(count) / double(stats.steps));
-  return {
+  nlohmann::json out = {
       {"draft", {{"method", name_of(d.method)}, {"model", d.model_dir}, {"gamma", d.gamma}, {"tree", d.tree},
                  {"tree_budget", d.tree_budget}, {"siblings", d.siblings}, {"adaptive", d.adaptive}, {"ngram_min", d.ngram_min},
                  {"ngram_max", d.ngram_max}, {"draft_forwards", draft_forwards}}},
@@ -36,6 +36,9 @@ nlohmann::json speculative_stats_json(const DraftOptions& d, const SpeculativeSt
       {"time_breakdown", {{"draft_s", stats.draft_s}, {"verify_forward_s", stats.verify_forward_s},
                           {"sample_verify_s", stats.sample_verify_s}, {"commit_s", stats.commit_s}}},
   };
+  if (!d.sequoia.empty()) out["draft"]["sequoia"] = d.sequoia;
+  if (!stats.rank_tried.empty()) out["rank_counts"] = {{"tried", stats.rank_tried}, {"accepted", stats.rank_accepted}};
+  return out;
 }
 
 }  // namespace specula

@@ -18,7 +18,7 @@ fi
 
 packages=(build-essential cmake ninja-build pkg-config libsentencepiece-dev nlohmann-json3-dev libcli11-dev
           catch2 libbenchmark-dev libopenblas-dev libtomlplusplus-dev python3 python3-matplotlib
-          libpcre2-dev libutf8proc-dev libboost-context-dev)
+          libpcre2-dev libutf8proc-dev libboost-context-dev python3-dev pybind11-dev python3-pytest)
 # node and npm run the tokenizer reference of the tests (tests/reference); any node >= 18 will do.
 if [ ${#target[@]} -eq 0 ] && ! { command -v node && command -v npm; } >/dev/null; then packages+=(nodejs npm); fi
 missing=()

@@ -317,6 +317,13 @@ std::vector<Case> catalogue() {
   flag_case("gamma of a million", "--draft '" + kModel + "' --gamma 1000000", {"--gamma", "1000000"});
   flag_case("a tree of 266304 nodes", "--draft '" + kModel + "' --tree 64,64,64", {"--tree", "266304"});
   flag_case("tree budget above the cap", "--draft '" + kModel + "' --tree-budget 100000", {"--tree-budget", "100000"});
+  flag_case("sequoia probabilities not numbers", "--draft '" + kModel + "' --tree-budget 8 --sequoia 0.5,x",
+            {"--sequoia", "'x'"});
+  flag_case("sequoia row summing above 1", "--draft '" + kModel + "' --tree-budget 8 --sequoia 0.7,0.4",
+            {"--sequoia", "sums to 1.1"});
+  flag_case("sequoia without a budget", "--draft '" + kModel + "' --sequoia 0.5", {"--sequoia", "--tree-budget"});
+  flag_case("sequoia budget above its cap", "--draft '" + kModel + "' --tree-budget 200 --sequoia 0.5",
+            {"--sequoia", "--tree-budget", "200"});
   flag_case("beam width above the cap", "--sampler beam --beam-width 100000", {"--beam-width", "100000"});
   flag_case("block size above the cap", "--kv-block-size 100000", {"--kv-block-size", "100000"});
   flag_case("max new tokens near INT_MAX", "--max-new-tokens 2147483647", {"--max-new-tokens", "2147483647"});
@@ -423,6 +430,16 @@ std::vector<Case> catalogue() {
             experiment("", "[draft]\nmethod = \"ngram\"\n[verify]\nrule = \"block\"\n[sweep]\n\"draft.budget\" = [4]\n"),
             {"verify.rule block verifies chains", "draft.budget"});
   toml_case("target not a model", "[target]\npath = \"/nonexistent\"\n", {"config.toml:", "target.path", "/nonexistent"});
+  toml_case("sequoia row not numbers", experiment("", "[draft]\nmethod = \"model\"\npath = \"" + kModel +
+                                                  "\"\nbudget = 8\nsequoia = [[0.5, \"a\"]]\n"),
+            {"config.toml:", "draft.sequoia", "numbers, got a"});
+  toml_case("sequoia with a static tree", experiment("", "[draft]\nmethod = \"model\"\npath = \"" + kModel +
+                                                    "\"\ntree = [2, 2]\nsequoia = [[0.5]]\n"),
+            {"config.toml:", "draft.sequoia", "draft.tree"});
+  c.push_back({"run --shard out of range", [](const fs::path& d) { return run_config(d, experiment(), "--shard 3/3"); },
+               {"--shard", "'3/3'"}});
+  c.push_back({"run --shard not I/N", [](const fs::path& d) { return run_config(d, experiment(), "--shard two"); },
+               {"--shard", "'two'"}});
 
   // Prompt files.
   prompts_case("prompt line not JSON", "{\"id\": \"a\", \"domain\": \"d\", \"prompt\": \"x\"}\n{oops\n",

@@ -42,7 +42,8 @@ TEST_CASE("shipped configs load, and their resolved form loads to the same runs"
     std::size_t grid, prompts, seeds;
   };
   for (const Shipped& s : {Shipped{"configs/quickstart.toml", 6, 8, 1}, Shipped{"configs/acceptance-study.toml", 18, 35, 1},
-                           Shipped{"configs/sampler-comparison.toml", 28, 16, 3}, Shipped{"configs/tree-shapes.toml", 10, 16, 1},
+                           Shipped{"configs/sampler-comparison.toml", 28, 16, 3}, Shipped{"configs/tree-shapes.toml", 12, 16, 1},
+                           Shipped{"configs/sequoia-calibration.toml", 2, 16, 1}, Shipped{"configs/length-policies.toml", 32, 35, 1},
                            Shipped{"configs/beam-speculative.toml", 24, 6, 1},
                            Shipped{"configs/speedup-cpu.toml", 42, 9, 1}, Shipped{"configs/speedup-goals.toml", 3, 28, 1},
                            Shipped{"configs/batch-sizes.toml", 48, 35, 1}, Shipped{"configs/kv-dtype.toml", 6, 2, 1},
@@ -143,7 +144,7 @@ TEST_CASE("unknown keys are errors naming file:line and the closest valid key", 
   require_error(minimal("", "gamma = 4\n"), {"@:5:1: unknown key 'run.gamma'; did you mean 'draft.gamma'?"});
   require_error(minimal("[draft]\nxyzzy_plugh = 4\n"),
                 {"@:6:1: unknown key 'draft.xyzzy_plugh'; valid: draft.name, draft.method, draft.path, draft.weights, draft.gamma, "
-                 "draft.tree, draft.budget, draft.siblings, draft.adaptive, draft.ngram_min, draft.ngram_max"});
+                 "draft.tree, draft.budget, draft.sequoia, draft.siblings, draft.adaptive, draft.ngram_min, draft.ngram_max"});
   require_error("xyzzy_plugh = 4\n" + minimal(""),
                 {"@:1:1: unknown key 'xyzzy_plugh'; valid: title, target, draft, verify, sampling, run, output, sweep"});
   require_error(minimal("", "prompts_per_domian = 2\n"), {"@:5:1: unknown key 'run.prompts_per_domian'; did you mean 'run.prompts_per_domain'?"});

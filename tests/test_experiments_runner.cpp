@@ -78,7 +78,7 @@ struct TinyExperiment {
   ScratchDir scratch;
   std::string config = scratch.write("tiny.toml", tiny_config());
   fs::path out = scratch.path() / "out";
-  RunOptions options{out.string(), false, true};
+  RunOptions options{out.string(), false, true, {}};
   static constexpr int kJobs = 72;
   static constexpr int kRuns = 4;
 
@@ -183,13 +183,13 @@ TEST_CASE("a rerun after a crash mid-line drops the cut line and redoes only wha
   CHECK(nlohmann::json::parse(read_text(e.out / "experiment.json"))["sessions"].size() == 3);
 }
 
-TEST_CASE("a run killed with SIGKILL resumes without loss or duplicates", "[experiments]") {
-  TinyExperiment e;
+// Runs `e` in a child process whose backend SIGKILLs it on generate call `kill_on_call`.
+void run_until_killed(TinyExperiment& e, int kill_on_call) {
   const pid_t child = fork();
   REQUIRE(child >= 0);
   if (child == 0) {
     FakeBackend dying;
-    dying.kill_on_call = 12;  // 4 warm-ups and 7 lines, then the process dies in generate()
+    dying.kill_on_call = kill_on_call;
     try {
       e.run(dying);
     } catch (...) {
@@ -200,6 +200,11 @@ TEST_CASE("a run killed with SIGKILL resumes without loss or duplicates", "[expe
   REQUIRE(waitpid(child, &status, 0) == child);
   REQUIRE(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGKILL);
+}
+
+TEST_CASE("a run killed with SIGKILL resumes without loss or duplicates", "[experiments]") {
+  TinyExperiment e;
+  run_until_killed(e, 12);  // 4 warm-ups and 7 lines, then the process dies in generate()
   CHECK(e.lines().size() == 7);
 
   FakeBackend resumed;
@@ -526,7 +531,7 @@ TEST_CASE("the plots of 1, 10 and 40 series are written without an error", "[exp
     const std::string config = scratch.write("many.toml", many_series_config(c.drafters, c.gammas, c.samplers));
     FakeBackend backend;
     std::ostringstream out, log;
-    REQUIRE(run_experiment(config, backend, {(scratch.path() / "out").string(), false, true}, out, log) == 0);
+    REQUIRE(run_experiment(config, backend, {(scratch.path() / "out").string(), false, true, {}}, out, log) == 0);
     INFO(log.str());
     CHECK_THAT(log.str(), !Contains("warning"));
     CHECK_THAT(log.str(), !Contains("Traceback"));
@@ -555,7 +560,7 @@ struct BatchedExperiment {
                           "seeds = [0, 1]\nrepetitions = 2\nrequest_rate = 5\n[output]\nformats = [\"csv\", \"md\"]\n"
                           "[sweep]\n\"run.batch_size\" = [1, 4]\n");
   fs::path out = scratch.path() / "out";
-  RunOptions options{out.string(), false, true};
+  RunOptions options{out.string(), false, true, {}};
   static constexpr int kJobs = 16;
 
   std::string run(FakeBackend& backend) {
@@ -652,4 +657,102 @@ TEST_CASE("a batched run writes one line per job with every request's latency, a
   CHECK(read_text(e.out / "results.jsonl") == resumed);
 }
 
+}  // namespace specula
+
+namespace specula {
+namespace {
+
+// The lines without their machine records (the timings of whichever machine ran them).
+std::vector<nlohmann::json> lines_without_machine(std::vector<nlohmann::json> lines) {
+  for (nlohmann::json& line : lines) line = without_machine(std::move(line));
+  return lines;
+}
+
+TEST_CASE("shard I/N runs whole units, and report joins N shards into the unsharded run's results and summary",
+          "[experiments][shards]") {
+  TinyExperiment whole;
+  FakeBackend plain_backend;
+  REQUIRE(whole.run(plain_backend) == 0);
+  const std::vector<nlohmann::json> expected = lines_without_machine(whole.lines());
+  const std::string expected_csv = without_cpu_share(read_text(whole.out / "summary.csv"));
+
+  for (int n : {1, 3, 7}) {
+    INFO(n << " shards");
+    TinyExperiment e;
+    int jobs = 0;
+    for (int i = 0; i < n; ++i) {
+      FakeBackend backend;
+      e.options.shard = Shard{i, n};
+      std::string printed;
+      REQUIRE(e.run(backend, &printed) == 0);
+      CHECK_THAT(printed, Contains("specula report " + e.out.string()));
+      const std::vector<nlohmann::json> lines = read_lines(e.out / shard_directory({i, n}) / "results.jsonl");
+      jobs += static_cast<int>(lines.size());
+      // Each unit (prompt, seed, repetition) with all its runs, the baseline's included.
+      std::map<std::string, int> runs_of_unit;
+      for (const nlohmann::json& l : lines)
+        ++runs_of_unit[l.at("prompt_id").get<std::string>() + "/" + l.at("seed").dump() + "/" + l.at("repetition").dump()];
+      for (const auto& [unit, runs] : runs_of_unit) CHECK(runs == TinyExperiment::kRuns);
+    }
+    CHECK(jobs == TinyExperiment::kJobs);
+    CHECK(!fs::exists(e.out / "results.jsonl"));  // shards write into their own directories only
+    std::ostringstream out, log;
+    REQUIRE(report_experiment(e.out.string(), out, log) == 0);
+    CHECK(lines_without_machine(e.lines()) == expected);
+    CHECK(without_cpu_share(read_text(e.out / "summary.csv")) == expected_csv);
+    const nlohmann::json record = nlohmann::json::parse(read_text(e.out / "experiment.json"));
+    CHECK(record["joined_shards"] == n);
+    CHECK(record["sessions"].back()["planned_jobs"] == TinyExperiment::kJobs);
+    REQUIRE(report_experiment(e.out.string(), out, log) == 0);  // a second join replaces the first
+    CHECK(lines_without_machine(e.lines()) == expected);
+  }
+}
+
+TEST_CASE("a killed shard resumes, and report refuses a missing or unfinished shard and a directory not joined",
+          "[experiments][shards]") {
+  TinyExperiment e;
+  e.options.shard = Shard{1, 3};
+  run_until_killed(e, 9);
+  const auto report = [&] {
+    std::ostringstream out, log;
+    return report_experiment(e.out.string(), out, log);
+  };
+  FakeBackend first;
+  e.options.shard = Shard{0, 3};
+  REQUIRE(e.run(first) == 0);
+  CHECK_THROWS_WITH(report(), Contains("shard 2 of 3 is missing") && Contains("--shard 2/3"));
+  FakeBackend third;
+  e.options.shard = Shard{2, 3};
+  REQUIRE(e.run(third) == 0);
+  CHECK_THROWS_WITH(report(), Contains("shard 1 of 3 holds ") && Contains("--shard 1/3"));
+  CHECK(!fs::exists(e.out / "results.jsonl"));
+  FakeBackend resumed;
+  e.options.shard = Shard{1, 3};
+  REQUIRE(e.run(resumed) == 0);
+  REQUIRE(report() == 0);
+  require_complete(e.lines(), e.config);
+
+  fs::create_directory(e.out / "shard-0-of-2");
+  CHECK_THROWS_WITH(report(), Contains("shards of different counts"));
+
+  TinyExperiment unsharded;  // its results.jsonl was not written by a join: never replaced
+  FakeBackend all;
+  REQUIRE(unsharded.run(all) == 0);
+  const std::string results = read_text(unsharded.out / "results.jsonl");
+  FakeBackend one;
+  unsharded.options.shard = Shard{0, 1};
+  REQUIRE(unsharded.run(one) == 0);
+  std::ostringstream out, log;
+  CHECK_THROWS_WITH(report_experiment(unsharded.out.string(), out, log), Contains("no join of shards wrote"));
+  CHECK(read_text(unsharded.out / "results.jsonl") == results);
+}
+
+TEST_CASE("a shard is named I/N with I from 0 to N - 1", "[experiments][shards]") {
+  CHECK(parse_shard("0/1").index == 0);
+  CHECK(parse_shard("2/3").count == 3);
+  for (const char* bad : {"3/3", "-1/2", "1/0", "x/2", "1/2/3", "1", "", "1/ 2", "0/2000000"})
+    CHECK_THROWS_WITH(parse_shard(bad), Contains("--shard") && Contains(std::string("'") + bad + "'"));
+}
+
+}  // namespace
 }  // namespace specula

@@ -140,6 +140,10 @@ TEST_CASE("summaries of hand-written results equal hand-computed values", "[expe
   CHECK(all.cost_ratio == Approx(0.1185));
   CHECK(all.predicted_speedup == Approx((1 + all.alpha + all.alpha * all.alpha) / (2 * 0.1185 + 1)));
   CHECK(all.predicted_speedup == Approx(1.7750363416722117));
+  // v = Σ verify_forward_s / rounds · baseline tok/s = 0.5 · (1 + 1 + 2 + 2) / 50 · 98.75; the
+  // prediction from costs τ / ((Σ draft_s + Σ verify_forward_s) / rounds · baseline tok/s).
+  CHECK(all.verify_cost == Approx(3.0 / 50 * 98.75));
+  CHECK(all.cost_predicted_speedup == Approx(all.tau / ((0.12 + 3.0) / 50 * 98.75)));
   CHECK(all.draft_share == Approx(0.02));
   CHECK(all.verify_share == Approx(0.5));
   CHECK(all.sample_share == Approx(0.1));
@@ -271,8 +275,8 @@ TEST_CASE("summary.csv has one row per summary and summary.md the sections", "[e
         "top_p,min_p,beam_width,length_penalty,target,domain,lines,units,pairs,acceptance_rate,acceptance_ci_low,"
         "acceptance_ci_high,alpha,tau,tau_ci_low,tau_ci_high,tokens_per_s,e2e_tokens_per_s,baseline_tokens_per_s,"
         "speedup,speedup_ci_low,speedup_ci_high,e2e_speedup,e2e_speedup_ci_low,e2e_speedup_ci_high,cost_ratio,"
-        "predicted_speedup,speedup_bound,above_bound,cpu_share,draft_share,verify_share,sample_share,commit_share,"
-        "acc_depth_1,acc_depth_2,cond_depth_1,cond_depth_2,accepted_0,accepted_1,accepted_2");
+        "predicted_speedup,verify_cost,cost_predicted_speedup,speedup_bound,above_bound,cpu_share,draft_share,"
+        "verify_share,sample_share,commit_share,acc_depth_1,acc_depth_2,cond_depth_1,cond_depth_2,accepted_0,accepted_1,accepted_2");
   int rows = 0;
   std::string chain_all;
   while (std::getline(in, row)) {
@@ -283,7 +287,7 @@ TEST_CASE("summary.csv has one row per summary and summary.md the sections", "[e
   // the bound τ / (1 + 0.12 s / 50 rounds · 98.75 tok/s) = 2.18 / 1.237.
   CHECK(chain_all ==
         "1,chain,point,base,draft-4m · γ=2 · greedy,draft-4m,chain,,2,2,γ=2,greedy,,,,,,,,,all,4,4,4,0.59,,,0.702381,"
-        "2.18,,,132,95.1,98.75,1.31277,,,1.43807,,,0.1185,1.77504,1.76233,0,,0.02,0.5,0.1,0.05,0.68,0.5,0.68,0.735294,"
+        "2.18,,,132,95.1,98.75,1.31277,,,1.43807,,,0.1185,1.77504,5.925,0.353781,1.76233,0,,0.02,0.5,0.1,0.05,0.68,0.5,0.68,0.735294,"
         "0.32,0.18,0.5");
 
   std::ostringstream md;

@@ -298,6 +298,76 @@ TEST_CASE("random arrivals in small pools: preemption, limits kept, own tokens, 
   CHECK(preemptions > 0);  // the pools were small enough to force it
 }
 
+TEST_CASE("cancelled requests free every block and leave the others' tokens as they are alone, released records go",
+          "[runtime][scheduler]") {
+  const NewlineEosModels& m = eos_models();
+  const auto prompts = reference_prompts();
+  std::mt19937 rng(23);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int cancelled_live = 0;
+  const int iterations = test::kSanitized ? 1 : 3;
+  for (int iteration = 0; iteration < iterations; ++iteration) {
+    std::vector<GenerateOptions> requests;
+    for (int i = 0; i < 8; ++i) {
+      const auto& p = prompts[static_cast<std::size_t>(uniform(0, static_cast<int>(prompts.size()) - 1))];
+      GenerateOptions o = request(m.target, m.draft, uniform(0, 13), std::vector<int>(p.begin(), p.begin() + uniform(2, 30)),
+                                  uniform(4, 16));
+      o.kv_block_size = 4;
+      requests.push_back(o);
+    }
+    SchedulerLimits limits = roomy(3, requests);
+    limits.kv_blocks = limits.kv_blocks / 3;  // small enough to preempt
+    for (const GenerateOptions& o : requests) {
+      limits.kv_blocks = std::max(limits.kv_blocks, request_kv_blocks(o, 1) + 2);
+      limits.max_rows = std::max(limits.max_rows, 1 + max_tree_nodes(o.draft));
+    }
+    INFO("iteration " << iteration << ": " << limits.kv_blocks << " blocks");
+    Scheduler scheduler(store(), requests[0], limits);
+    std::vector<int> index;
+    for (std::size_t i = 0; i < requests.size(); ++i) index.push_back(scheduler.submit(requests[i], i));
+    CHECK_THROWS_WITH(scheduler.release(index[1]), Catch::Contains("not finished"));
+    std::vector<bool> cancelled(requests.size(), false);
+    while (!scheduler.idle()) {
+      // Before each step, a one-in-four chance that one unfinished request (queued, parked,
+      // live or preempted) is cancelled.
+      const std::size_t victim = static_cast<std::size_t>(uniform(0, 4 * static_cast<int>(requests.size()) - 1));
+      if (victim < requests.size() && !scheduler.outcome(index[victim]).done) {
+        cancelled_live += scheduler.outcome(index[victim]).started_s > 0;
+        scheduler.cancel(index[victim]);
+        cancelled[victim] = true;
+      }
+      scheduler.step();
+    }
+    CHECK(scheduler.kv_stats().blocks_in_use == 0);
+    CHECK(scheduler.draft_blocks_in_use() == 0);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      INFO("request " << i << (cancelled[i] ? " (cancelled)" : ""));
+      const RequestOutcome& out = scheduler.outcome(index[i]);
+      REQUIRE(out.done);
+      CHECK(out.cancelled == cancelled[i]);
+      const std::vector<std::vector<int>> own = alone(requests[i], i);
+      if (!cancelled[i]) {
+        CHECK(out.samples == own);
+        continue;
+      }
+      REQUIRE(out.samples.size() == own.size());
+      for (std::size_t k = 0; k < own.size(); ++k) {
+        REQUIRE(out.samples[k].size() <= own[k].size());
+        CHECK(std::equal(out.samples[k].begin(), out.samples[k].end(), own[k].begin()));
+      }
+      const nlohmann::json json = request_json(store().model(requests[i].model_dir), requests[i], out, scheduler.kv_stats(), 0);
+      if (out.samples[0].size() < own[0].size()) CHECK(json["finish_reason"] == "cancelled");
+    }
+    scheduler.cancel(index[0]);  // a finished request is left as it is
+    CHECK(scheduler.outcome(index[0]).cancelled == cancelled[0]);
+    scheduler.release(index[0]);
+    CHECK_THROWS_WITH(scheduler.outcome(index[0]), Catch::Contains("released"));
+    CHECK_THROWS_WITH(scheduler.release(index[0]), Catch::Contains("released already"));
+    scheduler.cancel(index[0]);  // a released request is left as it is
+  }
+  CHECK(cancelled_live > 0);  // sequences were cancelled while they held blocks
+}
+
 TEST_CASE("a request that cannot fit even alone is refused at submission", "[runtime][scheduler]") {
   GenerateOptions o;
   o.model_dir = test::model_dir("target-16m");

@@ -47,7 +47,7 @@ Proposal draft_1m_proposal(std::span<const int> committed, std::vector<int> bran
   const auto workspace = draft.make_workspace();
   const int seq = test::plain_prefill(draft, cache, committed.first(committed.size() - 1));
   TreeShape shape;
-  shape.branching = std::move(branching);
+  shape.topology = branching_topology(branching);
   ModelDrafter drafter(ForwardContext{draft, cache, *workspace}, seq, distribution, stochastic, shape);
   Philox rng(21);
   return propose(drafter, committed, bound, rng);
@@ -80,6 +80,8 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
   ngram.gamma = 5;
   DraftOptions bf16_draft = model_draft("draft-1m", 2, {}, 0, false);
   bf16_draft.weights = MatrixFormat::kBF16;  // the F32 draft read as BF16: other proposals, the same output
+  DraftOptions sequoia = model_draft("draft-1m", 4, {}, 10, false);
+  sequoia.sequoia = {{0.55, 0.2, 0.1}, {0.5, 0.15}};  // a tree 3 wide at the root, deeper along rank 0
   DraftOptions siblings = model_draft("draft-1m", 2, {}, 0, false);
   siblings.siblings = 2;
   const std::vector<Drafting> draftings = {
@@ -92,6 +94,7 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
       {"draft-1m read as bf16, chain 2", bf16_draft},
       {"draft-1m chain 2, 2 siblings", siblings},
       {"draft-4m chain 4, block verification", model_draft("draft-4m", 4, {}, 0, false), VerifyRule::kBlock},
+      {"draft-1m sequoia tree of 10", sequoia},
   };
   // All 12 reference prompts and 64 tokens; the sanitizer build checks 3 prompts, 32 tokens.
   const auto prompts = reference_prompts();
@@ -126,7 +129,7 @@ TEST_CASE("drafters sharing a draft cache run one batched call per round and pro
   const auto prompts = reference_prompts();
   const auto argmax_order = [](std::span<const float> l, std::span<float> p) { std::copy(l.begin(), l.end(), p.begin()); };
   TreeShape chain;
-  chain.branching = {1, 1, 1};
+  chain.topology = chain_topology(3);
   const auto propose = [&](KvCache& cache, std::span<const std::size_t> which, std::vector<DraftCall>& calls) {
     const auto workspace = draft.make_workspace();
     std::vector<std::unique_ptr<ModelDrafter>> drafters;
@@ -181,7 +184,7 @@ TEST_CASE("after any accept/reject pattern both caches equal a plain run's cache
   const int seq = test::plain_prefill(target, cache, body);
   const int draft_seq = test::plain_prefill(draft, draft_cache, body);
   TreeShape shape;
-  shape.branching = branching;
+  shape.topology = branching_topology(branching);
   // As decode_speculative drafts: greedy ranks by the draft's softmax (the greedy sampler's
   // one-hot would make every tree a chain), sampling by the sampler's transform.
   const auto draft_sampler = make_sampler(greedy ? SamplingOptions::sample() : sampling);
@@ -413,7 +416,7 @@ TEST_CASE("speculative sampling with a confidence stop: second tokens follow the
   const int prompt_seq = test::plain_prefill(target, cache, body);
   const int draft_prompt_seq = test::plain_prefill(draft, draft_cache, body);
   TreeShape chain;
-  chain.branching = {1, 1, 1};
+  chain.topology = chain_topology(3);
   const int samples = test::kSanitized ? 200 : 2000;
   std::vector<long> drafted;  // per bound
   for (const double bound : {q_first * 1.001, q_first * 0.999}) {
@@ -537,7 +540,7 @@ TEST_CASE("speculative decoding with siblings keeps the target's output: greedy 
   KvCache cache(target.model().kv_layout(16), 4096), draft_cache(draft.model().kv_layout(16), 4096);
   const auto workspace = target.make_workspace(), draft_workspace = draft.make_workspace();
   TreeShape chain;
-  chain.branching = {1, 1, 1};
+  chain.topology = chain_topology(3);
   // A speculative sequence after `prompt`, its caches forked from the prompt's (less its last
   // token, the root) in both caches.
   struct Prefilled {

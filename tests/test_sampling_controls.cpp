@@ -103,7 +103,7 @@ GenerateOptions options_for(const std::vector<int>& prompt, const LogitControls&
   GenerateOptions o;
   o.model_dir = test::model_dir("target-16m");
   o.prompt_ids = prompt;
-  o.max_new_tokens = test::kSanitized ? 12 : 32;
+  o.max_new_tokens = 32;  // n-grams need this many tokens to find a match in every prompt
   o.threads = 1;
   o.controls = controls;
   return o;
@@ -400,7 +400,7 @@ TEST_CASE("logit controls under speculative sampling: a drafted node's row count
   };
   const auto shape = [](std::vector<int> branching, int budget) {
     TreeShape s;
-    s.branching = std::move(branching);
+    s.topology = branching_topology(branching);
     s.dynamic_budget = budget;
     return s;
   };
