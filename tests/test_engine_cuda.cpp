@@ -423,7 +423,7 @@ TEST_CASE("cuda backend: full-model logits equal the CPU backend's for the three
 }
 
 TEST_CASE("cuda backend: a row's logits are bitwise equal alone and in batches of 1-256 rows of prefill chunks, "
-          "decode rows and trees, graphs replayed; a prompt's cache is the same however it was chunked",
+          "decode rows and trees, graphs replayed, and a prompt's cache is the same however it was chunked",
           "[gpu]") {
   REQUIRE_GPU();
   std::mt19937 rng(6);
