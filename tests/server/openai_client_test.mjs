@@ -14,7 +14,6 @@ const [binary, sourceDir] = process.argv.slice(2);
 assert.ok(binary && sourceDir, 'usage: openai_client_test.mjs SPECULA_BINARY SOURCE_DIR');
 const target = path.join(sourceDir, 'models/target-16m');
 const draft = path.join(sourceDir, 'models/draft-1m');
-const threads = '2';
 const apiKey = 'sk-specula-test';
 
 // target-16m with a chat template (Mistral's, which it has never seen) for the chat routes.
@@ -31,12 +30,12 @@ const prompts = ['def fibonacci(n):\n', '#include <stdio.h>\n', 'specula (0.1) u
 
 // `specula generate --json` of one prompt (extra flags appended).
 function cli(args) {
-  const out = execFileSync(binary, ['generate', '--model', model, '--threads', threads, '--json', ...args], { encoding: 'utf8' });
+  const out = execFileSync(binary, ['generate', '--model', model, '--json', ...args], { encoding: 'utf8' });
   return JSON.parse(out);
 }
 
 function startServer(args) {
-  const child = spawn(binary, ['serve', '--model', model, '--port', '0', '--threads', threads, ...args],
+  const child = spawn(binary, ['serve', '--model', model, '--port', '0', ...args],
                       { stdio: ['ignore', 'pipe', 'inherit'] });
   let output = '';
   const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
@@ -71,14 +70,16 @@ function checkCompletion(response, kind, choices = 1) {
   checkUsage(response.usage);
 }
 
-// A streamed request through the client: each choice's text, finish reason and the usage chunk.
-async function streamed(client, kind, body) {
+// A streamed request through the client: each choice's text, finish reason and the usage chunk;
+// onFirstChunk runs once the first chunk is in.
+async function streamed(client, kind, body, onFirstChunk = () => {}) {
   const stream = kind === 'chat'
     ? await client.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } })
     : await client.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
   const texts = [], reasons = [];
   let usage = null, id = null;
   for await (const chunk of stream) {
+    if (id === null) onFirstChunk();
     assert.equal(chunk.object, kind === 'chat' ? 'chat.completion.chunk' : 'text_completion');
     id ??= chunk.id;
     assert.equal(chunk.id, id);
@@ -239,10 +240,9 @@ try {
   step('client abort, metrics');
 
   // SIGTERM while a stream runs: it finishes whole, the server exits 0.
-  const draining = streamed(client, 'completion', { model: 'target-16m', prompt: prompts[3], max_tokens: maxTokens, temperature: 0 });
-  await new Promise((resolve) => setTimeout(resolve, 50));
-  server.child.kill('SIGTERM');
-  assert.deepEqual((await draining).texts, [reference[3].text]);
+  const draining = await streamed(client, 'completion', { model: 'target-16m', prompt: prompts[3], max_tokens: maxTokens, temperature: 0 },
+                                  () => server.child.kill('SIGTERM'));
+  assert.deepEqual(draining.texts, [reference[3].text]);
   assert.deepEqual(await server.exited, { code: 0, signal: null });
   step('SIGTERM drain');
 } finally {
