@@ -25,7 +25,7 @@ long long unix_seconds() {
 
 void send_error(httplib::Response& res, const RequestError& error) {
   res.status = error.status;
-  res.set_content(error_body(error).dump(), "application/json");
+  res.set_content(json_text(error_body(error)), "application/json");
 }
 
 // One streamed response: what it has sent, and whether it ended (else its client left).
@@ -50,20 +50,20 @@ struct Stream {
       return sink.write(kKeepAlive.data(), kKeepAlive.size());
     }
     for (const Channel::Delta& d : update.deltas) {
-      if (!event(stream_chunk(request, header, d.choice, d.text, first[d.choice], std::nullopt).dump())) return false;
+      if (!event(json_text(stream_chunk(request, header, d.choice, d.text, first[d.choice], std::nullopt)))) return false;
       first[d.choice] = false;
     }
     if (update.failure) {
       ended = true;
-      event(error_body(*update.failure).dump());
+      event(json_text(error_body(*update.failure)));
       sink.done();
       return true;
     }
     if (update.result) {
       const std::vector<std::string> reasons = finish_reasons(*update.result);
       for (std::size_t i = 0; i < reasons.size(); ++i)
-        if (!event(stream_chunk(request, header, static_cast<int>(i), "", first[i], reasons[i]).dump())) return false;
-      if (request.include_usage && !event(usage_chunk(request, header, *update.result).dump())) return false;
+        if (!event(json_text(stream_chunk(request, header, static_cast<int>(i), "", first[i], reasons[i])))) return false;
+      if (request.include_usage && !event(json_text(usage_chunk(request, header, *update.result)))) return false;
       ended = true;
       event("[DONE]");
       sink.done();
@@ -134,7 +134,7 @@ int serve(EngineLoop& engine, const ServeOptions& options, std::ostream& out) {
   });
   http.Get("/v1/models", [&options, started](const httplib::Request&, httplib::Response& res) {
     const json model = {{"id", options.model_name}, {"object", "model"}, {"created", started}, {"owned_by", "specula"}};
-    res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
+    res.set_content(json_text(json{{"object", "list"}, {"data", json::array({model})}}), "application/json");
   });
   const auto completions = [&](Endpoint endpoint) {
     return [&, endpoint](const httplib::Request& req, httplib::Response& res) {
@@ -159,7 +159,7 @@ int serve(EngineLoop& engine, const ServeOptions& options, std::ostream& out) {
           const Channel::Update update = channel->wait_update(std::chrono::seconds(1));
           if (update.failure) return send_error(res, *update.failure);
           if (update.result) {
-            res.set_content(completion_response(request, header, *update.result).dump(), "application/json");
+            res.set_content(json_text(completion_response(request, header, *update.result, engine.target().tokenizer())), "application/json");
             return;
           }
         }

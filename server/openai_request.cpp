@@ -1,6 +1,7 @@
 #include "server/openai_request.h"
 
 #include <climits>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -46,9 +47,9 @@ long long integer_in(const json& value, const std::string& field, long long low,
 // (null always does too): a request setting one otherwise is refused.
 const std::map<std::string, json, std::less<>>& unimplemented(Endpoint endpoint) {
   static const std::map<std::string, json, std::less<>> completions = {
-      {"suffix", ""}, {"echo", false}, {"best_of", 1}, {"logprobs", 0}, {"logit_bias", json::object()}};
+      {"suffix", ""}, {"echo", false}, {"best_of", 1}, {"logit_bias", json::object()}};
   static const std::map<std::string, json, std::less<>> chat = {
-      {"logprobs", false},       {"top_logprobs", 0},           {"logit_bias", json::object()},
+      {"logit_bias", json::object()},
       {"tools", json::array()},  {"tool_choice", "none"},       {"functions", json::array()},
       {"function_call", "none"}, {"parallel_tool_calls", true}, {"response_format", {{"type", "text"}}},
       {"modalities", {"text"}},  {"audio", nullptr},            {"prediction", nullptr},
@@ -64,10 +65,10 @@ bool ignored(std::string_view field) {
 const std::set<std::string, std::less<>>& implemented(Endpoint endpoint) {
   static const std::set<std::string, std::less<>> completions = {
       "model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "top_p", "n", "stop", "seed",
-      "presence_penalty", "frequency_penalty", "specula"};
+      "presence_penalty", "frequency_penalty", "logprobs", "specula"};
   static const std::set<std::string, std::less<>> chat = {
       "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p",
-      "n", "stop", "seed", "presence_penalty", "frequency_penalty", "specula"};
+      "n", "stop", "seed", "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs", "specula"};
   return endpoint == Endpoint::kCompletions ? completions : chat;
 }
 
@@ -107,6 +108,29 @@ void read_stop(CompletionRequest& r, const json& stop) {
   for (const json& s : stops)
     if (!s.is_string() || s.get<std::string>().empty()) refuse("stop", "must hold non-empty strings", stop);
   if (!stops.empty()) set_key(r, "sampling.stop_strings", stops, "stop");
+}
+
+// Completions: "logprobs": N alternatives (0-5); chat: "logprobs": true and "top_logprobs": N
+// (0-20). Both -> output.logprobs N; whole responses only.
+void read_logprobs(CompletionRequest& r, const json& j) {
+  const auto given = [&j](const char* field) { return j.contains(field) && !j[field].is_null(); };
+  std::optional<long long> top;
+  if (r.endpoint == Endpoint::kCompletions) {
+    if (given("logprobs")) top = integer_in(j["logprobs"], "logprobs", 0, kMaxCompletionLogprobs);
+  } else {
+    if (given("logprobs") && !j["logprobs"].is_boolean()) refuse("logprobs", "must be a boolean", j["logprobs"]);
+    const bool wanted = given("logprobs") && j["logprobs"].get<bool>();
+    if (given("top_logprobs")) {
+      if (!wanted) refuse("top_logprobs", "needs \"logprobs\": true", j["top_logprobs"]);
+      top = integer_in(j["top_logprobs"], "top_logprobs", 0, kMaxChatLogprobs);
+    } else if (wanted) {
+      top = 0;
+    }
+  }
+  if (!top) return;
+  const char* field = r.endpoint == Endpoint::kCompletions || !given("top_logprobs") ? "logprobs" : "top_logprobs";
+  if (r.stream) refuse(field, "is not supported with \"stream\": true", j[field]);
+  set_key(r, "output.logprobs", *top, field);
 }
 
 }  // namespace
@@ -194,6 +218,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
     r.seed = seed.get<uint64_t>();
   }
   if (given("stop")) read_stop(r, j["stop"]);
+  read_logprobs(r, j);
 
   if (given("specula")) {
     const json& own = j["specula"];

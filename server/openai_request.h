@@ -31,6 +31,9 @@ class RequestError : public std::runtime_error {
 inline constexpr int kMaxChoices = 128;
 // Most stop strings one request may give (OpenAI's limit).
 inline constexpr int kMaxStops = 4;
+// Most alternatives per token: completions' "logprobs", chat's "top_logprobs" (OpenAI's limits).
+inline constexpr int kMaxCompletionLogprobs = 5;
+inline constexpr int kMaxChatLogprobs = 20;
 
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::kCompletions;

@@ -1,5 +1,8 @@
 #include "server/openai_response.h"
 
+#include <algorithm>
+#include <span>
+
 namespace specula::server {
 namespace {
 
@@ -14,6 +17,47 @@ std::string openai_reason(const json& reason) { return reason == "length" ? "len
 std::vector<std::string> texts(const json& result) {
   if (result.contains("sample_texts")) return result["sample_texts"].get<std::vector<std::string>>();
   return {result["text"].get<std::string>()};
+}
+
+std::vector<int> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
+
+// One choice's logprobs: completions' {"tokens", "token_logprobs", "top_logprobs",
+// "text_offset"} or chat's {"content": [{"token", "logprob", "bytes", "top_logprobs"}]}, from
+// the result's per-token entries {"token", "logprob", "top": [{"token", "logprob"}]} of `ids`.
+json choice_logprobs(const CompletionRequest& request, const Tokenizer& tokenizer, const std::vector<int>& ids,
+                     const json& entries, int top) {
+  const std::size_t count = std::min(ids.size(), entries.size());
+  const auto piece = [&](std::size_t i, int token) { return tokenizer.decode_piece(std::span(ids).first(i), token); };
+  if (is_chat(request)) {
+    json content = json::array();
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::string text = piece(i, ids[i]);
+      json alternatives = json::array();
+      for (const json& alt : entries[i]["top"]) {
+        const std::string alt_text = piece(i, alt["token"].get<int>());
+        alternatives.push_back({{"token", alt_text}, {"logprob", alt["logprob"]}, {"bytes", bytes_of(alt_text)}});
+      }
+      content.push_back({{"token", text}, {"logprob", entries[i]["logprob"]}, {"bytes", bytes_of(text)},
+                         {"top_logprobs", std::move(alternatives)}});
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), logprobs = json::array(), tops = json::array(), offsets = json::array();
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::string text = piece(i, ids[i]);
+    tokens.push_back(text);
+    logprobs.push_back(entries[i]["logprob"]);
+    offsets.push_back(offset);
+    offset += text.size();
+    json alternatives = json::object();
+    for (const json& alt : entries[i]["top"]) alternatives[piece(i, alt["token"].get<int>())] = alt["logprob"];
+    tops.push_back(std::move(alternatives));
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(logprobs)},
+          {"top_logprobs", top > 0 ? std::move(tops) : json(nullptr)},
+          {"text_offset", std::move(offsets)}};
 }
 
 }  // namespace
@@ -33,11 +77,19 @@ json usage(const json& result) {
   return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
 }
 
-json completion_response(const CompletionRequest& request, const ResponseHeader& header, const json& result) {
+json completion_response(const CompletionRequest& request, const ResponseHeader& header, const json& result,
+                         const Tokenizer& tokenizer) {
   const std::vector<std::string> text = texts(result), reasons = finish_reasons(result);
   json choices = json::array();
   for (std::size_t i = 0; i < text.size(); ++i) {
     json choice = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", reasons[i]}};
+    if (result.contains("logprobs")) {
+      const json& logprobs = result["logprobs"];
+      const bool several = logprobs.contains("samples");
+      choice["logprobs"] = choice_logprobs(
+          request, tokenizer, (several ? result["samples"][i] : result["ids"]).get<std::vector<int>>(),
+          several ? logprobs["samples"][i] : logprobs["content"], logprobs["top"].get<int>());
+    }
     if (is_chat(request)) {
       choice["message"] = {{"role", "assistant"}, {"content", text[i]}};
     } else {
@@ -82,6 +134,8 @@ json usage_chunk(const CompletionRequest& request, const ResponseHeader& header,
           {"choices", json::array()},
           {"usage", usage(result)}};
 }
+
+std::string json_text(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 json error_body(const RequestError& error) {
   return {{"error",

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "server/openai_request.h"
+#include "text/tokenizer.h"
 
 namespace specula::server {
 
@@ -23,9 +24,11 @@ struct ResponseHeader {
 nlohmann::json usage(const nlohmann::json& result);
 
 // The whole response: "text_completion" or "chat.completion", a choice per sample with its
-// text (or assistant message) and finish_reason, the usage, and "specula": the result's stats.
+// text (or assistant message), finish_reason and, when asked for, logprobs in the endpoint's
+// shape (tokens as `tokenizer` decodes each after the ones before it), the usage, and
+// "specula": the result's stats.
 nlohmann::json completion_response(const CompletionRequest& request, const ResponseHeader& header,
-                                   const nlohmann::json& result);
+                                   const nlohmann::json& result, const Tokenizer& tokenizer);
 
 // One streamed chunk of choice `index`: a text delta (chat: {"content"}; the first chunk of a
 // chat choice carries {"role": "assistant"}), or with `finish_reason` the choice's last.
@@ -38,5 +41,8 @@ nlohmann::json usage_chunk(const CompletionRequest& request, const ResponseHeade
 
 // {"error": {"message", "type", "param", "code"}}.
 nlohmann::json error_body(const RequestError& error);
+
+// `value` as JSON text; invalid UTF-8 in a string becomes U+FFFD.
+std::string json_text(const nlohmann::json& value);
 
 }  // namespace specula::server

@@ -118,6 +118,7 @@ const sampledReference = cli(['--prompt', prompts[0], '--max-new-tokens', String
                               '--temperature', '0.8', '--seed', '7', '--num-samples', '2']);
 const stopReference = cli(['--prompt', prompts[0], '--max-new-tokens', '24', '--stop', '(']);
 const chatReference = cli(['--chat', 'Write a loop in C.', '--max-new-tokens', String(maxTokens)]);
+const logprobsReference = cli(['--prompt', prompts[1], '--max-new-tokens', String(maxTokens), '--logprobs', '2']);
 step('CLI reference');
 
 const server = startServer(['--api-key', apiKey, '--max-batch', '16', '--max-queue', '64']);
@@ -167,6 +168,22 @@ try {
   assert.equal(chat.choices[0].message.content, chatReference.text);
   assert.deepEqual((await streamed(client, 'chat', chatBody)).texts, [chatReference.text]);
   step('stop strings, chat');
+
+  // Log-probabilities: the CLI's, in each endpoint's shape.
+  const withLogprobs = await client.completions.create({ model: 'target-16m', prompt: prompts[1], max_tokens: maxTokens, temperature: 0, logprobs: 2 });
+  const lp = withLogprobs.choices[0].logprobs;
+  assert.equal(lp.tokens.join(''), withLogprobs.choices[0].text);
+  assert.deepEqual(lp.token_logprobs, logprobsReference.logprobs.content.map((t) => t.logprob));
+  assert.deepEqual(lp.text_offset, lp.tokens.map((_, i) => lp.tokens.slice(0, i).join('').length));
+  lp.top_logprobs.forEach((top) => assert.ok(Object.keys(top).length >= 1 && Object.keys(top).length <= 2));
+  const chatLogprobs = await client.chat.completions.create({ ...chatBody, logprobs: true, top_logprobs: 3 });
+  const content = chatLogprobs.choices[0].logprobs.content;
+  assert.equal(content.length, chatLogprobs.usage.completion_tokens);
+  assert.equal(content.map((t) => t.token).join(''), chatLogprobs.choices[0].message.content);
+  content.forEach((t) => assert.equal(t.top_logprobs.length, 3));
+  assert.deepEqual(content[0].bytes, [...Buffer.from(content[0].token)]);
+  await expectStatus(client.completions.create({ model: 'target-16m', prompt: 'x', logprobs: 2, stream: true }), 400, /'logprobs' is not supported with "stream": true/);
+  step('logprobs');
 
   // Concurrency: every connection's requests batch together; each answer is still the CLI's.
   for (const concurrency of [1, 8, 32]) {
