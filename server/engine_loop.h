@@ -5,7 +5,6 @@
 // point between the loop and the handler that waits on it; EngineMetrics the counters /metrics shows.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>

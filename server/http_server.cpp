@@ -125,6 +125,11 @@ int serve(EngineLoop& engine, const ServeOptions& options, std::ostream& out) {
                                  "", "authentication_error"));
     return httplib::Server::HandlerResponse::Handled;
   });
+  http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // a refusal of a route
+    send_error(res, RequestError(res.status, "no route for " + req.method + " " + req.path));
+    return httplib::Server::HandlerResponse::Handled;
+  }));
   http.Get("/health", [&draining](const httplib::Request&, httplib::Response& res) {
     res.status = draining ? 503 : 200;
     res.set_content(json{{"status", draining ? "draining" : "ok"}}.dump(), "application/json");

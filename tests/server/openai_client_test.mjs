@@ -225,6 +225,9 @@ try {
   await refused(JSON.stringify({ model: 'target-16m', prompt: 'x', specula: { 'draft.method': 'model', 'draft.path': draft, 'draft.gamma': -1 } }), 400, /specula\.draft\.gamma/);
   await refused(JSON.stringify({ model: 'target-16m', prompt: 'x', top_p: 0.5 }), 400, /top_p/);
   await refused(JSON.stringify({ model: 'gpt-4', prompt: 'x' }), 404, /'gpt-4' does not exist/, 'model');
+  const noRoute = await fetch(`${base}/v1/embeddings`, { headers: { Authorization: `Bearer ${apiKey}` } });
+  assert.equal(noRoute.status, 404);
+  assert.match((await noRoute.json()).error.message, /no route for GET \/v1\/embeddings/);
   await expectStatus(client.completions.create({ model: 'target-16m', prompt: 'x', max_tokens: 4096 }), 400, /max_tokens|prompt/);
   await expectStatus(new OpenAI({ apiKey: 'wrong', baseURL: `${base}/v1`, maxRetries: 0 }).models.list(), 401);
   assert.equal((await fetch(`${base}/v1/models`)).status, 401);
