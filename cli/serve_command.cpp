@@ -70,9 +70,11 @@ int ServeCommand::run() {
     const std::string message = e.what();
     throw SpeculaError(message.starts_with("options.") ? "--option " + message.substr(8) : "--option" + message.substr(7));
   }
+  // Every setting is an --option KEY but for the few serve has a flag of its own for.
   OptionNames names = cli_option_names();
-  names.name = [keys, flag = names.name](std::string_view key) {
-    return keys.contains(std::string(key)) ? "--option " + std::string(key) : flag(key);
+  names.name = [flag = names.name](std::string_view key) {
+    return key == "run.threads" || key == "run.kv_pool_blocks" || key == "run.kv_block_size" ? flag(key)
+                                                                                             : "--option " + std::string(key);
   };
   names.given = [keys](std::string_view key) { return keys.contains(std::string(key)); };
   validate_options(base_, names);
