@@ -56,7 +56,8 @@ ServeCommand::ServeCommand(CLI::App& app) {
 int ServeCommand::run() {
   server::block_stop_signals();  // before any thread starts: serve() waits for them
   SPECULA_CHECK(max_batch_ >= 1, "--max-batch must be >= 1, got ", max_batch_);
-  SPECULA_CHECK(serve_.max_queue >= 1, "--max-queue must be >= 1, got ", serve_.max_queue);
+  SPECULA_CHECK(serve_.max_queue >= 1 && serve_.max_queue <= server::kMaxQueue, "--max-queue must be in [1, ",
+                server::kMaxQueue, "], got ", serve_.max_queue);
   SPECULA_CHECK(serve_.port >= 0 && serve_.port <= 65535, "--port must be in [0, 65535], got ", serve_.port);
   SPECULA_CHECK(serve_.drain_seconds >= 0, "--drain-seconds must be >= 0, got ", serve_.drain_seconds);
   const std::filesystem::path model = std::filesystem::absolute(base_.model_dir).lexically_normal();

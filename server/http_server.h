@@ -11,6 +11,9 @@
 
 namespace specula::server {
 
+// Most requests a server holds at once (--max-queue): each waits on a handler thread of its own.
+inline constexpr int kMaxQueue = 4096;
+
 struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 0;          // 0: a free port, printed
