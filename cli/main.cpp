@@ -1,6 +1,7 @@
 // defines: the `specula` command line: `generate` (one request, text or JSON), `run CONFIG`
 // (an experiment), `report DIR` (its tables and plots again), `make-checkpoint` (random
-// weights of any LLaMA shape) and `tokenize` (ids of a text or chat prompt).
+// weights of any LLaMA shape), `tokenize` (ids of a text or chat prompt) and `serve` (an
+// OpenAI-compatible HTTP server).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +12,7 @@
 #include "cli/generate_command.h"
 #include "cli/make_checkpoint_command.h"
 #include "cli/run_command.h"
+#include "cli/serve_command.h"
 #include "cli/tokenize_command.h"
 #include "base/error.h"
 
@@ -38,6 +40,7 @@ int main(int argc, char** argv) {
   specula::cli::ReportCommand report(app);
   specula::cli::MakeCheckpointCommand make_checkpoint(app);
   specula::cli::TokenizeCommand tokenize(app);
+  specula::cli::ServeCommand serve(app);
   // The first argument that is not a flag names the command.
   if (argc > 1 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* c) { return c->check_name(argv[1]); }).empty()) {
     std::fprintf(stderr, "specula: error: unknown command '%s'\n", argv[1]);
@@ -56,6 +59,7 @@ int main(int argc, char** argv) {
     if (report.selected()) return report.run();
     if (make_checkpoint.selected()) return make_checkpoint.run();
     if (tokenize.selected()) return tokenize.run();
+    if (serve.selected()) return serve.run();
   } catch (const specula::SpeculaError& e) {
     std::cout.flush();
     std::fprintf(stderr, "specula: error: %s\n", e.what());

@@ -18,8 +18,10 @@ fi
 
 packages=(build-essential cmake ninja-build pkg-config libsentencepiece-dev nlohmann-json3-dev libcli11-dev
           catch2 libbenchmark-dev libopenblas-dev libtomlplusplus-dev python3 python3-matplotlib
-          libpcre2-dev libutf8proc-dev libboost-context-dev python3-dev pybind11-dev python3-pytest)
-# node and npm run the tokenizer reference of the tests (tests/reference); any node >= 18 will do.
+          libpcre2-dev libutf8proc-dev libboost-context-dev python3-dev pybind11-dev python3-pytest
+          libcpp-httplib-dev)
+# node and npm run the tokenizer reference of the tests (tests/reference) and the OpenAI client
+# that tests `specula serve` (tests/server); any node >= 18 will do.
 if [ ${#target[@]} -eq 0 ] && ! { command -v node && command -v npm; } >/dev/null; then packages+=(nodejs npm); fi
 missing=()
 for p in "${packages[@]}"; do
@@ -52,6 +54,11 @@ cmake --build "$build_dir" -j "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT npro
 if [ ! -d tests/reference/node_modules ]; then
   echo "setup: npm ci in tests/reference (tokenizer reference implementations)"
   (cd tests/reference && npm ci --no-audit --no-fund --loglevel=error)
+fi
+# The official OpenAI client the server test drives (tests/server/package-lock.json).
+if [ ! -d tests/server/node_modules ]; then
+  echo "setup: npm ci in tests/server (the OpenAI client of the server test)"
+  (cd tests/server && npm ci --no-audit --no-fund --loglevel=error)
 fi
 reference="$build_dir/tokenizer-reference/tokenizer-reference.json"
 if [ ! -f "$reference" ] || [ tests/reference/make_reference.mjs -nt "$reference" ] ||

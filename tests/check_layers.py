@@ -10,7 +10,8 @@ import re
 import sys
 
 RANK = {"base": 0, "kv": 1, "sampling": 1, "verify": 1, "text": 1, "model": 2, "engine": 3, "draft": 4,
-        "runtime": 5, "experiments": 6, "cli": 7, "python": 7}
+        "runtime": 5, "experiments": 6, "server": 7, "python": 7,
+        "cli": 8}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/')
 
 def main(root: pathlib.Path) -> int:

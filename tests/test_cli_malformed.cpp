@@ -520,11 +520,11 @@ TEST_CASE("cli: every malformed input exits 1 with one line naming the file, key
 }
 
 TEST_CASE("cli: an unknown command is refused by its name", "[cli][malformed]") {
-  const test::Outcome o = test::run_specula("serve --port 8080");
+  const test::Outcome o = test::run_specula("train --epochs 3");
   CHECK(o.exited);
   CHECK(o.status == 1);
   CHECK(o.out.empty());
-  CHECK(o.err == "specula: error: unknown command 'serve'\n");
+  CHECK(o.err == "specula: error: unknown command 'train'\n");
 }
 
 TEST_CASE("cli: a second run into a locked output directory is refused and writes nothing", "[cli][malformed]") {
