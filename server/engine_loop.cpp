@@ -253,6 +253,10 @@ void EngineLoop::settle_finished() {
         metrics_.generation_tokens += generated;
         metrics_.drafted_tokens += out.spec.drafted;
         metrics_.accepted_tokens += out.spec.accepted;
+        metrics_.drafts += out.spec.steps;
+        std::vector<long>& per_position = metrics_.accepted_per_position;
+        if (per_position.size() < out.spec.accepted_at_depth.size()) per_position.resize(out.spec.accepted_at_depth.size());
+        for (std::size_t d = 0; d < out.spec.accepted_at_depth.size(); ++d) per_position[d] += out.spec.accepted_at_depth[d];
       }
       a.channel->finish(request_json(*target_, a.options, out, scheduler_->kv_stats(), scheduler_->draft_blocks_in_use()));
     }
@@ -326,6 +330,7 @@ void EngineLoop::run() {
     std::lock_guard lock(mutex_);
     metrics_.queued = queued + static_cast<int>(submissions_.size());
     metrics_.running = static_cast<int>(active_.size()) - queued;
+    metrics_.scheduler = scheduler_->stats();
   }
 }
 

@@ -64,6 +64,9 @@ struct EngineMetrics {
   long generation_tokens = 0;  // of finished requests, over every choice
   long drafted_tokens = 0;     // speculation: tokens drafted by finished requests
   long accepted_tokens = 0;    // and of them accepted
+  long drafts = 0;             // speculation: sequence steps of finished requests that verified a draft
+  std::vector<long> accepted_per_position;  // [position - 1]: drafts whose accepted path reached it
+  SchedulerStats scheduler;    // steps, rows and sequences over every step so far
   int queued = 0;              // requests waiting for their first step
   int running = 0;             // requests with a step taken and not finished
 };

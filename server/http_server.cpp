@@ -87,6 +87,20 @@ std::string metrics_text(const EngineMetrics& m) {
          m.generation_tokens);
   metric("specula_draft_tokens_total", "counter", "Tokens drafted by finished speculative requests.", m.drafted_tokens);
   metric("specula_accepted_tokens_total", "counter", "Drafted tokens the target accepted.", m.accepted_tokens);
+  metric("specula_spec_decode_num_drafts_total", "counter",
+         "Sequence steps of finished speculative requests that verified a draft.", m.drafts);
+  out << "# HELP specula_spec_decode_num_accepted_tokens_per_pos_total Drafts whose accepted path reached the position.\n"
+      << "# TYPE specula_spec_decode_num_accepted_tokens_per_pos_total counter\n";
+  for (std::size_t d = 0; d < m.accepted_per_position.size(); ++d)
+    out << "specula_spec_decode_num_accepted_tokens_per_pos_total{position=\"" << d + 1 << "\"} "
+        << m.accepted_per_position[d] << '\n';
+  metric("specula_engine_steps_total", "counter", "Engine steps (target forwards).", m.scheduler.steps);
+  metric("specula_engine_rows_total", "counter", "Target rows over every step.", m.scheduler.rows);
+  metric("specula_engine_sequence_steps_total", "counter",
+         "Sequences with rows, summed over steps: the batch occupancy is its rate over specula_engine_steps_total's.",
+         m.scheduler.sequence_steps);
+  metric("specula_engine_preemptions_total", "counter", "Sequences preempted for want of KV blocks.",
+         m.scheduler.preemptions);
   metric("specula_queue_length", "gauge", "Requests waiting for their first step.", m.queued);
   metric("specula_running_requests", "gauge", "Requests being decoded.", m.running);
   return out.str();

@@ -257,6 +257,16 @@ try {
   assert.ok(counter('specula_requests_total') >= 60, metrics);
   assert.ok(counter('specula_generation_tokens_total') > 0 && counter('specula_prompt_tokens_total') > 0, metrics);
   assert.ok(counter('specula_accepted_tokens_total') > 0 && counter('specula_draft_tokens_total') >= counter('specula_accepted_tokens_total'), metrics);
+  // Chains: the drafts reaching position 1 hold every longer accepted path, and the positions
+  // count the accepted tokens.
+  const perPosition = [...metrics.matchAll(/^specula_spec_decode_num_accepted_tokens_per_pos_total\{position="(\d+)"\} (\d+)$/mg)]
+    .map((m) => Number(m[2]));
+  assert.ok(perPosition.length > 0, metrics);
+  assert.equal(perPosition.reduce((a, b) => a + b, 0), counter('specula_accepted_tokens_total'), metrics);
+  perPosition.forEach((v, i) => assert.ok(i === 0 || v <= perPosition[i - 1], metrics));
+  assert.ok(counter('specula_spec_decode_num_drafts_total') >= perPosition[0], metrics);
+  assert.ok(counter('specula_engine_sequence_steps_total') >= counter('specula_engine_steps_total') &&
+            counter('specula_engine_steps_total') > 0, metrics);
   step('client abort, metrics');
 
   // SIGTERM while a stream runs: it finishes whole, the server exits 0.
