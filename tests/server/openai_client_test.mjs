@@ -1,6 +1,6 @@
 // `specula serve` against the official OpenAI client (the openai npm package, tests/server/package.json):
 // whole and streamed completions and chat completions, greedy and seeded sampling, plain and
-// speculative, at concurrency 1, 8 and 32, equal to `specula generate`'s output; refusals (400
+// speculative, at concurrency 1, 8, 32 and 64, equal to `specula generate`'s output; refusals (400
 // naming the field, 401, 404, 429, the KV pool); a client that leaves mid-stream; the drain on SIGTERM.
 //   node tests/server/openai_client_test.mjs SPECULA_BINARY SOURCE_DIR
 import { spawn, execFileSync } from 'node:child_process';
@@ -186,7 +186,7 @@ try {
   step('logprobs');
 
   // Concurrency: every connection's requests batch together; each answer is still the CLI's.
-  for (const concurrency of [1, 8, 32]) {
+  for (const concurrency of [1, 8, 32, 64]) {
     const jobs = Array.from({ length: concurrency }, async (_, k) => {
       const i = k % prompts.length;
       const body = { model: 'target-16m', prompt: prompts[i], max_tokens: maxTokens, temperature: 0,
