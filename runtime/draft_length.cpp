@@ -267,9 +267,8 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
     // priced one sequence's round, and a round's cost is mostly per sequence (each has its
     // own logits, draft distribution and draw); batching saves no more than that.
     // A lone sequence's probe is its own scout and commits no one else's catch-up: its draft
-    // rounds stay free in this bound until its step is measured twice (priced from its first,
-    // cold figures, a row floor from a cold first prefill among them, it could stop probing
-    // after one step and stay plain for good).
+    // rounds are free in this bound until its step has two measurements (a step's first
+    // figures are cold, and so may be a row floor from the first prefill).
     const double probe_draft_s = n == 1 ? 0.0 : drafting * draft_.fewest();
     const double probe_floor_s = plain_s + (rows_at(1) - other_rows - n) * row_floor() + probe_draft_s;
     const auto fewest = std::min_element(load.begin(), load.end(), [](const LoadSequence& a, const LoadSequence& b) {
@@ -313,11 +312,10 @@ LoadChoice DraftLengthChooser::choose(int other_rows, double other_tokens, std::
   if (best > 0 && !repays(best_rate, catch_up_s)) best = 0;
   if (best == 0) {
     drafted_steps_ = 0;
-    // Exploration: the figures that keep it plain come from a few steps (a request's first
-    // rejections, which also set the others' prior, can price a chain below plain for good
-    // where drafting pays). Where one γ = 1 step would pay if every drafted token were
-    // accepted, and the catch-up costs no more than a plain step, every kPlainEvery-th plain
-    // step drafts.
+    // Exploration: where one γ = 1 step would pay if every drafted token were accepted, and
+    // the catch-up costs no more than a plain step, every kPlainEvery-th plain step drafts,
+    // so that a price set by a few early rejections (which also set the others' prior) is
+    // measured again.
     const double sure_rate = rate(1, target_.at(rows_at(1)) + draft_.at(drafting), true);
     if (++plain_steps_ >= kPlainEvery && sure_rate > plain_rate * (1 + margin) && catch_up_s <= plain_s) {
       plain_steps_ = 0;

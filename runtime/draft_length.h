@@ -151,8 +151,8 @@ struct ChainPrice {
 // own evidence, the shape across depths from theirs. The chances of drafting the k-th token,
 // c_k after k-1 drafted and c'_k after k-1 accepted (ChainAcceptance), are own counts with
 // w pseudo-counts at the others' (with 2 at 1: no stop seen, every token drafted; or, for
-// chains with a confidence stop, at alpha past depth 1 — priced at full length before a
-// stop is seen, such a chain can lose to plain and never draft to see one).
+// chains with a confidence stop, at alpha past depth 1, so that a stop not yet seen does not
+// price the chain at its full length).
 // tokens(g) = 1 + sum_{k <= g} c'_1 p_1 ... c'_k p_k, reaches(g) = c_1 ... c_g.
 // With no per-depth evidence every p_k is alpha and tokens(g) is expected_chain_tokens(alpha, g).
 // chain_price_among takes the others' evidence (pool less own) itself.
