@@ -103,6 +103,12 @@ struct EngineLoop::Active {
   bool stream = false;
   std::vector<std::vector<int>> ids;
   std::vector<StopStrings> texts;
+
+  // Sends sample `sample`'s text released since `before` bytes, if any.
+  void deliver_since(int sample, std::size_t before) {
+    const StopStrings& text = texts[static_cast<std::size_t>(sample)];
+    if (text.released() > before) channel->deliver(sample, std::string(text.text().substr(before, text.released() - before)));
+  }
 };
 
 EngineLoop::EngineLoop(GenerateOptions base, SchedulerLimits limits, int max_queue)
@@ -210,7 +216,7 @@ void EngineLoop::submit(const std::shared_ptr<Channel>& channel, const Completio
       const std::size_t before = text.released();
       text.feed(target_->tokenizer().decode_piece(ids, token));
       ids.push_back(token);
-      if (text.released() > before) a.channel->deliver(sample, std::string(text.text().substr(before, text.released() - before)));
+      a.deliver_since(sample, before);
     };
   }
   const int index = scheduler_->submit(o, 0, std::move(sink));
@@ -242,8 +248,7 @@ void EngineLoop::settle_finished() {
         if (text.matched()) continue;
         const std::size_t before = text.released();
         text.end();
-        if (text.released() > before)
-          a.channel->deliver(static_cast<int>(s), std::string(text.text().substr(before, text.released() - before)));
+        a.deliver_since(static_cast<int>(s), before);
       }
       long generated = 0;
       for (const std::vector<int>& ids : out.samples) generated += static_cast<long>(ids.size());

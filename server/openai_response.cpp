@@ -21,6 +21,12 @@ std::vector<std::string> texts(const json& result) {
 
 std::vector<int> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
 
+// The fields every response and chunk of `request` begins with; `chunk`: a streamed one.
+json envelope(const CompletionRequest& request, const ResponseHeader& header, bool chunk) {
+  const char* object = !is_chat(request) ? "text_completion" : chunk ? "chat.completion.chunk" : "chat.completion";
+  return {{"id", header.id}, {"object", object}, {"created", header.created}, {"model", header.model}};
+}
+
 // One choice's logprobs: completions' {"tokens", "token_logprobs", "top_logprobs",
 // "text_offset"} or chat's {"content": [{"token", "logprob", "bytes", "top_logprobs"}]}, from
 // the result's per-token entries {"token", "logprob", "top": [{"token", "logprob"}]} of `ids`.
@@ -97,13 +103,11 @@ json completion_response(const CompletionRequest& request, const ResponseHeader&
     }
     choices.push_back(std::move(choice));
   }
-  return {{"id", header.id},
-          {"object", is_chat(request) ? "chat.completion" : "text_completion"},
-          {"created", header.created},
-          {"model", header.model},
-          {"choices", std::move(choices)},
-          {"usage", usage(result)},
-          {"specula", {{"stats", result["stats"]}}}};
+  json response = envelope(request, header, false);
+  response["choices"] = std::move(choices);
+  response["usage"] = usage(result);
+  response["specula"] = {{"stats", result["stats"]}};
+  return response;
 }
 
 json stream_chunk(const CompletionRequest& request, const ResponseHeader& header, int index, std::string_view text,
@@ -119,20 +123,16 @@ json stream_chunk(const CompletionRequest& request, const ResponseHeader& header
     choice["text"] = text;
     choice["logprobs"] = nullptr;
   }
-  return {{"id", header.id},
-          {"object", is_chat(request) ? "chat.completion.chunk" : "text_completion"},
-          {"created", header.created},
-          {"model", header.model},
-          {"choices", json::array({std::move(choice)})}};
+  json chunk = envelope(request, header, true);
+  chunk["choices"] = json::array({std::move(choice)});
+  return chunk;
 }
 
 json usage_chunk(const CompletionRequest& request, const ResponseHeader& header, const json& result) {
-  return {{"id", header.id},
-          {"object", is_chat(request) ? "chat.completion.chunk" : "text_completion"},
-          {"created", header.created},
-          {"model", header.model},
-          {"choices", json::array()},
-          {"usage", usage(result)}};
+  json chunk = envelope(request, header, true);
+  chunk["choices"] = json::array();
+  chunk["usage"] = usage(result);
+  return chunk;
 }
 
 std::string json_text(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
