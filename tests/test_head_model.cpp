@@ -382,6 +382,9 @@ TEST_CASE("EAGLE-3 head: tap layers and vocabulary maps in each layout's convent
     CHECK(plain.config().draft_vocab_size == t.vocab_size);
     CHECK(plain.d2t() == nullptr);
     CHECK(plain.draft_to_target()[4095] == 4095);
+    // The EAGLE reference's own heads name LlamaForCausalLM; the midlayer.* tensors tell.
+    edit_config(a, [](nlohmann::json& j) { j["architectures"] = {"LlamaForCausalLM"}; });
+    CHECK(HeadModel(a.path.string(), t).config().layout == HeadLayout::kEagle);
     o.tap_ids = {0, 2, 5};
     o.draft_vocab = 300;
     for (int i = 0; i < 300; ++i) o.draft_to_target.push_back(13 * i + 5);
@@ -491,6 +494,19 @@ TEST_CASE("EAGLE-3 head: a row's results do not depend on the batch", "[heads]")
   const int dv = head.config().draft_vocab_size;
   CHECK(std::memcmp(&logits[std::size_t(3) * dv], alone_logits.data(), std::size_t(dv) * sizeof(float)) == 0);
   CHECK(std::memcmp(&out[std::size_t(3) * hidden], alone_out.data(), std::size_t(hidden) * sizeof(float)) == 0);
+
+  // In place: the decode row's out written over its x.
+  HeadRun in_place{head};
+  const int s2 = in_place.cache.create();
+  in_place.run(std::vector<SequenceRows>{{s2, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
+  const SequenceRows decode{s2, decode_token, decode_position, {}, RowLogits::kLast};
+  const RaggedBatch batch = plan_batch(std::span(&decode, 1), in_place.cache.tables(), t);
+  const KvPlan plan = in_place.cache.prepare(batch.seqs, batch.rows_per_seq());
+  std::vector<float> buffer(x.begin(), x.begin() + hidden);
+  logits.assign(std::size_t(dv), 0.0f);
+  in_place.backend->forward(batch, plan, in_place.cache.storage(), *in_place.workspace, buffer, logits, buffer);
+  CHECK(std::memcmp(buffer.data(), alone_out.data(), std::size_t(hidden) * sizeof(float)) == 0);
+  CHECK(std::memcmp(logits.data(), alone_logits.data(), std::size_t(dv) * sizeof(float)) == 0);
 }
 
 TEST_CASE("EAGLE-3 head: malformed and unsupported heads are refused by name", "[heads]") {
