@@ -1,10 +1,23 @@
 #include "engine/backend.h"
 
+#include "base/error.h"
+
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/matmul_bf16amx.h"
 #include "engine/cuda/cuda_backend.h"
 
 namespace specula {
+
+void check_taps(const StateTaps& taps, const RaggedBatch& batch, const ModelConfig& config) {
+  for (const int l : taps.layers)
+    SPECULA_CHECK(l >= 0 && l <= config.num_hidden_layers, "forward: tap layer ", l, " is outside [0, ",
+                  config.num_hidden_layers, "]");
+  for (const int r : taps.rows)
+    SPECULA_CHECK(r >= 0 && r < batch.num_rows(), "forward: tap row ", r, " is outside the batch's ", batch.num_rows(),
+                  " rows");
+  const std::size_t need = taps.rows.size() * taps.layers.size() * static_cast<std::size_t>(config.hidden_size);
+  SPECULA_CHECK(taps.out.size() == need, "forward: the taps buffer holds ", taps.out.size(), " floats, need ", need);
+}
 
 std::unique_ptr<Backend> make_backend(BackendKind kind, const Model& model, std::optional<MatrixFormat> matrices_as) {
   if (kind == BackendKind::kCpu) return std::make_unique<cpu::CpuBackend>(model, matrices_as);

@@ -27,6 +27,21 @@ inline std::span<const EnumName<BackendKind>> enum_names(BackendKind) {
   return kNames;
 }
 
+// The residual stream a forward copies out beside its logits (what draft heads read): for each
+// batch row of `rows` and each l of `layers`, the input of decoder layer l (l =
+// num_hidden_layers: the last layer's output, before the final norm). Empty: nothing is copied.
+//   out: [rows.size(), layers.size(), hidden]
+struct StateTaps {
+  std::span<const int> layers;
+  std::span<const int> rows;
+  std::span<float> out;
+  bool empty() const { return layers.empty() || rows.empty(); }
+};
+
+// Throws SpeculaError unless `taps` fits a forward of `batch` on a model of `config`: layers in
+// [0, num_hidden_layers], rows of the batch, out of the size the layers and rows give.
+void check_taps(const StateTaps& taps, const RaggedBatch& batch, const ModelConfig& config);
+
 // Scratch of one stream of forwards; each backend defines what it holds.
 class Workspace {
  public:
@@ -50,11 +65,12 @@ class Backend {
   // Runs `batch`: writes row r's keys and values at plan.row_slots[r] of `pages` (the plan
   // of this batch from KvCache::prepare, pending copies already run), attends through the
   // plan's page lists under the batch's visibility, and writes the logits of
-  // batch.logit_rows in order. A row's results never depend on the other rows (batch
+  // batch.logit_rows in order and the residual stream `taps` asks for (the logits are the
+  // same with and without). A row's results never depend on the other rows (batch
   // invariance).
   //   logits: out [batch.num_logits(), vocab]
   virtual void forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
-                       std::span<float> logits) const = 0;
+                       std::span<float> logits, const StateTaps& taps) const = 0;
 
  protected:
   explicit Backend(const Model& model) : model_(model) {}

@@ -22,7 +22,8 @@ struct ForwardContext {
   KvCache& cache;
   Workspace& workspace;
 
-  // One forward of `parts` (distinct sequences of `cache`), appending their rows' slots.
+  // One forward of `parts` (distinct sequences of `cache`), appending their rows' slots (and,
+  // where the cache keeps states, KvCache::keep_states, each row's states at its slot).
   // Throws ResourceExhausted with every sequence unchanged when the pool cannot hold them.
   //   logits: out [logit_rows(parts), vocab], sequences in order
   void run(std::span<const SequenceRows> parts, std::span<float> logits) const;

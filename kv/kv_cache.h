@@ -1,10 +1,13 @@
 // defines: KvCache, a pool of paged KV memory as callers use it: the block tables
 // (kv/block_tables.h) and the page storage (kv/page_storage.h) of one model, with the copy
-// lists that fork / truncate / commit produce held until the next batch runs them once.
+// lists that fork / truncate / commit produce held until the next batch runs them once; and,
+// when asked, a host store of each slot's target states beside its keys and values (what
+// draft heads read), carried by the same copies.
 #pragma once
 
 #include <span>
 #include <vector>
+
 
 #include "kv/block_tables.h"
 #include "kv/page_storage.h"
@@ -39,6 +42,18 @@ class KvCache {
   KvPlan prepare(std::span<const SeqId> seqs, std::span<const int> counts);
   PageStorage& storage() { return storage_; }
 
+  // From now on every slot also holds `width` floats of states (its row's residual stream at
+  // `layers`, StateTaps: the writer is ForwardContext::run), carried by fork / truncate /
+  // commit like its keys and values. Asking again for the same layers does nothing; for other
+  // layers (or width) it is an error: one store per cache.
+  void keep_states(std::vector<int> layers, int width);
+  std::span<const int> state_layers() const { return state_layers_; }
+  int state_width() const { return state_width_; }
+  // The [state_width()] states of physical slot `slot` (block * block_size + row), to write.
+  std::span<float> physical_states(int slot);
+  // The [state_width()] states of seq's slot `slot` (pending copies run first).
+  std::span<const float> states(SeqId seq, int slot);
+
   // One sequence extended by n slots that the caller writes through key() / value().
   void append_slots(SeqId seq, int n);
   // The [kv_dim] key / value row of `slot` of seq in `layer` (pending copies run first); f32 pages only.
@@ -52,6 +67,9 @@ class KvCache {
   BlockTables tables_;
   PageStorage storage_;
   std::vector<KvCopy> pending_;  // copies not yet run, in order
+  std::vector<int> state_layers_;  // keep_states()
+  int state_width_ = 0;
+  std::vector<float> states_;      // [num_blocks * block_size, state_width_]
 };
 
 }  // namespace specula

@@ -22,6 +22,18 @@ void project(const float* x, const WeightMatrix& w, const std::vector<float>& bi
   if (!bias.empty()) add_bias(y, bias.data(), n, static_cast<int>(bias.size()));
 }
 
+// Copies the rows of `x` that `taps` asks for at layer `layer` into its buffer.
+//   x: in [num_rows, hidden]
+void copy_taps(const StateTaps& taps, int layer, const float* x, int hidden) {
+  const std::size_t width = static_cast<std::size_t>(hidden);
+  for (std::size_t j = 0; j < taps.layers.size(); ++j) {
+    if (taps.layers[j] != layer) continue;
+    for (std::size_t i = 0; i < taps.rows.size(); ++i)
+      std::copy_n(x + static_cast<std::size_t>(taps.rows[i]) * width, width,
+                  taps.out.data() + (i * taps.layers.size() + j) * width);
+  }
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(const Model& model, std::optional<MatrixFormat> matrices_as, MatmulIsa isa)
@@ -47,7 +59,7 @@ CpuBackend::CpuBackend(const Model& model, std::optional<MatrixFormat> matrices_
 }
 
 void CpuBackend::forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
-                         std::span<float> logits) const {
+                         std::span<float> logits, const StateTaps& taps) const {
   auto* ws = dynamic_cast<CpuWorkspace*>(&workspace);
   SPECULA_CHECK(ws != nullptr, "forward: the workspace was not made by the CPU backend");
   CpuWorkspace& s = *ws;
@@ -63,6 +75,7 @@ void CpuBackend::forward(const RaggedBatch& batch, const KvPlan& plan, PageStora
   SPECULA_CHECK(pages.layout().kv_dim() == kv_dim && pages.layout().num_layers == c.num_hidden_layers &&
                     !pages.layout().device_pages,
                 "forward: the KV pages do not have this model's host layout (Backend::kv_layout)");
+  check_taps(taps, batch, c);
 
   const std::size_t rows = static_cast<std::size_t>(n);
   s.x.resize(rows * hidden);
@@ -79,6 +92,7 @@ void CpuBackend::forward(const RaggedBatch& batch, const KvPlan& plan, PageStora
 
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& layer = layers_[static_cast<std::size_t>(l)];
+    copy_taps(taps, l, s.x.data(), hidden);
     rms_norm(s.x.data(), layer.attn_norm.data(), c.rms_norm_eps, s.h.data(), n, hidden);
     project(s.h.data(), layer.q, layer.q_bias, s.q.data(), n);
     project(s.h.data(), layer.k, layer.k_bias, s.k.data(), n);
@@ -104,6 +118,7 @@ void CpuBackend::forward(const RaggedBatch& batch, const KvPlan& plan, PageStora
     project(s.gate.data(), layer.down, layer.down_bias, s.h.data(), n);
     add_inplace(s.x.data(), s.h.data(), static_cast<int64_t>(rows) * hidden);
   }
+  copy_taps(taps, c.num_hidden_layers, s.x.data(), hidden);
   if (num_logits == 0) return;
 
   // The rows that want logits, normalised side by side, then one product with the head.

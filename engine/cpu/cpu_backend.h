@@ -35,7 +35,7 @@ class CpuBackend : public Backend {
   std::size_t weight_bytes() const override { return weight_bytes_; }
   std::unique_ptr<Workspace> make_workspace() const override { return std::make_unique<CpuWorkspace>(); }
   void forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
-               std::span<float> logits) const override;
+               std::span<float> logits, const StateTaps& taps) const override;
 
  private:
   struct Layer {

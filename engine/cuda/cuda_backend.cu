@@ -228,7 +228,7 @@ class CudaBackend : public Backend {
   }
 
   void forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
-               std::span<float> logits) const override {
+               std::span<float> logits, const StateTaps& taps) const override {
     auto* wsp = dynamic_cast<CudaWorkspace*>(&workspace);
     SPECULA_CHECK(wsp != nullptr, "forward: the workspace was not made by the CUDA backend");
     CudaWorkspace& ws = *wsp;
@@ -244,6 +244,7 @@ class CudaBackend : public Backend {
                       layout.num_layers == c.num_hidden_layers,
                   "forward: the KV cache was not made with the CUDA backend's kv_layout() (device pages in ",
                   name_of(options_.kv_dtype), ")");
+    check_taps(taps, batch, c);
     if (!pages.device_state()) pages.device_state() = std::make_unique<DeviceKvPages>(layout, pages.num_blocks(), account_, ws.stream);
     const auto& device_pages = static_cast<const DeviceKvPages&>(*pages.device_state());
 
@@ -272,7 +273,7 @@ class CudaBackend : public Backend {
     CUDA_CHECK(cudaMemcpyAsync(ws.upload.ptr, ws.host_upload.ptr, upload_bytes, cudaMemcpyHostToDevice, ws.stream));
 
     ++ws.steps;
-    if (graph_eligible(up.key, options_)) {
+    if (taps.empty() && graph_eligible(up.key, options_)) {
       auto it = ws.graphs.find(up.key);
       if (it == ws.graphs.end()) {
         CUDA_CHECK(cudaStreamSynchronize(ws.stream));  // no graph dropped below is still queued
@@ -284,7 +285,7 @@ class CudaBackend : public Backend {
       it->second.last_used = ws.steps;
       CUDA_CHECK(cudaGraphLaunch(it->second.exec, ws.stream));
     } else {
-      enqueue(up, ws, device_pages.view());
+      enqueue(up, ws, device_pages.view(), taps);
     }
     if (num_logits > 0)
       CUDA_CHECK(cudaMemcpyAsync(logits.data(), ws.logits.ptr, logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
@@ -367,8 +368,22 @@ class CudaBackend : public Backend {
     return exec;
   }
 
-  // The forward pass of cpu_backend.cpp, kernel for kernel, on ws.stream.
-  void enqueue(const StepUpload& up, CudaWorkspace& ws, const DevicePagesView& pages) const {
+  // Copies the rows of the residual stream `x` that `taps` asks for at `layer` to its host buffer.
+  //   x: in [num_rows, hidden] device
+  void copy_taps(const StateTaps& taps, int layer, const float* x, cudaStream_t stream) const {
+    const std::size_t width = static_cast<std::size_t>(config().hidden_size);
+    for (std::size_t j = 0; j < taps.layers.size(); ++j) {
+      if (taps.layers[j] != layer) continue;
+      for (std::size_t i = 0; i < taps.rows.size(); ++i)
+        CUDA_CHECK(cudaMemcpyAsync(taps.out.data() + (i * taps.layers.size() + j) * width,
+                                   x + static_cast<std::size_t>(taps.rows[i]) * width, width * sizeof(float),
+                                   cudaMemcpyDeviceToHost, stream));
+    }
+  }
+
+  // The forward pass of cpu_backend.cpp, kernel for kernel, on ws.stream; with taps (never in a
+  // graph), their copies too.
+  void enqueue(const StepUpload& up, CudaWorkspace& ws, const DevicePagesView& pages, const StateTaps& taps = {}) const {
     const ModelConfig& c = config();
     const int n = up.key.num_rows, num_logits = up.key.num_logits;
     const int hidden = c.hidden_size, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.intermediate_size;
@@ -387,6 +402,7 @@ class CudaBackend : public Backend {
     launch_embed(tensor<unsigned char>(plan_.embed), embed.dtype, rows, x, n, hidden, s);
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       const LayerPointers& w = layers_[static_cast<std::size_t>(l)];
+      copy_taps(taps, l, x, s);
       launch_rms_norm(x, nullptr, w.attn_norm, eps, h, n, hidden, s);
       launch_linear(h, w.qkv, w.qkv_bias, qkv, n, hidden, qkv_width, false, ws.gemm, s);
       launch_qk_rope_store(qkv, rows, tensor<float>(plan_.inv_freq), w.q_norm, w.k_norm, eps, n, c.num_attention_heads,
@@ -399,6 +415,7 @@ class CudaBackend : public Backend {
       launch_silu_mul(gu, act, n, ffn, s);
       launch_linear(act, w.down, w.down_bias, x, n, ffn, hidden, true, ws.gemm, s);
     }
+    copy_taps(taps, c.num_hidden_layers, x, s);
     if (num_logits == 0) return;
     float* last = ws.last.as<float>();
     launch_rms_norm(x, logit_rows, tensor<float>(plan_.final_norm), eps, last, num_logits, hidden, s);
