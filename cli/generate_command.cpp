@@ -152,8 +152,8 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_option("--num-samples", options_.num_samples, "Independent continuations (beam: n-best)")->default_val(1);
 
   DraftOptions& d = options_.draft;
-  cmd_->add_option("--draft", d.model_dir, "Draft model folder (selects --draft-method model)");
-  cmd_->add_option("--draft-method", draft_method_, "model | ngram (model when --draft is given)");
+  cmd_->add_option("--draft", d.model_dir, "Draft model or draft head folder (alone: --draft-method model)");
+  cmd_->add_option("--draft-method", draft_method_, "model | ngram | eagle3 (model when --draft alone is given)");
   cmd_->add_option("--draft-weights", draft_weights_,
                    weights_choices() + ": format the draft's matrices are read in")
       ->capture_default_str();
@@ -224,11 +224,11 @@ int GenerateCommand::run() {
                 draft_weights_, "'");
   if (!draft_method_.empty()) {
     const auto method = parse_enum<DraftMethod>(draft_method_);
-    SPECULA_CHECK(method && *method != DraftMethod::kNone, "--draft-method must be model or ngram, got '",
+    SPECULA_CHECK(method && *method != DraftMethod::kNone, "--draft-method must be model, ngram or eagle3, got '",
                   draft_method_, "'");
     d.method = *method;
-    SPECULA_CHECK(d.method == DraftMethod::kModel || d.model_dir.empty(), "--draft ", d.model_dir,
-                  " is a draft model, but --draft-method is ", draft_method_);
+    SPECULA_CHECK(d.method == DraftMethod::kModel || d.method == DraftMethod::kEagle3 || d.model_dir.empty(),
+                  "--draft ", d.model_dir, " is a draft model or head, but --draft-method is ", draft_method_);
   } else {
     d.method = d.model_dir.empty() ? DraftMethod::kNone : DraftMethod::kModel;
   }

@@ -1,4 +1,4 @@
-// defines: DraftMethod (none, model, ngram) and DraftOptions, the settings of a drafter (draft
+// defines: DraftMethod (none, model, ngram, eagle3) and DraftOptions, the settings of a drafter (draft
 // model chain / static tree / dynamic tree, n-gram lookup), as the CLI and experiment configs
 // give them; the spelling of a model's weight format ("stored" or a MatrixFormat name).
 #pragma once
@@ -14,17 +14,19 @@
 
 namespace specula {
 
-enum class DraftMethod { kNone, kModel, kNgram };
+// eagle3: a head on the target's hidden states (draft/head_drafter.h), its folder in model_dir.
+enum class DraftMethod { kNone, kModel, kNgram, kEagle3 };
 
 inline std::span<const EnumName<DraftMethod>> enum_names(DraftMethod) {
   static constexpr EnumName<DraftMethod> kNames[] = {
-      {DraftMethod::kNone, "none"}, {DraftMethod::kModel, "model"}, {DraftMethod::kNgram, "ngram"}};
+      {DraftMethod::kNone, "none"}, {DraftMethod::kModel, "model"}, {DraftMethod::kNgram, "ngram"},
+      {DraftMethod::kEagle3, "eagle3"}};
   return kNames;
 }
 
 struct DraftOptions {
   DraftMethod method = DraftMethod::kNone;
-  std::string model_dir;              // for method = model
+  std::string model_dir;              // for method = model (the draft model) and eagle3 (the head)
   std::optional<MatrixFormat> weights;  // the format the draft's matrices are read in; nullopt = as stored
   int gamma = 4;                      // chain length (and n-gram proposal length)
   std::vector<int> tree;              // static tree branching, e.g. {3,2,1,1}; empty = chain

@@ -76,6 +76,7 @@ void validate_generate_options(ModelStore& models, const GenerateOptions& o, con
   validate_logit_controls(o.controls, c.vocab_size, names);
   const Model* draft = o.draft.method == DraftMethod::kModel ? &draft_model(models, o.draft).model() : nullptr;
   if (draft) check_draft_compatible(target, *draft, names);
+  if (o.draft.method == DraftMethod::kEagle3) models.head(o.draft.model_dir, o.model_dir, o.backend);  // refuses a misfit
 
   // A pool set by the user holds at least what one request needs alone.
   SPECULA_CHECK(o.kv_pool_blocks == 0 || o.kv_pool_blocks >= request_min_kv_blocks(o), names.at("run.kv_pool_blocks"), " ",

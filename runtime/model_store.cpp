@@ -15,4 +15,13 @@ const Backend& ModelStore::get(const std::string& dir, std::optional<MatrixForma
   return *it->second;
 }
 
+const HeadBackend& ModelStore::head(const std::string& dir, const std::string& target_dir, BackendKind kind) {
+  const Model& target = model(target_dir);
+  auto& loaded = head_models_[{dir, target_dir}];
+  if (!loaded) loaded = std::make_unique<HeadModel>(dir, target.config());
+  auto& backend = heads_[{dir, target_dir, kind}];
+  if (!backend) backend = make_head_backend(kind, *loaded, target);
+  return *backend;
+}
+
 }  // namespace specula

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "base/error.h"
+#include "draft/head_drafter.h"
 #include "draft/ngram_drafter.h"
 #include "runtime/decoders.h"
 #include "runtime/draft_length.h"
@@ -21,6 +22,13 @@ double seconds(Clock::time_point from, Clock::time_point to) { return std::chron
 // the stream a lone request has always used).
 uint64_t sample_stream(uint64_t key, int sample) { return (key << 32) | static_cast<uint32_t>(sample); }
 
+// The forwards a drafter's model ran (0 for drafters that run none).
+long draft_forwards(const Drafter& drafter) {
+  if (const auto* md = dynamic_cast<const ModelDrafter*>(&drafter)) return md->draft_forwards();
+  if (const auto* hd = dynamic_cast<const HeadDrafter*>(&drafter)) return hd->draft_forwards();
+  return 0;
+}
+
 }  // namespace
 
 // One draft model's cache, shared by every drafter of that model (so their forwards batch).
@@ -31,6 +39,16 @@ struct Scheduler::DraftPool {
   DraftPool(const Backend& draft, const GenerateOptions& shared, int blocks)
       : cache(request_kv_layout(draft, shared), blocks), workspace(draft.make_workspace()),
         context{draft, cache, *workspace} {}
+};
+
+// One draft head's cache, shared by every drafter of that head.
+struct Scheduler::HeadPool {
+  KvCache cache;
+  std::unique_ptr<Workspace> workspace;
+  HeadForwardContext context;
+  HeadPool(const HeadBackend& head, const ModelConfig& target, int block_size, int blocks)
+      : cache(head.kv_layout(block_size), blocks), workspace(head.make_workspace()),
+        context{head, target, cache, *workspace} {}
 };
 
 Scheduler::AcceptanceKey Scheduler::acceptance_key(const GenerateOptions& o) {
@@ -50,6 +68,7 @@ struct Scheduler::Request {
   TreeShape tree_shape;                    // model drafter: its tree, built once for every sequence
   std::unique_ptr<DraftLengthPolicy> length_policy;  // speculative, but for the load policy
   DraftPool* draft = nullptr;              // model drafter
+  HeadPool* head = nullptr;                // head drafter
   int forked = 0;                          // samples started
   int unfinished = 0;                      // started and not complete
   KvCache::SeqId root_target = -1, root_draft = -1;  // the fed prompt while samples are still to fork
@@ -177,6 +196,19 @@ Scheduler::DraftPool& Scheduler::draft_pool(const DraftOptions& d) {
   return *pool;
 }
 
+Scheduler::HeadPool& Scheduler::head_pool(const DraftOptions& d) {
+  auto& pool = head_pools_[d.model_dir];
+  if (!pool) {
+    const HeadBackend& head = models_.head(d.model_dir, shared_.model_dir, shared_.backend);
+    const HeadConfig& c = head.head().config();
+    cache_.keep_states(c.tap_layers, static_cast<int>(c.tap_layers.size()) * target_.config().hidden_size);
+    // As a draft model's pool: the target's blocks plus a block and a copy per live sequence.
+    pool = std::make_unique<HeadPool>(head, target_.config(), shared_.kv_block_size,
+                                      limits_.kv_blocks + 2 * limits_.max_sequences + 2);
+  }
+  return *pool;
+}
+
 int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink sink, double arrived_s) {
   const OptionNames names = cli_option_names();
   validate_generate_options(models_, options, names);
@@ -212,6 +244,11 @@ int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink si
     r->draft_distribution = draft_distribution(options.sampling, options.draft);
     r->tree_shape = tree_shape(options.draft);
     r->draft = &draft_pool(options.draft);
+  }
+  if (!beam && options.draft.method == DraftMethod::kEagle3) {
+    r->draft_distribution = draft_distribution(options.sampling, options.draft);
+    r->tree_shape = tree_shape(options.draft);
+    r->head = &head_pool(options.draft);
   }
   requests_.push_back(std::move(r));
   waiting_.push_back(requests_.back().get());
@@ -302,9 +339,14 @@ void Scheduler::fork_samples(Request& r) {
   parked_.erase(std::find(parked_.begin(), parked_.end(), &r));
 }
 
-std::unique_ptr<Drafter> Scheduler::make_drafter(Request& r, KvCache::SeqId draft_seq, int gamma) {
+std::unique_ptr<Drafter> Scheduler::make_drafter(Request& r, KvCache::SeqId target_seq, KvCache::SeqId draft_seq,
+                                                 int gamma) {
   const DraftOptions& d = r.options.draft;
   if (d.method == DraftMethod::kNgram) return std::make_unique<NgramDrafter>(NgramConfig{d.ngram_min, d.ngram_max, d.gamma});
+  if (d.method == DraftMethod::kEagle3)
+    return std::make_unique<HeadDrafter>(r.head->context, r.head->cache.create(), cache_, target_seq,
+                                         r.draft_distribution, !r.sampler->is_greedy(), r.tree_shape.topology,
+                                         r.controls);
   TreeShape shape = r.tree_shape;
   if (shape.adaptive && gamma > 0) shape.topology = chain_topology(gamma);
   return std::make_unique<ModelDrafter>(r.draft->context, draft_seq, r.draft_distribution, !r.sampler->is_greedy(),
@@ -313,7 +355,7 @@ std::unique_ptr<Drafter> Scheduler::make_drafter(Request& r, KvCache::SeqId draf
 
 void Scheduler::make_speculative(Sequence& s, KvCache::SeqId draft_seq) {
   Request& r = *s.request;
-  s.spec = std::make_unique<SpeculativeSequence>(context_, s.seq, make_drafter(r, draft_seq, s.gamma), *r.sampler,
+  s.spec = std::make_unique<SpeculativeSequence>(context_, s.seq, make_drafter(r, s.seq, draft_seq, s.gamma), *r.sampler,
                                                  std::move(s.tokens), s.rng, r.options.verify_rule, r.controls);
   if (r.options.logprobs) s.spec->record_logprobs(*r.options.logprobs, r.options.logprobs_source);
   s.tokens.clear();
@@ -341,7 +383,7 @@ void Scheduler::emit(Sequence& s, std::span<const int> tokens, bool& done, std::
 
 void Scheduler::free_blocks(Sequence& s) {
   if (s.spec) {
-    if (auto* md = dynamic_cast<ModelDrafter*>(&s.spec->drafter())) s.request->out.draft_forwards += md->draft_forwards();
+    s.request->out.draft_forwards += draft_forwards(s.spec->drafter());
     s.spec.reset();  // frees its target and draft sequences
   } else if (s.seq >= 0) {
     cache_.free(s.seq);
@@ -405,10 +447,8 @@ void Scheduler::preempt(Sequence& s) {
     s.tokens = s.spec->committed();
     s.rng = s.spec->rng();
     std::unique_ptr<Drafter> drafter = s.spec->release_drafter();
-    if (auto* md = dynamic_cast<ModelDrafter*>(drafter.get())) {
-      s.gamma = md->gamma();
-      r.out.draft_forwards += md->draft_forwards();
-    }
+    if (auto* md = dynamic_cast<ModelDrafter*>(drafter.get())) s.gamma = md->gamma();
+    r.out.draft_forwards += draft_forwards(*drafter);
     s.spec.reset();  // frees the target sequence
   } else {
     cache_.free(s.seq);

@@ -105,6 +105,7 @@ class Scheduler {
   struct Request;
   struct Sequence;
   struct DraftPool;
+  struct HeadPool;
   // What a chain's acceptance depends on besides the prompt: the drafter (method, draft model
   // and weights, n-gram sizes) and the sampling (strategy, temperature, top-k, top-p, min-p).
   using AcceptanceKey = std::tuple<int, std::string, std::string, int, int, int, float, int, float, float>;
@@ -146,8 +147,12 @@ class Scheduler {
   void drop_root(Request& r);     // the fed prompt's target and draft sequences and logits
   void make_speculative(Sequence& s, KvCache::SeqId draft_seq);
   void unpark_newest();
-  std::unique_ptr<Drafter> make_drafter(Request& r, KvCache::SeqId draft_seq, int gamma);
+  // The drafter of a sample whose target sequence is `target_seq` (a model drafter's sequence
+  // is `draft_seq`; a head's is new).
+  std::unique_ptr<Drafter> make_drafter(Request& r, KvCache::SeqId target_seq, KvCache::SeqId draft_seq, int gamma);
   DraftPool& draft_pool(const DraftOptions& d);
+  // The head's pool; its first use makes the target cache keep the head's tap layers.
+  HeadPool& head_pool(const DraftOptions& d);
   int headroom() const;  // free blocks less the live sequences' next-step needs
   int step_rows(const Sequence& s) const;
   void run_beam(Request& r);
@@ -160,6 +165,7 @@ class Scheduler {
   std::unique_ptr<Workspace> workspace_;
   ForwardContext context_;
   std::map<std::pair<std::string, std::optional<MatrixFormat>>, std::unique_ptr<DraftPool>> draft_pools_;
+  std::map<std::string, std::unique_ptr<HeadPool>> head_pools_;
   std::vector<std::unique_ptr<Request>> requests_;
   std::deque<Request*> waiting_;                     // submitted, not started, in arrival order
   std::vector<Request*> parked_;                     // prompt fed, samples still to fork

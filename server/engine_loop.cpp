@@ -121,6 +121,7 @@ EngineLoop::EngineLoop(GenerateOptions base, SchedulerLimits limits, int max_que
     limits_.kv_blocks = static_cast<int>(std::min<long long>(blocks, INT_MAX));
   }
   if (base_.draft.method == DraftMethod::kModel) models_.get(base_.draft.model_dir, base_.draft.weights);
+  if (base_.draft.method == DraftMethod::kEagle3) models_.head(base_.draft.model_dir, base_.model_dir, base_.backend);
   scheduler_ = std::make_unique<Scheduler>(models_, base_, limits_);
   thread_ = std::thread([this] { run(); });
 }
