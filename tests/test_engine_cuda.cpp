@@ -18,6 +18,7 @@
 #include <numeric>
 #include <random>
 #include <string_view>
+#include <tuple>
 
 #include "engine/backend.h"
 #include "engine/cpu/attention.h"
@@ -428,6 +429,43 @@ TEST_CASE("cuda backend: full-model logits equal the CPU backend's for the three
     on_cpu.forward(a_cpu, {tree, tree_pos, parents, true}, tc);
     on_gpu.forward(a_gpu, {tree, tree_pos, parents, true}, tg);
     CHECK(rel_error(tg, tc) < bound);
+  }
+}
+
+TEST_CASE("cuda backend: residual-stream taps equal the CPU backend's and leave the logits bitwise unchanged", "[gpu]") {
+  REQUIRE_GPU();
+  const Model& model = test::shared_backend(test::model_dir("draft-1m")).model();
+  const cpu::CpuBackend cpu_bf16(model, MatrixFormat::kBF16);  // the same rounded matrices
+  const auto gpu = cuda_backend(model, KvDType::kF32, false);
+  const int vocab = model.config().vocab_size, hidden = model.config().hidden_size;
+  const std::vector<int> layers{0, 2, 1};
+  const int width = static_cast<int>(layers.size()) * hidden;
+  test::Engine on_cpu(cpu_bf16, 16, 16), on_gpu(*gpu, 16, 16), plain_gpu(*gpu, 16, 16);
+  on_cpu.cache.keep_states(layers, width);
+  on_gpu.cache.keep_states(layers, width);
+  const int a_cpu = on_cpu.cache.create(), a_gpu = on_gpu.cache.create(), a_plain = plain_gpu.cache.create();
+  // A prefill, then decode rows and a tree (the rows a plain cache runs in graphs).
+  std::vector<int> prompt(20), positions(prompt.size());
+  std::iota(prompt.begin(), prompt.end(), 100);
+  std::iota(positions.begin(), positions.end(), 0);
+  const std::vector<int> decode = {7}, decode_pos = {20};
+  const std::vector<int> tree = {8, 9, 10}, tree_pos = {21, 22, 22}, parents = {-1, 0, 0};
+  for (const auto& [tokens, pos, tree_parents] :
+       {std::tuple{std::span<const int>(prompt), std::span<const int>(positions), std::span<const int>()},
+        std::tuple{std::span<const int>(decode), std::span<const int>(decode_pos), std::span<const int>()},
+        std::tuple{std::span<const int>(tree), std::span<const int>(tree_pos), std::span<const int>(parents)}}) {
+    std::vector<float> lc(tokens.size() * static_cast<std::size_t>(vocab)), lg(lc.size()), lp(lc.size());
+    on_cpu.forward(a_cpu, {tokens, pos, tree_parents, true}, lc);
+    on_gpu.forward(a_gpu, {tokens, pos, tree_parents, true}, lg);
+    plain_gpu.forward(a_plain, {tokens, pos, tree_parents, true}, lp);
+    CHECK(lg == lp);
+  }
+  const int slots = on_gpu.cache.length(a_gpu);
+  REQUIRE(slots == 24);
+  for (int slot = 0; slot < slots; ++slot) {
+    INFO("slot " << slot);
+    const std::span<const float> c = on_cpu.cache.states(a_cpu, slot), g = on_gpu.cache.states(a_gpu, slot);
+    CHECK(rel_error(g, c) < kF32Bound);
   }
 }
 
