@@ -23,6 +23,11 @@ int64_t numel(const TensorSpec& t) {
   return n;
 }
 
+std::size_t element_size(const TensorSpec& t) {
+  if (!t.index) return dtype_size(t.dtype);
+  return *t.index == IndexTensorView::Type::kI64 ? 8 : *t.index == IndexTensorView::Type::kI32 ? 4 : 1;
+}
+
 }  // namespace
 
 void write_safetensors(const std::string& path, const std::vector<TensorSpec>& tensors,
@@ -30,8 +35,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorSpec>& t
   nlohmann::json header = nlohmann::json::object();
   uint64_t offset = 0;
   for (const TensorSpec& t : tensors) {
-    const uint64_t bytes = static_cast<uint64_t>(numel(t)) * dtype_size(t.dtype);
-    header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    const uint64_t bytes = static_cast<uint64_t>(numel(t)) * element_size(t);
+    header[t.name] = {{"dtype", t.index ? index_type_name(*t.index) : dtype_name(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
@@ -43,7 +50,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorSpec>& t
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   std::vector<unsigned char> bytes;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    bytes.assign(static_cast<std::size_t>(numel(tensors[i])) * dtype_size(tensors[i].dtype), 0);
+    bytes.assign(static_cast<std::size_t>(numel(tensors[i])) * element_size(tensors[i]), 0);
     fill(i, bytes);
     out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   }

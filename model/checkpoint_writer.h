@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,10 +20,12 @@ struct TensorSpec {
   std::string name;
   DType dtype;
   std::vector<int64_t> shape;
+  // Set: an integer or boolean tensor of that type (dtype unused).
+  std::optional<IndexTensorView::Type> index = std::nullopt;
 };
 
 // Writes `tensors` back to back after a JSON header padded to 8 bytes. fill(i, bytes) writes
-// tensor i's values (bytes.size() = numel * dtype size, little-endian). Errors name the path.
+// tensor i's values (bytes.size() = numel * element size, little-endian). Errors name the path.
 void write_safetensors(const std::string& path, const std::vector<TensorSpec>& tensors,
                        const std::function<void(std::size_t index, std::span<unsigned char> bytes)>& fill);
 

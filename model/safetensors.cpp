@@ -33,16 +33,59 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return out.str();
 }
 
-DType tensor_dtype(const std::string& s, const std::string& path, const std::string& tensor) {
+DType tensor_dtype(const std::string& s, const std::string& path, const std::string& tensor, bool index_tensors) {
   // Safetensors spells dtypes in capitals; "bf16" is not a safetensors dtype.
   if (const auto t = parse_dtype(s); t && s == dtype_name(*t)) return *t;
   throw SpeculaError(detail::concat(path, ": tensor '", tensor, "' has unsupported dtype '", s,
-                                    "' (supported: F32, F16, BF16)"));
+                                    "' (supported: F32, F16, BF16", index_tensors ? ", I64, I32, BOOL)" : ")"));
+}
+
+// Whether `s` names an index tensor's dtype, and which (into `type`).
+bool index_type(const std::string& s, IndexTensorView::Type& type) {
+  for (auto t : {IndexTensorView::Type::kI64, IndexTensorView::Type::kI32, IndexTensorView::Type::kBool}) {
+    if (s == index_type_name(t)) {
+      type = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::size_t index_type_size(IndexTensorView::Type t) {
+  return t == IndexTensorView::Type::kI64 ? 8 : t == IndexTensorView::Type::kI32 ? 4 : 1;
 }
 
 }  // namespace
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+const char* index_type_name(IndexTensorView::Type t) {
+  switch (t) {
+    case IndexTensorView::Type::kI64: return "I64";
+    case IndexTensorView::Type::kI32: return "I32";
+    case IndexTensorView::Type::kBool: return "BOOL";
+  }
+  return "?";
+}
+
+int64_t IndexTensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t IndexTensorView::at(int64_t i) const {
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  if (type == Type::kBool) return bytes[i] != 0;
+  if (type == Type::kI32) {
+    int32_t v;
+    std::memcpy(&v, bytes + 4 * i, 4);
+    return v;
+  }
+  int64_t v;
+  std::memcpy(&v, bytes + 8 * i, 8);
+  return v;
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path, bool index_tensors) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY);
   SPECULA_CHECK(fd >= 0, path, ": cannot open safetensors file: ", std::strerror(errno));
   struct stat st {};
@@ -96,7 +139,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       TensorView t;
       t.name = name;
       t.origin = path;
-      t.dtype = tensor_dtype(info["dtype"].get<std::string>(), path, name);
+      const std::string dtype = info["dtype"].get<std::string>();
+      IndexTensorView::Type index_kind = IndexTensorView::Type::kI64;
+      const bool index = index_tensors && index_type(dtype, index_kind);
+      if (!index) t.dtype = tensor_dtype(dtype, path, name, index_tensors);
       const auto& shape = info["shape"];
       SPECULA_CHECK(shape.is_array(), path, ": tensor '", name, "': shape must be an array");
       for (const auto& d : shape) {
@@ -111,16 +157,22 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
       SPECULA_CHECK(begin <= end && end <= data_size, path, ": tensor '", name, "': data_offsets [",
                     begin, ", ", end, ") out of range of the data section (", data_size, " bytes)");
-      uint64_t expected = dtype_size(t.dtype);  // shape x dtype size, without overflowing
+      // shape x dtype size, without overflowing
+      uint64_t expected = index ? index_type_size(index_kind) : dtype_size(t.dtype);
       for (int64_t d : t.shape) {
         SPECULA_CHECK(!__builtin_mul_overflow(expected, static_cast<uint64_t>(d), &expected), path, ": tensor '",
                       name, "': shape ", shape_str(t.shape), " is too large");
       }
-      SPECULA_CHECK(end - begin == expected, path, ": tensor '", name, "': ", end - begin,
-                    " bytes but shape ", shape_str(t.shape), " x ", dtype_name(t.dtype), " needs ", expected);
+      SPECULA_CHECK(end - begin == expected, path, ": tensor '", name, "': ", end - begin, " bytes but shape ",
+                    shape_str(t.shape), " x ", index ? index_type_name(index_kind) : dtype_name(t.dtype), " needs ",
+                    expected);
       t.data = data + begin;
       ranges.push_back({begin, end, name});
-      tensors_.emplace(name, std::move(t));
+      if (index) {
+        index_tensors_.emplace(name, IndexTensorView{name, index_kind, std::move(t.shape), t.data, path});
+      } else {
+        tensors_.emplace(name, std::move(t));
+      }
     }
     std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
     for (std::size_t i = 1; i < ranges.size(); ++i) {
@@ -138,7 +190,7 @@ SafetensorsFile::~SafetensorsFile() {
   if (map_) ::munmap(map_, map_size_);
 }
 
-Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
+Checkpoint::Checkpoint(const std::string& dir, bool index_tensors) : dir_(dir) {
   namespace fs = std::filesystem;
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   const fs::path single = fs::path(dir) / "model.safetensors";
@@ -168,11 +220,21 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
     shard_names.push_back("model.safetensors");
   }
   for (const auto& name : shard_names) {
-    files_.push_back(std::make_unique<SafetensorsFile>((fs::path(dir) / name).string()));
+    files_.push_back(std::make_unique<SafetensorsFile>((fs::path(dir) / name).string(), index_tensors));
     for (const auto& [tname, view] : files_.back()->tensors()) {
+      const auto index = index_tensors_.find(tname);
+      SPECULA_CHECK(index == index_tensors_.end(), dir, ": tensor '", tname, "' appears in both ",
+                    index->second->origin, " and ", view.origin);
       auto [it, inserted] = tensors_.emplace(tname, &view);
       SPECULA_CHECK(inserted, dir, ": tensor '", tname, "' appears in both ", it->second->origin,
                     " and ", view.origin);
+    }
+    for (const auto& [tname, view] : files_.back()->index_tensors()) {
+      const auto weight = tensors_.find(tname);
+      SPECULA_CHECK(weight == tensors_.end(), dir, ": tensor '", tname, "' appears in both ", weight->second->origin,
+                    " and ", view.origin);
+      auto [it, inserted] = index_tensors_.emplace(tname, &view);
+      SPECULA_CHECK(inserted, dir, ": tensor '", tname, "' appears in both ", it->second->origin, " and ", view.origin);
     }
   }
 }
