@@ -1,0 +1,22 @@
+#include "engine/head_backend.h"
+
+#include "base/error.h"
+#include "engine/cpu/eagle3_cpu.h"
+
+namespace specula {
+
+std::unique_ptr<HeadBackend> make_head_backend(BackendKind kind, const HeadModel& head, const Model& target) {
+  const HeadConfig& h = head.config();
+  const ModelConfig& t = target.config();
+  SPECULA_CHECK(t.hidden_size == h.target_hidden_size && t.vocab_size == h.layer.vocab_size &&
+                    t.num_hidden_layers == h.target_layers,
+                head.dir(), ": the head was loaded for a target of hidden_size ", h.target_hidden_size, ", vocab_size ",
+                h.layer.vocab_size, " and ", h.target_layers, " layers, not ", target.dir(), " (hidden_size ",
+                t.hidden_size, ", vocab_size ", t.vocab_size, ", ", t.num_hidden_layers, " layers)");
+  SPECULA_CHECK(kind == BackendKind::kCpu, head.dir(), ": the ", name_of(kind),
+                " backend has no EAGLE-3 head forward yet (the cpu backend has one)");
+  const TensorView& embedding = head.embed_tokens() ? *head.embed_tokens() : target.embed_tokens();
+  return std::make_unique<cpu::Eagle3CpuBackend>(head, embedding);
+}
+
+}  // namespace specula
