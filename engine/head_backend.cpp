@@ -15,7 +15,8 @@ std::unique_ptr<HeadBackend> make_head_backend(BackendKind kind, const HeadModel
                 t.hidden_size, ", vocab_size ", t.vocab_size, ", ", t.num_hidden_layers, " layers)");
   SPECULA_CHECK(kind == BackendKind::kCpu, head.dir(), ": the ", name_of(kind),
                 " backend has no EAGLE-3 head forward yet (the cpu backend has one)");
-  return std::make_unique<cpu::Eagle3CpuBackend>(head, head.embed_tokens() ? *head.embed_tokens() : target.embed_tokens());
+  const TensorView& embedding = head.embed_tokens() ? *head.embed_tokens() : target.embed_tokens();
+  return std::make_unique<cpu::Eagle3CpuBackend>(head, embedding);
 }
 
 }  // namespace specula

@@ -20,7 +20,8 @@ struct TensorSpec {
   std::string name;
   DType dtype;
   std::vector<int64_t> shape;
-  std::optional<IndexTensorView::Type> index = std::nullopt;  // set: an integer or boolean tensor of that type, dtype unused
+  // Set: an integer or boolean tensor of that type (dtype unused).
+  std::optional<IndexTensorView::Type> index = std::nullopt;
 };
 
 // Writes `tensors` back to back after a JSON header padded to 8 bytes. fill(i, bytes) writes

@@ -19,7 +19,9 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 // What each tensor of a head is; its index is the tensor's random stream, the same in both layouts.
-enum Role { kFc, kQ, kK, kV, kO, kGate, kUp, kDown, kInputNorm, kHiddenNorm, kPostNorm, kNorm, kLmHead, kEmbed, kD2t, kT2d };
+enum Role {
+  kFc, kQ, kK, kV, kO, kGate, kUp, kDown, kInputNorm, kHiddenNorm, kPostNorm, kNorm, kLmHead, kEmbed, kD2t, kT2d
+};
 
 struct HeadTensor {
   Role role;
@@ -63,7 +65,8 @@ json config_json(const ModelConfig& target, const ModelConfig& layer, const Rand
     l["draft_vocab_size"] = draft_vocab;
     l["target_hidden_size"] = target.hidden_size;
     if (o.norm_before_residual) l["norm_before_residual"] = true;
-    if (!o.tap_ids.empty()) l["eagle_config"] = {{"eagle_aux_hidden_state_layer_ids", o.tap_ids}, {"use_aux_hidden_state", true}};
+    if (!o.tap_ids.empty())
+      l["eagle_config"] = {{"eagle_aux_hidden_state_layer_ids", o.tap_ids}, {"use_aux_hidden_state", true}};
     return l;
   }
   l.erase("architectures");

@@ -41,9 +41,10 @@ int optional_int(const json& j, const char* key, const std::string& origin, int 
   return it->get<int>();
 }
 
-bool optional_bool(const json& j, const char* key, const std::string& origin) {
+// j[key] as a bool; `fallback` when absent or null.
+bool optional_bool(const json& j, const char* key, const std::string& origin, bool fallback) {
   const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return false;
+  if (it == j.end() || it->is_null()) return fallback;
   SPECULA_CHECK(it->is_boolean(), origin, ": key '", key, "' must be a boolean, got ", it->dump());
   return it->get<bool>();
 }
@@ -136,7 +137,8 @@ HeadModel::HeadModel(const std::string& dir, const ModelConfig& target) : dir_(d
     c.layout = HeadLayout::kEagle;
   } else {
     // The EAGLE reference's own heads say LlamaForCausalLM, as EAGLE-1/2 heads do: the weights tell.
-    SPECULA_CHECK(has(arch, "LlamaForCausalLM"), origin, ": key 'architectures' = ", j.value("architectures", json()).dump(),
+    SPECULA_CHECK(has(arch, "LlamaForCausalLM"), origin, ": key 'architectures' = ",
+                  j.value("architectures", json()).dump(),
                   " is not an EAGLE-3 head (expected \"LlamaForCausalLMEagle3\", \"LlamaForCausalLM\" with "
                   "midlayer.* tensors, or key 'speculators_model_type' = \"eagle3\")");
     c.layout = HeadLayout::kEagle;
@@ -167,6 +169,9 @@ HeadModel::HeadModel(const std::string& dir, const ModelConfig& target) : dir_(d
   const ModelConfig& l = c.layer;
   SPECULA_CHECK(l.vocab_size == target.vocab_size, layer_origin, ": key 'vocab_size' = ", l.vocab_size,
                 " differs from the target's vocab_size ", target.vocab_size);
+  // speculators writes draft_vocab_size always, and reads 32000 where it is absent: required there.
+  SPECULA_CHECK(c.layout == HeadLayout::kEagle || top->contains("draft_vocab_size"), origin,
+                ": missing key 'draft_vocab_size'");
   c.draft_vocab_size = optional_int(*top, "draft_vocab_size", origin, l.vocab_size);
   SPECULA_CHECK(c.draft_vocab_size <= l.vocab_size, origin, ": key 'draft_vocab_size' = ", c.draft_vocab_size,
                 " exceeds the vocab_size ", l.vocab_size);
@@ -174,7 +179,9 @@ HeadModel::HeadModel(const std::string& dir, const ModelConfig& target) : dir_(d
   SPECULA_CHECK(c.target_hidden_size == target.hidden_size, origin, ": key 'target_hidden_size' = ",
                 c.target_hidden_size, top->contains("target_hidden_size") ? "" : " (absent: the head's hidden_size)",
                 " differs from the target's hidden_size ", target.hidden_size);
-  c.norm_before_residual = optional_bool(*top, "norm_before_residual", origin);
+  c.norm_before_residual = optional_bool(*top, "norm_before_residual", origin, false);
+  SPECULA_CHECK(!optional_bool(*top, "norm_before_fc", origin, false), origin,
+                ": key 'norm_before_fc' = true (an RMSNorm over the taps before fc) is not implemented yet");
 
   // Tap layers, converted to inputs of target layers.
   std::optional<std::vector<int>> ids;
@@ -183,6 +190,9 @@ HeadModel::HeadModel(const std::string& dir, const ModelConfig& target) : dir_(d
   if (c.layout == HeadLayout::kEagle) {
     if (const auto e = j.find("eagle_config"); e != j.end() && !e->is_null()) {
       SPECULA_CHECK(e->is_object(), origin, ": key 'eagle_config' must be an object, got ", e->dump());
+      SPECULA_CHECK(optional_bool(*e, "use_aux_hidden_state", origin + ": eagle_config", true), origin,
+                    ": key 'eagle_config.use_aux_hidden_state' = false (a head fed one target state, no fc) is not "
+                    "implemented yet");
       ids = optional_ids(*e, "eagle_aux_hidden_state_layer_ids", origin + ": eagle_config");
       tap_key = "eagle_config.eagle_aux_hidden_state_layer_ids";
       convention = "the output of target layer";
@@ -268,7 +278,8 @@ HeadModel::HeadModel(const std::string& dir, const ModelConfig& target) : dir_(d
       const int64_t offset = d2t_->at(i);
       const int64_t id = offset >= -vocab && offset <= vocab ? i + offset : -1;  // no overflow for any offset
       SPECULA_CHECK(id >= 0 && id < vocab, d2t_->origin, ": tensor 'd2t' maps draft id ", i, " to target id ", i, " + ",
-                    offset, id >= 0 ? " = " + std::to_string(id) : std::string(), ", outside the target's vocabulary [0, ",
+                    offset, id >= 0 ? " = " + std::to_string(id) : std::string(),
+                    ", outside the target's vocabulary [0, ",
                     vocab, ")");
       draft_to_target_[i] = static_cast<int>(id);
     }
@@ -285,7 +296,8 @@ HeadModel::HeadModel(const std::string& dir, const ModelConfig& target) : dir_(d
       const bool mapped = draft_of[t] >= 0;
       SPECULA_CHECK(mapped == (t2d_->at(t) != 0), t2d_->origin, ": tensor 't2d' disagrees with 'd2t' at target id ", t,
                     ": t2d[", t, "] = ", mapped ? "false" : "true", " but ",
-                    mapped ? "draft id " + std::to_string(draft_of[t]) + " maps to it" : std::string("no draft id maps to it"));
+                    mapped ? "draft id " + std::to_string(draft_of[t]) + " maps to it"
+                           : std::string("no draft id maps to it"));
     }
   }
 

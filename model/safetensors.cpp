@@ -36,8 +36,8 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 DType tensor_dtype(const std::string& s, const std::string& path, const std::string& tensor, bool index_tensors) {
   // Safetensors spells dtypes in capitals; "bf16" is not a safetensors dtype.
   if (const auto t = parse_dtype(s); t && s == dtype_name(*t)) return *t;
-  throw SpeculaError(detail::concat(path, ": tensor '", tensor, "' has unsupported dtype '", s, "' (supported: F32, F16, BF16",
-                                    index_tensors ? ", I64, I32, BOOL)" : ")"));
+  throw SpeculaError(detail::concat(path, ": tensor '", tensor, "' has unsupported dtype '", s,
+                                    "' (supported: F32, F16, BF16", index_tensors ? ", I64, I32, BOOL)" : ")"));
 }
 
 // Whether `s` names an index tensor's dtype, and which (into `type`).
@@ -157,13 +157,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path, bool index_tensors) : 
       uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
       SPECULA_CHECK(begin <= end && end <= data_size, path, ": tensor '", name, "': data_offsets [",
                     begin, ", ", end, ") out of range of the data section (", data_size, " bytes)");
-      uint64_t expected = index ? index_type_size(index_kind) : dtype_size(t.dtype);  // shape x dtype size, without overflowing
+      // shape x dtype size, without overflowing
+      uint64_t expected = index ? index_type_size(index_kind) : dtype_size(t.dtype);
       for (int64_t d : t.shape) {
         SPECULA_CHECK(!__builtin_mul_overflow(expected, static_cast<uint64_t>(d), &expected), path, ": tensor '",
                       name, "': shape ", shape_str(t.shape), " is too large");
       }
       SPECULA_CHECK(end - begin == expected, path, ": tensor '", name, "': ", end - begin, " bytes but shape ",
-                    shape_str(t.shape), " x ", index ? index_type_name(index_kind) : dtype_name(t.dtype), " needs ", expected);
+                    shape_str(t.shape), " x ", index ? index_type_name(index_kind) : dtype_name(t.dtype), " needs ",
+                    expected);
       t.data = data + begin;
       ranges.push_back({begin, end, name});
       if (index) {
@@ -221,8 +223,8 @@ Checkpoint::Checkpoint(const std::string& dir, bool index_tensors) : dir_(dir) {
     files_.push_back(std::make_unique<SafetensorsFile>((fs::path(dir) / name).string(), index_tensors));
     for (const auto& [tname, view] : files_.back()->tensors()) {
       const auto index = index_tensors_.find(tname);
-      SPECULA_CHECK(index == index_tensors_.end(), dir, ": tensor '", tname, "' appears in both ", index->second->origin,
-                    " and ", view.origin);
+      SPECULA_CHECK(index == index_tensors_.end(), dir, ": tensor '", tname, "' appears in both ",
+                    index->second->origin, " and ", view.origin);
       auto [it, inserted] = tensors_.emplace(tname, &view);
       SPECULA_CHECK(inserted, dir, ": tensor '", tname, "' appears in both ", it->second->origin,
                     " and ", view.origin);

@@ -151,7 +151,8 @@ class Reference {
   // (appended as the next slot).
   Result row(int token, int position, const std::vector<double>& x, const std::vector<int>& visible) {
     const ModelConfig& l = c_.layer;
-    const int hidden = l.hidden_size, hd = l.head_dim(), heads = l.num_attention_heads, kv_heads = l.num_key_value_heads;
+    const int hidden = l.hidden_size, hd = l.head_dim();
+    const int heads = l.num_attention_heads, kv_heads = l.num_key_value_heads;
     const double eps = l.rms_norm_eps;
     std::vector<float> e(static_cast<std::size_t>(hidden));
     cpu::weight_row(embed_, token, e.data());
@@ -166,7 +167,8 @@ class Reference {
           const double angle = double(position) * double(inv_freq_[i]);
           double& x0 = t[h * hd + i];
           double& x1 = t[h * hd + i + hd / 2];
-          const double r0 = x0 * std::cos(angle) - x1 * std::sin(angle), r1 = x1 * std::cos(angle) + x0 * std::sin(angle);
+          const double r0 = x0 * std::cos(angle) - x1 * std::sin(angle);
+          const double r1 = x1 * std::cos(angle) + x0 * std::sin(angle);
           x0 = r0;
           x1 = r1;
         }
@@ -207,7 +209,8 @@ class Reference {
 
  private:
   const HeadConfig& c_;
-  std::vector<double> fc_, q_, k_, v_, o_, gate_, up_, down_, input_norm_, hidden_norm_, post_norm_, final_norm_, lm_head_;
+  std::vector<double> fc_, q_, k_, v_, o_, gate_, up_, down_;
+  std::vector<double> input_norm_, hidden_norm_, post_norm_, final_norm_, lm_head_;
   const TensorView& embed_;
   std::vector<float> inv_freq_;
   std::vector<std::vector<double>> keys_, values_;  // [slot][kv_dim]
@@ -429,7 +432,8 @@ TEST_CASE("EAGLE-3 head: the CPU forward matches a plain double forward", "[head
     bool narrow, embed, norm_before_residual;
     int draft_vocab;
   };
-  for (const Case& k : {Case{"EAGLE, the target's shape and embedding, full vocabulary", HeadLayout::kEagle, false, false, false, 0},
+  for (const Case& k : {Case{"EAGLE, the target's shape and embedding, full vocabulary", HeadLayout::kEagle, false,
+                             false, false, 0},
                         Case{"speculators, narrow layer, own embedding, norm before residual, draft vocabulary 200",
                              HeadLayout::kSpeculators, true, true, true, 200}}) {
     INFO(k.name);
@@ -557,6 +561,21 @@ TEST_CASE("EAGLE-3 head: malformed and unsupported heads are refused by name", "
     CHECK_THROWS_WITH(HeadModel(dir.path.string(), t),
                       Contains("config.json") && Contains("MistralForCausalLM") && Contains("not an EAGLE-3 head"));
   }
+  SECTION("speculators without draft_vocab_size, norm_before_fc, an EAGLE head without taps") {
+    TempDir a, b, c;
+    written(a, speculators);
+    edit_config(a, [](nlohmann::json& j) { j.erase("draft_vocab_size"); });
+    CHECK_THROWS_WITH(HeadModel(a.path.string(), t),
+                      Contains("config.json") && Contains("missing key 'draft_vocab_size'"));
+    written(b, speculators);
+    edit_config(b, [](nlohmann::json& j) { j["norm_before_fc"] = true; });
+    CHECK_THROWS_WITH(HeadModel(b.path.string(), t),
+                      Contains("'norm_before_fc' = true") && Contains("not implemented yet"));
+    written(c, eagle);
+    edit_config(c, [](nlohmann::json& j) { j["eagle_config"] = {{"use_aux_hidden_state", false}}; });
+    CHECK_THROWS_WITH(HeadModel(c.path.string(), t),
+                      Contains("'eagle_config.use_aux_hidden_state' = false") && Contains("not implemented yet"));
+  }
   SECTION("more than one decoder layer") {
     TempDir dir;
     written(dir, speculators);
@@ -590,7 +609,8 @@ TEST_CASE("EAGLE-3 head: malformed and unsupported heads are refused by name", "
     o = speculators;
     o.tap_ids = {-1, 2, 3};
     written(b, o);
-    CHECK_THROWS_WITH(HeadModel(b.path.string(), t), Contains("'eagle_aux_hidden_state_layer_ids'") && Contains("layer id -1"));
+    CHECK_THROWS_WITH(HeadModel(b.path.string(), t),
+                      Contains("'eagle_aux_hidden_state_layer_ids'") && Contains("layer id -1"));
     TempDir c;
     written(c, eagle);
     ModelConfig shallow = t;
@@ -642,14 +662,16 @@ TEST_CASE("EAGLE-3 head: malformed and unsupported heads are refused by name", "
     written(a, eagle);
     edit_config(a, [](nlohmann::json& j) { j["intermediate_size"] = 100; });
     CHECK_THROWS_WITH(HeadModel(a.path.string(), t),
-                      Contains("model.safetensors") && Contains("'midlayer.mlp.gate_proj.weight' has shape [128, 64]") &&
+                      Contains("model.safetensors") &&
+                          Contains("'midlayer.mlp.gate_proj.weight' has shape [128, 64]") &&
                           Contains("expected [100, 64]"));
     // A second shard holding a bias the head does not have.
     written(b, speculators);
     write_safetensors(b.file("extra.safetensors"), {{"layers.0.self_attn.q_proj.bias", DType::F32, {128}}},
                       [](std::size_t, std::span<unsigned char>) {});
     std::ofstream(b.path / "model.safetensors.index.json")
-        << R"({"weight_map": {"fc.weight": "model.safetensors", "layers.0.self_attn.q_proj.bias": "extra.safetensors"}})";
+        << R"({"weight_map": {"fc.weight": "model.safetensors",)"
+        << R"( "layers.0.self_attn.q_proj.bias": "extra.safetensors"}})";
     CHECK_THROWS_WITH(HeadModel(b.path.string(), t),
                       Contains("extra.safetensors") && Contains("unknown tensor 'layers.0.self_attn.q_proj.bias'"));
   }
