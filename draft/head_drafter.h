@@ -1,54 +1,64 @@
 // defines: HeadDrafter, the proposer that drafts with a head on the target's hidden states
-// (EAGLE-3): a chain or a static tree of any topology, grown level by level on the head's own
-// paged cache. Its step, for committed tokens t_0 .. t_{n-1} (t_{n-1} the root, not yet in the
+// (EAGLE-3): a chain, a static tree of any topology or a dynamic tree (draft/tree_growth.h),
+// grown on the head's own paged cache. Its step, for committed tokens t_0 .. t_{n-1} (t_{n-1} the root, not yet in the
 // target's cache):
 //   - the head's cache holds one entry per committed token t_j, j >= 1, fed with the target's
 //     states of t_{j-1} (read from the target cache's state store, KvCache::keep_states)
 //     projected by the head's fc, at RoPE position j; the catch-up feeds the entries it lacks,
 //     the root's last, whose logits are the root's draft distribution;
 //   - a tree node's entry is fed with the output state of its parent context's entry (the
-//     root context's: the root's entry), at position root position + depth;
+//     root context's: the root's entry), at position root position + depth, one head forward
+//     per feed the tree's growth asks for;
 //   - after verification every tree entry is dropped (the next catch-up feeds the accepted
 //     tokens again, with the target's states of the path the target verified).
-// The head's forwards run inside start(), one per tree level: heads do not batch across
-// sequences yet.
+// The head's forwards run inside start(): heads do not batch across sequences yet.
 #pragma once
 
 #include <vector>
 
 #include "draft/drafter.h"
 #include "draft/model_drafter.h"
-#include "draft/tree_topology.h"
+#include "draft/tree_growth.h"
 #include "engine/head_forward.h"
 #include "sampling/logit_controls.h"
 
 namespace specula {
 
+// Feeds `seq` of head.cache (which holds the entries of tokens[1 .. cached]) the entries of
+// tokens[cached + 1 .. tokens.size()): token j with the target's states of slot j - 1 of
+// `target_seq` (target_cache must hold them), at position j, in one forward.
+//   logits: out [draft_vocab] of the last entry; out: out [entries, hidden] each entry's output state
+void feed_head_entries(const HeadForwardContext& head, KvCache::SeqId seq, KvCache& target_cache,
+                       KvCache::SeqId target_seq, std::span<const int> tokens, std::vector<float>& logits,
+                       std::vector<float>& out);
+
 class HeadDrafter : public Drafter {
  public:
-  // `seq`: this drafter's sequence in head.cache (owned, freed on destruction). The target's
+  // `seq`: this drafter's sequence in head.cache (owned, freed on destruction; it may hold a
+  // prefix of the entries already, feed_head_entries, as a fork of its prompt's). The target's
   // states of `target_seq` are read from `target_cache`, which keeps the head's tap layers.
-  // `stochastic`: children are sampled from `distribution` (chains i.i.d., trees without
-  // replacement) and q is returned; otherwise they are its top-k.
+  // `stochastic`: children are sampled from `distribution` (chains i.i.d., static trees
+  // without replacement) and q is returned; otherwise they are its top-k.
   HeadDrafter(const HeadForwardContext& head, KvCache::SeqId seq, KvCache& target_cache, KvCache::SeqId target_seq,
-              DistributionFn distribution, bool stochastic, TreeTopology topology, RowControls controls = {});
+              DistributionFn distribution, bool stochastic, TreeShape shape, RowControls controls = {});
   ~HeadDrafter() override;
   HeadDrafter(const HeadDrafter&) = delete;
   HeadDrafter& operator=(const HeadDrafter&) = delete;
 
   void start(std::span<const int> committed, DraftBound bound, Philox& rng) override;
   int catch_up_rows(int committed) const override { return std::max(0, committed - 2 - head_.cache.length(seq_)); }
-  Proposal take_proposal() override { return std::move(proposal_); }
+  Proposal take_proposal() override { return growth_.take(head_.target.vocab_size); }
   void accept(const TokenTree& tree, std::span<const int> accepted_nodes, std::span<const int> committed) override;
 
   int draft_forwards() const { return forwards_; }
+  int gamma() const { return growth_.gamma(); }  // the chain length the next proposal starts from
 
  private:
   int hidden() const { return head_.head.config().hidden_size(); }
   // Feeds the catch-up rows; leaves the root's q and output state.
   void catch_up(std::span<const int> committed);
-  // Feeds nodes [first, last) of the tree; appends their q rows and output states.
-  void feed(int first, int last);
+  // Feeds the tree's nodes of `feed`; appends their q rows and output states.
+  void feed(NodeFeed feed);
   // q of `context` from the head's logits over its draft vocabulary (tokens outside it: q = 0).
   void context_distribution(std::span<const float> draft_logits, int context);
 
@@ -58,20 +68,17 @@ class HeadDrafter : public Drafter {
   KvCache::SeqId target_seq_;
   DistributionFn distribution_;
   RowControls controls_;
-  bool stochastic_;
-  TreeTopology topology_;
-  std::vector<std::vector<int>> topology_children_;
+  TreeGrowth growth_;
   int forwards_ = 0;
 
   // The proposal in progress.
-  Proposal proposal_;
   std::span<const int> committed_;
   int root_position_ = 0;
   int prefix_end_ = 0;                 // head cache length before the tree's entries
   std::vector<float> context_out_;     // [contexts fed, hidden] output state of each context's entry
   // Scratch.
   std::vector<int> tokens_, positions_;
-  std::vector<float> taps_, x_, logits_, out_, row_, edited_;
+  std::vector<float> x_, logits_, out_, row_, edited_;
   std::vector<int> path_;
 };
 

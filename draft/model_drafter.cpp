@@ -1,22 +1,8 @@
 #include "draft/model_drafter.h"
 
-#include <algorithm>
 #include <cassert>
-#include <cmath>
-
-#include "base/error.h"
-#include "draft/sibling_draw.h"
 
 namespace specula {
-namespace {
-
-// How the children of every context are drawn, given the proposer's configuration.
-SiblingDraw draw_mode(bool stochastic, const TreeShape& shape) {
-  if (!stochastic || shape.dynamic_budget > 0) return SiblingDraw::kTopK;
-  return shape.topology.is_chain() ? SiblingDraw::kSampled : SiblingDraw::kWithoutReplacement;
-}
-
-}  // namespace
 
 ModelDrafter::ModelDrafter(const ForwardContext& draft, KvCache::SeqId seq, DistributionFn distribution,
                            bool stochastic, TreeShape shape, RowControls controls)
@@ -24,12 +10,7 @@ ModelDrafter::ModelDrafter(const ForwardContext& draft, KvCache::SeqId seq, Dist
       seq_(seq),
       distribution_(std::move(distribution)),
       controls_(controls),
-      stochastic_(stochastic),
-      shape_(std::move(shape)),
-      gamma_(shape_.topology.depth()),
-      topology_children_(shape_.topology.children()) {
-  SPECULA_CHECK(shape_.dynamic_budget > 0 || shape_.topology.size() > 0, "draft: empty tree shape");
-}
+      growth_(stochastic, std::move(shape)) {}
 
 ModelDrafter::~ModelDrafter() { draft_.cache.free(seq_); }
 
@@ -37,41 +18,37 @@ void ModelDrafter::start(std::span<const int> committed, DraftBound bound, Philo
   const int cached = draft_.cache.length(seq_);
   const int total = static_cast<int>(committed.size());
   assert(cached < total);
-  rng_ = &rng;
   committed_ = committed;
-  max_depth_ = bound.max_depth;
-  stop_below_ = bound.stop_below;
-  siblings_ = bound.siblings;
-  max_nodes_ = bound.max_nodes;
-  confidence_ = 1;
   root_position_ = total - 1;
   prefix_end_ = total;
-  fed_nodes_ = 0;
-  proposal_ = Proposal{TokenTree(draw_mode(stochastic_, shape_)), {}};
+  growth_.begin(bound, rng);
 
   // Catch up: every committed token not yet in the draft cache (the root at least).
   pending_positions_.resize(static_cast<std::size_t>(total - cached));
   for (int i = cached; i < total; ++i) pending_positions_[static_cast<std::size_t>(i - cached)] = i;
   pending_ = SequenceRows{seq_, committed.subspan(static_cast<std::size_t>(cached)), pending_positions_, {},
                           RowLogits::kLast};
-  phase_ = Phase::kCatchUp;
+  catching_up_ = true;
 }
 
-void ModelDrafter::request_feed(int first, int last) {
-  const TokenTree& tree = proposal_.tree;
+void ModelDrafter::request_feed() {
+  if (!growth_.pending()) return;
+  const auto [first, last] = *growth_.pending();
+  const TokenTree& tree = growth_.proposal().tree;
   pending_positions_.resize(static_cast<std::size_t>(last - first));
   for (int i = first; i < last; ++i)
     pending_positions_[static_cast<std::size_t>(i - first)] = root_position_ + tree.depth[static_cast<std::size_t>(i)];
   pending_ = SequenceRows{seq_, std::span(tree.tokens).subspan(static_cast<std::size_t>(first), static_cast<std::size_t>(last - first)),
                           pending_positions_, std::span(tree.parent).first(static_cast<std::size_t>(last)),
                           RowLogits::kAll};
-  feeding_first_ = first;
-  feeding_last_ = last;
 }
 
-void ModelDrafter::context_distribution(std::span<const float> logits, int context, std::span<float> q) {
-  if (controls_.active()) proposal_.tree.path_tokens(context, path_);
-  distribution_(controls_.edited(logits, committed_, path_, edited_), q);
+void ModelDrafter::context_distribution(std::span<const float> logits, int context) {
+  Proposal& proposal = growth_.proposal();
+  if (controls_.active()) proposal.tree.path_tokens(context, path_);
+  const std::size_t v = static_cast<std::size_t>(vocab());
+  proposal.q.resize(proposal.q.size() + v);
+  distribution_(controls_.edited(logits, committed_, path_, edited_), std::span(proposal.q).last(v));
 }
 
 void ModelDrafter::forward_done(std::span<const float> logits) {
@@ -79,149 +56,31 @@ void ModelDrafter::forward_done(std::span<const float> logits) {
   pending_.reset();
   ++forwards_;
   const std::size_t v = static_cast<std::size_t>(vocab());
-  if (phase_ == Phase::kCatchUp) {
-    proposal_.q.resize(v);
-    context_distribution(logits.first(v), 0, proposal_.q);
-    if (max_depth_ <= 0) {
-      phase_ = Phase::kDone;
-    } else if (shape_.dynamic_budget > 0) {
-      phase_ = Phase::kDynamic;
-      candidates_ = {};
-      node_score_.clear();
-      pushed_ = 0;
-      push_children(0, 0.0);
-      advance_dynamic();
-    } else {
-      phase_ = Phase::kStatic;
-      if (shape_.adaptive) topology_children_ = chain_topology(gamma_).children();
-      level_ = 0;
-      frontier_.assign(1, {0, 0});
-      advance_static();
-    }
-    return;
+  if (catching_up_) {
+    catching_up_ = false;
+    context_distribution(logits.first(v), 0);
+    growth_.root_ready(vocab());
+    return request_feed();
   }
   // A feed: one q row per fed node, in node order.
-  for (int i = 0; i < feeding_last_ - feeding_first_; ++i) {
-    proposal_.q.resize(proposal_.q.size() + v);
-    context_distribution(logits.subspan(static_cast<std::size_t>(i) * v, v), feeding_first_ + i + 1,
-                         std::span(proposal_.q).last(v));
-  }
-  fed_nodes_ = feeding_last_;
-  if (phase_ == Phase::kStatic) {
-    advance_static();
-  } else {
-    for (int node = feeding_first_; node < feeding_last_; ++node)
-      if (proposal_.tree.depth[static_cast<std::size_t>(node)] < max_depth_)
-        push_children(node + 1, node_score_[static_cast<std::size_t>(node)]);
-    advance_dynamic();
-  }
-}
-
-void ModelDrafter::advance_static() {
-  const std::size_t v = static_cast<std::size_t>(vocab());
-  TokenTree& tree = proposal_.tree;
-  while (level_ < max_depth_ && !frontier_.empty()) {
-    const int first = tree.size();
-    std::vector<std::pair<int, int>> next;
-    for (const auto& [context, shape_context] : frontier_) {
-      const std::vector<int>& shape_children = topology_children_[static_cast<std::size_t>(shape_context)];
-      if (shape_children.empty()) continue;
-      const auto q_row = std::span<const float>(proposal_.q).subspan(static_cast<std::size_t>(context) * v, v);
-      const int k = static_cast<int>(shape_children.size());
-      const std::vector<int> drawn = draw_siblings(q_row, k, tree.draw[static_cast<std::size_t>(context)], *rng_);
-      for (std::size_t rank = 0; rank < drawn.size(); ++rank) {
-        const int node = tree.add_node(context - 1, drawn[rank]);
-        confidence_ *= q_row[static_cast<std::size_t>(drawn[rank])];
-        next.emplace_back(node + 1, shape_children[rank] + 1);
-      }
-    }
-    const int last = tree.size();
-    frontier_ = std::move(next);
-    ++level_;
-    // Leaves of the topology need no draft forward: a level of leaves ends the tree.
-    const bool grows = std::any_of(frontier_.begin(), frontier_.end(), [&](const auto& f) {
-      return !topology_children_[static_cast<std::size_t>(f.second)].empty();
-    });
-    if (level_ == max_depth_ || last == first || !grows) break;
-    // A chain (one node a level so far) whose draft doubts it stops here.
-    if (last == level_ && confidence_ < stop_below_) {
-      proposal_.stopped = true;
-      break;
-    }
-    return request_feed(first, last);
-  }
-  phase_ = Phase::kDone;
-  add_siblings();
-}
-
-void ModelDrafter::add_siblings() {
-  TokenTree& tree = proposal_.tree;
-  const int chain = tree.size();  // one node a level: a chain
-  const int wanted = max_nodes_ > 0 ? std::min(siblings_, max_nodes_ - chain) : siblings_;
-  if (chain != static_cast<int>(level_) || chain == 0 || wanted <= 0) return;
-  // x_1 was drawn from q (sampled) or is its most probable token (greedy): the others are the
-  // next draws without replacement, or the next most probable.
-  const auto root_q = std::span<const float>(proposal_.q).first(static_cast<std::size_t>(vocab()));
-  const SiblingDraw mode = stochastic_ ? SiblingDraw::kWithoutReplacement : SiblingDraw::kTopK;
-  const std::vector<int> others = draw_siblings(root_q, wanted, mode, *rng_, tree.tokens.front());
-  if (stochastic_ && !others.empty()) tree.draw.front() = SiblingDraw::kWithoutReplacement;
-  for (int x : others) tree.add_node(-1, x);
-  proposal_.siblings = static_cast<int>(others.size());
-}
-
-void ModelDrafter::push_children(int context, double base) {
-  const std::size_t v = static_cast<std::size_t>(vocab());
-  const auto q_row = std::span<const float>(proposal_.q).subspan(static_cast<std::size_t>(context) * v, v);
-  Philox unused(0);  // kTopK draws read no random numbers
-  for (int token : draw_siblings(q_row, shape_.dynamic_top_k, SiblingDraw::kTopK, unused))
-    candidates_.push({base + std::log(double(q_row[static_cast<std::size_t>(token)])), pushed_++, context - 1, token});
-}
-
-void ModelDrafter::advance_dynamic() {
-  TokenTree& tree = proposal_.tree;
-  while (tree.size() < shape_.dynamic_budget && !candidates_.empty()) {
-    const int first = tree.size();
-    while (tree.size() < shape_.dynamic_budget && tree.size() - first < shape_.dynamic_width && !candidates_.empty()) {
-      const Candidate best = candidates_.top();
-      candidates_.pop();
-      tree.add_node(best.parent, best.token);
-      node_score_.push_back(best.score);
-    }
-    const int last = tree.size();
-    if (tree.size() >= shape_.dynamic_budget) break;
-    const bool expandable = std::any_of(tree.depth.begin() + first, tree.depth.end(), [&](int d) { return d < max_depth_; });
-    if (!expandable) continue;  // leaves at max_depth need no draft forward
-    return request_feed(fed_nodes_, last);  // fed nodes stay a prefix of node order
-  }
-  phase_ = Phase::kDone;
+  const NodeFeed feed = *growth_.pending();
+  for (int i = 0; i < feed.last - feed.first; ++i)
+    context_distribution(logits.subspan(static_cast<std::size_t>(i) * v, v), feed.first + i + 1);
+  growth_.fed(feed, vocab());
+  request_feed();
 }
 
 Proposal ModelDrafter::take_proposal() {
-  assert(phase_ == Phase::kDone && !pending_);
-  phase_ = Phase::kIdle;
-  const std::size_t v = static_cast<std::size_t>(vocab());
-  const bool needs_q = std::any_of(proposal_.tree.draw.begin(), proposal_.tree.draw.end(),
-                                   [](SiblingDraw d) { return d != SiblingDraw::kTopK; });
-  if (needs_q && proposal_.tree.size() > 0) {
-    proposal_.q.resize(static_cast<std::size_t>(proposal_.tree.num_contexts()) * v, 0.0f);  // unfed leaves
-  } else {
-    proposal_.q.clear();
-  }
-  return std::move(proposal_);
+  assert(!pending_);
+  return growth_.take(vocab());
 }
 
 void ModelDrafter::accept(const TokenTree& tree, std::span<const int> accepted_nodes, std::span<const int>) {
   std::vector<int> fed_path;
   for (int node : accepted_nodes)
-    if (node < fed_nodes_) fed_path.push_back(node);
+    if (node < growth_.fed_nodes()) fed_path.push_back(node);
   draft_.cache.commit(seq_, prefix_end_, fed_path);
-  if (shape_.adaptive && shape_.dynamic_budget == 0) {
-    const int drafted = tree.size();
-    if (drafted > 0 && static_cast<int>(accepted_nodes.size()) == drafted)
-      gamma_ = std::min(gamma_ + 1, kMaxAdaptiveGamma);
-    else if (static_cast<int>(accepted_nodes.size()) < drafted)
-      gamma_ = std::max(gamma_ - 1, 1);
-  }
+  growth_.accepted(tree.size(), static_cast<int>(accepted_nodes.size()));
 }
 
 }  // namespace specula

@@ -140,7 +140,8 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   in_range("draft.gamma", d.gamma, 1, kMaxGamma);
   in_range("draft.budget", d.tree_budget, 0, kMaxTreeNodes);
   in_range("draft.siblings", d.siblings, 0, kMaxTreeNodes);
-  SPECULA_CHECK(d.siblings == 0 || (d.method == DraftMethod::kModel && d.drafts_chain() && !d.adaptive &&
+  const bool runs_model = d.method == DraftMethod::kModel || d.method == DraftMethod::kEagle3;
+  SPECULA_CHECK(d.siblings == 0 || (runs_model && d.drafts_chain() && !d.adaptive &&
                                     o.gamma_policy == GammaPolicy::kFixed && o.sampling.strategy != Strategy::kBeam),
                 names.at("draft.siblings"), " ", d.siblings, " adds candidates for the first token of a draft model's ",
                 "fixed-length chain: it needs ", names.name("draft.path"), " DIR and excludes ", names.name("draft.tree"),
@@ -161,7 +162,7 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
     for (const std::vector<double>& row : d.sequoia)
       SPECULA_CHECK(row.size() <= static_cast<std::size_t>(kMaxSequoiaRanks), where, " has a row of ", row.size(),
                     " ranks, more than ", kMaxSequoiaRanks);
-    SPECULA_CHECK(d.method == DraftMethod::kModel && d.tree.empty() && d.tree_budget >= 1 &&
+    SPECULA_CHECK(runs_model && d.tree.empty() && d.tree_budget >= 1 &&
                       d.tree_budget <= kMaxSequoiaNodes,
                   where, " chooses a draft model's static tree of ", names.name("draft.budget"),
                   " nodes: it needs ", names.name("draft.path"), " DIR and ", names.name("draft.budget"), " in [1, ",
@@ -235,13 +236,10 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   }
   SPECULA_CHECK((d.method != DraftMethod::kModel && d.method != DraftMethod::kEagle3) || !d.model_dir.empty(),
                 names.at("draft.method"), " ", name_of(d.method), " needs ", names.name("draft.path"));
-  SPECULA_CHECK(d.method != DraftMethod::kEagle3 || (d.tree_budget == 0 && !d.adaptive &&
-                                                      o.gamma_policy == GammaPolicy::kFixed &&
-                                                      o.sampling.strategy != Strategy::kBeam),
-                names.at("draft.method"), " eagle3 drafts chains and static trees (", names.name("draft.gamma"), ", ",
-                names.name("draft.tree"), ") of a fixed length: it excludes ", names.name("draft.budget"), ", ",
-                names.name("draft.adaptive"), ", ", names.name("draft.gamma_policy"), " other than fixed and ",
-                names.name("sampling.strategy"), " beam");
+  SPECULA_CHECK(d.method != DraftMethod::kEagle3 ||
+                    (o.gamma_policy == GammaPolicy::kFixed && o.sampling.strategy != Strategy::kBeam),
+                names.at("draft.method"), " eagle3 excludes ", names.name("draft.gamma_policy"),
+                " other than fixed and ", names.name("sampling.strategy"), " beam");
   SPECULA_CHECK(d.tree.empty() || d.tree_budget == 0, names.where("draft.budget"), names.name("draft.tree"),
                 " (a static tree) and ", names.name("draft.budget"), " (a dynamic tree) exclude each other");
   SPECULA_CHECK(!d.adaptive || d.drafts_chain(), names.at("draft.adaptive"),

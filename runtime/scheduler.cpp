@@ -71,7 +71,9 @@ struct Scheduler::Request {
   HeadPool* head = nullptr;                // head drafter
   int forked = 0;                          // samples started
   int unfinished = 0;                      // started and not complete
-  KvCache::SeqId root_target = -1, root_draft = -1;  // the fed prompt while samples are still to fork
+  // The fed prompt while samples are still to fork: in the target's cache, the draft model's
+  // and the head's.
+  KvCache::SeqId root_target = -1, root_draft = -1, root_head = -1;
   std::vector<float> root_logits;          // plain: next-token logits after the prompt, [vocab]
   long counted_step = -1;                  // the last step counted in out.target_forwards
   ChainAcceptance own;                     // acceptance evidence of its chains
@@ -101,6 +103,8 @@ struct Scheduler::Request {
   }
 
   bool speculative() const { return options.draft.method != DraftMethod::kNone; }
+  // A new, empty sequence in its drafter's cache (a draft model's or a head's); -1 when it has none.
+  KvCache::SeqId new_draft_seq() const { return draft ? draft->cache.create() : head ? head->cache.create() : -1; }
   // The log-probability options.logprobs asks for of `token` drawn from `logits` (whose
   // sampler distribution is `probs`); nullopt when none is asked for.
   std::optional<TokenLogprob> logprob(std::span<const float> logits, std::span<const float> probs, int token) const {
@@ -288,6 +292,13 @@ void Scheduler::root_fed(Sequence& root, std::span<const float> logits) {
     std::vector<float> unused;
     r.root_draft = prefill(r.draft->context, std::span(root.tokens).first(static_cast<std::size_t>(root.feed_target())), unused);
   }
+  // The head's entries of the prompt, forked by every sample's drafter.
+  if (r.head && root.feed_target() > 1) {
+    std::vector<float> logits, out;
+    r.root_head = r.head->cache.create();
+    feed_head_entries(r.head->context, r.root_head, cache_, root.seq,
+                      std::span(root.tokens).first(static_cast<std::size_t>(root.feed_target())), logits, out);
+  }
   if (r.out.prefilled_s == 0) r.out.prefilled_s = now();
   r.root_logits.assign(logits.begin(), logits.end());
   const auto it = std::find_if(live_.begin(), live_.end(), [&](const auto& p) { return p.get() == &root; });
@@ -313,7 +324,8 @@ void Scheduler::fork_samples(Request& r) {
     live_.push_back(std::move(sample));
     // Its drafter's draft-model sequence: the prompt's copy, or an empty one that catches up.
     const auto draft_seq = [&r] {
-      return r.root_draft >= 0 ? r.draft->cache.fork(r.root_draft) : r.draft ? r.draft->cache.create() : -1;
+      if (r.root_head >= 0) return r.head->cache.fork(r.root_head);
+      return r.root_draft >= 0 ? r.draft->cache.fork(r.root_draft) : r.new_draft_seq();
     };
     if (!r.first_token_from_prompt()) {
       make_speculative(s, draft_seq());
@@ -343,12 +355,11 @@ std::unique_ptr<Drafter> Scheduler::make_drafter(Request& r, KvCache::SeqId targ
                                                  int gamma) {
   const DraftOptions& d = r.options.draft;
   if (d.method == DraftMethod::kNgram) return std::make_unique<NgramDrafter>(NgramConfig{d.ngram_min, d.ngram_max, d.gamma});
-  if (d.method == DraftMethod::kEagle3)
-    return std::make_unique<HeadDrafter>(r.head->context, r.head->cache.create(), cache_, target_seq,
-                                         r.draft_distribution, !r.sampler->is_greedy(), r.tree_shape.topology,
-                                         r.controls);
   TreeShape shape = r.tree_shape;
   if (shape.adaptive && gamma > 0) shape.topology = chain_topology(gamma);
+  if (d.method == DraftMethod::kEagle3)
+    return std::make_unique<HeadDrafter>(r.head->context, draft_seq, cache_, target_seq,
+                                         r.draft_distribution, !r.sampler->is_greedy(), std::move(shape), r.controls);
   return std::make_unique<ModelDrafter>(r.draft->context, draft_seq, r.draft_distribution, !r.sampler->is_greedy(),
                                         std::move(shape), r.controls);
 }
@@ -396,6 +407,8 @@ void Scheduler::drop_root(Request& r) {
   r.root_target = -1;
   if (r.root_draft >= 0) r.draft->cache.free(r.root_draft);
   r.root_draft = -1;
+  if (r.root_head >= 0) r.head->cache.free(r.root_head);
+  r.root_head = -1;
   r.root_logits.clear();
 }
 
@@ -448,6 +461,7 @@ void Scheduler::preempt(Sequence& s) {
     s.rng = s.spec->rng();
     std::unique_ptr<Drafter> drafter = s.spec->release_drafter();
     if (auto* md = dynamic_cast<ModelDrafter*>(drafter.get())) s.gamma = md->gamma();
+    if (auto* hd = dynamic_cast<HeadDrafter*>(drafter.get())) s.gamma = hd->gamma();
     r.out.draft_forwards += draft_forwards(*drafter);
     s.spec.reset();  // frees the target sequence
   } else {
@@ -499,7 +513,7 @@ void Scheduler::admit() {
     live_.insert(at, std::move(preempted_.front()));
     preempted_.erase(preempted_.begin());
     // A speculative sample of a one-token prompt has nothing to recompute but its drafter.
-    if (s.request->speculative() && s.feed_target() == 0) make_speculative(s, s.request->draft ? s.request->draft->cache.create() : -1);
+    if (s.request->speculative() && s.feed_target() == 0) make_speculative(s, s.request->new_draft_seq());
   }
   for (Request* r : std::vector<Request*>(parked_)) fork_samples(*r);
   while (!waiting_.empty() && room()) {
@@ -714,7 +728,8 @@ void Scheduler::settle(Sequence& s, int rows, std::span<const float> logits, con
   } else if (s.sample < 0) {
     settled.fed_roots.emplace_back(&s, logits);
   } else if (r.speculative()) {
-    make_speculative(s, r.draft ? r.draft->cache.create() : -1);  // recomputed: the drafter catches up
+    // Recomputed: the drafter catches up.
+    make_speculative(s, r.new_draft_seq());
   } else {
     const std::size_t vocab = logits.size();
     std::vector<float> probs(vocab), edited;

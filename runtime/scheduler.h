@@ -147,8 +147,8 @@ class Scheduler {
   void drop_root(Request& r);     // the fed prompt's target and draft sequences and logits
   void make_speculative(Sequence& s, KvCache::SeqId draft_seq);
   void unpark_newest();
-  // The drafter of a sample whose target sequence is `target_seq` (a model drafter's sequence
-  // is `draft_seq`; a head's is new).
+  // The drafter of a sample whose target sequence is `target_seq` and whose sequence in its
+  // drafter's cache (a draft model's or a head's) is `draft_seq`.
   std::unique_ptr<Drafter> make_drafter(Request& r, KvCache::SeqId target_seq, KvCache::SeqId draft_seq, int gamma);
   DraftPool& draft_pool(const DraftOptions& d);
   // The head's pool; its first use makes the target cache keep the head's tap layers.

@@ -1,0 +1,168 @@
+#include "draft/tree_growth.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+#include "base/error.h"
+#include "draft/sibling_draw.h"
+
+namespace specula {
+namespace {
+
+// How the children of every context are drawn, given the proposer's configuration.
+SiblingDraw draw_mode(bool stochastic, const TreeShape& shape) {
+  if (!stochastic || shape.dynamic_budget > 0) return SiblingDraw::kTopK;
+  return shape.topology.is_chain() ? SiblingDraw::kSampled : SiblingDraw::kWithoutReplacement;
+}
+
+}  // namespace
+
+TreeGrowth::TreeGrowth(bool stochastic, TreeShape shape)
+    : stochastic_(stochastic),
+      shape_(std::move(shape)),
+      gamma_(shape_.topology.depth()),
+      topology_children_(shape_.topology.children()) {
+  SPECULA_CHECK(shape_.dynamic_budget > 0 || shape_.topology.size() > 0, "draft: empty tree shape");
+}
+
+void TreeGrowth::begin(DraftBound bound, Philox& rng) {
+  rng_ = &rng;
+  max_depth_ = bound.max_depth;
+  stop_below_ = bound.stop_below;
+  siblings_ = bound.siblings;
+  max_nodes_ = bound.max_nodes;
+  confidence_ = 1;
+  fed_nodes_ = 0;
+  pending_.reset();
+  proposal_ = Proposal{TokenTree(draw_mode(stochastic_, shape_)), {}};
+}
+
+void TreeGrowth::root_ready(int vocab) {
+  if (max_depth_ <= 0) return;
+  if (shape_.dynamic_budget > 0) {
+    candidates_ = {};
+    node_score_.clear();
+    pushed_ = 0;
+    push_children(0, 0.0, vocab);
+    advance_dynamic();
+    return;
+  }
+  if (shape_.adaptive) topology_children_ = chain_topology(gamma_).children();
+  level_ = 0;
+  frontier_.assign(1, {0, 0});
+  advance_static(vocab);
+}
+
+void TreeGrowth::fed(NodeFeed feed, int vocab) {
+  assert(pending_ && pending_->first == feed.first && pending_->last == feed.last);
+  pending_.reset();
+  fed_nodes_ = feed.last;
+  if (shape_.dynamic_budget == 0) return advance_static(vocab);
+  for (int node = feed.first; node < feed.last; ++node)
+    if (proposal_.tree.depth[static_cast<std::size_t>(node)] < max_depth_)
+      push_children(node + 1, node_score_[static_cast<std::size_t>(node)], vocab);
+  advance_dynamic();
+}
+
+void TreeGrowth::advance_static(int vocab) {
+  const std::size_t v = static_cast<std::size_t>(vocab);
+  TokenTree& tree = proposal_.tree;
+  while (level_ < max_depth_ && !frontier_.empty()) {
+    const int first = tree.size();
+    std::vector<std::pair<int, int>> next;
+    for (const auto& [context, shape_context] : frontier_) {
+      const std::vector<int>& shape_children = topology_children_[static_cast<std::size_t>(shape_context)];
+      if (shape_children.empty()) continue;
+      const auto q_row = std::span<const float>(proposal_.q).subspan(static_cast<std::size_t>(context) * v, v);
+      const int k = static_cast<int>(shape_children.size());
+      const std::vector<int> drawn = draw_siblings(q_row, k, tree.draw[static_cast<std::size_t>(context)], *rng_);
+      for (std::size_t rank = 0; rank < drawn.size(); ++rank) {
+        const int node = tree.add_node(context - 1, drawn[rank]);
+        confidence_ *= q_row[static_cast<std::size_t>(drawn[rank])];
+        next.emplace_back(node + 1, shape_children[rank] + 1);
+      }
+    }
+    const int last = tree.size();
+    frontier_ = std::move(next);
+    ++level_;
+    // Leaves of the topology need no draft forward: a level of leaves ends the tree.
+    const bool grows = std::any_of(frontier_.begin(), frontier_.end(), [&](const auto& f) {
+      return !topology_children_[static_cast<std::size_t>(f.second)].empty();
+    });
+    if (level_ == max_depth_ || last == first || !grows) break;
+    // A chain (one node a level so far) whose draft doubts it stops here.
+    if (last == level_ && confidence_ < stop_below_) {
+      proposal_.stopped = true;
+      break;
+    }
+    pending_ = NodeFeed{first, last};
+    return;
+  }
+  add_siblings(vocab);
+}
+
+void TreeGrowth::add_siblings(int vocab) {
+  TokenTree& tree = proposal_.tree;
+  const int chain = tree.size();  // one node a level: a chain
+  const int wanted = max_nodes_ > 0 ? std::min(siblings_, max_nodes_ - chain) : siblings_;
+  if (chain != static_cast<int>(level_) || chain == 0 || wanted <= 0) return;
+  // x_1 was drawn from q (sampled) or is its most probable token (greedy): the others are the
+  // next draws without replacement, or the next most probable.
+  const auto root_q = std::span<const float>(proposal_.q).first(static_cast<std::size_t>(vocab));
+  const SiblingDraw mode = stochastic_ ? SiblingDraw::kWithoutReplacement : SiblingDraw::kTopK;
+  const std::vector<int> others = draw_siblings(root_q, wanted, mode, *rng_, tree.tokens.front());
+  if (stochastic_ && !others.empty()) tree.draw.front() = SiblingDraw::kWithoutReplacement;
+  for (int x : others) tree.add_node(-1, x);
+  proposal_.siblings = static_cast<int>(others.size());
+}
+
+void TreeGrowth::push_children(int context, double base, int vocab) {
+  const std::size_t v = static_cast<std::size_t>(vocab);
+  const auto q_row = std::span<const float>(proposal_.q).subspan(static_cast<std::size_t>(context) * v, v);
+  Philox unused(0);  // kTopK draws read no random numbers
+  for (int token : draw_siblings(q_row, shape_.dynamic_top_k, SiblingDraw::kTopK, unused))
+    candidates_.push({base + std::log(double(q_row[static_cast<std::size_t>(token)])), pushed_++, context - 1, token});
+}
+
+void TreeGrowth::advance_dynamic() {
+  TokenTree& tree = proposal_.tree;
+  while (tree.size() < shape_.dynamic_budget && !candidates_.empty()) {
+    const int first = tree.size();
+    while (tree.size() < shape_.dynamic_budget && tree.size() - first < shape_.dynamic_width && !candidates_.empty()) {
+      const Candidate best = candidates_.top();
+      candidates_.pop();
+      tree.add_node(best.parent, best.token);
+      node_score_.push_back(best.score);
+    }
+    const int last = tree.size();
+    if (tree.size() >= shape_.dynamic_budget) break;
+    const bool expandable = std::any_of(tree.depth.begin() + first, tree.depth.end(), [&](int d) { return d < max_depth_; });
+    if (!expandable) continue;  // leaves at max_depth need no draft forward
+    pending_ = NodeFeed{fed_nodes_, last};  // fed nodes stay a prefix of node order
+    return;
+  }
+}
+
+Proposal TreeGrowth::take(int vocab) {
+  assert(!pending_);
+  const std::size_t v = static_cast<std::size_t>(vocab);
+  const bool needs_q = std::any_of(proposal_.tree.draw.begin(), proposal_.tree.draw.end(),
+                                   [](SiblingDraw d) { return d != SiblingDraw::kTopK; });
+  if (needs_q && proposal_.tree.size() > 0) {
+    proposal_.q.resize(static_cast<std::size_t>(proposal_.tree.num_contexts()) * v, 0.0f);  // unfed leaves
+  } else {
+    proposal_.q.clear();
+  }
+  return std::move(proposal_);
+}
+
+void TreeGrowth::accepted(int drafted, int accepted) {
+  if (!shape_.adaptive || shape_.dynamic_budget > 0) return;
+  if (drafted > 0 && accepted == drafted)
+    gamma_ = std::min(gamma_ + 1, kMaxAdaptiveGamma);
+  else if (accepted < drafted)
+    gamma_ = std::max(gamma_ - 1, 1);
+}
+
+}  // namespace specula

@@ -1,0 +1,101 @@
+// defines: TreeShape (a static topology, or a dynamic tree's budget) and TreeGrowth, how a
+// proposer with a next-token distribution q per context grows its tree: a static tree of any
+// topology level by level (each frontier context draws as many children as its topology node
+// has), or a dynamic tree best-first by cumulative log q under a node budget (EAGLE-2's
+// expansion: the top-k children of the best nodes, `dynamic_width` nodes a round), and a
+// finished chain's siblings. It asks its drafter to feed ranges of nodes (one draft forward
+// each) and reads the q rows the drafter appends for them; the drafter owns the model, its
+// cache and the q transform.
+#pragma once
+
+#include <optional>
+#include <queue>
+#include <utility>
+#include <vector>
+
+#include "base/rng.h"
+#include "draft/drafter.h"
+#include "draft/tree_topology.h"
+
+namespace specula {
+
+struct TreeShape {
+  TreeTopology topology;       // static tree; empty when dynamic
+  int dynamic_budget = 0;      // > 0: dynamic tree of this many nodes
+  int dynamic_top_k = 4;       // dynamic: children considered per expanded node
+  int dynamic_width = 4;       // dynamic: nodes added (and fed to the draft) per round
+  bool adaptive = false;       // chains only: grow gamma on full acceptance, shrink on early rejection
+};
+
+// A range of nodes [first, last) a drafter feeds to its model, whose q rows (contexts
+// first + 1 .. last) it appends to proposal().q in node order.
+struct NodeFeed {
+  int first = 0, last = 0;
+};
+
+class TreeGrowth {
+ public:
+  // `stochastic`: children are sampled (chains i.i.d., static trees without replacement) and
+  // q is kept; otherwise they are the top-k of q.
+  TreeGrowth(bool stochastic, TreeShape shape);
+
+  // A new proposal within `bound`, drawing with `rng` (used until take()).
+  void begin(DraftBound bound, Philox& rng);
+  // The proposal in progress: its tree and q rows ([contexts so far, vocab]).
+  Proposal& proposal() { return proposal_; }
+  // After the root's q row is in proposal().q: grows until it needs a feed or is complete.
+  void root_ready(int vocab);
+  // After the q rows of `feed` are appended: grows until it needs a feed or is complete.
+  void fed(NodeFeed feed, int vocab);
+  // The feed the proposal needs next; nullopt once it is complete.
+  const std::optional<NodeFeed>& pending() const { return pending_; }
+  // Nodes fed so far (a prefix of node order).
+  int fed_nodes() const { return fed_nodes_; }
+  // The finished proposal (q padded with zero rows for unfed leaves, or cleared when no
+  // context's children were sampled).
+  Proposal take(int vocab);
+  // After verification: adapts an adaptive chain's length to the accepted count.
+  void accepted(int drafted, int accepted);
+
+  int gamma() const { return gamma_; }  // the chain length the next proposal starts from
+
+  static constexpr int kMaxAdaptiveGamma = 16;  // adaptive chains grow up to this length
+
+ private:
+  struct Candidate {
+    double score;  // cumulative log draft probability of the path
+    long order;    // push order: ties go to the earlier (more probable sibling first)
+    int parent;
+    int token;
+    bool operator<(const Candidate& o) const { return score < o.score || (score == o.score && order > o.order); }
+  };
+
+  void advance_static(int vocab);
+  void advance_dynamic();
+  // Appends up to siblings_ other candidates for a finished chain's first token, within
+  // max_nodes_ nodes in all (0: no bound).
+  void add_siblings(int vocab);
+  void push_children(int context, double base, int vocab);
+
+  bool stochastic_;
+  TreeShape shape_;
+  int gamma_;
+  std::vector<std::vector<int>> topology_children_;  // static: TreeTopology::children() of the tree to grow
+
+  Philox* rng_ = nullptr;
+  int max_depth_ = 0;
+  double stop_below_ = 0;    // DraftBound::stop_below
+  int siblings_ = 0;         // DraftBound::siblings
+  int max_nodes_ = 0;        // DraftBound::max_nodes
+  double confidence_ = 1;    // a chain's product of its tokens' draft probabilities so far
+  int fed_nodes_ = 0;
+  Proposal proposal_;
+  std::optional<NodeFeed> pending_;
+  int level_ = 0;                                   // static: levels grown
+  std::vector<std::pair<int, int>> frontier_;       // static: (context, topology context) drawing next
+  std::priority_queue<Candidate> candidates_;       // dynamic: the frontier
+  std::vector<double> node_score_;                  // dynamic: per node
+  long pushed_ = 0;                                 // dynamic: candidates pushed so far
+};
+
+}  // namespace specula
