@@ -39,7 +39,8 @@ def eval_windows(tokenizer, corpus_dir, domain, window, count):
 
 def train_windows(tokenizer, corpus_dir, window, token_budget, seed):
     """Documents of all four train splits, shuffled together with `seed`, tokenized until
-    the stream holds token_budget tokens, cut into windows of `window` tokens."""
+    the stream holds token_budget tokens, cut into windows of `window` tokens; the windows
+    are then shuffled with `seed` so that a long document does not fill consecutive batches."""
     documents = []
     for domain in DOMAINS:
         documents += read_documents(os.path.join(corpus_dir, f"{domain}.train.jsonl"))
@@ -49,4 +50,6 @@ def train_windows(tokenizer, corpus_dir, window, token_budget, seed):
         stream += [BOS_ID] + tokenizer.encode(text)
         if len(stream) >= token_budget:
             break
-    return cut_windows(stream, window, token_budget // window)
+    windows = cut_windows(stream, window, token_budget // window)
+    random.Random(seed).shuffle(windows)
+    return windows
