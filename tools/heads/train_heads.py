@@ -38,6 +38,9 @@ def parse_args():
     p.add_argument("--out", help="output folder for the trained head")
     p.add_argument("--eval-only", metavar="DIR",
                    help="load the head saved in DIR, recompute and write DIR/eval.json")
+    p.add_argument("--init-from", metavar="DIR",
+                   help="start from the head saved in DIR (same kind and sizes) instead of "
+                        "the fresh initialisation")
     p.add_argument("--steps", type=int, default=None,
                    help="draft steps (eagle3 TTT depth, default 5) or medusa heads (default 4)")
     p.add_argument("--medusa-num-layers", type=int, default=1, help="residual blocks per head")
@@ -250,6 +253,8 @@ def train(args, target, tokenizer):
     random.seed(args.seed)
     head = build_head(args.kind, target, steps, args.medusa_num_layers)
     head.init_from_target(target)
+    if args.init_from:
+        head.load_exported(read_safetensors(os.path.join(args.init_from, "model.safetensors")))
     eval_sets = load_eval_sets(args, tokenizer)
     windows = train_windows(tokenizer, args.corpus, args.window, args.train_tokens, args.seed)
     batches = [windows[i:i + args.batch_windows]
