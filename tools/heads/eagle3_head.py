@@ -175,10 +175,11 @@ class Eagle3Head(nn.Module):
             "bos_token_id": target_config.get("bos_token_id", 1),
             "eos_token_id": target_config.get("eos_token_id", 2),
             "torch_dtype": torch_dtype,
+            # SpecForge's convention: the OUTPUT of each named target layer, so the input of
+            # layer l is written as l - 1.
             "eagle_config": {
-                "eagle_aux_hidden_state_layer_ids": list(eagle3_tap_layers(
-                    target_config["num_hidden_layers"])),
-                "aux_hidden_state_convention": "input of target decoder layer l",
+                "eagle_aux_hidden_state_layer_ids": [l - 1 for l in eagle3_tap_layers(
+                    target_config["num_hidden_layers"])],
             },
         }
 
