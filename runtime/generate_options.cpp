@@ -223,8 +223,9 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                    " ngram) and a sampler other than beam");
   refuse_given(names, {"draft.ngram_min", "draft.ngram_max"}, d.method == DraftMethod::kNgram,
                "it needs " + names.name("draft.method") + " ngram");
-  refuse_given(names, {"draft.path"}, d.method == DraftMethod::kModel || d.method == DraftMethod::kEagle3,
-               "it needs " + names.name("draft.method") + " model or eagle3");
+  refuse_given(names, {"draft.path"},
+               d.method == DraftMethod::kModel || d.method == DraftMethod::kEagle3 || d.method == DraftMethod::kMedusa,
+               "it needs " + names.name("draft.method") + " model, eagle3 or medusa");
   refuse_given(names, {"draft.weights"}, d.method == DraftMethod::kModel,
                "it needs a draft model (" + names.name("draft.path") + ")");
   if (d.method == DraftMethod::kNone) {
@@ -233,12 +234,12 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                   " needs a drafter (", names.name("draft.path"), " DIR or ", names.name("draft.method"), " ngram)");
     return;
   }
-  SPECULA_CHECK((d.method != DraftMethod::kModel && d.method != DraftMethod::kEagle3) || !d.model_dir.empty(),
-                names.at("draft.method"), " ", name_of(d.method), " needs ", names.name("draft.path"));
-  SPECULA_CHECK(d.method != DraftMethod::kEagle3 || (d.tree_budget == 0 && !d.adaptive &&
-                                                      o.gamma_policy == GammaPolicy::kFixed &&
-                                                      o.sampling.strategy != Strategy::kBeam),
-                names.at("draft.method"), " eagle3 drafts chains and static trees (", names.name("draft.gamma"), ", ",
+  const bool head = d.method == DraftMethod::kEagle3 || d.method == DraftMethod::kMedusa;
+  SPECULA_CHECK((d.method != DraftMethod::kModel && !head) || !d.model_dir.empty(), names.at("draft.method"), " ",
+                name_of(d.method), " needs ", names.name("draft.path"));
+  SPECULA_CHECK(!head || (d.tree_budget == 0 && !d.adaptive && o.gamma_policy == GammaPolicy::kFixed &&
+                          o.sampling.strategy != Strategy::kBeam),
+                names.at("draft.method"), " ", name_of(d.method), " drafts chains and static trees (", names.name("draft.gamma"), ", ",
                 names.name("draft.tree"), ") of a fixed length: it excludes ", names.name("draft.budget"), ", ",
                 names.name("draft.adaptive"), ", ", names.name("draft.gamma_policy"), " other than fixed and ",
                 names.name("sampling.strategy"), " beam");
