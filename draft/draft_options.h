@@ -1,4 +1,4 @@
-// defines: DraftMethod (none, model, ngram, eagle3) and DraftOptions, the settings of a drafter (draft
+// defines: DraftMethod (none, model, ngram, eagle3, medusa) and DraftOptions, the settings of a drafter (draft
 // model chain / static tree / dynamic tree, n-gram lookup), as the CLI and experiment configs
 // give them; the spelling of a model's weight format ("stored" or a MatrixFormat name).
 #pragma once
@@ -15,18 +15,19 @@
 namespace specula {
 
 // eagle3: a head on the target's hidden states (draft/head_drafter.h), its folder in model_dir.
-enum class DraftMethod { kNone, kModel, kNgram, kEagle3 };
+// medusa: Medusa heads on the target's last hidden state (draft/medusa_drafter.h), likewise.
+enum class DraftMethod { kNone, kModel, kNgram, kEagle3, kMedusa };
 
 inline std::span<const EnumName<DraftMethod>> enum_names(DraftMethod) {
   static constexpr EnumName<DraftMethod> kNames[] = {
       {DraftMethod::kNone, "none"}, {DraftMethod::kModel, "model"}, {DraftMethod::kNgram, "ngram"},
-      {DraftMethod::kEagle3, "eagle3"}};
+      {DraftMethod::kEagle3, "eagle3"}, {DraftMethod::kMedusa, "medusa"}};
   return kNames;
 }
 
 struct DraftOptions {
   DraftMethod method = DraftMethod::kNone;
-  std::string model_dir;              // for method = model (the draft model) and eagle3 (the head)
+  std::string model_dir;              // for method = model (the draft model), eagle3 and medusa (the head)
   std::optional<MatrixFormat> weights;  // the format the draft's matrices are read in; nullopt = as stored
   int gamma = 4;                      // chain length (and n-gram proposal length)
   std::vector<int> tree;              // static tree branching, e.g. {3,2,1,1}; empty = chain

@@ -98,6 +98,10 @@ void HeadDrafter::start(std::span<const int> committed, DraftBound bound, Philox
   committed_ = committed;
   root_position_ = static_cast<int>(committed.size()) - 1;
   growth_.begin(bound, rng);
+  if (committed.size() < 2) {  // no state before the root: nothing to draft from
+    prefix_end_ = head_.cache.length(seq_);
+    return;
+  }
   catch_up(committed);
   prefix_end_ = head_.cache.length(seq_);
   const int vocab = head_.target.vocab_size;

@@ -74,6 +74,7 @@ RunInfo describe(const PointConfig& p, const nlohmann::json& coords) {
                      ? std::filesystem::path(d.model_dir).filename().string() +
                            (d.weights ? " (" + weights_name(d.weights) + ")" : "")
                  : d.method == DraftMethod::kEagle3 ? "eagle3 " + std::filesystem::path(d.model_dir).filename().string()
+                 : d.method == DraftMethod::kMedusa ? "medusa " + std::filesystem::path(d.model_dir).filename().string()
                                                     : name_of(d.method);
   info.gamma = d.method == DraftMethod::kNone ? 0 : d.gamma;
   if (d.method == DraftMethod::kNone) {

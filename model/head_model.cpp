@@ -127,7 +127,8 @@ HeadModel::HeadModel(const std::string& dir, const ModelConfig& target) : dir_(d
 
   // Which head format the folder holds: the implemented ones, and the others by name.
   SPECULA_CHECK(!j.contains("medusa_num_heads"), origin, ": a Medusa head (key 'medusa_num_heads' = ",
-                j["medusa_num_heads"].dump(), "): Medusa heads are not implemented yet (implemented: EAGLE-3)");
+                j["medusa_num_heads"].dump(), "): not an EAGLE-3 head; Medusa heads load with draft.method medusa "
+                "(--draft-method medusa)");
   const std::vector<std::string> arch = architectures(j, origin);
   if (const auto it = j.find("speculators_model_type"); it != j.end()) {
     SPECULA_CHECK(*it == "eagle3", origin, ": key 'speculators_model_type' = ", it->dump(),

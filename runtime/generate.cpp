@@ -77,6 +77,15 @@ void validate_generate_options(ModelStore& models, const GenerateOptions& o, con
   const Model* draft = o.draft.method == DraftMethod::kModel ? &draft_model(models, o.draft).model() : nullptr;
   if (draft) check_draft_compatible(target, *draft, names);
   if (o.draft.method == DraftMethod::kEagle3) models.head(o.draft.model_dir, o.model_dir, o.backend);  // refuses a misfit
+  if (o.draft.method == DraftMethod::kMedusa) {  // refuses a misfit, and a tree deeper than the heads
+    const int heads = models.medusa(o.draft.model_dir, o.model_dir, o.backend).config().num_heads;
+    const bool chain = o.draft.tree.empty();
+    const int depth = chain ? o.draft.gamma : static_cast<int>(o.draft.tree.size());
+    SPECULA_CHECK(depth <= heads, names.at(chain ? "draft.gamma" : "draft.tree"), ": ",
+                  chain ? "a chain of " : "a tree ", depth, chain ? " tokens" : " levels deep",
+                  " needs as many Medusa heads, but ", o.draft.model_dir, " has ", heads,
+                  " (config.json medusa_num_heads)");
+  }
 
   // A pool set by the user holds at least what one request needs alone.
   SPECULA_CHECK(o.kv_pool_blocks == 0 || o.kv_pool_blocks >= request_min_kv_blocks(o), names.at("run.kv_pool_blocks"), " ",

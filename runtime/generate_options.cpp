@@ -224,8 +224,9 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                    " ngram) and a sampler other than beam");
   refuse_given(names, {"draft.ngram_min", "draft.ngram_max"}, d.method == DraftMethod::kNgram,
                "it needs " + names.name("draft.method") + " ngram");
-  refuse_given(names, {"draft.path"}, d.method == DraftMethod::kModel || d.method == DraftMethod::kEagle3,
-               "it needs " + names.name("draft.method") + " model or eagle3");
+  refuse_given(names, {"draft.path"},
+               d.method == DraftMethod::kModel || d.method == DraftMethod::kEagle3 || d.method == DraftMethod::kMedusa,
+               "it needs " + names.name("draft.method") + " model, eagle3 or medusa");
   refuse_given(names, {"draft.weights"}, d.method == DraftMethod::kModel,
                "it needs a draft model (" + names.name("draft.path") + ")");
   if (d.method == DraftMethod::kNone) {
@@ -234,12 +235,16 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                   " needs a drafter (", names.name("draft.path"), " DIR or ", names.name("draft.method"), " ngram)");
     return;
   }
-  SPECULA_CHECK((d.method != DraftMethod::kModel && d.method != DraftMethod::kEagle3) || !d.model_dir.empty(),
-                names.at("draft.method"), " ", name_of(d.method), " needs ", names.name("draft.path"));
-  SPECULA_CHECK(d.method != DraftMethod::kEagle3 ||
-                    (o.gamma_policy == GammaPolicy::kFixed && o.sampling.strategy != Strategy::kBeam),
-                names.at("draft.method"), " eagle3 excludes ", names.name("draft.gamma_policy"),
+  const bool head = d.method == DraftMethod::kEagle3 || d.method == DraftMethod::kMedusa;
+  SPECULA_CHECK((d.method != DraftMethod::kModel && !head) || !d.model_dir.empty(), names.at("draft.method"), " ",
+                name_of(d.method), " needs ", names.name("draft.path"));
+  SPECULA_CHECK(!head || (o.gamma_policy == GammaPolicy::kFixed && o.sampling.strategy != Strategy::kBeam),
+                names.at("draft.method"), " ", name_of(d.method), " excludes ", names.name("draft.gamma_policy"),
                 " other than fixed and ", names.name("sampling.strategy"), " beam");
+  SPECULA_CHECK(d.method != DraftMethod::kMedusa || (d.tree_budget == 0 && !d.adaptive && d.siblings == 0),
+                names.at("draft.method"), " medusa drafts chains and static trees (", names.name("draft.gamma"), ", ",
+                names.name("draft.tree"), "): it excludes ", names.name("draft.budget"), ", ",
+                names.name("draft.adaptive"), " and ", names.name("draft.siblings"));
   SPECULA_CHECK(d.tree.empty() || d.tree_budget == 0, names.where("draft.budget"), names.name("draft.tree"),
                 " (a static tree) and ", names.name("draft.budget"), " (a dynamic tree) exclude each other");
   SPECULA_CHECK(!d.adaptive || d.drafts_chain(), names.at("draft.adaptive"),

@@ -24,4 +24,13 @@ const HeadBackend& ModelStore::head(const std::string& dir, const std::string& t
   return *backend;
 }
 
+const MedusaBackend& ModelStore::medusa(const std::string& dir, const std::string& target_dir, BackendKind kind) {
+  const Model& target = model(target_dir);
+  auto& loaded = medusa_models_[{dir, target_dir}];
+  if (!loaded) loaded = std::make_unique<MedusaModel>(dir, target.config());
+  auto& backend = medusas_[{dir, target_dir, kind}];
+  if (!backend) backend = make_medusa_backend(kind, *loaded, target);
+  return *backend;
+}
+
 }  // namespace specula

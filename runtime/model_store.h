@@ -1,7 +1,7 @@
 // defines: ModelStore, the models of a process loaded once each and shared by every
 // request (the CLI loads one or two, an experiment sweep many points over the same few):
 // one Model per folder, one Backend per (folder, backend, matrix dtype), one draft head per
-// (folder, target folder, backend).
+// (folder, target folder, backend), one Medusa head likewise.
 #pragma once
 
 #include <map>
@@ -12,6 +12,7 @@
 
 #include "engine/backend.h"
 #include "engine/head_backend.h"
+#include "engine/medusa_backend.h"
 #include "model/model.h"
 
 namespace specula {
@@ -25,11 +26,15 @@ class ModelStore {
                      BackendKind kind = BackendKind::kCpu);
   // The draft head in `dir` for the target in `target_dir`, on backend `kind`.
   const HeadBackend& head(const std::string& dir, const std::string& target_dir, BackendKind kind = BackendKind::kCpu);
+  // The Medusa heads in `dir` for the target in `target_dir`, on backend `kind`.
+  const MedusaBackend& medusa(const std::string& dir, const std::string& target_dir, BackendKind kind = BackendKind::kCpu);
 
  private:
   std::map<std::string, std::unique_ptr<Model>> models_;
   std::map<std::tuple<std::string, std::string>, std::unique_ptr<HeadModel>> head_models_;
   std::map<std::tuple<std::string, std::string, BackendKind>, std::unique_ptr<HeadBackend>> heads_;
+  std::map<std::tuple<std::string, std::string>, std::unique_ptr<MedusaModel>> medusa_models_;
+  std::map<std::tuple<std::string, std::string, BackendKind>, std::unique_ptr<MedusaBackend>> medusas_;
   std::map<std::tuple<std::string, BackendKind, std::optional<MatrixFormat>>, std::unique_ptr<Backend>> backends_;
 };
 

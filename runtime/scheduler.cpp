@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "draft/head_drafter.h"
+#include "draft/medusa_drafter.h"
 #include "draft/ngram_drafter.h"
 #include "runtime/decoders.h"
 #include "runtime/draft_length.h"
@@ -26,6 +27,7 @@ uint64_t sample_stream(uint64_t key, int sample) { return (key << 32) | static_c
 long draft_forwards(const Drafter& drafter) {
   if (const auto* md = dynamic_cast<const ModelDrafter*>(&drafter)) return md->draft_forwards();
   if (const auto* hd = dynamic_cast<const HeadDrafter*>(&drafter)) return hd->draft_forwards();
+  if (const auto* md = dynamic_cast<const MedusaDrafter*>(&drafter)) return md->draft_forwards();
   return 0;
 }
 
@@ -51,6 +53,13 @@ struct Scheduler::HeadPool {
         context{head, target, cache, *workspace} {}
 };
 
+// One Medusa head's workspace, shared by every drafter of that head.
+struct Scheduler::MedusaPool {
+  const MedusaBackend& medusa;
+  std::unique_ptr<Workspace> workspace;
+  explicit MedusaPool(const MedusaBackend& m) : medusa(m), workspace(m.make_workspace()) {}
+};
+
 Scheduler::AcceptanceKey Scheduler::acceptance_key(const GenerateOptions& o) {
   const DraftOptions& d = o.draft;
   const SamplingOptions& s = o.sampling;
@@ -69,6 +78,7 @@ struct Scheduler::Request {
   std::unique_ptr<DraftLengthPolicy> length_policy;  // speculative, but for the load policy
   DraftPool* draft = nullptr;              // model drafter
   HeadPool* head = nullptr;                // head drafter
+  MedusaPool* medusa = nullptr;            // Medusa drafter
   int forked = 0;                          // samples started
   int unfinished = 0;                      // started and not complete
   // The fed prompt while samples are still to fork: in the target's cache, the draft model's
@@ -205,12 +215,40 @@ Scheduler::HeadPool& Scheduler::head_pool(const DraftOptions& d) {
   if (!pool) {
     const HeadBackend& head = models_.head(d.model_dir, shared_.model_dir, shared_.backend);
     const HeadConfig& c = head.head().config();
-    cache_.keep_states(c.tap_layers, static_cast<int>(c.tap_layers.size()) * target_.config().hidden_size);
+    keep_states(c.tap_layers, static_cast<int>(c.tap_layers.size()) * target_.config().hidden_size,
+                "EAGLE-3 head " + d.model_dir);
     // As a draft model's pool: the target's blocks plus a block and a copy per live sequence.
     pool = std::make_unique<HeadPool>(head, target_.config(), shared_.kv_block_size,
                                       limits_.kv_blocks + 2 * limits_.max_sequences + 2);
   }
   return *pool;
+}
+
+Scheduler::MedusaPool& Scheduler::medusa_pool(const DraftOptions& d) {
+  auto& pool = medusa_pools_[d.model_dir];
+  if (!pool) {
+    const MedusaBackend& medusa = models_.medusa(d.model_dir, shared_.model_dir, shared_.backend);
+    const int last = target_.config().num_hidden_layers;
+    keep_states({last}, target_.config().hidden_size, "Medusa head " + d.model_dir);
+    pool = std::make_unique<MedusaPool>(medusa);
+  }
+  return *pool;
+}
+
+void Scheduler::keep_states(const std::vector<int>& layers, int width, const std::string& owner) {
+  if (cache_.state_width() > 0) {
+    const std::span<const int> kept = cache_.state_layers();
+    std::string kept_text, asked_text;
+    for (int l : kept) kept_text += (kept_text.empty() ? "" : ", ") + std::to_string(l);
+    for (int l : layers) asked_text += (asked_text.empty() ? "" : ", ") + std::to_string(l);
+    SPECULA_CHECK(std::equal(kept.begin(), kept.end(), layers.begin(), layers.end()) && width == cache_.state_width(),
+                  "scheduler: the ", owner, " taps target layers [", asked_text, "], but this scheduler's target cache "
+                  "keeps the states of layers [", kept_text, "] for the ", states_owner_,
+                  " (one state store a scheduler): run the two heads in separate batches");
+    return;
+  }
+  cache_.keep_states(layers, width);
+  states_owner_ = owner;
 }
 
 int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink sink, double arrived_s) {
@@ -253,6 +291,11 @@ int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink si
     r->draft_distribution = draft_distribution(options.sampling, options.draft);
     r->tree_shape = tree_shape(options.draft);
     r->head = &head_pool(options.draft);
+  }
+  if (!beam && options.draft.method == DraftMethod::kMedusa) {
+    r->draft_distribution = draft_distribution(options.sampling, options.draft);
+    r->tree_shape = tree_shape(options.draft);
+    r->medusa = &medusa_pool(options.draft);
   }
   requests_.push_back(std::move(r));
   waiting_.push_back(requests_.back().get());
@@ -355,6 +398,10 @@ std::unique_ptr<Drafter> Scheduler::make_drafter(Request& r, KvCache::SeqId targ
                                                  int gamma) {
   const DraftOptions& d = r.options.draft;
   if (d.method == DraftMethod::kNgram) return std::make_unique<NgramDrafter>(NgramConfig{d.ngram_min, d.ngram_max, d.gamma});
+  if (d.method == DraftMethod::kMedusa)
+    return std::make_unique<MedusaDrafter>(r.medusa->medusa, *r.medusa->workspace, cache_, target_seq,
+                                           target_.config().num_hidden_layers, r.draft_distribution,
+                                           !r.sampler->is_greedy(), r.tree_shape.topology, r.controls);
   TreeShape shape = r.tree_shape;
   if (shape.adaptive && gamma > 0) shape.topology = chain_topology(gamma);
   if (d.method == DraftMethod::kEagle3)

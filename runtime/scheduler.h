@@ -106,6 +106,7 @@ class Scheduler {
   struct Sequence;
   struct DraftPool;
   struct HeadPool;
+  struct MedusaPool;
   // What a chain's acceptance depends on besides the prompt: the drafter (method, draft model
   // and weights, n-gram sizes) and the sampling (strategy, temperature, top-k, top-p, min-p).
   using AcceptanceKey = std::tuple<int, std::string, std::string, int, int, int, float, int, float, float>;
@@ -153,6 +154,11 @@ class Scheduler {
   DraftPool& draft_pool(const DraftOptions& d);
   // The head's pool; its first use makes the target cache keep the head's tap layers.
   HeadPool& head_pool(const DraftOptions& d);
+  // The Medusa heads' pool; its first use makes the target cache keep the last layer's states.
+  MedusaPool& medusa_pool(const DraftOptions& d);
+  // Makes the target cache keep `layers` (`width` floats a slot) for the head in `owner`: the
+  // cache holds one store, so a head that taps other layers than the store's is refused.
+  void keep_states(const std::vector<int>& layers, int width, const std::string& owner);
   int headroom() const;  // free blocks less the live sequences' next-step needs
   int step_rows(const Sequence& s) const;
   void run_beam(Request& r);
@@ -166,6 +172,8 @@ class Scheduler {
   ForwardContext context_;
   std::map<std::pair<std::string, std::optional<MatrixFormat>>, std::unique_ptr<DraftPool>> draft_pools_;
   std::map<std::string, std::unique_ptr<HeadPool>> head_pools_;
+  std::map<std::string, std::unique_ptr<MedusaPool>> medusa_pools_;
+  std::string states_owner_;  // the head whose tap layers the target cache keeps
   std::vector<std::unique_ptr<Request>> requests_;
   std::deque<Request*> waiting_;                     // submitted, not started, in arrival order
   std::vector<Request*> parked_;                     // prompt fed, samples still to fork

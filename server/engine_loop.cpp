@@ -122,6 +122,7 @@ EngineLoop::EngineLoop(GenerateOptions base, SchedulerLimits limits, int max_que
   }
   if (base_.draft.method == DraftMethod::kModel) models_.get(base_.draft.model_dir, base_.draft.weights);
   if (base_.draft.method == DraftMethod::kEagle3) models_.head(base_.draft.model_dir, base_.model_dir, base_.backend);
+  if (base_.draft.method == DraftMethod::kMedusa) models_.medusa(base_.draft.model_dir, base_.model_dir, base_.backend);
   scheduler_ = std::make_unique<Scheduler>(models_, base_, limits_);
   thread_ = std::thread([this] { run(); });
 }

@@ -27,12 +27,7 @@ using test::reference_prompts;
 using test::store;
 
 DraftOptions eagle3(const std::string& dir, int gamma, std::vector<int> tree = {}) {
-  DraftOptions d;
-  d.method = DraftMethod::kEagle3;
-  d.model_dir = dir;
-  d.gamma = gamma;
-  d.tree = std::move(tree);
-  return d;
+  return test::head_draft(DraftMethod::kEagle3, dir, gamma, std::move(tree));
 }
 
 // A dynamic tree of `budget` nodes at most `depth` deep.
@@ -124,6 +119,11 @@ TEST_CASE("eagle3: greedy speculative output equals plain greedy output", "[runt
       }
     }
   }
+  // A one-token prompt: the first step's root has no state before it and drafts nothing.
+  GenerateOptions one = base_options({prompts[0].front()}, 12);
+  const auto expected = generate(store(), one)["ids"];
+  one.draft = eagle3(random_head(), 3);
+  CHECK(generate(store(), one)["ids"] == expected);
   // The head reads the states it was trained on: fed those of other layers, the same weights
   // propose what the target takes far less often.
   const double rate = double(accepted) / double(steps), misfed_rate = double(misfed_accepted) / double(misfed_steps);

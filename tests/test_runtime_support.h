@@ -28,6 +28,16 @@ inline DraftOptions model_draft(const char* model, int gamma, std::vector<int> t
   return d;
 }
 
+// A draft head of `method` (eagle3, medusa) in `dir`: a chain of gamma or a static tree (`tree`).
+inline DraftOptions head_draft(DraftMethod method, const std::string& dir, int gamma, std::vector<int> tree = {}) {
+  DraftOptions d;
+  d.method = method;
+  d.model_dir = dir;
+  d.gamma = gamma;
+  d.tree = std::move(tree);
+  return d;
+}
+
 inline ModelStore& store() {
   static ModelStore models;
   return models;

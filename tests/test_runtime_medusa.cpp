@@ -1,0 +1,170 @@
+// Speculative decoding with Medusa heads on the target's last hidden state end to end:
+// greedy output equals plain greedy output (chains and static trees, one request and many at
+// once) for random heads and the shipped ones; sampled output follows the target's exact
+// distribution; requests the heads or a scheduler cannot serve are refused by name.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "model/medusa_checkpoint_writer.h"
+#include "runtime/generate.h"
+#include "runtime/scheduler.h"
+#include "tests/test_engine_support.h"
+#include "tests/test_runtime_support.h"
+#include "tests/test_support.h"
+#include "tests/test_verify_support.h"
+
+namespace specula {
+namespace {
+
+using test::reference_prompts;
+using test::store;
+
+DraftOptions medusa(const std::string& dir, int gamma, std::vector<int> tree = {}) {
+  return test::head_draft(DraftMethod::kMedusa, dir, gamma, std::move(tree));
+}
+
+// Random Medusa heads for target-16m (3 heads, 1 ResBlock each), written once.
+const std::string& random_medusa() {
+  static test::TempDir dir;
+  static const bool written = [] {
+    RandomMedusa o;
+    o.num_heads = 3;
+    o.num_layers = 1;
+    o.seed = 9;
+    o.weight_std = 0.05f;
+    write_random_medusa(dir.path.string(), store().model(test::model_dir("target-16m")).config(), o);
+    return true;
+  }();
+  (void)written;
+  static const std::string path = dir.path.string();
+  return path;
+}
+
+GenerateOptions base_options(const std::vector<int>& prompt, int max_new_tokens) {
+  GenerateOptions o;
+  o.model_dir = test::model_dir("target-16m");
+  o.prompt_ids = prompt;
+  o.max_new_tokens = max_new_tokens;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("medusa: greedy speculative output equals plain greedy output", "[runtime][heads]") {
+  const std::vector<std::pair<const char*, DraftOptions>> draftings = {
+      {"chain 3", medusa(random_medusa(), 3)},
+      {"static tree 2,2", medusa(random_medusa(), 4, {2, 2})},
+      {"shipped heads, chain 4", medusa(test::model_dir("target-16m-medusa"), 4)},
+      {"shipped heads, static tree 3,2,1", medusa(test::model_dir("target-16m-medusa"), 3, {3, 2, 1})}};
+  const auto prompts = reference_prompts();
+  const std::size_t prompt_step = test::kSanitized ? 6 : 3;
+  for (std::size_t i = 0; i < prompts.size(); i += prompt_step) {
+    const GenerateOptions plain = base_options(prompts[i], test::kSanitized ? 24 : 40);
+    const auto expected = generate(store(), plain)["ids"];
+    for (const auto& [name, draft] : draftings) {
+      INFO("prompt " << i << ", " << name);
+      GenerateOptions spec = plain;
+      spec.draft = draft;
+      const auto result = generate(store(), spec);
+      CHECK(result["ids"] == expected);
+      CHECK(result["stats"]["kv"]["blocks_in_use_at_end"] == 0);
+      // One forward of the heads a step, and every step drafts.
+      CHECK(result["stats"]["draft"]["draft_forwards"] == result["stats"]["steps"]);
+      CHECK(result["stats"]["drafted"].get<long>() >= result["stats"]["steps"].get<long>());
+    }
+  }
+  // A one-token prompt: the first step's root has no state before it and drafts nothing.
+  GenerateOptions one = base_options({prompts[0].front()}, 12);
+  const auto expected = generate(store(), one)["ids"];
+  one.draft = medusa(random_medusa(), 3);
+  CHECK(generate(store(), one)["ids"] == expected);
+}
+
+TEST_CASE("medusa: many requests at once give each its own greedy output", "[runtime][heads]") {
+  const auto prompts = reference_prompts();
+  const int requests = test::kSanitized ? 6 : 12;
+  SchedulerLimits limits;
+  limits.max_sequences = requests;
+  limits.kv_blocks = 64 * requests;
+  GenerateOptions shared = base_options(prompts[0], 24);
+  Scheduler scheduler(store(), shared, limits);
+  std::vector<std::vector<int>> expected;
+  for (int r = 0; r < requests; ++r) {
+    GenerateOptions o = base_options(prompts[static_cast<std::size_t>(r) % prompts.size()], 16 + r % 5);
+    expected.push_back(generate(store(), o)["ids"].get<std::vector<int>>());
+    o.draft = r % 2 ? medusa(random_medusa(), 3) : medusa(random_medusa(), 2, {2, 2});
+    scheduler.submit(o, static_cast<uint64_t>(r));
+  }
+  scheduler.run();
+  for (int r = 0; r < requests; ++r) {
+    INFO("request " << r);
+    CHECK(scheduler.outcome(r).samples.front() == expected[static_cast<std::size_t>(r)]);
+  }
+  CHECK(scheduler.kv_stats().blocks_in_use == 0);
+}
+
+TEST_CASE("medusa: speculative sampling's first tokens follow the target distribution",
+          "[runtime][heads][statistical]") {
+  const Backend& target = store().get(test::model_dir("target-16m"));
+  const int vocab = target.config().vocab_size;
+  const std::vector<int> prompt = reference_prompts()[3];
+  std::vector<float> logits(static_cast<std::size_t>(vocab)), p(logits.size());
+  {
+    test::Engine e(target, 16, 64);
+    std::vector<int> positions(prompt.size());
+    for (std::size_t i = 0; i < prompt.size(); ++i) positions[i] = static_cast<int>(i);
+    e.forward(e.cache.create(), {prompt, positions, {}, false}, logits);
+  }
+  const SamplingOptions sampling = SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f);
+  make_sampler(sampling)->distribution(logits, p);
+  for (const auto& [name, draft] : {std::pair{"chain 3", medusa(random_medusa(), 3)},
+                                    std::pair{"tree 2,2", medusa(random_medusa(), 2, {2, 2})}}) {
+    INFO(name);
+    GenerateOptions o = base_options(prompt, 2);
+    o.sampling = sampling;
+    o.draft = draft;
+    o.seed = 99;
+    o.num_samples = test::kSanitized ? 200 : 2000;
+    const auto result = generate(store(), o);
+    std::vector<long> counts(static_cast<std::size_t>(vocab), 0);
+    for (const auto& sample : result["samples"]) ++counts[sample[0].get<int>()];
+    const test::ChiSquare chi = test::chi_square(counts, std::vector<double>(p.begin(), p.end()));
+    INFO("chi2 " << chi.statistic << " df " << chi.df << " p-value " << chi.p_value);
+    CHECK(chi.impossible == 0);
+    CHECK(chi.p_value > 1e-3);
+  }
+}
+
+TEST_CASE("medusa: requests the heads cannot serve are refused by name", "[runtime][heads]") {
+  const std::vector<int> prompt = reference_prompts()[0];
+  SECTION("a chain longer than the heads") {
+    GenerateOptions o = base_options(prompt, 4);
+    o.draft = medusa(random_medusa(), 4);
+    CHECK_THROWS_WITH(generate(store(), o), Catch::Contains("medusa_num_heads") && Catch::Contains("has 3"));
+  }
+  SECTION("a tree deeper than the heads") {
+    GenerateOptions o = base_options(prompt, 4);
+    o.draft = medusa(random_medusa(), 4, {2, 1, 1, 1});
+    CHECK_THROWS_WITH(generate(store(), o), Catch::Contains("4 levels deep") && Catch::Contains("has 3"));
+  }
+  SECTION("a dynamic tree") {
+    GenerateOptions o = base_options(prompt, 4);
+    o.draft = medusa(random_medusa(), 3);
+    o.draft.tree_budget = 8;
+    CHECK_THROWS_WITH(generate(store(), o), Catch::Contains("medusa drafts chains and static trees"));
+  }
+  SECTION("an EAGLE-3 head and Medusa heads in one scheduler") {
+    SchedulerLimits limits;
+    limits.max_sequences = 2;
+    limits.kv_blocks = 128;
+    Scheduler scheduler(store(), base_options(prompt, 4), limits);
+    GenerateOptions a = base_options(prompt, 4), b = a;
+    a.draft = test::head_draft(DraftMethod::kEagle3, test::model_dir("target-16m-eagle3"), 2);
+    b.draft = medusa(random_medusa(), 2);
+    scheduler.submit(a, 0);
+    CHECK_THROWS_WITH(scheduler.submit(b, 1), Catch::Contains("Medusa head " + random_medusa()) &&
+                                                  Catch::Contains("EAGLE-3 head " + test::model_dir("target-16m-eagle3")));
+  }
+}
+
+}  // namespace specula
