@@ -6,8 +6,10 @@
 //     keep_states) goes through the heads once; head i's distribution (the sampler's
 //     transform of its logits, under the request's controls) is q of every context at depth
 //     i (the root's context is depth 0, so head 0 proposes the depth-1 nodes);
-//   - children of a context are drawn from its q (greedy: top-k; sampled: chains i.i.d.,
-//     trees without replacement); a context at depth num_heads is a leaf with a zero q row.
+//   - the tree grows as a draft model's does (draft/tree_growth.h: children of a context drawn
+//     from its q, greedy top-k, sampled chains i.i.d., static trees without replacement), each
+//     feed it asks for answered with its nodes' depths' rows, no forward; a context at depth
+//     num_heads is a leaf.
 // It keeps no cache of its own and runs no forward per level; accept() has nothing to do.
 #pragma once
 
@@ -15,7 +17,7 @@
 
 #include "draft/drafter.h"
 #include "draft/model_drafter.h"
-#include "draft/tree_topology.h"
+#include "draft/tree_growth.h"
 #include "engine/medusa_backend.h"
 #include "kv/kv_cache.h"
 #include "sampling/logit_controls.h"
@@ -27,19 +29,19 @@ class MedusaDrafter : public Drafter {
   // The target's states of `target_seq` are read from `target_cache`, which keeps tap layer
   // `target_layers` (the target's num_hidden_layers) among its state layers. `stochastic`:
   // children are sampled from `distribution` and q is returned; otherwise they are its top-k.
-  // The topology must be at most num_heads deep.
+  // A static shape must be at most num_heads deep.
   MedusaDrafter(const MedusaBackend& medusa, Workspace& workspace, KvCache& target_cache, KvCache::SeqId target_seq,
-                int target_layers, DistributionFn distribution, bool stochastic, TreeTopology topology,
+                int target_layers, DistributionFn distribution, bool stochastic, TreeShape shape,
                 RowControls controls = {});
 
   void start(std::span<const int> committed, DraftBound bound, Philox& rng) override;
-  Proposal take_proposal() override { return std::move(proposal_); }
+  Proposal take_proposal() override { return growth_.take(medusa_.config().vocab_size); }
   void accept(const TokenTree&, std::span<const int>, std::span<const int>) override {}
 
   int draft_forwards() const { return forwards_; }
 
  private:
-  // Appends the q rows of contexts up to `context` (inclusive) that proposal_.q lacks.
+  // Appends the q rows of contexts up to `context` (inclusive) that the proposal's q lacks.
   void fill_rows(int context);
 
   const MedusaBackend& medusa_;
@@ -49,13 +51,10 @@ class MedusaDrafter : public Drafter {
   int state_offset_ = 0;  // floats before the last layer's state in a slot's states
   DistributionFn distribution_;
   RowControls controls_;
-  bool stochastic_;
-  TreeTopology topology_;
-  std::vector<std::vector<int>> topology_children_;
+  TreeGrowth growth_;
   int forwards_ = 0;
 
   // The proposal in progress.
-  Proposal proposal_;
   std::span<const int> committed_;
   std::vector<float> logits_;                 // [num_heads, vocab] the heads' logits of the root's state
   std::vector<std::vector<float>> depth_q_;   // [num_heads][vocab or empty] q of a depth without controls

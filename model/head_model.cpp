@@ -2,34 +2,18 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "base/error.h"
+#include "model/json_object.h"
 
 namespace specula {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  SPECULA_CHECK(in, path.string(), ": cannot open");
-  std::stringstream text;
-  text << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(text.str());
-  } catch (const json::exception& e) {
-    throw SpeculaError(detail::concat(path.string(), ": invalid JSON: ", e.what()));
-  }
-  SPECULA_CHECK(j.is_object(), path.string(), ": expected a JSON object");
-  return j;
-}
 
 // j[key] as an int; `fallback` when absent or null.
 int optional_int(const json& j, const char* key, const std::string& origin, int fallback) {
@@ -121,7 +105,7 @@ std::vector<int> default_tap_layers(int num_layers) { return {2, num_layers / 2,
 
 HeadModel::HeadModel(const std::string& dir, const ModelConfig& target) : dir_(dir) {
   const std::string origin = (fs::path(dir) / "config.json").string();
-  const json j = read_json(origin);
+  const json j = read_json_object(origin);
   HeadConfig& c = config_;
   c.target_layers = target.num_hidden_layers;
 

@@ -1,34 +1,18 @@
 #include "model/medusa_model.h"
 
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "base/error.h"
+#include "model/json_object.h"
 
 namespace specula {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-json read_config(const fs::path& path) {
-  std::ifstream in(path);
-  SPECULA_CHECK(in, path.string(), ": cannot open");
-  std::stringstream text;
-  text << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(text.str());
-  } catch (const json::exception& e) {
-    throw SpeculaError(detail::concat(path.string(), ": invalid JSON: ", e.what()));
-  }
-  SPECULA_CHECK(j.is_object(), path.string(), ": expected a JSON object");
-  return j;
-}
 
 // j[key] as a positive int; `fallback` when absent or null (0: the key is required).
 int positive_int(const json& j, const char* key, const std::string& origin, int fallback) {
@@ -48,7 +32,7 @@ int positive_int(const json& j, const char* key, const std::string& origin, int 
 MedusaModel::MedusaModel(const std::string& dir, const ModelConfig& target) : dir_(dir) {
   const fs::path d(dir);
   const std::string origin = (d / "config.json").string();
-  const json j = read_config(origin);
+  const json j = read_json_object(origin);
   MedusaConfig& c = config_;
   c.num_heads = positive_int(j, "medusa_num_heads", origin, 0);
   c.num_layers = positive_int(j, "medusa_num_layers", origin, 0);

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "model/json_object.h"
 
 namespace specula {
 namespace {
@@ -42,17 +43,6 @@ T read_key(const json& j, const char* key, const std::string& origin, bool requi
   } catch (const json::exception& e) {
     throw SpeculaError(detail::concat(origin, ": key '", key, "': ", e.what()));
   }
-}
-
-json parse_object(const std::string& json_text, const std::string& origin) {
-  json j;
-  try {
-    j = json::parse(json_text);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number beyond a double
-    throw SpeculaError(detail::concat(origin, ": invalid JSON: ", e.what()));
-  }
-  SPECULA_CHECK(j.is_object(), origin, ": expected a JSON object");
-  return j;
 }
 
 // The families the forward pass computes, each as transformers' models/<model_type>/modeling_<model_type>.py.
@@ -216,7 +206,7 @@ void read_family_keys(const json& j, const std::string& origin, ModelConfig& c) 
 }  // namespace
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& origin) {
-  const json j = parse_object(json_text, origin);
+  const json j = parse_json_object(json_text, origin);
 
   ModelConfig c;
   c.hidden_size = read_key<int>(j, "hidden_size", origin, true, 0);
@@ -259,7 +249,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 }
 
 void apply_generation_config(ModelConfig& config, const std::string& json_text, const std::string& origin) {
-  const json j = parse_object(json_text, origin);
+  const json j = parse_json_object(json_text, origin);
   config.eos_token_ids = read_eos_ids(j, origin, config.eos_token_ids);
   config.eos_token_id = config.eos_token_ids.front();
   check_special_ids(config, origin);

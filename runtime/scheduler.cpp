@@ -398,12 +398,12 @@ std::unique_ptr<Drafter> Scheduler::make_drafter(Request& r, KvCache::SeqId targ
                                                  int gamma) {
   const DraftOptions& d = r.options.draft;
   if (d.method == DraftMethod::kNgram) return std::make_unique<NgramDrafter>(NgramConfig{d.ngram_min, d.ngram_max, d.gamma});
+  TreeShape shape = r.tree_shape;
+  if (shape.adaptive && gamma > 0) shape.topology = chain_topology(gamma);
   if (d.method == DraftMethod::kMedusa)
     return std::make_unique<MedusaDrafter>(r.medusa->medusa, *r.medusa->workspace, cache_, target_seq,
                                            target_.config().num_hidden_layers, r.draft_distribution,
-                                           !r.sampler->is_greedy(), r.tree_shape.topology, r.controls);
-  TreeShape shape = r.tree_shape;
-  if (shape.adaptive && gamma > 0) shape.topology = chain_topology(gamma);
+                                           !r.sampler->is_greedy(), std::move(shape), r.controls);
   if (d.method == DraftMethod::kEagle3)
     return std::make_unique<HeadDrafter>(r.head->context, draft_seq, cache_, target_seq,
                                          r.draft_distribution, !r.sampler->is_greedy(), std::move(shape), r.controls);

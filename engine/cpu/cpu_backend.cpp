@@ -7,14 +7,8 @@
 namespace specula::cpu {
 namespace {
 
-std::vector<float> to_f32(const TensorView& t) {
-  std::vector<float> out(static_cast<std::size_t>(t.numel()));
-  weight_row(TensorView{t.name, t.dtype, {1, t.numel()}, t.data, t.origin}, 0, out.data());
-  return out;
-}
-
 // An optional tensor's f32 copy; empty when the model has none.
-std::vector<float> to_f32(const TensorView* t) { return t ? to_f32(*t) : std::vector<float>{}; }
+std::vector<float> optional_f32(const TensorView* t) { return t ? tensor_f32(*t) : std::vector<float>{}; }
 
 // y = x W^T (+ bias when the model has one).  x: in [n, in]; y: out [n, out]
 void project(const float* x, const WeightMatrix& w, const std::vector<float>& bias, float* y, int n) {
@@ -50,11 +44,11 @@ CpuBackend::CpuBackend(const Model& model, std::optional<MatrixFormat> matrices_
   };
   for (const LayerWeights& l : model.layers()) {
     layers_.push_back(Layer{pack(*l.q), pack(*l.k), pack(*l.v), pack(*l.o), pack(*l.gate), pack(*l.up), pack(*l.down),
-                            to_f32(*l.attn_norm), to_f32(*l.mlp_norm), to_f32(l.q_bias), to_f32(l.k_bias),
-                            to_f32(l.v_bias), to_f32(l.o_bias), to_f32(l.gate_bias), to_f32(l.up_bias),
-                            to_f32(l.down_bias), to_f32(l.q_norm), to_f32(l.k_norm)});
+                            tensor_f32(*l.attn_norm), tensor_f32(*l.mlp_norm), optional_f32(l.q_bias), optional_f32(l.k_bias),
+                            optional_f32(l.v_bias), optional_f32(l.o_bias), optional_f32(l.gate_bias), optional_f32(l.up_bias),
+                            optional_f32(l.down_bias), optional_f32(l.q_norm), optional_f32(l.k_norm)});
   }
-  final_norm_ = to_f32(model.final_norm());
+  final_norm_ = tensor_f32(model.final_norm());
   lm_head_ = std::make_unique<WeightMatrix>(pack(model.lm_head()));
 }
 

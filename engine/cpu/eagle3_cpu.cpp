@@ -5,16 +5,6 @@
 #include "base/error.h"
 
 namespace specula::cpu {
-namespace {
-
-// A [n] tensor (a norm's weights) as f32.
-std::vector<float> vector_f32(const TensorView& t) {
-  std::vector<float> out(static_cast<std::size_t>(t.numel()));
-  weight_row(TensorView{t.name, t.dtype, {1, t.numel()}, t.data, t.origin}, 0, out.data());
-  return out;
-}
-
-}  // namespace
 
 Eagle3CpuBackend::Eagle3CpuBackend(const HeadModel& head, const TensorView& target_embedding, MatmulIsa isa)
     : HeadBackend(head),
@@ -29,10 +19,10 @@ Eagle3CpuBackend::Eagle3CpuBackend(const HeadModel& head, const TensorView& targ
       up_(*head.layer().up, isa, std::nullopt),
       down_(*head.layer().down, isa, std::nullopt),
       lm_head_(head.lm_head(), isa, std::nullopt),
-      input_norm_(vector_f32(*head.layer().attn_norm)),
-      hidden_norm_(vector_f32(head.hidden_norm())),
-      post_norm_(vector_f32(*head.layer().mlp_norm)),
-      final_norm_(vector_f32(head.final_norm())),
+      input_norm_(tensor_f32(*head.layer().attn_norm)),
+      hidden_norm_(tensor_f32(head.hidden_norm())),
+      post_norm_(tensor_f32(*head.layer().mlp_norm)),
+      final_norm_(tensor_f32(head.final_norm())),
       rope_(head.config().layer.head_dim(), head.config().layer.rope_theta, head.config().layer.rope_scaling) {
   const HeadConfig& c = head.config();
   SPECULA_CHECK(embed_.shape == std::vector<int64_t>({c.layer.vocab_size, c.hidden_size()}), embed_.origin,

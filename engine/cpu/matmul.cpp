@@ -55,6 +55,12 @@ void weight_row(const TensorView& w, int64_t row, float* out) {
   }
 }
 
+std::vector<float> tensor_f32(const TensorView& t) {
+  std::vector<float> out(static_cast<std::size_t>(t.numel()));
+  weight_row(TensorView{t.name, t.dtype, {1, t.numel()}, t.data, t.origin}, 0, out.data());
+  return out;
+}
+
 void matmul_reference(const float* x, const TensorView& w, float* y, int n) {
   const int64_t out = w.shape[0], in = w.shape[1];
   std::vector<float> wrow(static_cast<std::size_t>(in));

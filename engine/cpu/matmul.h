@@ -42,4 +42,7 @@ void matmul_reference(const float* x, const TensorView& w, float* y, int n);
 // Row `row` of a weight tensor as f32 (embedding lookup).
 void weight_row(const TensorView& w, int64_t row, float* out /* out [cols] */);
 
+// Every element of a tensor as f32, in order (norm weights, biases): out [numel].
+std::vector<float> tensor_f32(const TensorView& t);
+
 }  // namespace specula::cpu

@@ -7,26 +7,16 @@
 #include "engine/cpu/ops.h"
 
 namespace specula::cpu {
-namespace {
-
-// A [n] tensor (a norm's weights or a bias) as f32.
-std::vector<float> vector_f32(const TensorView& t) {
-  std::vector<float> out(static_cast<std::size_t>(t.numel()));
-  weight_row(TensorView{t.name, t.dtype, {1, t.numel()}, t.data, t.origin}, 0, out.data());
-  return out;
-}
-
-}  // namespace
 
 MedusaCpuBackend::MedusaCpuBackend(const MedusaModel& medusa, const TensorView& final_norm, float eps, MatmulIsa isa)
-    : MedusaBackend(medusa), final_norm_(vector_f32(final_norm)), eps_(eps) {
+    : MedusaBackend(medusa), final_norm_(tensor_f32(final_norm)), eps_(eps) {
   SPECULA_CHECK(final_norm.numel() == medusa.config().hidden_size, final_norm.origin, ": the final norm '",
                 final_norm.name, "' has ", final_norm.numel(), " weights, the Medusa heads in ", medusa.dir(),
                 " read hidden_size ", medusa.config().hidden_size);
   for (const MedusaModel::Head& h : medusa.heads()) {
     std::vector<Block> blocks;
     for (const MedusaModel::ResBlock& b : h.blocks)
-      blocks.push_back({WeightMatrix(*b.weight, isa, std::nullopt), vector_f32(*b.bias)});
+      blocks.push_back({WeightMatrix(*b.weight, isa, std::nullopt), tensor_f32(*b.bias)});
     heads_.push_back({std::move(blocks), WeightMatrix(*h.lm_head, isa, std::nullopt)});
   }
 }
