@@ -24,6 +24,7 @@ namespace specula {
 namespace {
 
 using test::reference_prompts;
+using test::base_options;
 using test::store;
 
 DraftOptions eagle3(const std::string& dir, int gamma, std::vector<int> tree = {}) {
@@ -68,14 +69,6 @@ const std::string& misfed_head() {
   (void)written;
   static const std::string path = dir.path.string();
   return path;
-}
-
-GenerateOptions base_options(const std::vector<int>& prompt, int max_new_tokens) {
-  GenerateOptions o;
-  o.model_dir = test::model_dir("target-16m");
-  o.prompt_ids = prompt;
-  o.max_new_tokens = max_new_tokens;
-  return o;
 }
 
 }  // namespace

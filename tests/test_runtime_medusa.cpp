@@ -17,6 +17,7 @@ namespace specula {
 namespace {
 
 using test::reference_prompts;
+using test::base_options;
 using test::store;
 
 DraftOptions medusa(const std::string& dir, int gamma, std::vector<int> tree = {}) {
@@ -38,14 +39,6 @@ const std::string& random_medusa() {
   (void)written;
   static const std::string path = dir.path.string();
   return path;
-}
-
-GenerateOptions base_options(const std::vector<int>& prompt, int max_new_tokens) {
-  GenerateOptions o;
-  o.model_dir = test::model_dir("target-16m");
-  o.prompt_ids = prompt;
-  o.max_new_tokens = max_new_tokens;
-  return o;
 }
 
 }  // namespace

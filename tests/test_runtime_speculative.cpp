@@ -25,15 +25,8 @@ namespace {
 
 using test::reference_prompts;
 using test::same_cache_rows;
+using test::base_options;
 using test::store;
-
-GenerateOptions base_options(const std::vector<int>& prompt, int max_new_tokens) {
-  GenerateOptions o;
-  o.model_dir = test::model_dir("target-16m");
-  o.prompt_ids = prompt;
-  o.max_new_tokens = max_new_tokens;
-  return o;
-}
 
 // Draft-1m's proposal after `committed` (all but its last token, the root, prefilled into a
 // fresh draft cache) for tree `branching`, sampled (`stochastic`) or greedy from its softmax,

@@ -11,6 +11,7 @@
 
 #include "kv/kv_cache.h"
 #include "runtime/decoders.h"
+#include "runtime/generate_options.h"
 #include "runtime/model_store.h"
 #include "tests/test_support.h"
 
@@ -36,6 +37,15 @@ inline DraftOptions head_draft(DraftMethod method, const std::string& dir, int g
   d.gamma = gamma;
   d.tree = std::move(tree);
   return d;
+}
+
+// target-16m continuing `prompt` for max_new_tokens, every other option at its default.
+inline GenerateOptions base_options(const std::vector<int>& prompt, int max_new_tokens) {
+  GenerateOptions o;
+  o.model_dir = model_dir("target-16m");
+  o.prompt_ids = prompt;
+  o.max_new_tokens = max_new_tokens;
+  return o;
 }
 
 inline ModelStore& store() {
