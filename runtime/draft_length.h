@@ -110,6 +110,12 @@ struct ChainAcceptance {
   ChainAcceptance without(const ChainAcceptance& part) const;
 };
 
+// The weight, in pseudo-trials, of the pool's estimate as a prior on a request's own
+// acceptance evidence (chain_estimate, chain_price, proposal and sibling rates): a new request
+// starts from what the others measured, and a few early rejections do not turn its drafting
+// off for good under the cost model (which measures nothing while it chooses plain steps).
+inline constexpr double kAcceptancePriorTrials = 8;
+
 // The chain estimate of a per-token acceptance rate for a sequence with evidence `own` among
 // sequences of the same drafter with evidence `pool` (own included; chain_estimate_among:
 // `others`, the pool less own): own evidence with

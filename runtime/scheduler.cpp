@@ -8,8 +8,6 @@
 #include "draft/medusa_drafter.h"
 #include "draft/ngram_drafter.h"
 #include "runtime/decoders.h"
-#include "runtime/draft_length.h"
-#include "runtime/draft_length_policy.h"
 #include "sampling/sampler.h"
 
 namespace specula {
@@ -75,7 +73,8 @@ struct Scheduler::Request {
   RowControls controls;                    // options.controls over its sequences' tokens
   DistributionFn draft_distribution;       // model drafter
   TreeShape tree_shape;                    // model drafter: its tree, built once for every sequence
-  std::unique_ptr<DraftLengthPolicy> length_policy;  // speculative, but for the load policy
+  std::unique_ptr<DraftLengthPolicy> own_length_policy;  // fixed, threshold
+  DraftLengthPolicy* length_policy = nullptr;            // speculative: its own or the scheduler's cost model
   DraftPool* draft = nullptr;              // model drafter
   HeadPool* head = nullptr;                // head drafter
   MedusaPool* medusa = nullptr;            // Medusa drafter
@@ -91,26 +90,8 @@ struct Scheduler::Request {
   RequestOutcome out;
 
   // The chain acceptance rate's estimate: accepted tokens over accepted tokens plus
-  // rejecting steps (the chain MLE), its own evidence with the pool's estimate as a prior
-  // worth kPriorTrials trials (the pool's with one pseudo-acceptance and one pseudo-rejection),
-  // so that a new request starts from what the others measured and a few early rejections do
-  // not turn its drafting off for good under the load policy (which measures nothing while
-  // it chooses plain steps).
-  static constexpr double kPriorTrials = 8;
-  double alpha() const { return chain_estimate(own, *pool, kPriorTrials); }
-  // Expected tokens of chains of 0..max_gamma tokens and their chances of drafting each
-  // (ChainPrice), from the same evidence per depth,
-  // the share of its steps its drafter has a proposal for (n-gram lookups that match) and,
-  // for a draft model, the tokens a sibling of its chain's first token brings; the
-  // others' evidence (pool less own) taken once for all.
-  void price(int max_gamma, LoadSequence& load) const {
-    const ChainAcceptance others = pool->without(own);
-    ChainPrice price = chain_price_among(own, others, max_gamma, kPriorTrials, confidence_stop());
-    load.tokens = std::move(price.tokens);
-    load.reaches = std::move(price.reaches);
-    load.proposal_rate = proposal_rate_among(own, others, kPriorTrials);
-    if (options.draft.method == DraftMethod::kModel) load.sibling_tokens = sibling_rate_among(own, others, kPriorTrials);
-  }
+  // rejecting steps (the chain MLE), its own evidence with the pool's estimate as a prior.
+  double alpha() const { return chain_estimate(own, *pool, kAcceptancePriorTrials); }
 
   bool speculative() const { return options.draft.method != DraftMethod::kNone; }
   // A new, empty sequence in its drafter's cache (a draft model's or a head's); -1 when it has none.
@@ -122,8 +103,6 @@ struct Scheduler::Request {
     const bool raw = options.logprobs_source == LogprobSource::kRaw;
     return token_logprob(options.logprobs_source, raw ? logits : probs, token, *options.logprobs);
   }
-  // Its chains end where the draft doubts them (a draft model's: DraftBound::stop_below).
-  bool confidence_stop() const { return options.draft.method == DraftMethod::kModel; }
   // Its samples' first token is drawn from the prompt's logits (plain requests and those of a
   // length policy that may skip drafting: load, threshold), not verified in a first
   // speculative step (fixed-length studies: every token through the drafter and verifier).
@@ -149,7 +128,6 @@ struct Scheduler::Sequence {
   int gamma = 0;                  // adaptive chain length to resume with (0: the configured one)
   std::unique_ptr<SpeculativeSequence> spec;  // a speculative sample whose target holds all but the root
   int feed = 0;                   // rows fed this step (prefill chunk or decode row)
-  int draft_limit = 0;            // a load-policy sequence's proposal limit this step (Drafter::proposal_limit)
   std::vector<int> positions;     // [feed] of this step's fed rows
 
   // Tokens the target must hold before the next action: all (the logits of the last give the
@@ -280,7 +258,8 @@ int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink si
   }
   if (!beam && options.draft.method != DraftMethod::kNone) {
     r->pool = &acceptance_[acceptance_key(options)];
-    r->length_policy = make_length_policy(options);
+    r->own_length_policy = make_length_policy(options);
+    r->length_policy = r->own_length_policy ? r->own_length_policy.get() : &cost_model_;
   }
   if (!beam && options.draft.method == DraftMethod::kModel) {
     r->draft_distribution = draft_distribution(options.sampling, options.draft);
@@ -637,98 +616,80 @@ std::vector<Scheduler::Sequence*> Scheduler::plan_step() {
   }
 }
 
-struct Scheduler::LoadStep {
-  LoadChoice choice;
-  const Sequence* scout = nullptr;  // the one load-policy sequence that drafts, the others stepping plainly
-};
-
-Scheduler::LoadStep Scheduler::choose_load_lengths(const std::vector<Sequence*>& plan) {
-  // A load-policy sequence whose drafter has nothing to propose (no n-gram matches) takes a
-  // plain step beside the others (depth_limit 0), still weighed in a closed batch's end;
-  // every lookup counts towards its proposal rate.
-  std::vector<const Sequence*> load_sequences;
-  int load_max = 0, other_rows = 0;
-  double other_tokens = 0;
-  for (Sequence* s : plan) {
-    Request& r = *s->request;
-    if (s->spec && r.options.gamma_policy == GammaPolicy::kLoad) {
-      s->draft_limit = s->spec->proposal_limit();
-      r.own.add_lookup(s->draft_limit > 0);
-      r.pool->add_lookup(s->draft_limit > 0);
-      load_sequences.push_back(s);
-      load_max = std::max(load_max, r.options.draft.gamma);
-    } else if (s->spec) {
-      other_rows += step_rows(*s);
-      other_tokens += expected_chain_tokens(r.alpha(), max_tree_nodes(r.options.draft));
-    } else {
-      other_rows += s->feed;
-      other_tokens += (cache_.length(s->seq) + s->feed == s->feed_target() && s->wants_logits()) ? 1 : 0;
-    }
-  }
-  if (load_sequences.empty()) return {};
-  std::vector<LoadSequence> load;
-  for (const Sequence* s : load_sequences) {
-    const Request& r = *s->request;
-    LoadSequence& l = load.emplace_back();
-    r.price(load_max, l);
-    l.catch_up_rows = s->spec->draft_catch_up_rows();
-    l.remaining_tokens = r.options.max_new_tokens - r.generated(s->sample);
-    l.feeds_accepted = r.options.draft.method == DraftMethod::kModel;
-    l.confidence_stop = r.confidence_stop();
-    l.depth_limit = std::min(s->draft_limit, l.remaining_tokens - 1);  // the bonus token needs room too
-  }
-  // Closed: nothing waits to take a finished sequence's place.
-  const bool closed = waiting_.empty() && parked_.empty() && preempted_.empty();
-  LoadStep step;
-  step.choice = chooser_.choose(other_rows, other_tokens, load, load_max, closed);
-  if (step.choice.scout >= 0) step.scout = load_sequences[static_cast<std::size_t>(step.choice.scout)];
-  return step;
-}
-
-std::optional<DraftBound> Scheduler::draft_bound(const Sequence& s, const LoadStep& load, int sequences) const {
+double Scheduler::expected_tokens(const Sequence& s) const {
   const Request& r = *s.request;
-  const SequenceView sequence{r.options.max_new_tokens - r.generated(s.sample)};
-  if (r.length_policy) return r.length_policy->plan(StepView{sequences}, sequence);
-  DraftBound bound;
-  // The bonus token needs room too: at most remaining - 1 drafted levels.
-  bound.max_depth = (load.scout && &s != load.scout) || s.draft_limit == 0
-                        ? 0
-                        : std::min(sequence.remaining_tokens - 1, load.choice.gamma);
-  bound.stop_below = load.choice.stop_below;
-  bound.siblings = load.scout ? 0 : load.choice.siblings;
-  bound.max_nodes = bound.max_depth;  // its rows: 1 + the chosen length
-  if (bound.max_depth == 0) return std::nullopt;
-  return bound;
+  if (s.spec) return expected_chain_tokens(r.alpha(), max_tree_nodes(r.options.draft));
+  return cache_.length(s.seq) + s.feed == s.feed_target() && s.wants_logits() ? 1 : 0;
 }
 
-double Scheduler::draft_phase(const std::vector<Sequence*>& plan, const LoadStep& load) {
+std::vector<std::optional<DraftBound>> Scheduler::plan_lengths(const std::vector<Sequence*>& plan) {
+  // Each length policy plans its speculative sequences at once; the rest of the step it sees
+  // as other rows and the tokens they are expected to bring.
+  std::vector<int> rows;
+  std::vector<double> tokens;
+  std::vector<DraftLengthPolicy*> policies;
+  for (const Sequence* s : plan) {
+    rows.push_back(s->spec ? step_rows(*s) : s->feed);
+    tokens.push_back(expected_tokens(*s));
+    DraftLengthPolicy* policy = s->spec ? s->request->length_policy : nullptr;
+    if (policy && std::find(policies.begin(), policies.end(), policy) == policies.end()) policies.push_back(policy);
+  }
+  const bool closed = waiting_.empty() && parked_.empty() && preempted_.empty();
+  std::vector<std::optional<DraftBound>> bounds(plan.size());
+  for (DraftLengthPolicy* policy : policies) {
+    StepView step{static_cast<int>(plan.size()), 0, 0, closed};
+    std::vector<SequenceView> views;
+    std::vector<std::size_t> planned_at;
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      Sequence& s = *plan[i];
+      Request& r = *s.request;
+      if (s.spec && r.length_policy == policy) {
+        views.push_back({r.options.max_new_tokens - r.generated(s.sample), s.spec.get(), &r.options, &r.own, r.pool});
+        planned_at.push_back(i);
+      } else {
+        step.other_rows += rows[i];
+        step.other_tokens += tokens[i];
+      }
+    }
+    std::vector<std::optional<DraftBound>> planned(views.size());
+    policy->plan(step, views, planned);
+    for (std::size_t j = 0; j < planned_at.size(); ++j) bounds[planned_at[j]] = planned[j];
+  }
+  return bounds;
+}
+
+void Scheduler::draft_phase(const std::vector<Sequence*>& plan, const std::vector<std::optional<DraftBound>>& bounds,
+                            StepOutcome& outcome) {
   const auto mark = Clock::now();
   std::vector<SpeculativeSequence*> specs;
-  std::vector<DraftBound> bounds;
-  int deepest = 0;
-  for (Sequence* s : plan) {
-    if (!s->spec) continue;
-    const std::optional<DraftBound> bound = draft_bound(*s, load, static_cast<int>(plan.size()));
-    if (!bound) {
-      s->spec->start_plain();
+  std::vector<DraftBound> drafting;
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    SpeculativeSequence* spec = plan[i]->spec.get();
+    if (!spec) continue;
+    if (!bounds[i]) {
+      spec->start_plain();
       continue;
     }
-    specs.push_back(s->spec.get());
-    bounds.push_back(*bound);
-    deepest = std::max(deepest, bound->max_depth);
+    specs.push_back(spec);
+    drafting.push_back(*bounds[i]);
+    outcome.deepest = std::max(outcome.deepest, bounds[i]->max_depth);
   }
-  std::vector<DraftCall> draft_calls;
-  if (!specs.empty()) run_drafts(specs, bounds, &draft_calls);
-  const double draft_s = seconds(mark, Clock::now());
-  // The load policy's draft cost: each draft-model call by its rows, with the rest of the draft
-  // phase (starting proposals, the draft distributions, building the trees) shared among the
-  // calls in proportion to their time; or (n-grams, no model) the mean round over these sequences.
-  double calls_s = 0;
-  for (const DraftCall& c : draft_calls) calls_s += c.seconds;
-  for (const DraftCall& c : draft_calls) chooser_.draft_round(c.rows, calls_s > 0 ? c.seconds * draft_s / calls_s : 0);
-  if (!specs.empty() && draft_calls.empty())
-    chooser_.draft_round(static_cast<int>(specs.size()), draft_s / std::max(1, deepest));
-  return draft_s;
+  if (!specs.empty()) run_drafts(specs, drafting, &outcome.draft_calls);
+  outcome.drafting = static_cast<int>(specs.size());
+  outcome.draft_s = seconds(mark, Clock::now());
+}
+
+void Scheduler::observe_lengths(const std::vector<Sequence*>& plan, const StepOutcome& outcome) {
+  // The shared cost model sees every step (its figures are the steps' costs); a request's own
+  // policy, the steps its sequences were in.
+  cost_model_.observe(outcome);
+  std::vector<DraftLengthPolicy*> seen{&cost_model_};
+  for (const Sequence* s : plan) {
+    DraftLengthPolicy* policy = s->spec ? s->request->length_policy : nullptr;
+    if (!policy || std::find(seen.begin(), seen.end(), policy) != seen.end()) continue;
+    policy->observe(outcome);
+    seen.push_back(policy);
+  }
 }
 
 std::vector<SequenceRows> Scheduler::target_rows(const std::vector<Sequence*>& plan) {
@@ -792,9 +753,8 @@ void Scheduler::settle(Sequence& s, int rows, std::span<const float> logits, con
 void Scheduler::step() {
   if (!make_live()) return;
   const std::vector<Sequence*> plan = plan_step();
-  const LoadStep load = choose_load_lengths(plan);
-  StepTimes times;
-  times.draft_s = draft_phase(plan, load);
+  StepOutcome outcome;
+  draft_phase(plan, plan_lengths(plan), outcome);
 
   // ONE target forward with every planned sequence's rows.
   const std::vector<SequenceRows> parts = target_rows(plan);
@@ -802,7 +762,7 @@ void Scheduler::step() {
   std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * vocab);
   const auto mark = Clock::now();
   context_.run(parts, logits);
-  times.forward_s = seconds(mark, Clock::now());
+  const StepTimes times{outcome.draft_s, seconds(mark, Clock::now())};
   const int rows = batch_rows(parts);
   ++stats_.steps;
   stats_.rows += rows;
@@ -819,14 +779,10 @@ void Scheduler::step() {
            times, settled);
     row += n;
   }
-  // The load policy's cost model is of decode steps (prefill chunks cost per row otherwise):
-  // the forward and the sampling, verification and commits its rows need.
-  // Steps with a prefill chunk bound a row's cost from below (DraftLengthChooser::row_floor).
-  // A scout step's is not a decode step's figure (DraftLengthChooser::target_forward).
-  if (std::any_of(plan.begin(), plan.end(), [](const Sequence* s) { return s->feed > 1; }))
-    chooser_.prefill_step(rows, seconds(mark, Clock::now()));
-  else if (!load.scout)
-    chooser_.target_forward(rows, seconds(mark, Clock::now()));
+  outcome.rows = rows;
+  outcome.seconds = seconds(mark, Clock::now());
+  outcome.prefill = std::any_of(plan.begin(), plan.end(), [](const Sequence* s) { return s->feed > 1; });
+  observe_lengths(plan, outcome);
   for (Sequence* s : settled.done) finish(*s);
   for (const auto& [root, root_logits] : settled.fed_roots) root_fed(*root, root_logits);
 }

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/draft_length.h"
+#include "runtime/cost_model_length.h"
 #include "runtime/generate.h"
 #include "runtime/scheduler_limits.h"
 #include "runtime/speculative_sequence.h"
@@ -112,7 +112,6 @@ class Scheduler {
   using AcceptanceKey = std::tuple<int, std::string, std::string, int, int, int, float, int, float, float>;
   static AcceptanceKey acceptance_key(const GenerateOptions& o);
 
-  struct LoadStep;
   struct StepTimes {
     double draft_s = 0;    // the step's draft phase
     double forward_s = 0;  // its target forward
@@ -126,13 +125,17 @@ class Scheduler {
   // One step's phases, in order.
   bool make_live();
   std::vector<Sequence*> plan_step();
-  LoadStep choose_load_lengths(const std::vector<Sequence*>& plan);
-  double draft_phase(const std::vector<Sequence*>& plan, const LoadStep& load);
+  // The length policies' first point: each speculative sequence's bound (nullopt: a plain step).
+  std::vector<std::optional<DraftBound>> plan_lengths(const std::vector<Sequence*>& plan);
+  void draft_phase(const std::vector<Sequence*>& plan, const std::vector<std::optional<DraftBound>>& bounds,
+                   StepOutcome& outcome);
   std::vector<SequenceRows> target_rows(const std::vector<Sequence*>& plan);
   // Samples or verifies, commits and emits for `s`, which fed `rows` rows and got `logits`.
   void settle(Sequence& s, int rows, std::span<const float> logits, const StepTimes& times, Settled& settled);
-  // The bound of `s`'s draft this step (nullopt: a plain step), in a step of `sequences`.
-  std::optional<DraftBound> draft_bound(const Sequence& s, const LoadStep& load, int sequences) const;
+  // The length policies' second point: what the step did.
+  void observe_lengths(const std::vector<Sequence*>& plan, const StepOutcome& outcome);
+  // The tokens `s`'s rows this step are expected to bring (a plain prefill chunk's: none).
+  double expected_tokens(const Sequence& s) const;
 
   void admit();
   void fork_samples(Request& r);
@@ -181,7 +184,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> preempted_; // oldest first: resumed in that order
   long next_order_ = 0;
   std::map<AcceptanceKey, ChainAcceptance> acceptance_;  // pooled over the requests of each key
-  DraftLengthChooser chooser_;
+  CostModelLength cost_model_;  // shared by every request of draft.gamma_policy = "load"
   SchedulerStats stats_;
   std::chrono::steady_clock::time_point start_;
 };

@@ -178,13 +178,13 @@ TEST_CASE("every request of a mixed batch gets the tokens it gets alone, at any 
 TEST_CASE("the threshold policy drafts only in steps of at most draft.max_batch sequences", "[runtime][scheduler]") {
   const ThresholdLength policy(0.25, 3);
   for (int sequences = 1; sequences <= 5; ++sequences) {
-    const std::optional<DraftBound> bound = policy.plan(StepView{sequences}, SequenceView{7});
+    const std::optional<DraftBound> bound = policy.bound(StepView{sequences}, SequenceView{7});
     INFO(sequences << " sequences");
     REQUIRE(bound.has_value() == (sequences <= 3));
     if (bound) CHECK((bound->max_depth == 6 && bound->stop_below == 0.25 && bound->siblings == 0));
   }
-  CHECK(ThresholdLength(0, 0).plan(StepView{1000}, SequenceView{2}).has_value());  // 0: no cut-off
-  const std::optional<DraftBound> fixed = FixedLength(2).plan(StepView{1000}, SequenceView{5});
+  CHECK(ThresholdLength(0, 0).bound(StepView{1000}, SequenceView{2}).has_value());  // 0: no cut-off
+  const std::optional<DraftBound> fixed = FixedLength(2).bound(StepView{1000}, SequenceView{5});
   REQUIRE(fixed.has_value());
   CHECK((fixed->max_depth == 4 && fixed->stop_below == 0 && fixed->siblings == 2));
 
