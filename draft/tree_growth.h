@@ -5,7 +5,22 @@
 // expansion: the top-k children of the best nodes, `dynamic_width` nodes a round), and a
 // finished chain's siblings. It asks its drafter to feed ranges of nodes (one draft forward
 // each) and reads the q rows the drafter appends for them; the drafter owns the model, its
-// cache and the q transform.
+// cache and the q transform. The shape is chosen by draft.gamma (a chain), draft.tree (a
+// static branching list), draft.sequoia (a Sequoia tree for draft.budget nodes) or
+// draft.budget alone (dynamic); tree_shape() (runtime/scheduler_limits.h) makes it.
+//
+// Usage (a drafter with a model; draft/model_drafter.cpp):
+//   TreeGrowth growth(sampled, tree_shape(options));
+//   growth.begin(bound, rng);
+//   growth.proposal().q = q_of(model(committed));           // the root's row, [vocab]
+//   growth.root_ready(vocab);
+//   while (const std::optional<NodeFeed> feed = growth.pending()) {
+//     const TokenTree& tree = growth.proposal().tree;        // nodes [feed->first, feed->last)
+//     for (const float* row : model(tree, *feed)) append(growth.proposal().q, q_of(row));
+//     growth.fed(*feed, vocab);
+//   }
+//   Proposal proposal = growth.take(vocab);                  // tree + q rows, to verify
+//   growth.accepted(proposal.tree.size(), accepted);         // after verification
 #pragma once
 
 #include <optional>
