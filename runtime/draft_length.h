@@ -210,6 +210,10 @@ struct LoadChoice {
   int siblings = 0;
 };
 
+// The step model choose() prices chain lengths with (runtime/draft_length.cpp): rows, seconds
+// and expected tokens a second at each length, from the fitted costs; pure.
+class StepModel;
+
 class DraftLengthChooser {
  public:
   // A decode step of `rows` target rows: its forward and the sampling, verification and
@@ -234,7 +238,7 @@ class DraftLengthChooser {
   // other_tokens: rows and tokens of the step's plain, prefill and fixed-length sequences.
   // (A sequence's chain of g is min(g, depth_limit_i) long; below, tokens_i[g] and reaches_i
   // are taken at that length.)
-  // A length g > 0 is worth (other_tokens + Σ_i tokens_i[g]) / (target.at(other_rows +
+  // A length g > 0 is worth (StepModel::expected_rate) (other_tokens + Σ_i tokens_i[g]) / (target.at(other_rows +
   // Σ_i (1 + R_i)) + draft.at(m + A_g) + Σ_{k=2..g} P_k draft.at(E_k / P_k)) tokens a
   // second, with R_i = Σ_{k <= g} reaches_i[k] the tokens sequence i is expected to draft,
   // E_k = Σ_i reaches_i[k] the rows of draft round k and P_k = 1 - Π_i (1 - reaches_i[k])
@@ -255,18 +259,19 @@ class DraftLengthChooser {
   // seem to bring it nearer). Drafting that speeds up all but one sequence only thins the
   // batch's last steps: the others finish early and the batch runs on for the one left.
   // (Other sequences' remaining tokens are not weighed.)
-  // Before target steps of two row counts and a draft round are measured: the plain step
-  // first, three times (0; the first decode steps after a prefill run slow); then, unless
+  // Its phase (phase()) decides what it does. Before target steps of two row counts and a
+  // draft round are measured: kMeasuringPlain, the plain step first, kPlainFigures times;
+  // then (kScouting, kProbing: measure_drafting), unless
   // even a γ = 1 step at its lower bound (the plain step plus n rows at row_floor(),
   // drafting free) loses to plain, or its saving does not repay the scout's catch-up with
   // each draft row at row_floor(), a scout: one sequence (the one with the fewest catch-up
-  // rows) drafts γ = 2, so the draft model's cost is measured on one sequence's rows and not
+  // rows) drafts γ = kScoutGamma, so the draft model's cost is measured on one sequence's rows and not
   // on all n prompts' catch-up (at a large batch, several plain steps' time), its second
   // round of one row; then the probe, γ = 1 for all, where a γ = 1 step at the plain step
   // plus n rows at row_floor() and m of the scout's one-row rounds repays the catch-up (a
   // round's cost is mostly per sequence: logits, draft distribution and draw each). With
   // step costs linear in g and expected tokens concave in g, a chain that loses at g = 1
-  // loses at every g. At batch 1 the scout is the probe.
+  // loses at every g. At batch 1 the scout is the probe. Then kChoosing (best_length):
   // Where every sequence's drafter has a confidence stop, only g = max_gamma is weighed
   // against plain: the stop sets each chain's depth. Where a sequence's drafter proposes
   // siblings of its chain's first token (sibling_tokens > 0), each length is weighed with
@@ -295,6 +300,11 @@ class DraftLengthChooser {
   // it has no tail and its rows are nearly free, so a wrong guess costs little and the margin
   // would only keep it plain where drafting pays.
   static constexpr double kMargin = 0.1;
+  // Figures of the plain step before drafting is tried (the first decode steps after a
+  // prefill run slow).
+  static constexpr int kPlainFigures = 3;
+  // The scout's chain: its second round, of one row, prices a round's fixed part.
+  static constexpr int kScoutGamma = 2;
   // The same for sequences with nothing to catch up and no end in sight, with independent
   // acceptance (tokens[i][g] = expected_chain_tokens(alphas[i], g)) or per-depth chains.
   int choose(int other_rows, double other_tokens, std::span<const double> alphas, int max_gamma);
@@ -303,7 +313,20 @@ class DraftLengthChooser {
   const CostFit& target_cost() const { return target_; }
   const CostFit& draft_cost() const { return draft_; }
 
+  // Where the chooser stands, from what its fits hold: measuring the plain step (fewer than
+  // three figures at the plain step's rows); scouting (no draft round yet, several
+  // sequences: one sequence drafts); probing (a draft round measured, or a lone sequence,
+  // but target steps of one row count only: γ = 1 for all); choosing (the best length from
+  // the model).
+  enum class Phase { kMeasuringPlain, kScouting, kProbing, kChoosing };
+  Phase phase(int plain_rows, int sequences) const;
+
  private:
+  // The scout's or the probe's step, where drafting could pay at its lower bound.
+  LoadChoice measure_drafting(const StepModel& model, int max_gamma) const;
+  // The length with the best expected rate, with the periodic plain and exploring steps.
+  LoadChoice best_length(const StepModel& model, int max_gamma);
+
   CostFit target_{true}, draft_{false};
   int drafted_steps_ = 0;       // steps chosen to draft since the last plain step
   int plain_steps_ = 0;         // steps chosen plain since the last drafted step

@@ -901,6 +901,22 @@ TEST_CASE("the load policy falls back to plain steps when its measured costs say
     CHECK(fresh.row_floor() == Approx(per_row * (24 * batch - batch) / (24 * batch)));
     for (int i = 0; i < 3; ++i) CHECK(fresh.choose(0, 0, alphas, 4) == (compute_bound ? 0 : 2));
   }
+  // The phases follow what the fits hold: the plain step's figures, then a draft round, then
+  // target steps of a second row count.
+  {
+    using Phase = DraftLengthChooser::Phase;
+    DraftLengthChooser c;
+    for (int i = 0; i < DraftLengthChooser::kPlainFigures; ++i) {
+      CHECK(c.phase(4, 4) == Phase::kMeasuringPlain);
+      c.target_forward(4, 1e-3);
+    }
+    CHECK(c.phase(4, 4) == Phase::kScouting);
+    CHECK(c.phase(4, 1) == Phase::kProbing);  // a lone sequence's scout is its probe
+    c.draft_round(3, 1e-4);
+    CHECK(c.phase(4, 4) == Phase::kProbing);
+    for (int i = 0; i < 2; ++i) c.target_forward(8, 2e-3);
+    CHECK(c.phase(4, 4) == Phase::kChoosing);
+  }
   // Batch 1, rows nearly free: the first draft round caught up on a 24-token prompt (25 rows,
   // 0.6 ms) after a γ = 1 probe that was rejected. Taken as the cost of every round (the old
   // single-observation rule) it priced γ = 1 at 1.05 + 0.6 ms for 1.6 tokens, below plain's 1
