@@ -11,15 +11,20 @@ LoadSequence load_sequence(const SequenceView& s, int max_gamma, int limit) {
   const ChainAcceptance others = s.pool->without(*s.own);
   const DraftOptions& draft = s.options->draft;
   LoadSequence l;
-  l.confidence_stop = draft.method == DraftMethod::kModel;
+  // Drafters with a draft distribution end chains at their stop (n-grams have none); those
+  // with a cache of their own (a draft model, an EAGLE-3 head) feed the accepted tokens in
+  // their next first round; siblings are proposed by drafters that grow trees freely
+  // (Medusa's are one head per depth).
+  l.confidence_stop = draft.method != DraftMethod::kNgram;
   ChainPrice price = chain_price_among(*s.own, others, max_gamma, kAcceptancePriorTrials, l.confidence_stop);
   l.tokens = std::move(price.tokens);
   l.reaches = std::move(price.reaches);
   l.proposal_rate = proposal_rate_among(*s.own, others, kAcceptancePriorTrials);
-  if (draft.method == DraftMethod::kModel) l.sibling_tokens = sibling_rate_among(*s.own, others, kAcceptancePriorTrials);
+  if (draft.method == DraftMethod::kModel || draft.method == DraftMethod::kEagle3)
+    l.sibling_tokens = sibling_rate_among(*s.own, others, kAcceptancePriorTrials);
   l.catch_up_rows = s.spec->draft_catch_up_rows();
   l.remaining_tokens = s.remaining_tokens;
-  l.feeds_accepted = draft.method == DraftMethod::kModel;
+  l.feeds_accepted = draft.method == DraftMethod::kModel || draft.method == DraftMethod::kEagle3;
   l.depth_limit = std::min(limit, l.remaining_tokens - 1);  // the bonus token needs room too
   return l;
 }
@@ -49,7 +54,7 @@ void CostModelLength::plan(const StepView& step, std::span<const SequenceView> s
     // The bonus token needs room too: at most remaining - 1 drafted levels.
     bound.max_depth = left_out ? 0 : std::min(sequences[i].remaining_tokens - 1, choice.gamma);
     bound.stop_below = choice.stop_below;
-    bound.siblings = scouting_ ? 0 : choice.siblings;
+    bound.siblings = scouting_ || load[i].sibling_tokens <= 0 ? 0 : choice.siblings;
     bound.max_nodes = bound.max_depth;  // its rows: 1 + the chosen length
     bounds[i] = bound.max_depth == 0 ? std::nullopt : std::optional<DraftBound>(bound);
   }

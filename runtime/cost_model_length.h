@@ -22,7 +22,7 @@ class CostModelLength final : public DraftLengthPolicy {
   // Each sequence's n-gram lookup (SpeculativeSequence::proposal_limit) counts in its
   // evidence (own and pool); a sequence with nothing to propose takes a plain step beside the
   // others and is still weighed in a closed batch's end. In a scout step only the scout
-  // drafts, without siblings.
+  // drafts, without siblings; siblings go only to drafters that propose them.
   void plan(const StepView& step, std::span<const SequenceView> sequences,
             std::span<std::optional<DraftBound>> bounds) override;
   // The draft rounds' costs: each draft-model call by its rows, the rest of the draft phase

@@ -175,7 +175,7 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                     (d.method != DraftMethod::kNone && d.drafts_chain() && !d.adaptive),
                 names.at("draft.gamma_policy"), " ", name_of(o.gamma_policy),
                 " chooses a chain's length each step: it needs a chain drafter (", names.name("draft.method"),
-                " model or ngram) and excludes ", names.name("draft.tree"), ", ", names.name("draft.budget"), " and ",
+                " model, ngram, eagle3 or medusa) and excludes ", names.name("draft.tree"), ", ", names.name("draft.budget"), " and ",
                 names.name("draft.adaptive"));
   SPECULA_CHECK(o.gamma_policy == GammaPolicy::kFixed || o.sampling.strategy != Strategy::kBeam,
                 names.at("draft.gamma_policy"), " ", name_of(o.gamma_policy), " cannot be combined with ",
@@ -238,9 +238,8 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   const bool head = d.method == DraftMethod::kEagle3 || d.method == DraftMethod::kMedusa;
   SPECULA_CHECK((d.method != DraftMethod::kModel && !head) || !d.model_dir.empty(), names.at("draft.method"), " ",
                 name_of(d.method), " needs ", names.name("draft.path"));
-  SPECULA_CHECK(!head || (o.gamma_policy == GammaPolicy::kFixed && o.sampling.strategy != Strategy::kBeam),
-                names.at("draft.method"), " ", name_of(d.method), " excludes ", names.name("draft.gamma_policy"),
-                " other than fixed and ", names.name("sampling.strategy"), " beam");
+  SPECULA_CHECK(!head || o.sampling.strategy != Strategy::kBeam, names.at("draft.method"), " ", name_of(d.method),
+                " excludes ", names.name("sampling.strategy"), " beam");
   SPECULA_CHECK(d.method != DraftMethod::kMedusa || (d.tree_budget == 0 && !d.adaptive && d.siblings == 0),
                 names.at("draft.method"), " medusa drafts chains and static trees (", names.name("draft.gamma"), ", ",
                 names.name("draft.tree"), "): it excludes ", names.name("draft.budget"), ", ",
