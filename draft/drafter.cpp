@@ -1,16 +1,87 @@
 #include "draft/drafter.h"
 
+#include <chrono>
+#include <map>
+
 namespace specula {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point mark) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - mark).count();
+}
+
+// One batched forward of a draft model for `group` (drafters sharing its cache).
+DraftCall run_model_forward(const ForwardContext& context, std::span<Drafter* const> group) {
+  std::vector<SequenceRows> parts;
+  for (Drafter* d : group) parts.push_back(*d->pending_forward());
+  const std::size_t vocab = static_cast<std::size_t>(context.backend.config().vocab_size);
+  std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * vocab);
+  const auto mark = std::chrono::steady_clock::now();
+  context.run(parts, logits);
+  const DraftCall call{batch_rows(parts), seconds_since(mark)};
+  std::size_t row = 0;
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    const std::size_t rows = static_cast<std::size_t>(logit_rows(std::span(&parts[i], 1)));
+    group[i]->forward_done(std::span(logits).subspan(row * vocab, rows * vocab));
+    row += rows;
+  }
+  return call;
+}
+
+// One batched forward of a head for `group` (drafters sharing its cache): their rows' input
+// states side by side in, their logits and output states split back.
+DraftCall run_head_forward(const HeadForwardContext& context, std::span<Drafter* const> group) {
+  std::vector<SequenceRows> parts;
+  std::vector<float> x;
+  for (Drafter* d : group) {
+    parts.push_back(*d->pending_forward());
+    const std::span<const float> states = d->pending_states();
+    x.insert(x.end(), states.begin(), states.end());
+  }
+  const std::size_t vocab = static_cast<std::size_t>(context.head.config().draft_vocab_size);
+  const std::size_t hidden = static_cast<std::size_t>(context.head.config().hidden_size());
+  std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * vocab);
+  std::vector<float> out(static_cast<std::size_t>(batch_rows(parts)) * hidden);
+  const auto mark = std::chrono::steady_clock::now();
+  context.run(parts, x, logits, out);
+  const DraftCall call{batch_rows(parts), seconds_since(mark)};
+  std::size_t logit_row = 0, row = 0;
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    const std::size_t logit_n = static_cast<std::size_t>(logit_rows(std::span(&parts[i], 1)));
+    const std::size_t n = parts[i].tokens.size();
+    group[i]->head_forward_done(std::span<const float>(logits).subspan(logit_row * vocab, logit_n * vocab),
+                                std::span<const float>(out).subspan(row * hidden, n * hidden));
+    logit_row += logit_n;
+    row += n;
+  }
+  return call;
+}
+
+}  // namespace
+
+void run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls) {
+  for (;;) {
+    // One batched call per draft cache. Keyed by the cache, not the context: each drafter holds
+    // its own copy of the context (keyed by that, every sequence's round ran alone).
+    std::map<const KvCache*, std::vector<Drafter*>> groups;
+    for (Drafter* d : drafters) {
+      if (!d->pending_forward()) continue;
+      const HeadForwardContext* head = d->head_context();
+      groups[head ? &head->cache : &d->forward_context()->cache].push_back(d);
+    }
+    if (groups.empty()) return;
+    for (const auto& [cache, group] : groups) {
+      const HeadForwardContext* head = group.front()->head_context();
+      const DraftCall call = head ? run_head_forward(*head, group) : run_model_forward(*group.front()->forward_context(), group);
+      if (calls) calls->push_back(call);
+    }
+  }
+}
 
 Proposal propose(Drafter& drafter, std::span<const int> committed, DraftBound bound, Philox& rng) {
   drafter.start(committed, bound, rng);
-  std::vector<float> logits;
-  while (const SequenceRows* rows = drafter.pending_forward()) {
-    const ForwardContext& context = *drafter.forward_context();
-    logits.resize(static_cast<std::size_t>(logit_rows(std::span(rows, 1))) * context.backend.config().vocab_size);
-    context.run(*rows, logits);
-    drafter.forward_done(logits);
-  }
+  Drafter* const one[] = {&drafter};
+  run_draft_forwards(one);
   return drafter.take_proposal();
 }
 

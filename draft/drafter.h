@@ -1,8 +1,9 @@
 // defines: Proposal and Drafter, the interface every proposer implements: start a token tree
 // after the committed tokens, ask for the draft-model forwards it needs one at a time (so a
 // scheduler can batch the forwards of many sequences into one call), hand back the finished
-// tree, then learn which of its nodes were accepted; and propose(), the trivial driver that
-// runs one drafter's forwards on their own.
+// tree, then learn which of its nodes were accepted; run_draft_forwards, which batches the
+// pending forwards of many drafters by the cache they share; and propose(), the trivial driver
+// of one drafter.
 #pragma once
 
 #include <limits>
@@ -12,6 +13,7 @@
 #include "base/rng.h"
 #include "engine/batch.h"
 #include "engine/forward.h"
+#include "engine/head_forward.h"
 #include "verify/token_tree.h"
 
 namespace specula {
@@ -70,8 +72,16 @@ class Drafter {
   // what an n-gram drafter's lookup finds (0: no n-gram matches); unbounded for a model
   // drafter, which always proposes.
   virtual int proposal_limit(std::span<const int> /*committed*/) { return std::numeric_limits<int>::max(); }
-  // Where pending forwards run (nullptr for drafters that run no model).
+  // Where pending forwards run (nullptr for drafters that run no model, and for heads).
   virtual const ForwardContext* forward_context() const { return nullptr; }
+  // A head's pending forwards run on a head's context instead (nullptr for other drafters):
+  // its forward also takes each row's input state and gives each row's output state.
+  virtual const HeadForwardContext* head_context() const { return nullptr; }
+  // The input states of the pending forward's rows: in [rows, head hidden].
+  virtual std::span<const float> pending_states() const { return {}; }
+  // A head's pending forward done: its logits (over the head's draft vocabulary) and out, in
+  // [rows, head hidden] each row's output state.
+  virtual void head_forward_done(std::span<const float> /*logits*/, std::span<const float> /*out*/) {}
 
   // The finished proposal (once pending_forward() is nullptr).
   virtual Proposal take_proposal() = 0;
@@ -82,8 +92,18 @@ class Drafter {
                       std::span<const int> committed) = 0;
 };
 
-// The trivial driver: start, each pending forward run alone on the drafter's context, the
-// proposal.
+// One batched forward of run_draft_forwards: its rows (over every drafter in it) and its wall
+// time.
+struct DraftCall {
+  int rows = 0;
+  double seconds = 0;
+};
+
+// Runs the pending forwards of every drafter, round by round, those sharing a draft cache (a
+// draft model's or a head's) as one batched call; each call is appended to `calls` when given.
+void run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls = nullptr);
+
+// The trivial driver: start, the drafter's pending forwards run alone, the proposal.
 Proposal propose(Drafter& drafter, std::span<const int> committed, DraftBound bound, Philox& rng);
 
 }  // namespace specula

@@ -7,18 +7,18 @@
 
 namespace specula {
 
-void feed_head_entries(const HeadForwardContext& head, KvCache::SeqId seq, KvCache& target_cache,
-                       KvCache::SeqId target_seq, std::span<const int> tokens, std::vector<float>& logits,
-                       std::vector<float>& out) {
-  const int cached = head.cache.length(seq);
+void head_entry_inputs(const HeadForwardContext& head, int cached, KvCache& target_cache, KvCache::SeqId target_seq,
+                       std::span<const int> tokens, std::vector<float>& x, std::vector<int>& entry_tokens,
+                       std::vector<int>& positions) {
   const int total = static_cast<int>(tokens.size());
   const int rows = total - 1 - cached;  // entries of t_{cached + 1} .. t_{total - 1}
   SPECULA_CHECK(rows >= 1 && target_cache.length(target_seq) >= total - 1, "draft head: the target holds ",
                 target_cache.length(target_seq), " of ", total - 1, " tokens; the head ", cached);
   const std::size_t h = static_cast<std::size_t>(head.head.config().hidden_size());
   const std::size_t width = static_cast<std::size_t>(target_cache.state_width());
-  std::vector<float> taps(static_cast<std::size_t>(rows) * width), x(static_cast<std::size_t>(rows) * h);
-  std::vector<int> entry_tokens(static_cast<std::size_t>(rows)), positions(static_cast<std::size_t>(rows));
+  std::vector<float> taps(static_cast<std::size_t>(rows) * width);
+  entry_tokens.resize(static_cast<std::size_t>(rows));
+  positions.resize(static_cast<std::size_t>(rows));
   for (int r = 0; r < rows; ++r) {
     const int j = cached + 1 + r;  // the entry's token index
     const std::span<const float> states = target_cache.states(target_seq, j - 1);
@@ -26,9 +26,18 @@ void feed_head_entries(const HeadForwardContext& head, KvCache::SeqId seq, KvCac
     entry_tokens[static_cast<std::size_t>(r)] = tokens[static_cast<std::size_t>(j)];
     positions[static_cast<std::size_t>(r)] = j;
   }
+  x.resize(static_cast<std::size_t>(rows) * h);
   head.head.project(taps, x, rows);
+}
+
+void feed_head_entries(const HeadForwardContext& head, KvCache::SeqId seq, KvCache& target_cache,
+                       KvCache::SeqId target_seq, std::span<const int> tokens, std::vector<float>& logits,
+                       std::vector<float>& out) {
+  std::vector<float> x;
+  std::vector<int> entry_tokens, positions;
+  head_entry_inputs(head, head.cache.length(seq), target_cache, target_seq, tokens, x, entry_tokens, positions);
   logits.resize(static_cast<std::size_t>(head.head.config().draft_vocab_size));
-  out.resize(static_cast<std::size_t>(rows) * h);
+  out.resize(x.size());
   head.run(SequenceRows{seq, entry_tokens, positions, {}, RowLogits::kLast}, x, logits, out);
 }
 
@@ -61,56 +70,62 @@ void HeadDrafter::context_distribution(std::span<const float> draft_logits, int 
   distribution_(controls_.edited(row_, committed_, path_, edited_), std::span(proposal.q).last(vocab));
 }
 
-void HeadDrafter::catch_up(std::span<const int> committed) {
-  feed_head_entries(head_, seq_, target_cache_, target_seq_, committed, logits_, out_);
-  ++forwards_;
-  const std::size_t h = static_cast<std::size_t>(hidden());
-  context_out_.assign(out_.end() - static_cast<std::ptrdiff_t>(h), out_.end());
-  context_distribution(logits_, 0);
-}
-
-void HeadDrafter::feed(NodeFeed nodes) {
+void HeadDrafter::request_feed() {
+  if (!growth_.pending()) {
+    pending_.reset();
+    return;
+  }
+  const auto [first, last] = *growth_.pending();
   const TokenTree& tree = growth_.proposal().tree;
   const std::size_t h = static_cast<std::size_t>(hidden());
-  const std::size_t n = static_cast<std::size_t>(nodes.last - nodes.first);
+  const std::size_t n = static_cast<std::size_t>(last - first);
   positions_.resize(n);
   x_.resize(n * h);
-  for (int i = nodes.first; i < nodes.last; ++i) {
-    const std::size_t r = static_cast<std::size_t>(i - nodes.first);
+  for (int i = first; i < last; ++i) {
+    const std::size_t r = static_cast<std::size_t>(i - first);
     positions_[r] = root_position_ + tree.depth[static_cast<std::size_t>(i)];
     const std::size_t parent_context = static_cast<std::size_t>(tree.parent[static_cast<std::size_t>(i)] + 1);
     std::copy_n(&context_out_[parent_context * h], h, &x_[r * h]);
   }
-  const std::size_t draft_vocab = static_cast<std::size_t>(head_.head.config().draft_vocab_size);
-  logits_.resize(n * draft_vocab);
-  out_.resize(n * h);
-  head_.run(SequenceRows{seq_, std::span(tree.tokens).subspan(static_cast<std::size_t>(nodes.first), n), positions_,
-                         std::span(tree.parent).first(static_cast<std::size_t>(nodes.last)), RowLogits::kAll},
-            x_, logits_, out_);
+  pending_ = SequenceRows{seq_, std::span(tree.tokens).subspan(static_cast<std::size_t>(first), n), positions_,
+                          std::span(tree.parent).first(static_cast<std::size_t>(last)), RowLogits::kAll};
+}
+
+void HeadDrafter::head_forward_done(std::span<const float> logits, std::span<const float> out) {
+  pending_.reset();
   ++forwards_;
-  context_out_.insert(context_out_.end(), out_.begin(), out_.end());
-  for (int i = nodes.first; i < nodes.last; ++i)
-    context_distribution(std::span<const float>(logits_).subspan(static_cast<std::size_t>(i - nodes.first) * draft_vocab, draft_vocab),
-                         i + 1);
+  const std::size_t h = static_cast<std::size_t>(hidden());
+  const int vocab = head_.target.vocab_size;
+  if (catching_up_) {  // the root's entry is the last: its output state and q are context 0's
+    catching_up_ = false;
+    context_out_.assign(out.end() - static_cast<std::ptrdiff_t>(h), out.end());
+    context_distribution(logits, 0);
+    growth_.root_ready(vocab);
+    return request_feed();
+  }
+  const NodeFeed feed = *growth_.pending();
+  const std::size_t draft_vocab = static_cast<std::size_t>(head_.head.config().draft_vocab_size);
+  context_out_.insert(context_out_.end(), out.begin(), out.end());
+  for (int i = feed.first; i < feed.last; ++i)
+    context_distribution(logits.subspan(static_cast<std::size_t>(i - feed.first) * draft_vocab, draft_vocab), i + 1);
+  growth_.fed(feed, vocab);
+  request_feed();
 }
 
 void HeadDrafter::start(std::span<const int> committed, DraftBound bound, Philox& rng) {
   committed_ = committed;
   root_position_ = static_cast<int>(committed.size()) - 1;
   growth_.begin(bound, rng);
+  pending_.reset();
   if (committed.size() < 2) {  // no state before the root: nothing to draft from
     prefix_end_ = head_.cache.length(seq_);
     return;
   }
-  catch_up(committed);
-  prefix_end_ = head_.cache.length(seq_);
-  const int vocab = head_.target.vocab_size;
-  growth_.root_ready(vocab);
-  while (growth_.pending()) {
-    const NodeFeed nodes = *growth_.pending();
-    feed(nodes);
-    growth_.fed(nodes, vocab);
-  }
+  // The catch-up: the entries the head's cache lacks, the root's last.
+  head_entry_inputs(head_, head_.cache.length(seq_), target_cache_, target_seq_, committed, x_, tokens_, positions_);
+  prefix_end_ = root_position_;
+  pending_ = SequenceRows{seq_, tokens_, positions_, {}, RowLogits::kLast};
+  catching_up_ = true;
 }
 
 void HeadDrafter::accept(const TokenTree& tree, std::span<const int> accepted_nodes, std::span<const int>) {

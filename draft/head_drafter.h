@@ -11,9 +11,11 @@
 //     per feed the tree's growth asks for;
 //   - after verification every tree entry is dropped (the next catch-up feeds the accepted
 //     tokens again, with the target's states of the path the target verified).
-// The head's forwards run inside start(): heads do not batch across sequences yet.
+// Its forwards are pending forwards (Drafter::head_context), so run_draft_forwards batches
+// every sequence's of one head into one call per round.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "draft/drafter.h"
@@ -28,6 +30,14 @@ namespace specula {
 // tokens[cached + 1 .. tokens.size()): token j with the target's states of slot j - 1 of
 // `target_seq` (target_cache must hold them), at position j, in one forward.
 //   logits: out [draft_vocab] of the last entry; out: out [entries, hidden] each entry's output state
+// The inputs of the entries a head's cache holding `cached` entries lacks, tokens[cached +
+// 1 .. tokens.size()): token j with the target's states of slot j - 1 of `target_seq`
+// projected by the head's fc, at position j.
+//   x: out [entries, hidden]; entry_tokens, positions: out [entries]
+void head_entry_inputs(const HeadForwardContext& head, int cached, KvCache& target_cache, KvCache::SeqId target_seq,
+                       std::span<const int> tokens, std::vector<float>& x, std::vector<int>& entry_tokens,
+                       std::vector<int>& positions);
+
 void feed_head_entries(const HeadForwardContext& head, KvCache::SeqId seq, KvCache& target_cache,
                        KvCache::SeqId target_seq, std::span<const int> tokens, std::vector<float>& logits,
                        std::vector<float>& out);
@@ -46,6 +56,10 @@ class HeadDrafter : public Drafter {
   HeadDrafter& operator=(const HeadDrafter&) = delete;
 
   void start(std::span<const int> committed, DraftBound bound, Philox& rng) override;
+  const SequenceRows* pending_forward() override { return pending_ ? &*pending_ : nullptr; }
+  const HeadForwardContext* head_context() const override { return &head_; }
+  std::span<const float> pending_states() const override { return x_; }
+  void head_forward_done(std::span<const float> logits, std::span<const float> out) override;
   int catch_up_rows(int committed) const override { return std::max(0, committed - 2 - head_.cache.length(seq_)); }
   Proposal take_proposal() override { return growth_.take(head_.target.vocab_size); }
   void accept(const TokenTree& tree, std::span<const int> accepted_nodes, std::span<const int> committed) override;
@@ -55,10 +69,8 @@ class HeadDrafter : public Drafter {
 
  private:
   int hidden() const { return head_.head.config().hidden_size(); }
-  // Feeds the catch-up rows; leaves the root's q and output state.
-  void catch_up(std::span<const int> committed);
-  // Feeds the tree's nodes of `feed`; appends their q rows and output states.
-  void feed(NodeFeed feed);
+  // The pending forward of the tree's next feed (none once the tree is complete).
+  void request_feed();
   // q of `context` from the head's logits over its draft vocabulary (tokens outside it: q = 0).
   void context_distribution(std::span<const float> draft_logits, int context);
 
@@ -75,10 +87,13 @@ class HeadDrafter : public Drafter {
   std::span<const int> committed_;
   int root_position_ = 0;
   int prefix_end_ = 0;                 // head cache length before the tree's entries
+  std::optional<SequenceRows> pending_;  // the forward asked for: the catch-up or a feed
+  bool catching_up_ = false;
+  std::vector<float> x_;               // [pending rows, hidden] their input states
   std::vector<float> context_out_;     // [contexts fed, hidden] output state of each context's entry
   // Scratch.
   std::vector<int> tokens_, positions_;
-  std::vector<float> x_, logits_, out_, row_, edited_;
+  std::vector<float> row_, edited_;
   std::vector<int> path_;
 };
 

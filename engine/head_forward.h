@@ -1,5 +1,5 @@
 // defines: HeadForwardContext, what one stream of draft-head forwards runs on (a head backend,
-// the head's KV cache, the stream's workspace), and its run(): plan the rows of one sequence,
+// the head's KV cache, the stream's workspace), and its run(): plan the rows of its sequences,
 // append their slots, call the head backend. The head's counterpart of ForwardContext.
 #pragma once
 
@@ -17,10 +17,15 @@ struct HeadForwardContext {
   KvCache& cache;             // the head's pages (HeadBackend::kv_layout)
   Workspace& workspace;
 
-  // One forward of `part` (a sequence of `cache`), appending its rows' slots.
-  //   x: in [rows, hidden] each row's input state; logits: out [logit rows, draft_vocab];
-  //   out: out [rows, hidden] each row's output state (the next step's input)
-  void run(const SequenceRows& part, std::span<const float> x, std::span<float> logits, std::span<float> out) const;
+  // One forward of `parts` (sequences of `cache`, each at most once), appending their rows'
+  // slots.
+  //   x: in [rows, hidden] each row's input state, parts in order; logits: out [logit rows,
+  //   draft_vocab]; out: out [rows, hidden] each row's output state (the next step's input)
+  void run(std::span<const SequenceRows> parts, std::span<const float> x, std::span<float> logits,
+           std::span<float> out) const;
+  void run(const SequenceRows& part, std::span<const float> x, std::span<float> logits, std::span<float> out) const {
+    run(std::span(&part, 1), x, logits, out);
+  }
 };
 
 }  // namespace specula

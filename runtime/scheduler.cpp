@@ -769,6 +769,7 @@ void Scheduler::step() {
   stats_.sequence_steps += static_cast<long>(plan.size());
   stats_.max_rows = std::max(stats_.max_rows, rows);
   stats_.max_sequences = std::max(stats_.max_sequences, static_cast<int>(plan.size()));
+  stats_.draft_calls += static_cast<long>(outcome.draft_calls.size());
 
   // Each sequence on its own: sample or verify, commit, emit.
   Settled settled;

@@ -58,6 +58,7 @@ struct SchedulerStats {
   int max_rows = 0;         // the most rows and live sequences one step held
   int max_sequences = 0;
   long preemptions = 0;
+  long draft_calls = 0;     // batched draft forwards (one per draft cache and round)
 };
 
 class Scheduler {

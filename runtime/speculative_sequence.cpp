@@ -5,35 +5,6 @@
 #include "runtime/lap_timer.h"
 
 namespace specula {
-void run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls) {
-  std::vector<float> logits;
-  std::vector<SequenceRows> parts;
-  for (;;) {
-    // One batched call per draft cache. Keyed by the cache, not the context: each drafter holds
-    // its own copy of the context (keyed by that, every sequence's round ran alone).
-    std::map<const KvCache*, std::vector<Drafter*>> groups;
-    for (Drafter* d : drafters)
-      if (d->pending_forward()) groups[&d->forward_context()->cache].push_back(d);
-    if (groups.empty()) return;
-    for (auto& [cache, group] : groups) {
-      const ForwardContext* context = group.front()->forward_context();
-      parts.clear();
-      for (Drafter* d : group) parts.push_back(*d->pending_forward());
-      const std::size_t vocab = static_cast<std::size_t>(context->backend.config().vocab_size);
-      logits.resize(static_cast<std::size_t>(logit_rows(parts)) * vocab);
-      auto mark = Clock::now();
-      context->run(parts, logits);
-      if (calls) calls->push_back({batch_rows(parts), lap(mark)});
-      std::size_t row = 0;
-      for (std::size_t i = 0; i < group.size(); ++i) {
-        const std::size_t rows = static_cast<std::size_t>(logit_rows(std::span(&parts[i], 1)));
-        group[i]->forward_done(std::span(logits).subspan(row * vocab, rows * vocab));
-        row += rows;
-      }
-    }
-  }
-}
-
 void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
                 std::vector<DraftCall>* calls) {
   std::vector<Drafter*> drafters;

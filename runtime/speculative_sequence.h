@@ -50,17 +50,6 @@ struct TreeVerifyRows {
   SequenceRows build(KvCache::SeqId seq, std::span<const int> committed, const TokenTree& tree);
 };
 
-// One batched draft-model call of run_draft_forwards: its rows (over every drafter in it) and
-// its wall time.
-struct DraftCall {
-  int rows = 0;
-  double seconds = 0;
-};
-
-// Runs the pending forwards of every drafter, round by round, those sharing a draft cache as
-// one batched call; each call is appended to `calls` when given.
-void run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls = nullptr);
-
 // A step's chain, its first token's siblings (Proposal::siblings) apart: the tokens it drafted
 // and accepted, whether it stopped short of its max_depth at its bound's stop_below, and the
 // siblings proposed beside its first token and whether one of them was accepted.

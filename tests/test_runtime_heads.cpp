@@ -140,11 +140,16 @@ TEST_CASE("eagle3: many requests at once give each its own greedy output", "[run
     scheduler.submit(o, static_cast<uint64_t>(r));
   }
   scheduler.run();
+  long head_forwards = 0;
   for (int r = 0; r < requests; ++r) {
     INFO("request " << r);
     const std::vector<int>& got = scheduler.outcome(r).samples.front();
     CHECK(got == expected[static_cast<std::size_t>(r)]);
+    head_forwards += scheduler.outcome(r).draft_forwards;
   }
+  // The sequences of one head share its forwards: a call per head and round, not per sequence.
+  INFO(head_forwards << " drafters' forwards in " << scheduler.stats().draft_calls << " calls");
+  CHECK(head_forwards >= 2 * scheduler.stats().draft_calls);
   CHECK(scheduler.kv_stats().blocks_in_use == 0);
 }
 
