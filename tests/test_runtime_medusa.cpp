@@ -98,33 +98,9 @@ TEST_CASE("medusa: many requests at once give each its own greedy output", "[run
 
 TEST_CASE("medusa: under the threshold and load policies each request gets its own greedy output",
           "[runtime][heads]") {
-  const auto prompts = reference_prompts();
-  const int requests = 4;
-  SchedulerLimits limits;
-  limits.max_sequences = requests;
-  limits.kv_blocks = 64 * requests;
-  for (const GammaPolicy policy : {GammaPolicy::kThreshold, GammaPolicy::kLoad}) {
-    INFO("gamma_policy " << name_of(policy));
-    Scheduler scheduler(store(), base_options(prompts[0], 24), limits);
-    std::vector<std::vector<int>> expected;
-    for (int r = 0; r < requests; ++r) {
-      GenerateOptions o = base_options(prompts[static_cast<std::size_t>(r)], 8 + 8 * r);
-      expected.push_back(generate(store(), o)["ids"].get<std::vector<int>>());
-      o.draft = medusa(random_medusa(), 2 + r % 2);
-      o.gamma_policy = policy;
-      o.length_threshold = {0, 2};
-      scheduler.submit(o, static_cast<uint64_t>(r));
-    }
-    scheduler.run();
-    long drafted = 0;
-    for (int r = 0; r < requests; ++r) {
-      INFO("request " << r);
-      CHECK(scheduler.outcome(r).samples.front() == expected[static_cast<std::size_t>(r)]);
-      drafted += scheduler.outcome(r).spec.drafted;
-    }
-    if (policy == GammaPolicy::kThreshold) CHECK(drafted > 0);
-    CHECK(scheduler.kv_stats().blocks_in_use == 0);
-  }
+  const auto draft = [](int r) { return medusa(random_medusa(), 2 + r % 2); };
+  CHECK(test::policy_batch_drafted(GammaPolicy::kThreshold, {0, 2}, draft) > 0);
+  test::policy_batch_drafted(GammaPolicy::kLoad, {}, draft);
 }
 
 TEST_CASE("medusa: speculative sampling's first tokens follow the target distribution",

@@ -1,18 +1,23 @@
 // defines: helpers of the runtime tests: the process's ModelStore, the shared reference
-// prompts, bitwise equality of two sequences' cached K/V rows, and a plain causal prefill
-// into a fresh sequence (the cache a plain run builds, for the cache-equality tests).
+// prompts, bitwise equality of two sequences' cached K/V rows, a plain causal prefill into a
+// fresh sequence (the cache a plain run builds, for the cache-equality tests), and a batch of
+// requests under a draft-length policy checked against plain greedy.
 #pragma once
 
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <vector>
 
 #include "kv/kv_cache.h"
 #include "runtime/decoders.h"
+#include "runtime/generate.h"
 #include "runtime/generate_options.h"
 #include "runtime/model_store.h"
+#include "runtime/scheduler.h"
 #include "tests/test_support.h"
 
 namespace specula::test {
@@ -80,6 +85,37 @@ inline int plain_prefill(const Backend& model, KvCache& cache, std::span<const i
   std::vector<float> unused;
   const auto workspace = model.make_workspace();
   return prefill(ForwardContext{model, cache, *workspace}, tokens, unused);
+}
+
+// Four greedy requests of 8, 16, 24 and 32 tokens side by side under `policy` (with
+// `threshold`), request r drafting with draft(r): checks that each gets plain greedy's tokens
+// and that every block is freed; returns the nodes they drafted in all.
+inline long policy_batch_drafted(GammaPolicy policy, LengthThreshold threshold,
+                                 const std::function<DraftOptions(int)>& draft) {
+  const auto prompts = reference_prompts();
+  const int requests = 4;
+  SchedulerLimits limits;
+  limits.max_sequences = requests;
+  limits.kv_blocks = 64 * requests;
+  Scheduler scheduler(store(), base_options(prompts[0], 24), limits);
+  std::vector<std::vector<int>> expected;
+  for (int r = 0; r < requests; ++r) {
+    GenerateOptions o = base_options(prompts[static_cast<std::size_t>(r)], 8 + 8 * r);
+    expected.push_back(generate(store(), o)["ids"].get<std::vector<int>>());
+    o.draft = draft(r);
+    o.gamma_policy = policy;
+    o.length_threshold = threshold;
+    scheduler.submit(o, static_cast<uint64_t>(r));
+  }
+  scheduler.run();
+  long drafted = 0;
+  for (int r = 0; r < requests; ++r) {
+    INFO("request " << r);
+    CHECK(scheduler.outcome(r).samples.front() == expected[static_cast<std::size_t>(r)]);
+    drafted += scheduler.outcome(r).spec.drafted;
+  }
+  CHECK(scheduler.kv_stats().blocks_in_use == 0);
+  return drafted;
 }
 
 }  // namespace specula::test
