@@ -19,6 +19,7 @@ MedusaDrafter::MedusaDrafter(const MedusaBackend& medusa, Workspace& workspace, 
   SPECULA_CHECK(shape.topology.depth() <= medusa_.config().num_heads, medusa_.medusa().dir(), ": a tree ",
                 shape.topology.depth(), " deep needs as many Medusa heads; the folder has ",
                 medusa_.config().num_heads);
+  shape_depth_ = shape.topology.depth();
   const std::span<const int> layers = target_cache_.state_layers();
   const auto it = std::find(layers.begin(), layers.end(), target_layers);
   SPECULA_CHECK(it != layers.end(), "medusa: the target cache does not keep the states of tap layer ", target_layers,
@@ -28,7 +29,7 @@ MedusaDrafter::MedusaDrafter(const MedusaBackend& medusa, Workspace& workspace, 
 
 void MedusaDrafter::fill_rows(int context) {
   const std::size_t vocab = static_cast<std::size_t>(medusa_.config().vocab_size);
-  const int heads = medusa_.config().num_heads;
+  const int heads = heads_;
   Proposal& proposal = growth_.proposal();
   const TokenTree& tree = proposal.tree;
   for (int c = static_cast<int>(proposal.q.size() / vocab); c <= context; ++c) {
@@ -64,10 +65,13 @@ void MedusaDrafter::start(std::span<const int> committed, DraftBound bound, Phil
   const std::span<const float> states =
       target_cache_.states(target_seq_, n - 2).subspan(static_cast<std::size_t>(state_offset_),
                                                        static_cast<std::size_t>(c.hidden_size));
-  logits_.resize(static_cast<std::size_t>(c.num_heads) * c.vocab_size);
-  medusa_.forward(states, 1, workspace_, logits_);
+  // The heads of the depths the proposal can feed: a context at the last depth is a leaf.
+  heads_ = std::min(within.max_depth, shape_depth_);
+  if (heads_ == 0) return;
+  logits_.resize(static_cast<std::size_t>(heads_) * c.vocab_size);
+  medusa_.forward(states, 1, heads_, workspace_, logits_);
   ++forwards_;
-  depth_q_.assign(static_cast<std::size_t>(c.num_heads), {});
+  depth_q_.assign(static_cast<std::size_t>(heads_), {});
 
   fill_rows(0);
   growth_.root_ready(c.vocab_size);

@@ -49,6 +49,8 @@ class MedusaDrafter : public Drafter {
   KvCache& target_cache_;
   KvCache::SeqId target_seq_;
   int state_offset_ = 0;  // floats before the last layer's state in a slot's states
+  int shape_depth_ = 0;   // the tree shape's depth (a chain's: gamma)
+  int heads_ = 0;         // heads run for the proposal in progress: the depths it can feed
   DistributionFn distribution_;
   RowControls controls_;
   TreeGrowth growth_;
@@ -56,8 +58,8 @@ class MedusaDrafter : public Drafter {
 
   // The proposal in progress.
   std::span<const int> committed_;
-  std::vector<float> logits_;                 // [num_heads, vocab] the heads' logits of the root's state
-  std::vector<std::vector<float>> depth_q_;   // [num_heads][vocab or empty] q of a depth without controls
+  std::vector<float> logits_;                 // [heads_, vocab] the heads' logits of the root's state
+  std::vector<std::vector<float>> depth_q_;   // [heads_][vocab or empty] q of a depth without controls
   std::vector<float> edited_;
   std::vector<int> path_;
 };

@@ -22,11 +22,13 @@ class MedusaBackend {
   const MedusaConfig& config() const { return medusa_.config(); }
   virtual std::unique_ptr<Workspace> make_workspace() const = 0;
 
-  // The heads over n rows (batch invariant: a row's results depend on that row alone).
+  // The first `heads` heads (1..num_heads) over n rows (batch invariant: a row's results
+  // depend on that row alone; a head's do not depend on how many run).
   //   states: in  [n, hidden] the target's last hidden states BEFORE its final norm (the
   //           state at tap layer num_hidden_layers), which this applies
-  //   logits: out [n, num_heads, vocab] head i's logits of row r at [r, i]
-  virtual void forward(std::span<const float> states, int n, Workspace& workspace, std::span<float> logits) const = 0;
+  //   logits: out [n, heads, vocab] head i's logits of row r at [r, i]
+  virtual void forward(std::span<const float> states, int n, int heads, Workspace& workspace,
+                       std::span<float> logits) const = 0;
 
  protected:
   explicit MedusaBackend(const MedusaModel& medusa) : medusa_(medusa) {}

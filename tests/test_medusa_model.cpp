@@ -112,7 +112,7 @@ TEST_CASE("Medusa heads: the CPU forward matches a plain double forward", "[head
     Philox rng(3, 0);
     for (float& v : states) v = 4.0f * (static_cast<float>(rng.uniform()) - 0.5f);
     std::vector<float> logits(static_cast<std::size_t>(n) * 3 * vocab);
-    backend->forward(states, n, *ws, logits);
+    backend->forward(states, n, 3, *ws, logits);
     for (int r = 0; r < n; ++r) {
       const auto state = std::span<const float>(states).subspan(static_cast<std::size_t>(r) * hidden, hidden);
       for (int i = 0; i < 3; ++i) {
@@ -126,13 +126,17 @@ TEST_CASE("Medusa heads: the CPU forward matches a plain double forward", "[head
         CHECK(worst <= 1e-4 * std::max(1.0, top));
       }
     }
-    // Batch invariance: each row alone gives bitwise the same logits.
+    // Batch invariance: each row alone gives bitwise the same logits, and so do its first
+    // heads run alone.
     for (int r = 0; r < n; ++r) {
-      std::vector<float> alone(static_cast<std::size_t>(3) * vocab);
-      backend->forward(std::span<const float>(states).subspan(static_cast<std::size_t>(r) * hidden, hidden), 1, *ws,
-                       alone);
-      CHECK(std::equal(alone.begin(), alone.end(), logits.begin() + static_cast<std::ptrdiff_t>(r) * 3 * vocab));
+      for (int heads = 1; heads <= 3; ++heads) {
+        std::vector<float> alone(static_cast<std::size_t>(heads) * vocab);
+        backend->forward(std::span<const float>(states).subspan(static_cast<std::size_t>(r) * hidden, hidden), 1, heads,
+                         *ws, alone);
+        CHECK(std::equal(alone.begin(), alone.end(), logits.begin() + static_cast<std::ptrdiff_t>(r) * 3 * vocab));
+      }
     }
+    CHECK_THROWS_WITH(backend->forward(states, n, 4, *ws, logits), Contains("4 heads asked of 3"));
   }
 }
 

@@ -61,9 +61,13 @@ TEST_CASE("medusa: greedy speculative output equals plain greedy output", "[runt
       const auto result = generate(store(), spec);
       CHECK(result["ids"] == expected);
       CHECK(result["stats"]["kv"]["blocks_in_use_at_end"] == 0);
-      // One forward of the heads a step, and every step drafts.
-      CHECK(result["stats"]["draft"]["draft_forwards"] == result["stats"]["steps"]);
-      CHECK(result["stats"]["drafted"].get<long>() >= result["stats"]["steps"].get<long>());
+      // One forward of the heads a step, and every step drafts, but a last step whose bonus
+      // token alone is left (no head runs for a proposal of depth 0).
+      const long steps = result["stats"]["steps"].get<long>();
+      const long last = result["ids"].size() == static_cast<std::size_t>(plain.max_new_tokens) ? 1 : 0;
+      CHECK(result["stats"]["draft"]["draft_forwards"].get<long>() >= steps - last);
+      CHECK(result["stats"]["draft"]["draft_forwards"].get<long>() <= steps);
+      CHECK(result["stats"]["drafted"].get<long>() >= steps - last);
     }
   }
   // A one-token prompt: the first step's root has no state before it and drafts nothing.

@@ -21,16 +21,18 @@ MedusaCpuBackend::MedusaCpuBackend(const MedusaModel& medusa, const TensorView& 
   }
 }
 
-void MedusaCpuBackend::forward(std::span<const float> states, int n, Workspace& workspace, std::span<float> logits) const {
+void MedusaCpuBackend::forward(std::span<const float> states, int n, int heads, Workspace& workspace,
+                               std::span<float> logits) const {
   auto* ws = dynamic_cast<MedusaCpuWorkspace*>(&workspace);
   SPECULA_CHECK(ws != nullptr, "medusa forward: the workspace was not made by the CPU Medusa backend");
   MedusaCpuWorkspace& s = *ws;
   const MedusaConfig& c = config();
   const std::size_t hidden = static_cast<std::size_t>(c.hidden_size), vocab = static_cast<std::size_t>(c.vocab_size);
-  const std::size_t rows = static_cast<std::size_t>(n), k = static_cast<std::size_t>(c.num_heads);
+  const std::size_t rows = static_cast<std::size_t>(n), k = static_cast<std::size_t>(heads);
+  SPECULA_CHECK(heads >= 1 && heads <= c.num_heads, "medusa forward: ", heads, " heads asked of ", c.num_heads);
   SPECULA_CHECK(n > 0 && states.size() == rows * hidden && logits.size() == rows * k * vocab, "medusa forward: ", n,
-                " rows need states of ", rows * hidden, " floats and logits of ", rows * k * vocab, ", got ",
-                states.size(), " and ", logits.size());
+                " rows of ", heads, " heads need states of ", rows * hidden, " floats and logits of ", rows * k * vocab,
+                ", got ", states.size(), " and ", logits.size());
   s.normed.resize(rows * hidden);
   rms_norm(states.data(), final_norm_.data(), eps_, s.normed.data(), n, c.hidden_size);
   s.x.resize(rows * hidden);

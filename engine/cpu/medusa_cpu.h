@@ -26,7 +26,8 @@ class MedusaCpuBackend : public MedusaBackend {
 
   BackendKind kind() const override { return BackendKind::kCpu; }
   std::unique_ptr<Workspace> make_workspace() const override { return std::make_unique<MedusaCpuWorkspace>(); }
-  void forward(std::span<const float> states, int n, Workspace& workspace, std::span<float> logits) const override;
+  void forward(std::span<const float> states, int n, int heads, Workspace& workspace,
+               std::span<float> logits) const override;
 
  private:
   struct Block {
