@@ -467,6 +467,11 @@ TEST_CASE("verify.rule and the threshold policy parse, sweep, label their runs a
   require_error(minimal(draft + "[verify]\nrule = \"blok\"\n"), {"verify.rule: unknown value 'blok'; did you mean 'block'?"});
   require_error(minimal("[draft]\nmethod = \"ngram\"\ngamma_policy = \"load\"\n[verify]\nrule = \"block\"\n"),
                 {"verify.rule block verifies chains", "draft.gamma_policy load"});
+  require_error(minimal("[sampling]\nstrategy = \"beam\"\n" + draft + "[verify]\nrule = \"traversal\"\n"),
+                {"verify.rule traversal verifies drafted trees", "sampling.strategy beam"});
+  const ExperimentConfig traversal = load_config(dir.write(
+      "traversal.toml", minimal("[draft]\nmethod = \"ngram\"\ngamma_policy = \"load\"\n[verify]\nrule = \"traversal\"\n")));
+  CHECK(request_options(traversal.base.point).verify_rule == VerifyRule::kTraversal);
 }
 
 TEST_CASE("draft.siblings parses, joins the run's settings and names its variant", "[experiments]") {
