@@ -179,7 +179,9 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   cmd_->add_option("--draft-max-batch", options_.length_threshold.max_batch,
                    "threshold policy: no drafting in a step of more sequences than this (0: no cut-off)")
       ->default_val(0);
-  cmd_->add_option("--verify-rule", verify_rule_, "token | block: how sampled drafts are verified (block: chains)")
+  cmd_->add_option("--verify-rule", verify_rule_,
+                   "token | block | traversal: how sampled drafts are verified (block: chains; traversal: any tree, "
+                   "leaf to root)")
       ->capture_default_str();
   cmd_->add_option("--logprobs", logprobs_,
                    "With --json: each emitted token's log-probability and this many alternatives (0-20)");

@@ -3,7 +3,7 @@
 
     python3 experiments/paired_compare.py OUTDIR KEY A B
 
-For every run setting the sweep holds apart from KEY (drafter, variant without KEY, sampling),
+For every run setting the sweep holds apart from KEY (drafter, shape, the other sweep coordinates),
 pairs the jobs of KEY = A and KEY = B on (prompt, seed, repetition) and prints tau (tokens per
 speculative step, pooled over the jobs: (accepted + steps) / steps) under each, the relative
 change, and the mean paired difference of the jobs' tau with its 95% interval (Student's t).
@@ -26,6 +26,17 @@ def t975(df):
     return 1.96
 
 
+def shape(r):
+    """The drafted shape: a static tree's branching, a dynamic tree's budget, else the chain's gamma
+    (runs of one drafter whose trees have one depth stay apart)."""
+    draft = r.get("settings", {}).get("draft", {})
+    if draft.get("tree"):
+        return "tree " + "-".join(str(b) for b in draft["tree"])
+    if draft.get("budget"):
+        return f"budget {draft['budget']}"
+    return str(r["gamma"])
+
+
 def main(argv):
     if len(argv) != 5:
         sys.exit(__doc__)
@@ -43,11 +54,11 @@ def main(argv):
             if not s.get("steps"):
                 continue
             others = {k: v for k, v in r.get("coords", {}).items() if k != key}
-            group = (r["drafter"], r["gamma"], json.dumps(others, sort_keys=True))
+            group = (r["drafter"], shape(r), json.dumps(others, sort_keys=True))
             job = (r["prompt_id"], r["seed"], r["repetition"])
             groups[group][(job, value)] = (s["accepted"], s["steps"])
     print(f"{key}: {a} -> {b}")
-    print("| drafter | γ | other coords | pairs | τ " + a + " | τ " + b + " | change | paired Δτ [95% CI] |")
+    print("| drafter | γ or tree | other coords | pairs | τ " + a + " | τ " + b + " | change | paired Δτ [95% CI] |")
     print("|---|---|---|---|---|---|---|---|")
     for group in sorted(groups):
         jobs = groups[group]

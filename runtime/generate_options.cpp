@@ -192,6 +192,11 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                 " model or ngram) and excludes ", names.name("draft.tree"), ", ", names.name("draft.budget"), ", ",
                 names.name("draft.siblings"), ", ", names.name("draft.gamma_policy"), " load (which adds siblings) and ",
                 names.name("sampling.strategy"), " beam");
+  // Traversal takes any tree in every sibling-draw mode: trees, budgets, siblings and the load policy apply.
+  SPECULA_CHECK(o.verify_rule != VerifyRule::kTraversal ||
+                    (d.method != DraftMethod::kNone && s.strategy != Strategy::kBeam),
+                names.at("verify.rule"), " traversal verifies drafted trees: it needs a drafter (",
+                names.name("draft.method"), ") and excludes ", names.name("sampling.strategy"), " beam");
 
   validate_logit_controls(o.controls, INT_MAX, names);
 

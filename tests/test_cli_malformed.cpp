@@ -335,6 +335,8 @@ std::vector<Case> catalogue() {
             {"--verify-rule block verifies chains", "--tree"});
   flag_case("block verification with siblings", "--draft '" + kModel + "' --siblings 1 --verify-rule block",
             {"--verify-rule block", "--siblings"});
+  flag_case("traversal verification with beam search", "--draft '" + kModel + "' --sampler beam --verify-rule traversal",
+            {"--verify-rule traversal verifies drafted trees", "--sampler beam"});
   flag_case("verify rule without a drafter", "--verify-rule token", {"--verify-rule", "does not apply"});
   flag_case("verify rule unknown", "--draft '" + kModel + "' --verify-rule blok", {"--verify-rule", "'blok'"});
   flag_case("logprobs without --json", "--logprobs 2", {"--logprobs needs --json"});

@@ -47,7 +47,7 @@ TEST_CASE("shipped configs load, and their resolved form loads to the same runs"
                            Shipped{"configs/beam-speculative.toml", 24, 6, 1},
                            Shipped{"configs/speedup-cpu.toml", 42, 9, 1}, Shipped{"configs/speedup-goals.toml", 3, 28, 1},
                            Shipped{"configs/batch-sizes.toml", 48, 35, 1}, Shipped{"configs/kv-dtype.toml", 6, 2, 1},
-                           Shipped{"configs/tight-pool.toml", 4, 16, 1}, Shipped{"configs/policies.toml", 16, 35, 4},
+                           Shipped{"configs/tight-pool.toml", 4, 16, 1}, Shipped{"configs/policies.toml", 23, 35, 4},
                            Shipped{"configs/draft-heads.toml", 38, 12, 1}}) {
     INFO(s.file);
     const ExperimentConfig c = load_config(source_path(s.file));
@@ -467,6 +467,11 @@ TEST_CASE("verify.rule and the threshold policy parse, sweep, label their runs a
   require_error(minimal(draft + "[verify]\nrule = \"blok\"\n"), {"verify.rule: unknown value 'blok'; did you mean 'block'?"});
   require_error(minimal("[draft]\nmethod = \"ngram\"\ngamma_policy = \"load\"\n[verify]\nrule = \"block\"\n"),
                 {"verify.rule block verifies chains", "draft.gamma_policy load"});
+  require_error(minimal("[sampling]\nstrategy = \"beam\"\n" + draft + "[verify]\nrule = \"traversal\"\n"),
+                {"verify.rule traversal verifies drafted trees", "sampling.strategy beam"});
+  const ExperimentConfig traversal = load_config(dir.write(
+      "traversal.toml", minimal("[draft]\nmethod = \"ngram\"\ngamma_policy = \"load\"\n[verify]\nrule = \"traversal\"\n")));
+  CHECK(request_options(traversal.base.point).verify_rule == VerifyRule::kTraversal);
 }
 
 TEST_CASE("draft.siblings parses, joins the run's settings and names its variant", "[experiments]") {

@@ -88,6 +88,8 @@ TEST_CASE("greedy speculative output equals plain greedy output for every drafte
       {"draft-1m chain 2, 2 siblings", siblings},
       {"draft-4m chain 4, block verification", model_draft("draft-4m", 4, {}, 0, false), VerifyRule::kBlock},
       {"draft-1m sequoia tree of 10", sequoia},
+      {"draft-1m static tree 3,2,1, traversal verification", model_draft("draft-1m", 4, {3, 2, 1}, 0, false),
+       VerifyRule::kTraversal},
   };
   // All 12 reference prompts and 64 tokens; the sanitizer build checks 3 prompts, 32 tokens.
   const auto prompts = reference_prompts();
@@ -249,6 +251,12 @@ TEST_CASE("speculative sampling on the shared models: first tokens follow the ta
        VerifyRule::kBlock},
       {"chain, top-p 0.9, block verification", SamplingOptions::sample(0.8f, 0, 0.9f, 0.0f), drafting({}, 0),
        VerifyRule::kBlock},
+      {"static tree 2,2, temperature 1, traversal verification", SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f),
+       drafting({2, 2}, 0), VerifyRule::kTraversal},
+      {"dynamic tree 8, top-p 0.9, traversal verification", SamplingOptions::sample(0.8f, 0, 0.9f, 0.0f),
+       drafting({}, 8), VerifyRule::kTraversal},
+      {"chain and 2 siblings, temperature 1, traversal verification", SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f),
+       with_siblings, VerifyRule::kTraversal},
   };
   const Backend& target = store().get(test::model_dir("target-16m"));
   const int vocab = target.config().vocab_size;

@@ -254,7 +254,7 @@ TEST_CASE("block verification with one-hot target rows is greedy verification", 
 TEST_CASE("verify rules: names, the trees they take, and refusals", "[verify]") {
   CHECK(parse_enum<VerifyRule>("block") == VerifyRule::kBlock);
   CHECK(parse_enum<VerifyRule>("token") == VerifyRule::kToken);
-  CHECK_FALSE(parse_enum<VerifyRule>("traversal").has_value());
+  CHECK_FALSE(parse_enum<VerifyRule>("blok").has_value());
   TokenTree tree(SiblingDraw::kTopK);
   tree.add_node(-1, 1);
   tree.add_node(-1, 2);  // a second child of the root: a branching tree

@@ -5,7 +5,7 @@
 namespace specula {
 
 bool rule_takes(VerifyRule rule, const TokenTree& tree) {
-  if (rule == VerifyRule::kToken) return true;
+  if (rule != VerifyRule::kBlock) return true;
   for (int i = 0; i < tree.size(); ++i)
     if (tree.parent[static_cast<std::size_t>(i)] != i - 1) return false;
   return true;
@@ -17,6 +17,7 @@ VerifyResult verify_with(VerifyRule rule, const TokenTree& tree, std::span<const
                 " nodes branches");
   switch (rule) {
     case VerifyRule::kBlock: return verify_block(tree, p, q, vocab, uniforms);
+    case VerifyRule::kTraversal: return verify_traversal(tree, p, q, vocab, uniforms);
     case VerifyRule::kToken: break;
   }
   return verify_stochastic(tree, p, q, vocab, uniforms);

@@ -4,10 +4,12 @@
 // layout of verifier.h, and every rule emits exactly the target's distribution; each rule's
 // header states it and why.
 //
-//   token  token-level rejection sampling (verifier.h): a chain is Leviathan et al.'s rule,
-//          a tree SpecInfer's multi-draft rule in the tree's sibling-draw modes; any tree.
-//   block  block verification (block_verifier.h, Sun et al. 2025): chains only; keeps at
-//          least token-level's expected length over the drafts.
+//   token      token-level rejection sampling (verifier.h): a chain is Leviathan et al.'s rule,
+//              a tree SpecInfer's multi-draft rule in the tree's sibling-draw modes; any tree.
+//   block      block verification (block_verifier.h, Sun et al. 2025): chains only; keeps at
+//              least token-level's expected length over the drafts.
+//   traversal  traversal verification (traversal_verifier.h, Weng et al. 2025): any tree in
+//              every sibling-draw mode, tested leaf to root; block's result on a chain.
 //
 // Greedy decoding has one rule: with one-hot target rows every rule keeps the longest prefix
 // agreeing with the argmax (verify_greedy), so the rule does not change greedy output.
@@ -27,21 +29,24 @@
 
 #include "base/enum_names.h"
 #include "verify/block_verifier.h"
+#include "verify/traversal_verifier.h"
 #include "verify/verifier.h"
 
 namespace specula {
 
-enum class VerifyRule { kToken, kBlock };
+enum class VerifyRule { kToken, kBlock, kTraversal };
 
 inline std::span<const EnumName<VerifyRule>> enum_names(VerifyRule) {
-  static constexpr EnumName<VerifyRule> kNames[] = {{VerifyRule::kToken, "token"}, {VerifyRule::kBlock, "block"}};
+  static constexpr EnumName<VerifyRule> kNames[] = {
+      {VerifyRule::kToken, "token"}, {VerifyRule::kBlock, "block"}, {VerifyRule::kTraversal, "traversal"}};
   return kNames;
 }
 
-// Whether `rule` applies to `tree` (block: a chain).
+// Whether `rule` applies to `tree` (block: a chain; token and traversal: any tree).
 bool rule_takes(VerifyRule rule, const TokenTree& tree);
 
-// verify_stochastic or verify_block; throws SpeculaError where rule_takes is false.
+// verify_stochastic, verify_block or verify_traversal; throws SpeculaError where rule_takes is
+// false.
 VerifyResult verify_with(VerifyRule rule, const TokenTree& tree, std::span<const float> p, std::span<const float> q,
                          int vocab, std::span<const double> uniforms);
 
