@@ -1,10 +1,11 @@
 // The serving table: `specula serve` under the official OpenAI client (tests/server's openai
 // package) at each concurrency, streamed completions of the dev prompts, one server per drafter
-// setting, the settings alternated over repetitions. Per cell: output tokens/s over the wall
+// setting (--settings: a comma-separated list of the names in `settings` below, plain among
+// them; all by default), the settings alternated over repetitions. Per cell: output tokens/s over the wall
 // time, time to first token and inter-token latency (a request's (last - first chunk time) /
 // (tokens - 1)), p50 and p99 over the requests, medians over the repetitions.
 //   node bench/serve_bench.mjs SPECULA_BINARY SOURCE_DIR [--concurrency 1,8,32,64] [--tokens 64]
-//        [--requests-per-client 2] [--repetitions 3] [--threads 1] [--json OUT]
+//        [--requests-per-client 2] [--repetitions 3] [--threads 1] [--settings plain,eagle3] [--json OUT]
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
@@ -14,7 +15,7 @@ const args = process.argv.slice(2);
 const [binary, sourceDir] = args;
 if (!binary || !sourceDir) {
   console.error('usage: serve_bench.mjs SPECULA_BINARY SOURCE_DIR [--concurrency LIST] [--tokens N] ' +
-                '[--requests-per-client N] [--repetitions N] [--threads N] [--json OUT]');
+                '[--requests-per-client N] [--repetitions N] [--threads N] [--settings LIST] [--json OUT]');
   process.exit(2);
 }
 const flag = (name, fallback) => {
@@ -48,12 +49,27 @@ const model = path.join(sourceDir, 'models/target-16m');
 const prompts = fs.readFileSync(path.join(sourceDir, 'configs/prompts/dev.jsonl'), 'utf8')
   .split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l).prompt);
 
-const settings = {
+const allSettings = {
   plain: [],
   'draft-1m load': ['--option', 'draft.method=model', '--option', `draft.path=${path.join(sourceDir, 'models/draft-1m')}`,
                     '--option', 'draft.gamma=4', '--option', 'draft.gamma_policy=load'],
   'n-gram': ['--option', 'draft.method=ngram', '--option', 'draft.gamma=4'],
+  // The EAGLE-3 head of target-16m at its best setting in configs/draft-heads.toml.
+  eagle3: ['--option', 'draft.method=eagle3', '--option', `draft.path=${path.join(sourceDir, 'models/target-16m-eagle3')}`,
+           '--option', 'draft.gamma=1', '--option', 'draft.gamma_policy=fixed'],
 };
+const chosen = flag('--settings', null)?.split(',') ?? Object.keys(allSettings);
+for (const name of chosen) {
+  if (!(name in allSettings)) {
+    console.error(`serve_bench: --settings: unknown setting '${name}' (known: ${Object.keys(allSettings).join(', ')})`);
+    process.exit(2);
+  }
+}
+if (!chosen.includes('plain')) {
+  console.error(`serve_bench: --settings must include plain (the x plain column's base), got '${chosen.join(',')}'`);
+  process.exit(2);
+}
+const settings = Object.fromEntries(chosen.map((name) => [name, allSettings[name]]));
 
 function startServer(extra, maxBatch) {
   const child = spawn(binary, ['serve', '--model', model, '--port', '0', '--threads', String(threads),

@@ -273,7 +273,7 @@ int GenerateCommand::run() {
   };
   TokenSink sink;
   if (!json_) {
-    sink = [&](int sample, int token) {  // samples decode side by side: sample 0 streams, the others print after
+    sink = [&](int sample, int token, const TokenLogprob*) {  // samples decode side by side: sample 0 streams, the others print after
       if (sample != 0 || text.matched()) return;
       if (current != 0) begin_sample(0);
       text.feed(target.tokenizer().decode_piece(streamed, token));

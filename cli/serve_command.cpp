@@ -29,7 +29,9 @@ nlohmann::json option_keys(const std::vector<std::string>& pairs) {
 
 ServeCommand::ServeCommand(CLI::App& app) {
   cmd_ = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API (/v1/completions, "
-                                     "/v1/chat/completions, /v1/models, /health, /metrics)");
+                                     "/v1/chat/completions, /v1/models, /health, /metrics). A beam-search request "
+                                     "(sampling.strategy beam) waits for the running requests to finish, then runs "
+                                     "alone to its end; the requests after it wait for it");
   cmd_->add_option("--model", base_.model_dir, "Target model folder (Hugging Face layout)")->required();
   cmd_->add_option("--model-name", serve_.model_name, "The model id requests name (default: the folder's name)");
   cmd_->add_option("--host", serve_.host, "Address to listen on")->capture_default_str();

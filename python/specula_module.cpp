@@ -142,7 +142,7 @@ class PyModel {
       const GenerateOptions request = make_request(p, keys, max_new_tokens, seed, num_samples);
       TokenSink sink;
       if (on_token) {
-        sink = [&on_token](int sample, int token) {
+        sink = [&on_token](int sample, int token, const TokenLogprob*) {
           py::gil_scoped_acquire acquire;
           (*on_token)(sample, token);
         };

@@ -69,7 +69,7 @@ nlohmann::json take_hypotheses(const BeamResult& result, DecodeRun& run, const T
     scores.push_back({{"score", h.score}, {"sum_logprob", h.sum_logprob}});
   }
   if (sink)
-    for (int token : run.samples.at(0)) sink(0, token);
+    for (int token : run.samples.at(0)) sink(0, token, nullptr);  // beam gives no logprobs
   return scores;
 }
 

@@ -30,10 +30,11 @@ struct DecodeRun {
   nlohmann::json extra;       // strategy-specific stats merged into "stats"
 };
 
-// Appends `token` to `ids` unless the sample is complete; true when it is complete after
-// (any of `eos_ids` emitted or max_new_tokens reached).
+// Appends `token` to `ids` unless the sample is complete, and hands it to `sink` with
+// `logprob` (its log-probabilities, or nullptr); true when the sample is complete after (any
+// of `eos_ids` emitted or max_new_tokens reached).
 bool emit_token(std::vector<int>& ids, int token, const GenerateOptions& options, std::span<const int> eos_ids,
-                int sample, const TokenSink& sink);
+                int sample, const TokenSink& sink, const TokenLogprob* logprob = nullptr);
 
 // Beam search over one request: every step feeds its live beams in one batched forward.
 DecodeRun decode_beam(const Backend& target, const GenerateOptions& options, const TokenSink& sink);

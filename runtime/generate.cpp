@@ -17,11 +17,11 @@
 namespace specula {
 
 bool emit_token(std::vector<int>& ids, int token, const GenerateOptions& options, std::span<const int> eos_ids,
-                int sample, const TokenSink& sink) {
+                int sample, const TokenSink& sink, const TokenLogprob* logprob) {
   const auto is_eos = [&](int t) { return std::find(eos_ids.begin(), eos_ids.end(), t) != eos_ids.end(); };
   if (static_cast<int>(ids.size()) >= options.max_new_tokens || (!ids.empty() && is_eos(ids.back()))) return true;
   ids.push_back(token);
-  if (sink) sink(sample, token);
+  if (sink) sink(sample, token, logprob);
   return is_eos(token) || static_cast<int>(ids.size()) >= options.max_new_tokens;
 }
 

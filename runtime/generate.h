@@ -8,11 +8,13 @@
 
 #include "runtime/generate_options.h"
 #include "runtime/model_store.h"
+#include "sampling/token_logprob.h"
 
 namespace specula {
 
-// Called with each new token as soon as it is final (sample index, token id).
-using TokenSink = std::function<void(int sample, int token)>;
+// Called with each new token as soon as it is final: its sample index, its id, and its
+// log-probabilities where the request asks for them (options.logprobs), else nullptr.
+using TokenSink = std::function<void(int sample, int token, const TokenLogprob* logprob)>;
 
 nlohmann::json generate(ModelStore& models, const GenerateOptions& options, const TokenSink& sink = {});
 

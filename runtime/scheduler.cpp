@@ -403,7 +403,8 @@ void Scheduler::emit(Sequence& s, std::span<const int> tokens, bool& done, std::
   std::vector<int>& ids = r.out.samples[static_cast<std::size_t>(s.sample)];
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const std::size_t before = ids.size();
-    done = emit_token(ids, tokens[i], r.options, target_.config().eos_token_ids, s.sample, r.sink);
+    done = emit_token(ids, tokens[i], r.options, target_.config().eos_token_ids, s.sample, r.sink,
+                      logprobs.empty() ? nullptr : &logprobs[i]);
     if (ids.size() > before) {
       if (!logprobs.empty()) r.out.logprobs[static_cast<std::size_t>(s.sample)].push_back(logprobs[i]);
       if (r.out.first_token_s == 0) r.out.first_token_s = now();

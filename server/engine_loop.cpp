@@ -11,6 +11,7 @@
 #include "experiments/engine_backend.h"
 #include "experiments/prompt_options.h"
 #include "runtime/generate.h"
+#include "server/openai_response.h"
 #include "text/stop_strings.h"
 
 namespace specula::server {
@@ -71,10 +72,10 @@ void Channel::admit() {
   changed_.notify_all();
 }
 
-void Channel::deliver(int choice, std::string text) {
+void Channel::deliver(int choice, std::string text, nlohmann::json logprobs) {
   {
     std::lock_guard lock(mutex_);
-    pending_.deltas.push_back({choice, std::move(text)});
+    pending_.deltas.push_back({choice, std::move(text), std::move(logprobs)});
   }
   changed_.notify_all();
 }
@@ -96,18 +97,36 @@ void Channel::fail(RequestError error) {
 }
 
 // A request the scheduler holds. Streaming requests keep each choice's tokens and text under
-// the stop-string rule, to send what of the text is final as it is.
+// the stop-string rule, to send what of the text is final as it is, and the logprobs of the
+// tokens whose text is not all sent yet: a token's logprobs go out with the last of its text.
 struct EngineLoop::Active {
   std::shared_ptr<Channel> channel;
+  CompletionRequest request;
   GenerateOptions options;
   bool stream = false;
-  std::vector<std::vector<int>> ids;
-  std::vector<StopStrings> texts;
+  std::vector<std::vector<int>> ids;        // [choice]
+  std::vector<StopStrings> texts;           // [choice]
+  std::vector<std::size_t> fed;             // [choice] bytes its tokens' texts hold
+  std::vector<std::deque<LogprobToken>> held;  // [choice] logprobs not sent, oldest first
 
-  // Sends sample `sample`'s text released since `before` bytes, if any.
-  void deliver_since(int sample, std::size_t before) {
-    const StopStrings& text = texts[static_cast<std::size_t>(sample)];
-    if (text.released() > before) channel->deliver(sample, std::string(text.text().substr(before, text.released() - before)));
+  // Sends choice `sample`'s text released since `before` bytes with the logprobs of the
+  // tokens whose text is all released, if either is new. `final` (the choice ended): also
+  // the logprobs of the rest that logprobs_hold keeps, the whole response's.
+  void deliver_since(int sample, std::size_t before, bool final) {
+    const auto s = static_cast<std::size_t>(sample);
+    const StopStrings& text = texts[s];
+    const std::size_t released = text.released();
+    std::deque<LogprobToken>& pending = held[s];
+    std::vector<LogprobToken> tokens;
+    while (!pending.empty() && (pending.front().offset + pending.front().text.size() <= released ||
+                                (final && logprobs_hold(pending.front(), released, text.matched().has_value())))) {
+      tokens.push_back(std::move(pending.front()));
+      pending.pop_front();
+    }
+    if (final) pending.clear();
+    if (released == before && tokens.empty()) return;
+    channel->deliver(sample, std::string(text.text().substr(before, released - before)),
+                     options.logprobs ? choice_logprobs(request, tokens, *options.logprobs) : nlohmann::json());
   }
 };
 
@@ -205,20 +224,27 @@ void EngineLoop::submit(const std::shared_ptr<Channel>& channel, const Completio
   auto active = std::make_unique<Active>();
   Active& a = *active;
   a.channel = channel;
+  a.request = request;
   a.options = o;
   a.stream = request.stream;
   TokenSink sink;
   if (a.stream) {
     a.ids.resize(static_cast<std::size_t>(o.num_samples));
     a.texts.assign(static_cast<std::size_t>(o.num_samples), StopStrings(o.stop_strings));
-    sink = [this, &a](int sample, int token) {
-      StopStrings& text = a.texts[static_cast<std::size_t>(sample)];
+    a.fed.assign(static_cast<std::size_t>(o.num_samples), 0);
+    a.held.resize(static_cast<std::size_t>(o.num_samples));
+    sink = [this, &a](int sample, int token, const TokenLogprob* logprob) {
+      const auto s = static_cast<std::size_t>(sample);
+      StopStrings& text = a.texts[s];
       if (text.matched()) return;
-      std::vector<int>& ids = a.ids[static_cast<std::size_t>(sample)];
+      std::vector<int>& ids = a.ids[s];
       const std::size_t before = text.released();
-      text.feed(target_->tokenizer().decode_piece(ids, token));
+      const std::string piece = target_->tokenizer().decode_piece(ids, token);
+      if (logprob) a.held[s].push_back(logprob_token(target_->tokenizer(), ids, *logprob, a.fed[s]));
+      a.fed[s] += piece.size();
+      text.feed(piece);
       ids.push_back(token);
-      a.deliver_since(sample, before);
+      a.deliver_since(sample, before, text.matched().has_value());
     };
   }
   const int index = scheduler_->submit(o, 0, std::move(sink));
@@ -250,7 +276,7 @@ void EngineLoop::settle_finished() {
         if (text.matched()) continue;
         const std::size_t before = text.released();
         text.end();
-        a.deliver_since(static_cast<int>(s), before);
+        a.deliver_since(static_cast<int>(s), before, true);
       }
       long generated = 0;
       for (const std::vector<int>& ids : out.samples) generated += static_cast<long>(ids.size());
@@ -338,6 +364,7 @@ void EngineLoop::run() {
     metrics_.queued = queued + static_cast<int>(submissions_.size());
     metrics_.running = static_cast<int>(active_.size()) - queued;
     metrics_.scheduler = scheduler_->stats();
+    metrics_.kv_blocks_in_use = scheduler_->kv_stats().blocks_in_use;
   }
 }
 

@@ -31,6 +31,7 @@ class Channel {
   struct Delta {
     int choice;
     std::string text;
+    nlohmann::json logprobs;  // the delta's tokens' (choice_logprobs), null when not asked for
   };
   struct Update {
     std::vector<Delta> deltas;
@@ -45,7 +46,7 @@ class Channel {
 
   // The loop's side.
   void admit();
-  void deliver(int choice, std::string text);
+  void deliver(int choice, std::string text, nlohmann::json logprobs);
   void finish(nlohmann::json result);
   void fail(RequestError error);
 
@@ -69,6 +70,7 @@ struct EngineMetrics {
   SchedulerStats scheduler;    // steps, rows and sequences over every step so far
   int queued = 0;              // requests waiting for their first step
   int running = 0;             // requests with a step taken and not finished
+  int kv_blocks_in_use = 0;    // of the target's KV pool
 };
 
 class EngineLoop {

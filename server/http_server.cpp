@@ -50,7 +50,8 @@ struct Stream {
       return sink.write(kKeepAlive.data(), kKeepAlive.size());
     }
     for (const Channel::Delta& d : update.deltas) {
-      if (!event(json_text(stream_chunk(request, header, d.choice, d.text, first[d.choice], std::nullopt)))) return false;
+      if (!event(json_text(stream_chunk(request, header, d.choice, d.text, first[d.choice], std::nullopt, d.logprobs))))
+        return false;
       first[d.choice] = false;
     }
     if (update.failure) {
@@ -68,6 +69,35 @@ struct Stream {
       event("[DONE]");
       sink.done();
     }
+    return true;
+  }
+};
+
+// How often a whole response that is not ready writes a space: a write to a client that left
+// fails within two of them, which cancels its request.
+constexpr std::chrono::milliseconds kWholeKeepAlive(200);
+
+// A whole (non-streamed) response not ready within kWholeKeepAlive: single spaces while the
+// engine works (JSON allows leading whitespace), then the body. The status is sent with the
+// first space, so a failure after it is the error body under status 200.
+struct WholeResponse {
+  CompletionRequest request;
+  ResponseHeader header;
+  std::shared_ptr<Channel> channel;
+  const Tokenizer* tokenizer = nullptr;
+  bool ended = false;
+  std::shared_ptr<void> open;
+
+  // Writes a space, or the body once the engine has sent it; false when the client is gone.
+  bool write_next(httplib::DataSink& sink) {
+    const Channel::Update update = channel->wait_update(kWholeKeepAlive);
+    if (!update.result && !update.failure) return sink.is_writable() && sink.write(" ", 1);
+    ended = true;
+    const std::string body = update.failure
+                                 ? json_text(error_body(*update.failure))
+                                 : json_text(completion_response(request, header, *update.result, *tokenizer));
+    if (!sink.write(body.data(), body.size())) return false;
+    sink.done();
     return true;
   }
 };
@@ -103,6 +133,7 @@ std::string metrics_text(const EngineMetrics& m) {
          m.scheduler.preemptions);
   metric("specula_queue_length", "gauge", "Requests waiting for their first step.", m.queued);
   metric("specula_running_requests", "gauge", "Requests being decoded.", m.running);
+  metric("specula_kv_blocks_in_use", "gauge", "Blocks of the target's KV pool in use.", m.kv_blocks_in_use);
   return out.str();
 }
 
@@ -173,23 +204,41 @@ int serve(EngineLoop& engine, const ServeOptions& options, std::ostream& out) {
       const bool chat = endpoint == Endpoint::kChatCompletions;
       const ResponseHeader header{(chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id), unix_seconds(),
                                   options.model_name};
+      // A counter of the responses still being written, which the drain waits for.
+      const auto opened = [open_streams] {
+        ++*open_streams;
+        return std::shared_ptr<void>(nullptr, [open_streams](void*) { --*open_streams; });
+      };
       if (!request.stream) {
-        for (;;) {
-          const Channel::Update update = channel->wait_update(std::chrono::seconds(1));
-          if (update.failure) return send_error(res, *update.failure);
-          if (update.result) {
-            res.set_content(json_text(completion_response(request, header, *update.result, engine.target().tokenizer())), "application/json");
-            return;
-          }
+        // A result within the first interval is answered at once, with its own status;
+        // after it, spaces find a client that left. The content type is one httplib does not
+        // compress, so that each space reaches the socket when written.
+        const Channel::Update update = channel->wait_update(kWholeKeepAlive);
+        if (update.failure) return send_error(res, *update.failure);
+        if (update.result) {
+          res.set_content(json_text(completion_response(request, header, *update.result, engine.target().tokenizer())), "application/json");
+          return;
         }
+        auto whole = std::make_shared<WholeResponse>();
+        whole->request = request;
+        whole->header = header;
+        whole->channel = channel;
+        whole->tokenizer = &engine.target().tokenizer();
+        whole->open = opened();
+        res.set_chunked_content_provider(
+            "application/json; charset=utf-8",
+            [whole](std::size_t, httplib::DataSink& sink) { return whole->write_next(sink); },
+            [&engine, whole](bool) {
+              if (!whole->ended) engine.cancel(whole->channel);  // the client left: free its blocks
+            });
+        return;
       }
       auto stream = std::make_shared<Stream>();
       stream->request = request;
       stream->header = header;
       stream->channel = channel;
       stream->first.assign(static_cast<std::size_t>(request.n), true);
-      ++*open_streams;
-      stream->open = std::shared_ptr<void>(nullptr, [open_streams](void*) { --*open_streams; });
+      stream->open = opened();
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
           "text/event-stream", [stream](std::size_t, httplib::DataSink& sink) { return stream->write_next(sink); },

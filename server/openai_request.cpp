@@ -111,7 +111,7 @@ void read_stop(CompletionRequest& r, const json& stop) {
 }
 
 // Completions: "logprobs": N alternatives (0-5); chat: "logprobs": true and "top_logprobs": N
-// (0-20). Both -> output.logprobs N; whole responses only.
+// (0-20). Both -> output.logprobs N, whole or streamed.
 void read_logprobs(CompletionRequest& r, const json& j) {
   const auto given = [&j](const char* field) { return j.contains(field) && !j[field].is_null(); };
   std::optional<long long> top;
@@ -129,7 +129,6 @@ void read_logprobs(CompletionRequest& r, const json& j) {
   }
   if (!top) return;
   const char* field = r.endpoint == Endpoint::kCompletions || !given("top_logprobs") ? "logprobs" : "top_logprobs";
-  if (r.stream) refuse(field, "is not supported with \"stream\": true", j[field]);
   set_key(r, "output.logprobs", *top, field);
 }
 

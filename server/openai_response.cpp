@@ -27,46 +27,54 @@ json envelope(const CompletionRequest& request, const ResponseHeader& header, bo
   return {{"id", header.id}, {"object", object}, {"created", header.created}, {"model", header.model}};
 }
 
-// One choice's logprobs: completions' {"tokens", "token_logprobs", "top_logprobs",
-// "text_offset"} or chat's {"content": [{"token", "logprob", "bytes", "top_logprobs"}]}, from
-// the result's per-token entries {"token", "logprob", "top": [{"token", "logprob"}]} of `ids`.
-json choice_logprobs(const CompletionRequest& request, const Tokenizer& tokenizer, const std::vector<int>& ids,
-                     const json& entries, int top) {
-  const std::size_t count = std::min(ids.size(), entries.size());
-  const auto piece = [&](std::size_t i, int token) { return tokenizer.decode_piece(std::span(ids).first(i), token); };
+// A result's per-token entry {"token", "logprob", "top": [{"token", "logprob"}]}.
+TokenLogprob from_entry(const json& entry) {
+  TokenLogprob t;
+  t.token = entry["token"].get<int>();
+  t.logprob = entry["logprob"].get<double>();
+  for (const json& alt : entry["top"]) t.top.emplace_back(alt["token"].get<int>(), alt["logprob"].get<double>());
+  return t;
+}
+
+}  // namespace
+
+LogprobToken logprob_token(const Tokenizer& tokenizer, std::span<const int> previous, const TokenLogprob& logprob,
+                           std::size_t offset) {
+  LogprobToken t{tokenizer.decode_piece(previous, logprob.token), offset, logprob.logprob, {}};
+  for (const auto& [token, value] : logprob.top) t.top.emplace_back(tokenizer.decode_piece(previous, token), value);
+  return t;
+}
+
+bool logprobs_hold(const LogprobToken& token, std::size_t kept, bool cut) {
+  return !cut || token.offset < kept || token.offset + token.text.size() <= kept;
+}
+
+json choice_logprobs(const CompletionRequest& request, std::span<const LogprobToken> tokens, int top) {
   if (is_chat(request)) {
     json content = json::array();
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::string text = piece(i, ids[i]);
+    for (const LogprobToken& t : tokens) {
       json alternatives = json::array();
-      for (const json& alt : entries[i]["top"]) {
-        const std::string alt_text = piece(i, alt["token"].get<int>());
-        alternatives.push_back({{"token", alt_text}, {"logprob", alt["logprob"]}, {"bytes", bytes_of(alt_text)}});
-      }
-      content.push_back({{"token", text}, {"logprob", entries[i]["logprob"]}, {"bytes", bytes_of(text)},
+      for (const auto& [text, value] : t.top)
+        alternatives.push_back({{"token", text}, {"logprob", value}, {"bytes", bytes_of(text)}});
+      content.push_back({{"token", t.text}, {"logprob", t.logprob}, {"bytes", bytes_of(t.text)},
                          {"top_logprobs", std::move(alternatives)}});
     }
     return {{"content", std::move(content)}, {"refusal", nullptr}};
   }
-  json tokens = json::array(), logprobs = json::array(), tops = json::array(), offsets = json::array();
-  std::size_t offset = 0;
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::string text = piece(i, ids[i]);
-    tokens.push_back(text);
-    logprobs.push_back(entries[i]["logprob"]);
-    offsets.push_back(offset);
-    offset += text.size();
+  json texts = json::array(), logprobs = json::array(), tops = json::array(), offsets = json::array();
+  for (const LogprobToken& t : tokens) {
+    texts.push_back(t.text);
+    logprobs.push_back(t.logprob);
+    offsets.push_back(t.offset);
     json alternatives = json::object();
-    for (const json& alt : entries[i]["top"]) alternatives[piece(i, alt["token"].get<int>())] = alt["logprob"];
+    for (const auto& [text, value] : t.top) alternatives[text] = value;
     tops.push_back(std::move(alternatives));
   }
-  return {{"tokens", std::move(tokens)},
+  return {{"tokens", std::move(texts)},
           {"token_logprobs", std::move(logprobs)},
           {"top_logprobs", top > 0 ? std::move(tops) : json(nullptr)},
           {"text_offset", std::move(offsets)}};
 }
-
-}  // namespace
 
 std::vector<std::string> finish_reasons(const json& result) {
   std::vector<std::string> reasons;
@@ -92,9 +100,17 @@ json completion_response(const CompletionRequest& request, const ResponseHeader&
     if (result.contains("logprobs")) {
       const json& logprobs = result["logprobs"];
       const bool several = logprobs.contains("samples");
-      choice["logprobs"] = choice_logprobs(
-          request, tokenizer, (several ? result["samples"][i] : result["ids"]).get<std::vector<int>>(),
-          several ? logprobs["samples"][i] : logprobs["content"], logprobs["top"].get<int>());
+      const std::vector<int> ids = (several ? result["samples"][i] : result["ids"]).get<std::vector<int>>();
+      const json& entries = several ? logprobs["samples"][i] : logprobs["content"];
+      const bool cut = (several ? result["finish_reasons"][i] : result["finish_reason"]) == "stop_string";
+      std::vector<LogprobToken> tokens;
+      std::size_t offset = 0;
+      for (std::size_t k = 0; k < std::min(ids.size(), entries.size()); ++k) {
+        LogprobToken t = logprob_token(tokenizer, std::span(ids).first(k), from_entry(entries[k]), offset);
+        offset += t.text.size();
+        if (logprobs_hold(t, text[i].size(), cut)) tokens.push_back(std::move(t));
+      }
+      choice["logprobs"] = choice_logprobs(request, tokens, logprobs["top"].get<int>());
     }
     if (is_chat(request)) {
       choice["message"] = {{"role", "assistant"}, {"content", text[i]}};
@@ -111,18 +127,17 @@ json completion_response(const CompletionRequest& request, const ResponseHeader&
 }
 
 json stream_chunk(const CompletionRequest& request, const ResponseHeader& header, int index, std::string_view text,
-                  bool first, const std::optional<std::string>& finish_reason) {
+                  bool first, const std::optional<std::string>& finish_reason, json logprobs) {
   json choice = {{"index", index}, {"finish_reason", finish_reason ? json(*finish_reason) : json(nullptr)}};
   if (is_chat(request)) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";
     if (!finish_reason) delta["content"] = text;
     choice["delta"] = std::move(delta);
-    choice["logprobs"] = nullptr;
   } else {
     choice["text"] = text;
-    choice["logprobs"] = nullptr;
   }
+  choice["logprobs"] = std::move(logprobs);
   json chunk = envelope(request, header, true);
   chunk["choices"] = json::array({std::move(choice)});
   return chunk;

@@ -53,7 +53,7 @@ TEST_CASE("a sample ends at any of the model's EOS ids (Llama 3 lists several)",
   options.max_new_tokens = 10;
   const std::vector<int> eos = {128001, 128009};
   std::vector<int> emitted;
-  const TokenSink sink = [&](int, int token) { emitted.push_back(token); };
+  const TokenSink sink = [&](int, int token, const TokenLogprob*) { emitted.push_back(token); };
   std::vector<int> ids;
   CHECK_FALSE(emit_token(ids, 5, options, eos, 0, sink));
   CHECK(emit_token(ids, 128009, options, eos, 0, sink));  // the second EOS id stops too

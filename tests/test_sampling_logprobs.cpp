@@ -166,6 +166,47 @@ TEST_CASE("logprobs: sampled speculative decoding reports the rows a plain forwa
   }
 }
 
+TEST_CASE("logprobs: the token sink gets each token with the result's logprobs; nullptr without them",
+          "[runtime][logprobs]") {
+  const std::vector<int> prompt = store().model(test::model_dir("target-16m")).tokenizer().encode("The kernel", true);
+  GenerateOptions sampled = options_for(prompt);
+  sampled.sampling = SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f);
+  sampled.num_samples = 2;
+  sampled.seed = 5;
+  GenerateOptions speculative = sampled;
+  speculative.draft = model_chain(3);
+  GenerateOptions none = options_for(prompt);
+  none.logprobs.reset();
+  for (const GenerateOptions& o : {options_for(prompt), sampled, speculative, none}) {
+    std::vector<std::vector<int>> ids(static_cast<std::size_t>(o.num_samples));
+    nlohmann::json streamed = nlohmann::json::array();
+    for (int s = 0; s < o.num_samples; ++s) streamed.push_back(nlohmann::json::array());
+    int missing = 0;
+    const nlohmann::json result = generate(store(), o, [&](int sample, int token, const TokenLogprob* logprob) {
+      ids[static_cast<std::size_t>(sample)].push_back(token);
+      if (!logprob) {
+        ++missing;
+        return;
+      }
+      CHECK(logprob->token == token);
+      nlohmann::json top = nlohmann::json::array();
+      for (const auto& [t, value] : logprob->top) top.push_back({{"token", t}, {"logprob", value}});
+      streamed[static_cast<std::size_t>(sample)].push_back(
+          {{"token", logprob->token}, {"logprob", logprob->logprob}, {"top", std::move(top)}});
+    });
+    INFO("samples " << o.num_samples << ", draft " << name_of(o.draft.method) << ", logprobs " << o.logprobs.has_value());
+    const bool several = o.num_samples > 1;
+    for (int s = 0; s < o.num_samples; ++s) {
+      const nlohmann::json& want_ids = several ? result["samples"][s] : result["ids"];
+      CHECK(ids[static_cast<std::size_t>(s)] == want_ids.get<std::vector<int>>());
+      if (o.logprobs)
+        CHECK(streamed[static_cast<std::size_t>(s)] ==
+              (several ? result["logprobs"]["samples"][s] : result["logprobs"]["content"]));  // doubles compared exactly
+    }
+    CHECK(missing == (o.logprobs ? 0 : static_cast<int>(ids[0].size())));
+  }
+}
+
 TEST_CASE("logprobs: refused with beam search and above the maximum", "[runtime][logprobs]") {
   GenerateOptions o = options_for({1, 2, 3});
   o.logprobs = kMaxLogprobs + 1;

@@ -94,6 +94,30 @@ async function streamed(client, kind, body, onFirstChunk = () => {}) {
   return { texts, reasons, usage };
 }
 
+// A streamed request's log-probabilities, each choice's chunks joined: completions' four lists,
+// chat's content list. Every chunk with text carries them.
+async function streamedLogprobs(client, kind, body) {
+  const stream = kind === 'chat'
+    ? await client.chat.completions.create({ ...body, stream: true })
+    : await client.completions.create({ ...body, stream: true });
+  const joined = [];
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      if (c.finish_reason) continue;
+      assert.ok(c.logprobs, `a chunk without logprobs: ${JSON.stringify(chunk)}`);
+      if (kind === 'chat') {
+        joined[c.index] ??= { content: [], refusal: null };
+        joined[c.index].content.push(...c.logprobs.content);
+      } else {
+        joined[c.index] ??= { tokens: [], token_logprobs: [], top_logprobs: c.logprobs.top_logprobs && [], text_offset: [] };
+        for (const field of ['tokens', 'token_logprobs', 'text_offset']) joined[c.index][field].push(...c.logprobs[field]);
+        if (c.logprobs.top_logprobs) joined[c.index].top_logprobs.push(...c.logprobs.top_logprobs);
+      }
+    }
+  }
+  return joined;
+}
+
 async function expectStatus(promise, status, pattern) {
   try {
     await promise;
@@ -119,6 +143,8 @@ const sampledReference = cli(['--prompt', prompts[0], '--max-new-tokens', String
 const stopReference = cli(['--prompt', prompts[0], '--max-new-tokens', '24', '--stop', '(']);
 const chatReference = cli(['--chat', 'Write a loop in C.', '--max-new-tokens', String(maxTokens)]);
 const logprobsReference = cli(['--prompt', prompts[1], '--max-new-tokens', String(maxTokens), '--logprobs', '2']);
+const longReference = cli(['--prompt', prompts[2], '--max-new-tokens', '600', '--min-new-tokens', '600']);
+const beamReference = cli(['--prompt', prompts[0], '--max-new-tokens', String(maxTokens), '--sampler', 'beam', '--beam-width', '4']);
 step('CLI reference');
 
 const server = startServer(['--api-key', apiKey, '--max-batch', '16', '--max-queue', '64']);
@@ -182,8 +208,37 @@ try {
   assert.equal(content.map((t) => t.token).join(''), chatLogprobs.choices[0].message.content);
   content.forEach((t) => assert.equal(t.top_logprobs.length, 3));
   assert.deepEqual(content[0].bytes, [...Buffer.from(content[0].token)]);
-  await expectStatus(client.completions.create({ model: 'target-16m', prompt: 'x', logprobs: 2, stream: true }), 400, /'logprobs' is not supported with "stream": true/);
   step('logprobs');
+
+  // Streamed logprobs: each choice's chunks joined are the whole response's, greedy and
+  // seeded, plain and speculative, and under a stop string (whose held-back text carries its
+  // tokens' logprobs with it).
+  for (const specula of [undefined, { 'draft.method': 'model', 'draft.path': draft, 'draft.gamma': 3 }]) {
+    for (const sampling of [{ temperature: 0 }, { temperature: 0.8, seed: 7, n: 2 }]) {
+      const cases = [
+        ['completion', { model: 'target-16m', prompt: prompts[1], max_tokens: maxTokens, logprobs: 2 }],
+        ['completion', { model: 'target-16m', prompt: prompts[0], max_tokens: 24, logprobs: 0, stop: ['(', 'ib('] }],
+        ['chat', { ...chatBody, logprobs: true, top_logprobs: 3 }],
+        ['chat', { ...chatBody, logprobs: true }],
+      ];
+      for (const [kind, request] of cases) {
+        const body = { ...request, ...sampling, specula };
+        const whole = kind === 'chat' ? await client.chat.completions.create(body) : await client.completions.create(body);
+        const joined = await streamedLogprobs(client, kind, body);
+        const what = `${kind} ${JSON.stringify(body)}`;
+        assert.equal(joined.length, whole.choices.length, what);
+        whole.choices.forEach((c, i) => {
+          assert.deepEqual(joined[i], c.logprobs, what);
+          const texts = kind === 'chat' ? c.logprobs.content.map((t) => t.token) : c.logprobs.tokens;
+          assert.ok(texts.length > 0, what);
+          // The tokens' texts begin with the choice's text: a stop string cuts the text, not the token it began in.
+          assert.ok(texts.join('').startsWith(kind === 'chat' ? c.message.content : c.text), what);
+          if (c.finish_reason === 'length') assert.equal(texts.join(''), kind === 'chat' ? c.message.content : c.text, what);
+        });
+      }
+    }
+  }
+  step('streamed logprobs');
 
   // Concurrency: every connection's requests batch together; each answer is still the CLI's.
   for (const concurrency of [1, 8, 32, 64]) {
@@ -268,6 +323,50 @@ try {
   assert.ok(counter('specula_engine_sequence_steps_total') >= counter('specula_engine_steps_total') &&
             counter('specula_engine_steps_total') > 0, metrics);
   step('client abort, metrics');
+
+  // A whole response not ready at once is preceded by spaces; its body is the same JSON.
+  const longBody = { model: 'target-16m', prompt: prompts[2], max_tokens: 600, temperature: 0, specula: { 'sampling.min_new_tokens': 600 } };
+  const long = await post(`${base}/v1/completions`, JSON.stringify(longBody));
+  assert.equal(long.status, 200);
+  assert.match(long.body, /^ +\{"choices"/);
+  const longParsed = JSON.parse(long.body);
+  assert.equal(longParsed.choices[0].text, longReference.text);
+  assert.deepEqual(longParsed.usage, { prompt_tokens: longReference.stats.prompt_tokens, completion_tokens: 600, total_tokens: longReference.stats.prompt_tokens + 600 });
+  const longWhole = await client.completions.create(longBody);
+  assert.equal(longWhole.choices[0].text, longReference.text);
+  assert.deepEqual(longWhole.usage, longParsed.usage);
+
+  // A client that leaves a whole request: the request is cancelled and its blocks freed long
+  // before its 2000 steps (greedy plain decoding: one token a step) are done.
+  metrics = await (await fetch(`${base}/metrics`)).text();
+  const stepsBefore = counter('specula_engine_steps_total');
+  const wholeController = new AbortController();
+  const abandoned = client.completions.create({ model: 'target-16m', prompt: prompts[2], max_tokens: 2000, temperature: 0,
+                                                specula: { 'sampling.min_new_tokens': 2000 } }, { signal: wholeController.signal });
+  setTimeout(() => wholeController.abort(), 500);
+  await assert.rejects(abandoned, (e) => ['AbortError', 'APIUserAbortError'].includes(e.name));
+  for (let tries = 0; tries < 100; ++tries) {
+    metrics = await (await fetch(`${base}/metrics`)).text();
+    if (/^specula_requests_cancelled_total 2$/m.test(metrics) && /^specula_running_requests 0$/m.test(metrics)) break;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  assert.match(metrics, /^specula_requests_cancelled_total 2$/m, metrics);
+  assert.match(metrics, /^specula_running_requests 0$/m, metrics);
+  assert.match(metrics, /^specula_kv_blocks_in_use 0$/m, metrics);
+  assert.ok(counter('specula_engine_steps_total') - stepsBefore < 1500, metrics);
+  step('a client that leaves a whole request');
+
+  // Beam search runs alone; a beam request and plain ones sent together all finish with the CLI's text.
+  const beamBody = { model: 'target-16m', prompt: prompts[0], max_tokens: maxTokens, specula: { 'sampling.strategy': 'beam', 'sampling.beam_width': 4 } };
+  const [beam, ...plain] = await Promise.all([
+    client.completions.create(beamBody),
+    ...prompts.map((p) => client.completions.create({ model: 'target-16m', prompt: p, max_tokens: maxTokens, temperature: 0 })),
+    streamed(client, 'completion', { model: 'target-16m', prompt: prompts[1], max_tokens: maxTokens, temperature: 0 }),
+  ]);
+  assert.equal(beam.choices[0].text, beamReference.text);
+  prompts.forEach((_, i) => assert.equal(plain[i].choices[0].text, reference[i].text, `prompt ${i} beside a beam request`));
+  assert.deepEqual(plain.at(-1).texts, [reference[1].text]);
+  step('beam beside plain requests');
 
   // SIGTERM while a stream runs: it finishes whole, the server exits 0.
   const draining = await streamed(client, 'completion', { model: 'target-16m', prompt: prompts[3], max_tokens: maxTokens, temperature: 0 },
