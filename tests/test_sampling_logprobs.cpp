@@ -166,7 +166,7 @@ TEST_CASE("logprobs: sampled speculative decoding reports the rows a plain forwa
   }
 }
 
-TEST_CASE("logprobs: the token sink gets each token with the result's logprobs; nullptr without them",
+TEST_CASE("logprobs: the token sink gets each token with the result's logprobs and nullptr without them",
           "[runtime][logprobs]") {
   const std::vector<int> prompt = store().model(test::model_dir("target-16m")).tokenizer().encode("The kernel", true);
   GenerateOptions sampled = options_for(prompt);
