@@ -54,7 +54,7 @@ const allSettings = {
   'draft-1m load': ['--option', 'draft.method=model', '--option', `draft.path=${path.join(sourceDir, 'models/draft-1m')}`,
                     '--option', 'draft.gamma=4', '--option', 'draft.gamma_policy=load'],
   'n-gram': ['--option', 'draft.method=ngram', '--option', 'draft.gamma=4'],
-  // The EAGLE-3 head of target-16m at its best setting in configs/draft-heads.toml.
+  // The EAGLE-3 head of target-16m drafting chains of one token.
   eagle3: ['--option', 'draft.method=eagle3', '--option', `draft.path=${path.join(sourceDir, 'models/target-16m-eagle3')}`,
            '--option', 'draft.gamma=1', '--option', 'draft.gamma_policy=fixed'],
 };

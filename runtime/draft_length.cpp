@@ -187,10 +187,6 @@ class StepModel {
 
   int sequences() const { return static_cast<int>(load_.size()); }
   int drafting() const { return drafting_; }  // sequences that can draft this step (depth_limit > 0)
-  double remaining() const { return remaining_; }
-  int catch_up_rows() const { return catch_up_rows_; }
-  const CostFit& target() const { return target_; }
-  const CostFit& draft() const { return draft_; }
   // A lone sequence: no other rows and one sequence.
   bool lone() const { return other_rows_ == 0 && load_.size() == 1; }
   int other_rows() const { return other_rows_; }
