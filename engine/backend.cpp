@@ -19,6 +19,12 @@ void check_taps(const StateTaps& taps, const RaggedBatch& batch, const ModelConf
   SPECULA_CHECK(taps.out.size() == need, "forward: the taps buffer holds ", taps.out.size(), " floats, need ", need);
 }
 
+void Backend::forward_verify(const RaggedBatch&, const KvPlan&, PageStorage&, Workspace&, std::span<float>,
+                             const StateTaps&, std::span<const DeviceVerify>, std::span<DeviceVerdict>) const {
+  throw SpeculaError(detail::concat("backend '", name_of(kind()),
+                                    "': verification on the device is not implemented here (verifies_on_device() is false)"));
+}
+
 std::unique_ptr<Backend> make_backend(BackendKind kind, const Model& model, std::optional<MatrixFormat> matrices_as) {
   if (kind == BackendKind::kCpu) return std::make_unique<cpu::CpuBackend>(model, matrices_as);
   return cuda::make_cuda_backend(model, matrices_as);  // refuses without CUDA or a GPU

@@ -13,6 +13,7 @@
 
 #include "base/enum_names.h"
 #include "engine/batch.h"
+#include "engine/device_verify.h"
 #include "engine/matrix_format.h"
 #include "model/model.h"
 #include "kv/kv_plan.h"
@@ -71,6 +72,19 @@ class Backend {
   //   logits: out [batch.num_logits(), vocab]
   virtual void forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
                        std::span<float> logits, const StateTaps& taps) const = 0;
+
+  // Whether forward_verify() runs here: the device samples and verifies without the logits
+  // leaving it.
+  virtual bool verifies_on_device() const { return false; }
+  // forward(), then each sequence of `verify` sampled and verified on the device:
+  // verdicts[i] gets verify[i]'s result, and its span's logit rows are not written to `logits`
+  // (the others' are, at their usual places). Throws SpeculaError for a malformed `verify`,
+  // for a context the CPU's sampler or verifier would refuse (a NaN or +inf logit, every logit
+  // -inf, a target row without mass where a token is drawn), and where !verifies_on_device().
+  //   verdicts: out [verify.size()]
+  virtual void forward_verify(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
+                              std::span<float> logits, const StateTaps& taps, std::span<const DeviceVerify> verify,
+                              std::span<DeviceVerdict> verdicts) const;
 
  protected:
   explicit Backend(const Model& model) : model_(model) {}

@@ -1,7 +1,7 @@
 // defines: ForwardContext, what one stream of forwards runs on (a backend, the KV cache its
 // sequences live in, the stream's workspace), and its run(): plan the batch from per-sequence
 // rows (plan_batch), append their slots and run pending copies (KvCache::prepare), call the
-// backend. The driver every caller of the seam uses, for one sequence or many.
+// backend (its forward, or its forward with verification on the device). The driver every caller of the seam uses, for one sequence or many.
 #pragma once
 
 #include <span>
@@ -28,6 +28,12 @@ struct ForwardContext {
   //   logits: out [logit_rows(parts), vocab], sequences in order
   void run(std::span<const SequenceRows> parts, std::span<float> logits) const;
   void run(const SequenceRows& part, std::span<float> logits) const { run(std::span(&part, 1), logits); }
+  // The same forward, with the sequences of `verify` (DeviceVerify::part indexes `parts`)
+  // sampled and verified on the backend's device (Backend::forward_verify): their logit rows
+  // are not written to `logits`.
+  //   verdicts: out [verify.size()]
+  void run(std::span<const SequenceRows> parts, std::span<float> logits, std::span<const DeviceVerify> verify,
+           std::span<DeviceVerdict> verdicts) const;
 };
 
 }  // namespace specula

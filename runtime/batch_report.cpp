@@ -62,7 +62,8 @@ nlohmann::json batch_summary(const Scheduler& scheduler, std::span<const int> re
           {"rows_per_forward", s.steps ? double(s.rows) / double(s.steps) : 0.0},
           {"mean_occupancy", s.steps ? double(s.sequence_steps) / double(s.steps) : 0.0},
           {"kv_pool_blocks", scheduler.kv_stats().blocks_total},
-          {"preemptions", s.preemptions}};
+          {"preemptions", s.preemptions},
+          {"device_verified", s.device_verified}};
 }
 
 }  // namespace specula

@@ -710,7 +710,8 @@ std::vector<SequenceRows> Scheduler::target_rows(const std::vector<Sequence*>& p
   return parts;
 }
 
-void Scheduler::settle(Sequence& s, int rows, std::span<const float> logits, const StepTimes& times, Settled& settled) {
+void Scheduler::settle(Sequence& s, int rows, std::span<const float> logits, std::optional<DeviceVerdict>& verdict,
+                       const StepTimes& times, Settled& settled) {
   Request& r = *s.request;
   if (r.counted_step != stats_.steps) {
     r.counted_step = stats_.steps;
@@ -725,7 +726,8 @@ void Scheduler::settle(Sequence& s, int rows, std::span<const float> logits, con
   bool complete = false;
   if (s.spec) {
     r.out.spec.target_rows += rows;
-    const VerifyResult& result = s.spec->verify_and_commit(logits, r.out.spec);
+    const VerifyResult& result = verdict ? s.spec->commit_verdict(std::move(*verdict), r.out.spec)
+                                         : s.spec->verify_and_commit(logits, r.out.spec);
     const ChainStep chain = s.spec->last_chain();
     for (ChainAcceptance* evidence : {&r.own, r.pool}) {
       evidence->add(chain.drafted, chain.accepted, r.options.draft.drafts_chain(), chain.stopped);
@@ -761,8 +763,19 @@ void Scheduler::step() {
   const std::vector<SequenceRows> parts = target_rows(plan);
   const std::size_t vocab = static_cast<std::size_t>(target_.config().vocab_size);
   std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * vocab);
+  // The sequences the backend samples and verifies on its device (their logits stay there).
+  std::vector<DeviceVerify> verify;
+  std::vector<std::optional<DeviceVerdict>> verdicts(plan.size());
+  for (std::size_t i = 0; i < plan.size(); ++i)
+    if (plan[i]->spec && plan[i]->spec->verifies_on_device()) {
+      verify.push_back(plan[i]->spec->device_verify(static_cast<int>(i), plan[i]->request->options.sampling));
+      verdicts[i].emplace();
+    }
+  std::vector<DeviceVerdict> device_verdicts(verify.size());
   const auto mark = Clock::now();
-  context_.run(parts, logits);
+  context_.run(parts, logits, verify, device_verdicts);
+  for (std::size_t k = 0; k < verify.size(); ++k)
+    *verdicts[static_cast<std::size_t>(verify[k].part)] = std::move(device_verdicts[k]);
   const StepTimes times{outcome.draft_s, seconds(mark, Clock::now())};
   const int rows = batch_rows(parts);
   ++stats_.steps;
@@ -771,6 +784,7 @@ void Scheduler::step() {
   stats_.max_rows = std::max(stats_.max_rows, rows);
   stats_.max_sequences = std::max(stats_.max_sequences, static_cast<int>(plan.size()));
   stats_.draft_calls += static_cast<long>(outcome.draft_calls.size());
+  stats_.device_verified += static_cast<long>(verify.size());
 
   // Each sequence on its own: sample or verify, commit, emit.
   Settled settled;
@@ -778,7 +792,7 @@ void Scheduler::step() {
   for (std::size_t i = 0; i < plan.size(); ++i) {
     const std::size_t n = static_cast<std::size_t>(logit_rows(std::span(&parts[i], 1)));
     settle(*plan[i], static_cast<int>(parts[i].tokens.size()), std::span<const float>(logits).subspan(row * vocab, n * vocab),
-           times, settled);
+           verdicts[i], times, settled);
     row += n;
   }
   outcome.rows = rows;

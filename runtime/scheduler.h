@@ -59,6 +59,7 @@ struct SchedulerStats {
   int max_sequences = 0;
   long preemptions = 0;
   long draft_calls = 0;     // batched draft forwards (one per draft cache and round)
+  long device_verified = 0; // speculative sequence steps sampled and verified on the target's device
 };
 
 class Scheduler {
@@ -131,8 +132,10 @@ class Scheduler {
   void draft_phase(const std::vector<Sequence*>& plan, const std::vector<std::optional<DraftBound>>& bounds,
                    StepOutcome& outcome);
   std::vector<SequenceRows> target_rows(const std::vector<Sequence*>& plan);
-  // Samples or verifies, commits and emits for `s`, which fed `rows` rows and got `logits`.
-  void settle(Sequence& s, int rows, std::span<const float> logits, const StepTimes& times, Settled& settled);
+  // Samples or verifies, commits and emits for `s`, which fed `rows` rows and got `logits`, or
+  // commits the `verdict` its device verification gave.
+  void settle(Sequence& s, int rows, std::span<const float> logits, std::optional<DeviceVerdict>& verdict,
+              const StepTimes& times, Settled& settled);
   // The length policies' second point: what the step did.
   void observe_lengths(const std::vector<Sequence*>& plan, const StepOutcome& outcome);
   // The tokens `s`'s rows this step are expected to bring (a plain prefill chunk's: none).

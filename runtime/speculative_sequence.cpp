@@ -5,6 +5,11 @@
 #include "runtime/lap_timer.h"
 
 namespace specula {
+
+static_assert(kDrawSampled == static_cast<int>(SiblingDraw::kSampled));
+static_assert(kDrawWithoutReplacement == static_cast<int>(SiblingDraw::kWithoutReplacement));
+static_assert(kDrawTopK == static_cast<int>(SiblingDraw::kTopK));
+
 void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
                 std::vector<DraftCall>* calls) {
   std::vector<Drafter*> drafters;
@@ -98,8 +103,43 @@ const VerifyResult& SpeculativeSequence::verify_and_commit(std::span<const float
     }
   }
   stats.sample_verify_s += lap(mark);
+  return commit(stats, mark);
+}
 
-  // Commit: the target keeps the root and the accepted path; the drafter follows.
+bool SpeculativeSequence::verifies_on_device() const {
+  return target_.backend.verifies_on_device() && !controls_.active() && logprob_top_ < 0 &&
+         (sampler_.is_greedy() || rule_ == VerifyRule::kToken);
+}
+
+DeviceVerify SpeculativeSequence::device_verify(int part, const SamplingOptions& sampling) {
+  const TokenTree& tree = proposal_.tree;
+  DeviceVerify v;
+  v.part = part;
+  v.tokens = tree.tokens;
+  v.parents = tree.parent;
+  if (sampler_.is_greedy()) return v;
+  v.temperature = sampling.temperature;
+  v.top_k = sampling.top_k;
+  v.top_p = sampling.top_p;
+  v.min_p = sampling.min_p;
+  draw_codes_.clear();
+  for (const SiblingDraw d : tree.draw) draw_codes_.push_back(static_cast<int>(d));
+  uniforms_ = draw_verify_uniforms(tree, rng_);
+  v.draw = draw_codes_;
+  v.q = proposal_.q;
+  v.uniforms = uniforms_;
+  return v;
+}
+
+const VerifyResult& SpeculativeSequence::commit_verdict(DeviceVerdict verdict, SpeculativeStats& stats) {
+  result_.accepted_nodes = std::move(verdict.accepted_nodes);
+  result_.tokens = std::move(verdict.tokens);
+  return commit(stats, Clock::now());
+}
+
+const VerifyResult& SpeculativeSequence::commit(SpeculativeStats& stats, Clock::time_point mark) {
+  const TokenTree& tree = proposal_.tree;
+  const int n = tree.size();
   path_.assign(1, 0);
   for (int node : result_.accepted_nodes) path_.push_back(node + 1);
   target_.cache.commit(seq_, prefix_, path_);

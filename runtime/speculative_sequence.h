@@ -84,8 +84,17 @@ class SpeculativeSequence {
   void start_plain() { plain_ = true; }
   // 2. the target rows to verify it: the root and every node (logits of every row),
   const SequenceRows& verify_rows();
-  // 3. sampling + verification of those rows' logits (in [tree size + 1, vocab]) and commit.
+  // 3. sampling + verification of those rows' logits (in [tree size + 1, vocab]) and commit,
   const VerifyResult& verify_and_commit(std::span<const float> logits, SpeculativeStats& stats);
+  //    or, where the target's backend verifies on its device and this step can be verified
+  //    there (no logit controls, no log-probabilities, greedy or the token rule), the step's
+  //    tree for the forward (Backend::forward_verify; `part`: its index in the forward's
+  //    parts, `sampling`: the options this sequence's sampler was made from), drawing the
+  //    step's uniforms as verify_and_commit would,
+  bool verifies_on_device() const;
+  DeviceVerify device_verify(int part, const SamplingOptions& sampling);
+  //    and the commit of the verdict that came back.
+  const VerifyResult& commit_verdict(DeviceVerdict verdict, SpeculativeStats& stats);
 
   // From now on verify_and_commit() also gives each emitted token's log-probability with
   // `top_n` alternatives from `source`'s distribution of its row (last_logprobs()).
@@ -121,6 +130,8 @@ class SpeculativeSequence {
   SequenceRows verify_rows_;
   int prefix_ = 0;  // target cache length before the verify rows
   VerifyResult result_;
+  // Commits result_: the target keeps the root and the accepted path, the drafter follows; counts it.
+  const VerifyResult& commit(SpeculativeStats& stats, Clock::time_point mark);
   int logprob_top_ = -1;  // < 0: no log-probabilities
   LogprobSource logprob_source_ = LogprobSource::kRaw;
   std::vector<TokenLogprob> logprobs_;
@@ -129,6 +140,8 @@ class SpeculativeSequence {
   std::vector<int> context_path_;
   TreeVerifyRows rows_;
   std::vector<int> argmaxes_, path_;
+  std::vector<int> draw_codes_;     // device_verify's draw codes, [tree size + 1]
+  std::vector<double> uniforms_;    // device_verify's uniforms
 };
 
 // Starts a proposal within bounds[i] for every sequence of `seqs` and runs their drafters'

@@ -28,9 +28,9 @@
 namespace specula {
 namespace {
 
-static_assert(cuda::kDrawSampled == static_cast<int>(SiblingDraw::kSampled));
-static_assert(cuda::kDrawWithoutReplacement == static_cast<int>(SiblingDraw::kWithoutReplacement));
-static_assert(cuda::kDrawTopK == static_cast<int>(SiblingDraw::kTopK));
+static_assert(kDrawSampled == static_cast<int>(SiblingDraw::kSampled));
+static_assert(kDrawWithoutReplacement == static_cast<int>(SiblingDraw::kWithoutReplacement));
+static_assert(kDrawTopK == static_cast<int>(SiblingDraw::kTopK));
 
 bool host_execution() { return cuda_device_name() == "specula host execution"; }
 

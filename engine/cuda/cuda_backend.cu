@@ -15,6 +15,7 @@
 #include "engine/cuda/cuda_check.cuh"
 #include "engine/cuda/device.h"
 #include "engine/cuda/kernels.cuh"
+#include "engine/cuda/verify_plan.h"
 
 namespace specula::cuda {
 namespace {
@@ -140,6 +141,8 @@ struct CudaWorkspace : Workspace {
   cudaStream_t stream = nullptr;
   DeviceBuffer x, h, qkv, attn, gu, act, last, logits, upload, copies, x_bf16, tmp, cublas;
   PinnedBuffer host_upload;
+  DeviceBuffer verify;             // forward_verify's upload, outputs and scratch (VerifyUpload)
+  std::vector<int> verify_result;  // what comes back of it
   GemmPlans gemm_plans;
   GemmScratch gemm;
   std::unordered_map<GraphKey, CapturedGraph, GraphKeyHash> graphs;
@@ -229,6 +232,73 @@ class CudaBackend : public Backend {
 
   void forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
                std::span<float> logits, const StateTaps& taps) const override {
+    CudaWorkspace& ws = enqueue_forward(batch, plan, pages, workspace, logits, taps);
+    if (!logits.empty())
+      CUDA_CHECK(cudaMemcpyAsync(logits.data(), ws.logits.ptr, logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                 ws.stream));
+    CUDA_CHECK(cudaStreamSynchronize(ws.stream));  // the pinned upload and the logits are free again
+  }
+
+  bool verifies_on_device() const override { return true; }
+
+  // The forward, then on the same stream: the sampling kernel over the verified spans' logit
+  // rows, the greedy and the stochastic verification kernels, one copy of the result back.
+  void forward_verify(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
+                      std::span<float> logits, const StateTaps& taps, std::span<const DeviceVerify> verify,
+                      std::span<DeviceVerdict> verdicts) const override {
+    const int vocab = config().vocab_size;
+    SPECULA_CHECK(verdicts.size() == verify.size(), "forward_verify: ", verdicts.size(), " verdicts for ", verify.size(),
+                  " verified sequences");
+    const VerifyUpload up = pack_verify(batch, verify, vocab);
+    CudaWorkspace& ws = enqueue_forward(batch, plan, pages, workspace, logits, taps);
+    const cudaStream_t s = ws.stream;
+    if (ws.verify.bytes < up.device_bytes) {
+      CUDA_CHECK(cudaStreamSynchronize(s));  // the old buffer may still be read by queued work
+      ws.verify = DeviceBuffer(align_up(up.device_bytes, 1 << 20));
+    }
+    unsigned char* base = ws.verify.as<unsigned char>();
+    const auto at = [base](std::size_t offset) { return static_cast<void*>(base + offset); };
+    const auto ints = [&](std::size_t offset) { return static_cast<int*>(at(offset)); };
+    const auto floats = [&](std::size_t offset) { return static_cast<float*>(at(offset)); };
+    const auto doubles = [&](std::size_t offset) { return static_cast<double*>(at(offset)); };
+    CUDA_CHECK(cudaMemcpyAsync(base, up.data.data(), up.upload_bytes, cudaMemcpyHostToDevice, s));
+    int* sampled = ints(up.at.result);
+    float* probs = floats(up.at.probs);
+    const std::size_t v = static_cast<std::size_t>(vocab);
+    for (const VerifyUpload::Run& run : up.sample_runs)
+      launch_sample(ws.logits.as<float>() + static_cast<std::size_t>(run.logit_row) * v,
+                    floats(up.at.temperature) + run.context, ints(up.at.top_k) + run.context,
+                    floats(up.at.top_p) + run.context, floats(up.at.min_p) + run.context,
+                    doubles(up.at.draw_uniforms) + run.context, run.rows, vocab,
+                    probs + static_cast<std::size_t>(run.context) * v, sampled + run.context, s);
+    int* counts = sampled + up.contexts;
+    int* accepted = counts + up.greedy + up.stochastic;
+    int* emitted = accepted + up.nodes;
+    if (up.greedy > 0)
+      launch_verify_greedy(ints(up.at.greedy_indptr), ints(up.at.tokens), ints(up.at.parents), sampled, up.greedy,
+                           counts, accepted, emitted, s);
+    if (up.stochastic > 0)
+      launch_verify_stochastic(ints(up.at.stochastic_indptr), ints(up.at.tokens) + up.greedy_nodes,
+                               ints(up.at.parents) + up.greedy_nodes, ints(up.at.draw),
+                               probs + static_cast<std::size_t>(up.greedy_contexts) * v, floats(up.at.q),
+                               doubles(up.at.uniforms), vocab, up.stochastic, doubles(up.at.scratch),
+                               counts + up.greedy, accepted + up.greedy_nodes, emitted + up.greedy_contexts, s);
+    ws.verify_result.resize(up.result_ints());
+    CUDA_CHECK(cudaMemcpyAsync(ws.verify_result.data(), sampled, ws.verify_result.size() * sizeof(int),
+                               cudaMemcpyDeviceToHost, s));
+    for (const VerifyUpload::Run& run : up.host_runs)
+      CUDA_CHECK(cudaMemcpyAsync(logits.data() + static_cast<std::size_t>(run.logit_row) * v,
+                                 ws.logits.as<float>() + static_cast<std::size_t>(run.logit_row) * v,
+                                 static_cast<std::size_t>(run.rows) * v * sizeof(float), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    std::vector<DeviceVerdict> out = unpack_verdicts(up, verify, ws.verify_result);
+    std::move(out.begin(), out.end(), verdicts.begin());
+  }
+
+ private:
+  // Everything of a forward up to the logits in ws.logits, enqueued on the workspace's stream.
+  CudaWorkspace& enqueue_forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
+                                 std::span<float> logits, const StateTaps& taps) const {
     auto* wsp = dynamic_cast<CudaWorkspace*>(&workspace);
     SPECULA_CHECK(wsp != nullptr, "forward: the workspace was not made by the CUDA backend");
     CudaWorkspace& ws = *wsp;
@@ -287,13 +357,9 @@ class CudaBackend : public Backend {
     } else {
       enqueue(up, ws, device_pages.view(), taps);
     }
-    if (num_logits > 0)
-      CUDA_CHECK(cudaMemcpyAsync(logits.data(), ws.logits.ptr, logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                                 ws.stream));
-    CUDA_CHECK(cudaStreamSynchronize(ws.stream));  // the pinned upload and the logits are free again
+    return ws;
   }
 
- private:
   struct LayerPointers {
     const __nv_bfloat16 *qkv, *o, *gate_up, *down;
     const float *qkv_bias, *o_bias, *gate_up_bias, *down_bias, *attn_norm, *mlp_norm, *q_norm, *k_norm;

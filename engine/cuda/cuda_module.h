@@ -20,7 +20,7 @@
 
 namespace specula::cuda {
 
-inline constexpr int kCudaModuleAbi = 4;
+inline constexpr int kCudaModuleAbi = 5;
 inline constexpr const char* kCudaModuleSymbol = "specula_cuda_module";
 
 // Each member is the function of the same name in device.h, cuda_backend.h or kernel_harness.h.

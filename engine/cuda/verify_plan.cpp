@@ -1,0 +1,168 @@
+#include "engine/cuda/verify_plan.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/error.h"
+
+namespace specula::cuda {
+namespace {
+
+constexpr std::size_t kArrayAlign = 16;
+
+std::size_t align16(std::size_t n) { return (n + kArrayAlign - 1) / kArrayAlign * kArrayAlign; }
+
+template <class T>
+void put(std::vector<unsigned char>& data, std::size_t offset, std::span<const T> values) {
+  if (!values.empty()) std::memcpy(data.data() + offset, values.data(), values.size_bytes());
+}
+
+}  // namespace
+
+std::size_t VerifyUpload::result_ints() const {
+  return 2 * static_cast<std::size_t>(contexts) + static_cast<std::size_t>(greedy + stochastic) +
+         static_cast<std::size_t>(nodes);
+}
+
+VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify> verify, int vocab) {
+  check_device_verify(batch, verify, vocab);
+  VerifyUpload up;
+  // The order of the combined arrays: greedy entries, then stochastic ones.
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < verify.size(); ++i)
+    if (verify[i].greedy()) order.push_back(i);
+  up.greedy = static_cast<int>(order.size());
+  for (std::size_t i = 0; i < verify.size(); ++i)
+    if (!verify[i].greedy()) order.push_back(i);
+  up.stochastic = static_cast<int>(verify.size()) - up.greedy;
+
+  up.sequence.assign(verify.size(), 0);
+  up.first_node.assign(verify.size(), 0);
+  up.first_context.assign(verify.size(), 0);
+  std::vector<int> greedy_indptr{0}, stochastic_indptr{0}, tokens, parents, draw, top_k;
+  std::vector<float> temperature, top_p, min_p;
+  std::vector<double> uniforms;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const DeviceVerify& v = verify[order[k]];
+    const int n = static_cast<int>(v.tokens.size());
+    if (static_cast<int>(k) == up.greedy) {
+      up.greedy_nodes = up.nodes;
+      up.greedy_contexts = up.contexts;
+    }
+    up.sequence[order[k]] = static_cast<int>(k);
+    up.first_node[order[k]] = up.nodes;
+    up.first_context[order[k]] = up.contexts;
+    up.nodes += n;
+    up.contexts += n + 1;
+    (v.greedy() ? greedy_indptr : stochastic_indptr).push_back((v.greedy() ? greedy_indptr : stochastic_indptr).back() + n);
+    tokens.insert(tokens.end(), v.tokens.begin(), v.tokens.end());
+    parents.insert(parents.end(), v.parents.begin(), v.parents.end());
+    top_k.insert(top_k.end(), static_cast<std::size_t>(n + 1), v.top_k);
+    temperature.insert(temperature.end(), static_cast<std::size_t>(n + 1), v.temperature);
+    top_p.insert(top_p.end(), static_cast<std::size_t>(n + 1), v.top_p);
+    min_p.insert(min_p.end(), static_cast<std::size_t>(n + 1), v.min_p);
+    if (!v.greedy()) {
+      draw.insert(draw.end(), v.draw.begin(), v.draw.end());
+      uniforms.insert(uniforms.end(), v.uniforms.begin(), v.uniforms.end());
+    }
+  }
+  if (up.stochastic == 0) {
+    up.greedy_nodes = up.nodes;
+    up.greedy_contexts = up.contexts;
+  }
+
+  const std::size_t contexts = static_cast<std::size_t>(up.contexts), v = static_cast<std::size_t>(vocab);
+  const std::size_t stochastic_contexts = contexts - static_cast<std::size_t>(up.greedy_contexts);
+  std::size_t at = 0;
+  const auto take = [&at](std::size_t bytes) {
+    const std::size_t offset = at;
+    at = align16(at + bytes);
+    return offset;
+  };
+  up.at.greedy_indptr = take(greedy_indptr.size() * sizeof(int));
+  up.at.stochastic_indptr = take(stochastic_indptr.size() * sizeof(int));
+  up.at.tokens = take(tokens.size() * sizeof(int));
+  up.at.parents = take(parents.size() * sizeof(int));
+  up.at.draw = take(draw.size() * sizeof(int));
+  up.at.top_k = take(contexts * sizeof(int));
+  up.at.temperature = take(contexts * sizeof(float));
+  up.at.top_p = take(contexts * sizeof(float));
+  up.at.min_p = take(contexts * sizeof(float));
+  up.at.draw_uniforms = take(contexts * sizeof(double));
+  up.at.uniforms = take(uniforms.size() * sizeof(double));
+  up.at.q = take(stochastic_contexts * v * sizeof(float));
+  up.upload_bytes = at;
+  up.at.probs = take(contexts * v * sizeof(float));
+  up.at.scratch = take(static_cast<std::size_t>(up.stochastic) * 2 * v * sizeof(double));
+  up.at.result = take(up.result_ints() * sizeof(int));
+  up.device_bytes = at;
+
+  up.data.assign(up.upload_bytes, 0);  // zeros: the draw uniforms and the q rows of sequences without q
+  put(up.data, up.at.greedy_indptr, std::span<const int>(greedy_indptr));
+  put(up.data, up.at.stochastic_indptr, std::span<const int>(stochastic_indptr));
+  put(up.data, up.at.tokens, std::span<const int>(tokens));
+  put(up.data, up.at.parents, std::span<const int>(parents));
+  put(up.data, up.at.draw, std::span<const int>(draw));
+  put(up.data, up.at.top_k, std::span<const int>(top_k));
+  put(up.data, up.at.temperature, std::span<const float>(temperature));
+  put(up.data, up.at.top_p, std::span<const float>(top_p));
+  put(up.data, up.at.min_p, std::span<const float>(min_p));
+  put(up.data, up.at.uniforms, std::span<const double>(uniforms));
+  for (std::size_t i = 0; i < verify.size(); ++i) {
+    if (verify[i].greedy() || verify[i].q.empty()) continue;
+    const std::size_t row = static_cast<std::size_t>(up.first_context[i] - up.greedy_contexts);
+    put(up.data, up.at.q + row * v * sizeof(float), verify[i].q);
+  }
+
+  // Logit rows: each verified span's into its contexts, the rest to the host.
+  std::vector<int> context_of(static_cast<std::size_t>(batch.num_logits()), -1);
+  for (std::size_t i = 0; i < verify.size(); ++i) {
+    const int first = first_logit_row(batch, verify[i].part);
+    for (int c = 0; c <= static_cast<int>(verify[i].tokens.size()); ++c)
+      context_of[static_cast<std::size_t>(first + c)] = up.first_context[i] + c;
+  }
+  for (int r = 0; r < batch.num_logits(); ++r) {
+    const int c = context_of[static_cast<std::size_t>(r)];
+    auto& runs = c < 0 ? up.host_runs : up.sample_runs;
+    if (!runs.empty() && runs.back().logit_row + runs.back().rows == r &&
+        (c < 0 || runs.back().context + runs.back().rows == c)) {
+      ++runs.back().rows;
+    } else {
+      runs.push_back({r, std::max(c, 0), 1});
+    }
+  }
+  return up;
+}
+
+std::vector<DeviceVerdict> unpack_verdicts(const VerifyUpload& up, std::span<const DeviceVerify> verify,
+                                           std::span<const int> result) {
+  SPECULA_CHECK(result.size() == up.result_ints(), "device verification: ", result.size(), " result ints, need ",
+                up.result_ints());
+  const std::size_t contexts = static_cast<std::size_t>(up.contexts);
+  const std::span<const int> sampled = result.first(contexts);
+  const std::span<const int> counts = result.subspan(contexts, static_cast<std::size_t>(up.greedy + up.stochastic));
+  const std::span<const int> nodes = result.subspan(contexts + counts.size(), static_cast<std::size_t>(up.nodes));
+  const std::span<const int> emitted = result.subspan(contexts + counts.size() + nodes.size(), contexts);
+  std::vector<DeviceVerdict> verdicts(verify.size());
+  for (std::size_t i = 0; i < verify.size(); ++i) {
+    const int n = static_cast<int>(verify[i].tokens.size());
+    const std::size_t c0 = static_cast<std::size_t>(up.first_context[i]);
+    for (int c = 0; c <= n; ++c)
+      SPECULA_CHECK(sampled[c0 + static_cast<std::size_t>(c)] >= 0, "device verification: batch span ",
+                    verify[i].part, ", context ", c,
+                    ": the sampler refuses the target's logits (a NaN or +inf logit, or every logit -inf)");
+    const int count = counts[static_cast<std::size_t>(up.sequence[i])];
+    SPECULA_CHECK(count >= 0 && count <= n, "device verification: batch span ", verify[i].part, ": accepted count ",
+                  count, " is outside [0, ", n, "]");
+    const auto path = nodes.subspan(static_cast<std::size_t>(up.first_node[i]), static_cast<std::size_t>(count));
+    const auto tokens = emitted.subspan(c0, static_cast<std::size_t>(count) + 1);
+    SPECULA_CHECK(std::all_of(tokens.begin(), tokens.end(), [](int t) { return t >= 0; }),
+                  "device verification: batch span ", verify[i].part,
+                  ": no token could be drawn (the target's distribution has no mass there)");
+    verdicts[i].accepted_nodes.assign(path.begin(), path.end());
+    verdicts[i].tokens.assign(tokens.begin(), tokens.end());
+  }
+  return verdicts;
+}
+
+}  // namespace specula::cuda

@@ -1,0 +1,68 @@
+#include "engine/device_verify.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "base/error.h"
+
+namespace specula {
+
+int first_logit_row(const RaggedBatch& batch, int part) {
+  const int first_row = batch.row_indptr[static_cast<std::size_t>(part)];
+  return static_cast<int>(std::lower_bound(batch.logit_rows.begin(), batch.logit_rows.end(), first_row) -
+                          batch.logit_rows.begin());
+}
+
+void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify> verify, int vocab) {
+  std::vector<char> taken(static_cast<std::size_t>(batch.num_seqs()), 0);
+  for (std::size_t i = 0; i < verify.size(); ++i) {
+    const DeviceVerify& v = verify[i];
+    const auto where = [i] { return detail::concat("device verification: entry ", i, ": "); };
+    SPECULA_CHECK(v.part >= 0 && v.part < batch.num_seqs(), where(), "part ", v.part, " is outside the batch's ",
+                  batch.num_seqs(), " sequences");
+    SPECULA_CHECK(!taken[static_cast<std::size_t>(v.part)], where(), "part ", v.part, " is verified twice");
+    taken[static_cast<std::size_t>(v.part)] = 1;
+    const int n = static_cast<int>(v.tokens.size());
+    const int rows = batch.span_rows(v.part);
+    SPECULA_CHECK(rows == n + 1, where(), "part ", v.part, " has ", rows, " rows; a tree of ", n, " nodes needs ",
+                  n + 1);
+    const int first = first_logit_row(batch, v.part);
+    const int start = batch.row_indptr[static_cast<std::size_t>(v.part)];
+    SPECULA_CHECK(first + rows <= batch.num_logits() &&
+                      batch.logit_rows[static_cast<std::size_t>(first)] == start &&
+                      batch.logit_rows[static_cast<std::size_t>(first + rows - 1)] == start + rows - 1,
+                  where(), "part ", v.part, " must return the logits of every row");
+    SPECULA_CHECK(v.parents.size() == v.tokens.size(), where(), "parents has ", v.parents.size(), " entries for ", n,
+                  " nodes");
+    for (int j = 0; j < n; ++j) {
+      const int t = v.tokens[static_cast<std::size_t>(j)], p = v.parents[static_cast<std::size_t>(j)];
+      SPECULA_CHECK(t >= 0 && t < vocab, where(), "token ", t, " of node ", j, " is outside [0, ", vocab, ")");
+      SPECULA_CHECK(p >= -1 && p < j, where(), "parent ", p, " of node ", j, " is not in [-1, ", j, ")");
+    }
+    SPECULA_CHECK(std::isfinite(v.temperature) && v.temperature >= 0, where(), "temperature ", v.temperature,
+                  " is not finite and >= 0");
+    SPECULA_CHECK(v.top_k >= 0, where(), "top_k ", v.top_k, " is negative");
+    SPECULA_CHECK(v.top_p > 0 && v.top_p <= 1, where(), "top_p ", v.top_p, " is outside (0, 1]");
+    SPECULA_CHECK(v.min_p >= 0 && v.min_p <= 1, where(), "min_p ", v.min_p, " is outside [0, 1]");
+    if (v.greedy()) continue;
+    SPECULA_CHECK(static_cast<int>(v.draw.size()) == n + 1, where(), "draw has ", v.draw.size(), " codes; need ",
+                  n + 1);
+    SPECULA_CHECK(static_cast<int>(v.uniforms.size()) == 2 * n + 1, where(), "uniforms has ", v.uniforms.size(),
+                  " entries; need ", 2 * n + 1);
+    for (const double u : v.uniforms)
+      SPECULA_CHECK(u >= 0 && u < 1, where(), "uniform ", u, " is outside [0, 1)");
+    const std::size_t q_size = static_cast<std::size_t>(n + 1) * static_cast<std::size_t>(vocab);
+    SPECULA_CHECK(v.q.empty() || v.q.size() == q_size, where(), "q holds ", v.q.size(), " floats; need 0 or ", q_size);
+    for (int c = 0; c <= n; ++c) {
+      const int code = v.draw[static_cast<std::size_t>(c)];
+      SPECULA_CHECK(code == kDrawSampled || code == kDrawWithoutReplacement || code == kDrawTopK, where(), "draw code ",
+                    code, " of context ", c, " is not 0, 1 or 2");
+      const bool has_children = std::any_of(v.parents.begin(), v.parents.end(), [c](int p) { return p + 1 == c; });
+      SPECULA_CHECK(!v.q.empty() || !has_children || code == kDrawTopK, where(), "context ", c,
+                    " has children drawn from q, and q is empty");
+    }
+  }
+}
+
+}  // namespace specula

@@ -1,0 +1,57 @@
+// defines: DeviceVerify, one sequence of a forward whose draft tree is sampled and verified on
+// the backend's device right after the forward computes its contexts' logits
+// (Backend::forward_verify), DeviceVerdict, all that comes back of it, and their checks. The tree is flat and
+// the sampling options are plain numbers: engine/ sees neither verify/'s TokenTree nor
+// sampling/'s SamplingOptions.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "engine/batch.h"
+
+namespace specula {
+
+// How the children of a context were drawn: the values of verify/token_tree.h's SiblingDraw.
+inline constexpr int kDrawSampled = 0;             // i.i.d. from q
+inline constexpr int kDrawWithoutReplacement = 1;  // from q without the earlier siblings
+inline constexpr int kDrawTopK = 2;                // deterministic distinct proposals
+
+// Batch span `part` holds the tree's root and its n nodes, logits of every row: row c of the
+// span is context c (0 the root, c > 0 after node c - 1). Temperature 0 verifies greedily
+// (verify_greedy over each context's argmax, ties to the lowest id); otherwise p at each
+// context is sampling/'s chain (temperature, then top-k when top_k > 0, top-p when top_p < 1,
+// min-p when min_p > 0) and verification is verify_stochastic's recursive rejection rule.
+struct DeviceVerify {
+  int part = -1;
+  std::span<const int> tokens;   // in [n] drafted token of each node
+  std::span<const int> parents;  // in [n] parent node (local), -1 = the root; parents[i] < i
+  float temperature = 0;
+  int top_k = 0;
+  float top_p = 1;
+  float min_p = 0;
+  // Stochastic only:
+  std::span<const int> draw;         // in [n + 1] kDraw* code of each context's children
+  std::span<const float> q;          // in [n + 1, vocab] draft distributions; empty when no context's children are drawn from q
+  std::span<const double> uniforms;  // in [2 n + 1] verify/verifier.h's layout
+  bool greedy() const { return temperature == 0; }
+};
+
+// What verification emitted, as verify/verifier.h's VerifyResult holds it.
+struct DeviceVerdict {
+  std::vector<int> accepted_nodes;  // node indices along the accepted path, root-down
+  std::vector<int> tokens;          // the accepted tokens, then one bonus / corrected token
+};
+
+// The first logit row of batch span `part` (logit rows are numbered in batch order).
+int first_logit_row(const RaggedBatch& batch, int part);
+
+// Throws SpeculaError naming the entry and the field unless each of `verify` fits `batch` for
+// a model of `vocab` tokens: distinct parts of the batch whose every row is a logit row and
+// whose row count is its tree's n + 1, parents local and topological, tokens in the
+// vocabulary, options in range (temperature finite and >= 0, top_k >= 0, top_p in (0, 1],
+// min_p in [0, 1]), and for stochastic entries n + 1 draw codes, 2 n + 1 uniforms in [0, 1),
+// and q empty or [n + 1, vocab] (present when a context's children are drawn from q).
+void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify> verify, int vocab);
+
+}  // namespace specula

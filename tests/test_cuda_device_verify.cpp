@@ -1,0 +1,451 @@
+// Verification on the device (Backend::forward_verify, engine/device_verify.h):
+// - [gpu] (the host execution of the CUDA sources runs these in CI): on the CUDA backend its
+//   verdicts equal verify_greedy / verify_stochastic's over the sampler's p of the same rows'
+//   logits (a plain forward of the same batch on other forks: bitwise equal by batch
+//   invariance), for trees of several shapes, every sibling-draw mode, every sampling transform,
+//   with and without q, beside spans it does not verify (whose logits still come back while the
+//   verified spans' rows stay unwritten); greedy speculation through the scheduler, verified on
+//   the device, emits plain greedy decoding's tokens;
+// - without a GPU: the refusals of malformed requests, the CPU backend's refusal, and
+//   pack_verify's layout (greedy sequences first, runs of logit rows, where verdicts land).
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+
+#include "engine/backend.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/verify_plan.h"
+#include "engine/forward.h"
+#include "sampling/sampler.h"
+#include "tests/test_runtime_support.h"
+#include "verify/verifier.h"
+
+namespace specula {
+namespace {
+
+using Catch::Contains;
+
+#define REQUIRE_GPU()                                                \
+  do {                                                               \
+    if (cuda_device_count() == 0) {                                  \
+      WARN("skipped: no GPU (" << cuda_unavailable_reason() << ")"); \
+      return;                                                        \
+    }                                                                \
+  } while (0)
+
+// A greedy request for batch span `part`.
+DeviceVerify tree_request(int part, std::span<const int> tokens, std::span<const int> parents) {
+  DeviceVerify v;
+  v.part = part;
+  v.tokens = tokens;
+  v.parents = parents;
+  return v;
+}
+
+// One verified sequence of the test batch: its tree, options, q and uniforms.
+struct Case {
+  SamplingOptions sampling;  // strategy kGreedy: greedy
+  TokenTree tree;
+  std::vector<int> draw;
+  std::vector<float> q;
+  std::vector<double> uniforms;
+  DeviceVerify request(int part) const {
+    DeviceVerify v = tree_request(part, tree.tokens, tree.parent);
+    if (sampling.strategy == Strategy::kGreedy) return v;
+    v.temperature = sampling.temperature;
+    v.top_k = sampling.top_k;
+    v.top_p = sampling.top_p;
+    v.min_p = sampling.min_p;
+    v.draw = draw;
+    v.q = q;
+    v.uniforms = uniforms;
+    return v;
+  }
+};
+
+// A tree whose first nodes are `chain` (each the child of the previous), then `siblings` nodes
+// of distinct tokens under random contexts of the chain, each context's children drawn by
+// draw_of(context).
+TokenTree make_tree(std::mt19937& rng, std::span<const int> chain, int siblings, int vocab,
+                    const std::function<SiblingDraw(int)>& draw_of) {
+  TokenTree t;
+  for (std::size_t i = 0; i < chain.size(); ++i) {
+    t.tokens.push_back(chain[i]);
+    t.parent.push_back(static_cast<int>(i) - 1);
+    t.depth.push_back(static_cast<int>(i) + 1);
+  }
+  for (int k = 0; k < siblings; ++k) {
+    const int parent = std::uniform_int_distribution<int>(-1, static_cast<int>(chain.size()) - 1)(rng);
+    int token;
+    do {
+      token = std::uniform_int_distribution<int>(0, vocab - 1)(rng);
+    } while (std::find(t.tokens.begin(), t.tokens.end(), token) != t.tokens.end());
+    t.tokens.push_back(token);
+    t.parent.push_back(parent);
+    t.depth.push_back(parent < 0 ? 1 : t.depth[static_cast<std::size_t>(parent)] + 1);
+  }
+  t.draw.clear();
+  for (int c = 0; c <= t.size(); ++c) t.draw.push_back(draw_of(c));
+  return t;
+}
+
+// q rows [n + 1, vocab]: random positive weights, each child's token given mass.
+std::vector<float> make_q(std::mt19937& rng, const TokenTree& t, int vocab) {
+  std::vector<float> q(static_cast<std::size_t>(t.size() + 1) * vocab);
+  std::exponential_distribution<float> e(1.0f);
+  for (int c = 0; c <= t.size(); ++c) {
+    const std::span<float> row = std::span(q).subspan(static_cast<std::size_t>(c) * vocab, vocab);
+    for (float& x : row) x = std::pow(e(rng), 4.0f);
+    for (int i = 0; i < t.size(); ++i)
+      if (t.parent[static_cast<std::size_t>(i)] + 1 == c) row[static_cast<std::size_t>(t.tokens[i])] += 50.0f;
+    const float total = std::accumulate(row.begin(), row.end(), 0.0f);
+    for (float& x : row) x /= total;
+  }
+  return q;
+}
+
+TEST_CASE("cuda backend: verification on the device emits what the host verifiers emit on the same logits", "[gpu]") {
+  REQUIRE_GPU();
+  const Model model(test::model_dir("draft-1m"));
+  const auto backend = make_backend(BackendKind::kCuda, model, std::nullopt);
+  const auto workspace = backend->make_workspace();
+  const int vocab = model.config().vocab_size;
+  KvCache cache(backend->kv_layout(16), 512);
+  const ForwardContext ctx{*backend, cache, *workspace};
+  const auto prompts = test::reference_prompts();
+  std::mt19937 rng(7);
+
+  // Two prompts in the cache but their last token (the root); each root's greedy chain of 3.
+  struct Base {
+    int seq;
+    std::vector<int> prompt, chain;
+  };
+  std::vector<Base> bases;
+  for (int b = 0; b < 2; ++b) {
+    const std::vector<int>& prompt = prompts[static_cast<std::size_t>(b)];
+    std::vector<int> positions(prompt.size() - 1);
+    std::iota(positions.begin(), positions.end(), 0);
+    const int seq = cache.create();
+    ctx.run(SequenceRows{seq, std::span(prompt).first(prompt.size() - 1), positions, {}, RowLogits::kNone}, {});
+    bases.push_back({seq, prompt, {}});
+  }
+  for (Base& b : bases) {
+    const int scratch = cache.fork(b.seq);
+    std::vector<float> logits(static_cast<std::size_t>(vocab));
+    int token = b.prompt.back();
+    for (int d = 0; d < 3; ++d) {
+      const int position = static_cast<int>(b.prompt.size()) - 1 + d;
+      ctx.run(SequenceRows{scratch, std::span(&token, 1), std::span(&position, 1), {}, RowLogits::kAll}, logits);
+      token = greedy_token(logits);
+      b.chain.push_back(token);
+    }
+    cache.free(scratch);
+  }
+
+  // The verified sequences: greedy and every sampling transform, every draw mode, q or none.
+  const auto all = [](SiblingDraw d) { return [d](int) { return d; }; };
+  const auto mixed = [&rng](int) { return static_cast<SiblingDraw>(std::uniform_int_distribution<int>(0, 2)(rng)); };
+  const std::vector<int> wrong_first{(bases[1].chain[0] + 1) % vocab, bases[1].chain[1]};
+  std::vector<Case> cases;
+  const auto add = [&](SamplingOptions o, std::span<const int> chain, int siblings,
+                       const std::function<SiblingDraw(int)>& draw_of, bool with_q) {
+    Case c{o, make_tree(rng, chain, siblings, vocab, draw_of), {}, {}, {}};
+    for (const SiblingDraw d : c.tree.draw) c.draw.push_back(static_cast<int>(d));
+    if (with_q) c.q = make_q(rng, c.tree, vocab);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    for (int i = 0; i < verify_uniform_count(c.tree); ++i) c.uniforms.push_back(u(rng));
+    cases.push_back(std::move(c));
+  };
+  const std::span<const int> chain0 = bases[0].chain, chain1 = bases[1].chain;
+  add(SamplingOptions{}, chain0, 2, all(SiblingDraw::kTopK), false);
+  add(SamplingOptions{}, {}, 0, all(SiblingDraw::kTopK), false);
+  add(SamplingOptions::sample(1.0f), chain1, 3, all(SiblingDraw::kSampled), true);
+  add(SamplingOptions::sample(0.7f, 20), chain0, 3, all(SiblingDraw::kWithoutReplacement), true);
+  add(SamplingOptions::sample(1.2f, 0, 0.9f), chain1, 2, all(SiblingDraw::kTopK), false);
+  add(SamplingOptions::sample(1.0f, 0, 1.0f, 0.05f), chain0, 4, mixed, true);
+  add(SamplingOptions::sample(0.9f, 50, 0.8f, 0.02f), {}, 0, all(SiblingDraw::kSampled), false);
+  add(SamplingOptions{}, wrong_first, 1, all(SiblingDraw::kTopK), false);
+  add(SamplingOptions::sample(1.5f), chain1, 0, all(SiblingDraw::kSampled), true);
+
+  // The batch: the verified spans with two spans beside them (a decode row, a prefill chunk).
+  struct Part {
+    int verified = -1;  // index into cases, or -1
+    int base = 0;
+  };
+  std::vector<Part> layout{{0, 0}, {-1, 1}, {2, 1}, {3, 0}, {-1, 0}, {1, 0}, {4, 1}, {5, 0}, {6, 1}, {7, 1}, {8, 1}};
+  // Builds the batch on fresh forks; the prefill chunk (the second unverified span) is a new sequence.
+  struct Batch {
+    std::vector<SequenceRows> parts;
+    std::vector<TreeVerifyRows> rows;
+    std::vector<int> seqs, decode_pos;
+  };
+  const std::vector<int>& chunk = prompts[2];
+  std::vector<int> chunk_positions(chunk.size());
+  std::iota(chunk_positions.begin(), chunk_positions.end(), 0);
+  const auto build = [&](Batch& batch) {
+    batch.rows.resize(layout.size());
+    batch.decode_pos.assign(layout.size(), 0);
+    int unverified = 0;
+    for (std::size_t i = 0; i < layout.size(); ++i) {
+      const Base& b = bases[static_cast<std::size_t>(layout[i].base)];
+      if (layout[i].verified < 0 && unverified++ == 1) {
+        batch.seqs.push_back(cache.create());
+        batch.parts.push_back({batch.seqs.back(), chunk, chunk_positions, {}, RowLogits::kLast});
+        continue;
+      }
+      batch.seqs.push_back(cache.fork(b.seq));
+      if (layout[i].verified < 0) {
+        batch.decode_pos[i] = static_cast<int>(b.prompt.size()) - 1;
+        batch.parts.push_back({batch.seqs.back(), std::span(&b.prompt.back(), 1), std::span(&batch.decode_pos[i], 1), {},
+                               RowLogits::kAll});
+        continue;
+      }
+      batch.parts.push_back(batch.rows[i].build(batch.seqs.back(), b.prompt, cases[static_cast<std::size_t>(layout[i].verified)].tree));
+    }
+  };
+  Batch host, device;
+  build(host);
+  build(device);
+  const std::size_t rows = static_cast<std::size_t>(logit_rows(host.parts));
+  std::vector<float> host_logits(rows * vocab), device_logits(rows * vocab, 7.0f);
+  ctx.run(host.parts, host_logits);
+  std::vector<DeviceVerify> verify;
+  for (std::size_t i = 0; i < layout.size(); ++i)
+    if (layout[i].verified >= 0) verify.push_back(cases[static_cast<std::size_t>(layout[i].verified)].request(static_cast<int>(i)));
+  std::vector<DeviceVerdict> verdicts(verify.size());
+  ctx.run(device.parts, device_logits, verify, verdicts);
+
+  std::size_t row = 0, k = 0;
+  int deep = 0, rejected = 0;
+  for (std::size_t i = 0; i < layout.size(); ++i) {
+    const std::size_t n = static_cast<std::size_t>(logit_rows(std::span(&host.parts[i], 1)));
+    const std::span<const float> mine = std::span(host_logits).subspan(row * vocab, n * vocab);
+    const std::span<const float> theirs = std::span(device_logits).subspan(row * vocab, n * vocab);
+    row += n;
+    INFO("batch span " << i);
+    if (layout[i].verified < 0) {
+      CHECK(std::equal(mine.begin(), mine.end(), theirs.begin()));
+      continue;
+    }
+    CHECK(std::all_of(theirs.begin(), theirs.end(), [](float x) { return x == 7.0f; }));  // left unwritten
+    const Case& c = cases[static_cast<std::size_t>(layout[i].verified)];
+    VerifyResult want;
+    if (c.sampling.strategy == Strategy::kGreedy) {
+      std::vector<int> argmax;
+      for (std::size_t ctx_row = 0; ctx_row < n; ++ctx_row) argmax.push_back(greedy_token(mine.subspan(ctx_row * vocab, vocab)));
+      want = verify_greedy(c.tree, argmax);
+    } else {
+      const auto sampler = make_sampler(c.sampling);
+      std::vector<float> p(mine.size());
+      for (std::size_t ctx_row = 0; ctx_row < n; ++ctx_row)
+        sampler->distribution(mine.subspan(ctx_row * vocab, vocab), std::span(p).subspan(ctx_row * vocab, vocab));
+      want = verify_stochastic(c.tree, p, c.q, vocab, c.uniforms);
+    }
+    const DeviceVerdict& got = verdicts[k++];
+    CHECK(got.accepted_nodes == want.accepted_nodes);
+    CHECK(got.tokens == want.tokens);
+    deep += want.accepted_nodes.size() >= 2 ? 1 : 0;
+    rejected += static_cast<int>(want.accepted_nodes.size()) < c.tree.size() ? 1 : 0;
+  }
+  CHECK(deep >= 2);      // paths past the first node were walked
+  CHECK(rejected >= 2);  // and rejections drew from residuals
+  for (const Batch* b : {&host, &device})
+    for (int seq : b->seqs) cache.free(seq);
+  for (const Base& b : bases) cache.free(b.seq);
+}
+
+// The greedy chains, trees and n-grams of the scheduler, with every sequence step verified on
+// the device, against plain greedy decoding on the same backend: on a GPU draft-4m drafted by
+// draft-1m (a chain, a static tree, a dynamic tree) and by n-grams at batch 1, 8 and 32; on the
+// host execution, where a forward takes seconds, draft-1m drafting for itself in a dynamic tree
+// (its siblings rejected) and by n-grams at batch 1 and 2 (2 alone under the sanitizers).
+TEST_CASE("cuda backend: greedy speculation verified on the device emits plain greedy decoding's tokens", "[gpu]") {
+  REQUIRE_GPU();
+  const bool host = cuda_device_name() == "specula host execution";
+  const auto prompts = test::reference_prompts();
+  const std::vector<int> sizes = !host ? std::vector<int>{1, 8, 32} : test::kSanitized ? std::vector<int>{2} : std::vector<int>{1, 2};
+  const int tokens = host ? 6 : 24;
+  const auto request = [&](int r) {
+    GenerateOptions o = test::base_options(prompts[static_cast<std::size_t>(r) % prompts.size()], tokens);
+    o.model_dir = test::model_dir(host ? "draft-1m" : "draft-4m");
+    o.backend = BackendKind::kCuda;
+    return o;
+  };
+  std::vector<std::vector<int>> plain;
+  for (int r = 0; r < sizes.back(); ++r)
+    plain.push_back(generate(test::store(), request(r))["ids"].get<std::vector<int>>());
+  DraftOptions ngram;
+  ngram.method = DraftMethod::kNgram;
+  ngram.gamma = 3;
+  std::vector<std::pair<const char*, DraftOptions>> drafters{
+      {"draft-1m dynamic tree of 8", test::model_draft("draft-1m", 3, {}, 8)}, {"n-gram chain of 3", ngram}};
+  if (!host) {
+    drafters.emplace_back("draft-1m chain of 4", test::model_draft("draft-1m", 4, {}, 0));
+    drafters.emplace_back("draft-1m static tree 2-2-1", test::model_draft("draft-1m", 3, {2, 2, 1}, 0));
+  }
+  for (const auto& [name, draft] : drafters) {
+    for (const int size : sizes) {
+      INFO(name << ", batch " << size);
+      SchedulerLimits limits;
+      limits.max_sequences = size;
+      limits.kv_blocks = 64 * size;
+      Scheduler scheduler(test::store(), request(0), limits);
+      for (int r = 0; r < size; ++r) {
+        GenerateOptions o = request(r);
+        o.draft = draft;
+        scheduler.submit(o, static_cast<uint64_t>(r));
+      }
+      scheduler.run();
+      long steps = 0;
+      for (int r = 0; r < size; ++r) {
+        CHECK(scheduler.outcome(r).samples.front() == plain[static_cast<std::size_t>(r)]);
+        steps += scheduler.outcome(r).spec.steps;
+      }
+      CHECK(steps > 0);
+      CHECK(scheduler.stats().device_verified == steps);
+    }
+  }
+}
+
+// A batch of one tree per entry of `parents` (its parent array) over fresh sequences of `cache`,
+// every row a logit row.
+RaggedBatch tree_batch(KvCache& cache, const std::vector<std::vector<int>>& parents, std::vector<TreeVerifyRows>& rows) {
+  std::vector<SequenceRows> parts;
+  rows.resize(parents.size());
+  for (std::size_t s = 0; s < parents.size(); ++s) {
+    TokenTree t;
+    for (std::size_t i = 0; i < parents[s].size(); ++i) {
+      t.tokens.push_back(static_cast<int>(i) + 1);
+      t.parent.push_back(parents[s][i]);
+      t.depth.push_back(parents[s][i] < 0 ? 1 : t.depth[static_cast<std::size_t>(parents[s][i])] + 1);
+    }
+    const std::vector<int> committed{5, 6};
+    parts.push_back(rows[s].build(cache.create(), committed, t));
+  }
+  return plan_batch(parts, cache.tables(), Model(test::model_dir("draft-1m")).config());
+}
+
+TEST_CASE("device verification: malformed requests are refused naming the entry and the field", "[engine]") {
+  const Model model(test::model_dir("draft-1m"));
+  KvCache cache(model.kv_layout(16), 64);
+  std::vector<TreeVerifyRows> rows;
+  const RaggedBatch batch = tree_batch(cache, {{-1, 0}, {}}, rows);
+  const int vocab = model.config().vocab_size;
+  const std::vector<int> tokens{1, 2}, parents{-1, 0}, draw{0, 0, 2}, bad_draw{0, 3, 2};
+  const std::vector<double> uniforms{0.1, 0.2, 0.3, 0.4, 0.5}, bad_uniforms{0.1, 0.2, 1.0, 0.4, 0.5};
+  const std::vector<float> q(3 * static_cast<std::size_t>(vocab), 1.0f / static_cast<float>(vocab));
+  const DeviceVerify greedy = tree_request(0, tokens, parents);
+  DeviceVerify sampled = greedy;
+  sampled.temperature = 1;
+  sampled.draw = draw;
+  sampled.q = q;
+  sampled.uniforms = uniforms;
+  CHECK_NOTHROW(check_device_verify(batch, std::vector{greedy}, vocab));
+  CHECK_NOTHROW(check_device_verify(batch, std::vector{sampled}, vocab));
+  const auto refused = [&](DeviceVerify v, const std::string& what) {
+    CHECK_THROWS_WITH(check_device_verify(batch, std::vector{v}, vocab), Contains("entry 0") && Contains(what));
+  };
+  const std::vector<int> wrong_parent{-1, 1}, wrong_token{1, vocab};
+  refused(tree_request(2, tokens, parents), "part 2");
+  refused(tree_request(1, tokens, parents), "has 1 rows");
+  refused(tree_request(0, tokens, wrong_parent), "parent 1 of node 1");
+  refused(tree_request(0, wrong_token, parents), "token 4096 of node 1");
+  DeviceVerify v = sampled;
+  v.top_p = 0;
+  refused(v, "top_p 0");
+  v = sampled;
+  v.temperature = -1;
+  refused(v, "temperature -1");
+  v = sampled;
+  v.draw = bad_draw;
+  refused(v, "draw code 3 of context 1");
+  v = sampled;
+  v.uniforms = bad_uniforms;
+  refused(v, "uniform 1");
+  v = sampled;
+  v.q = {};
+  refused(v, "context 0 has children drawn from q");
+  CHECK_THROWS_WITH(check_device_verify(batch, std::vector{greedy, greedy}, vocab),
+                    Contains("entry 1") && Contains("verified twice"));
+
+  // The CPU backend verifies on the host (runtime/): it refuses forward_verify by name.
+  const auto cpu = make_backend(BackendKind::kCpu, model, std::nullopt);
+  CHECK_FALSE(cpu->verifies_on_device());
+  const auto workspace = cpu->make_workspace();
+  std::vector<float> logits(3 * static_cast<std::size_t>(vocab));
+  std::vector<DeviceVerdict> verdicts(1);
+  CHECK_THROWS_WITH(cpu->forward_verify(batch, KvPlan{}, cache.storage(), *workspace, logits, {}, std::vector{greedy},
+                                        verdicts),
+                    Contains("backend 'cpu'") && Contains("not implemented"));
+}
+
+TEST_CASE("device verification: pack_verify puts greedy sequences first and runs logit rows together", "[engine]") {
+  const Model model(test::model_dir("draft-1m"));
+  KvCache cache(model.kv_layout(16), 64);
+  std::vector<TreeVerifyRows> rows;
+  // Spans: 0 stochastic (2 nodes), 1 unverified (1 node), 2 greedy (1 node), 3 greedy (0 nodes).
+  const RaggedBatch batch = tree_batch(cache, {{-1, 0}, {-1}, {-1}, {}}, rows);
+  const int vocab = model.config().vocab_size;
+  const std::vector<int> two{1, 2}, two_parents{-1, 0}, one{3}, one_parent{-1}, draw{2, 2, 2};
+  const std::vector<double> uniforms{0.1, 0.2, 0.3, 0.4, 0.5};
+  DeviceVerify sampled = tree_request(0, two, two_parents);
+  sampled.temperature = 0.5f;
+  sampled.top_k = 3;
+  sampled.draw = draw;
+  sampled.uniforms = uniforms;
+  const std::vector<DeviceVerify> verify{sampled, tree_request(2, one, one_parent),
+                                         tree_request(3, {}, {})};
+  const cuda::VerifyUpload up = cuda::pack_verify(batch, verify, vocab);
+  CHECK(up.greedy == 2);
+  CHECK(up.stochastic == 1);
+  CHECK(up.greedy_nodes == 1);
+  CHECK(up.nodes == 3);
+  CHECK(up.greedy_contexts == 3);
+  CHECK(up.contexts == 6);
+  CHECK(up.sequence == std::vector<int>{2, 0, 1});
+  CHECK(up.first_node == std::vector<int>{1, 0, 1});
+  CHECK(up.first_context == std::vector<int>{3, 0, 2});
+  // Logit rows 0-2 (span 0) -> contexts 3-5; 3-4 (span 1) to the host; 5-6 (span 2) -> 0-1; 7 (span 3) -> 2.
+  const auto run = [](const cuda::VerifyUpload::Run& r) { return std::vector<int>{r.logit_row, r.context, r.rows}; };
+  std::vector<std::vector<int>> sample_runs, host_runs;
+  for (const auto& r : up.sample_runs) sample_runs.push_back(run(r));
+  for (const auto& r : up.host_runs) host_runs.push_back(run(r));
+  CHECK(sample_runs == std::vector<std::vector<int>>{{0, 3, 3}, {5, 0, 3}});
+  CHECK(host_runs == std::vector<std::vector<int>>{{3, 0, 2}});
+  // The upload: each context's options, greedy contexts at temperature 0.
+  const auto floats = [&](std::size_t at, int i) {
+    float x;
+    std::memcpy(&x, up.data.data() + at + static_cast<std::size_t>(i) * sizeof(float), sizeof(float));
+    return x;
+  };
+  CHECK(floats(up.at.temperature, 0) == 0.0f);
+  CHECK(floats(up.at.temperature, 3) == 0.5f);
+  CHECK(up.at.result + up.result_ints() * sizeof(int) <= up.device_bytes);
+
+  // Verdicts land at each sequence's first node and context; a refused context is named.
+  std::vector<int> result(up.result_ints(), 0);
+  const std::size_t counts = static_cast<std::size_t>(up.contexts), nodes = counts + 3, emitted = nodes + 3;
+  result[counts + 2] = 2;  // the stochastic sequence accepted both nodes
+  result[nodes + 1] = 0, result[nodes + 2] = 1;
+  result[emitted + 3] = 1, result[emitted + 4] = 2, result[emitted + 5] = 9;
+  result[counts + 0] = 1;  // the first greedy one accepted its node
+  result[nodes + 0] = 0;
+  result[emitted + 0] = 3, result[emitted + 1] = 8;
+  result[emitted + 2] = 4;  // the empty tree's bonus
+  const std::vector<DeviceVerdict> v = cuda::unpack_verdicts(up, verify, result);
+  CHECK(v[0].accepted_nodes == std::vector<int>{0, 1});
+  CHECK(v[0].tokens == std::vector<int>{1, 2, 9});
+  CHECK(v[1].accepted_nodes == std::vector<int>{0});
+  CHECK(v[1].tokens == std::vector<int>{3, 8});
+  CHECK(v[2].accepted_nodes.empty());
+  CHECK(v[2].tokens == std::vector<int>{4});
+  result[4] = -1;  // context 1 of the stochastic sequence (span 0)
+  CHECK_THROWS_WITH(cuda::unpack_verdicts(up, verify, result), Contains("batch span 0, context 1") && Contains("refuses"));
+}
+
+}  // namespace
+}  // namespace specula
+
