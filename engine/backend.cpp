@@ -19,8 +19,8 @@ void check_taps(const StateTaps& taps, const RaggedBatch& batch, const ModelConf
   SPECULA_CHECK(taps.out.size() == need, "forward: the taps buffer holds ", taps.out.size(), " floats, need ", need);
 }
 
-void Backend::forward_verify(const RaggedBatch&, const KvPlan&, PageStorage&, Workspace&, std::span<float>,
-                             const StateTaps&, std::span<const DeviceVerify>, std::span<DeviceVerdict>) const {
+DeviceTimes Backend::forward_verify(const RaggedBatch&, const KvPlan&, PageStorage&, Workspace&, std::span<float>,
+                                    const StateTaps&, std::span<const DeviceVerify>, std::span<DeviceVerdict>) const {
   throw SpeculaError(detail::concat("backend '", name_of(kind()),
                                     "': verification on the device is not implemented here (verifies_on_device() is false)"));
 }

@@ -81,8 +81,9 @@ class Backend {
   // (the others' are, at their usual places). Throws SpeculaError for a malformed `verify`,
   // for a context the CPU's sampler or verifier would refuse (a NaN or +inf logit, every logit
   // -inf, a target row without mass where a token is drawn), and where !verifies_on_device().
+  // Returns the device's times of the two phases.
   //   verdicts: out [verify.size()]
-  virtual void forward_verify(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
+  virtual DeviceTimes forward_verify(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
                               std::span<float> logits, const StateTaps& taps, std::span<const DeviceVerify> verify,
                               std::span<DeviceVerdict> verdicts) const;
 

@@ -1,6 +1,7 @@
 // defines: DeviceVerify, one sequence of a forward whose draft tree is sampled and verified on
 // the backend's device right after the forward computes its contexts' logits
-// (Backend::forward_verify), DeviceVerdict, all that comes back of it, and their checks. The tree is flat and
+// (Backend::forward_verify), DeviceVerdict, all that comes back of it, DeviceTimes, and their
+// checks. The tree is flat and
 // the sampling options are plain numbers: engine/ sees neither verify/'s TokenTree nor
 // sampling/'s SamplingOptions.
 #pragma once
@@ -41,6 +42,14 @@ struct DeviceVerify {
 struct DeviceVerdict {
   std::vector<int> accepted_nodes;  // node indices along the accepted path, root-down
   std::vector<int> tokens;          // the accepted tokens, then one bonus / corrected token
+};
+
+// Where a forward that verified on the device spent its time, between events on its stream:
+// the forward's kernels (the pending copies and the uploads included), then the sampling and
+// verification kernels.
+struct DeviceTimes {
+  double forward_s = 0;
+  double sample_verify_s = 0;
 };
 
 // The first logit row of batch span `part` (logit rows are numbered in batch order).

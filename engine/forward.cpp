@@ -24,8 +24,8 @@ void ForwardContext::run(std::span<const SequenceRows> parts, std::span<float> l
   run(parts, logits, {}, {});
 }
 
-void ForwardContext::run(std::span<const SequenceRows> parts, std::span<float> logits,
-                         std::span<const DeviceVerify> verify, std::span<DeviceVerdict> verdicts) const {
+DeviceTimes ForwardContext::run(std::span<const SequenceRows> parts, std::span<float> logits,
+                                std::span<const DeviceVerify> verify, std::span<DeviceVerdict> verdicts) const {
   const RaggedBatch batch = plan_batch(parts, cache.tables(), backend.config());  // validates before any change
   if (!verify.empty()) {
     SPECULA_CHECK(verdicts.size() == verify.size(), "forward: ", verdicts.size(), " verdicts for ", verify.size(),
@@ -34,15 +34,16 @@ void ForwardContext::run(std::span<const SequenceRows> parts, std::span<float> l
   }
   const std::vector<int> counts = batch.rows_per_seq();
   const KvPlan plan = cache.prepare(batch.seqs, counts);
+  DeviceTimes times;
   const auto forward = [&](const StateTaps& taps) {
     if (verify.empty())
       backend.forward(batch, plan, cache.storage(), workspace, logits, taps);
     else
-      backend.forward_verify(batch, plan, cache.storage(), workspace, logits, taps, verify, verdicts);
+      times = backend.forward_verify(batch, plan, cache.storage(), workspace, logits, taps, verify, verdicts);
   };
   if (cache.state_width() == 0) {
     forward({});
-    return;
+    return times;
   }
   // Every row's states, then each at its slot.
   const std::size_t width = static_cast<std::size_t>(cache.state_width());
@@ -52,6 +53,7 @@ void ForwardContext::run(std::span<const SequenceRows> parts, std::span<float> l
   forward(StateTaps{cache.state_layers(), rows, states});
   for (std::size_t r = 0; r < rows.size(); ++r)
     std::copy_n(&states[r * width], width, cache.physical_states(plan.row_slots[r]).data());
+  return times;
 }
 
 }  // namespace specula

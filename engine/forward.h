@@ -30,10 +30,10 @@ struct ForwardContext {
   void run(const SequenceRows& part, std::span<float> logits) const { run(std::span(&part, 1), logits); }
   // The same forward, with the sequences of `verify` (DeviceVerify::part indexes `parts`)
   // sampled and verified on the backend's device (Backend::forward_verify): their logit rows
-  // are not written to `logits`.
+  // are not written to `logits`. Returns the device's times (zeros when `verify` is empty).
   //   verdicts: out [verify.size()]
-  void run(std::span<const SequenceRows> parts, std::span<float> logits, std::span<const DeviceVerify> verify,
-           std::span<DeviceVerdict> verdicts) const;
+  DeviceTimes run(std::span<const SequenceRows> parts, std::span<float> logits, std::span<const DeviceVerify> verify,
+                  std::span<DeviceVerdict> verdicts) const;
 };
 
 }  // namespace specula

@@ -719,6 +719,7 @@ void Scheduler::settle(Sequence& s, int rows, std::span<const float> logits, std
     if (s.spec) {
       r.out.spec.draft_s += times.draft_s;
       r.out.spec.verify_forward_s += times.forward_s;
+      if (verdict) r.out.spec.sample_verify_s += times.device_sample_verify_s;
       ++r.out.spec.target_forwards;
     }
   }
@@ -773,10 +774,10 @@ void Scheduler::step() {
     }
   std::vector<DeviceVerdict> device_verdicts(verify.size());
   const auto mark = Clock::now();
-  context_.run(parts, logits, verify, device_verdicts);
+  const DeviceTimes device = context_.run(parts, logits, verify, device_verdicts);
   for (std::size_t k = 0; k < verify.size(); ++k)
     *verdicts[static_cast<std::size_t>(verify[k].part)] = std::move(device_verdicts[k]);
-  const StepTimes times{outcome.draft_s, seconds(mark, Clock::now())};
+  const StepTimes times{outcome.draft_s, seconds(mark, Clock::now()) - device.sample_verify_s, device.sample_verify_s};
   const int rows = batch_rows(parts);
   ++stats_.steps;
   stats_.rows += rows;

@@ -115,8 +115,9 @@ class Scheduler {
   static AcceptanceKey acceptance_key(const GenerateOptions& o);
 
   struct StepTimes {
-    double draft_s = 0;    // the step's draft phase
-    double forward_s = 0;  // its target forward
+    double draft_s = 0;                 // the step's draft phase
+    double forward_s = 0;               // its target forward (host clock), less the device's sampling and verification
+    double device_sample_verify_s = 0;  // that sampling and verification (events on the device's stream)
   };
   // What settling a step's sequences leaves to do once all are settled.
   struct Settled {

@@ -216,7 +216,9 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
   for (std::size_t i = 0; i < layout.size(); ++i)
     if (layout[i].verified >= 0) verify.push_back(cases[static_cast<std::size_t>(layout[i].verified)].request(static_cast<int>(i)));
   std::vector<DeviceVerdict> verdicts(verify.size());
-  ctx.run(device.parts, device_logits, verify, verdicts);
+  const DeviceTimes times = ctx.run(device.parts, device_logits, verify, verdicts);
+  CHECK(times.forward_s > 0);
+  CHECK(times.sample_verify_s > 0);
 
   std::size_t row = 0, k = 0;
   int deep = 0, rejected = 0;
@@ -303,6 +305,7 @@ TEST_CASE("cuda backend: greedy speculation verified on the device emits plain g
       for (int r = 0; r < size; ++r) {
         CHECK(scheduler.outcome(r).samples.front() == plain[static_cast<std::size_t>(r)]);
         steps += scheduler.outcome(r).spec.steps;
+        CHECK(scheduler.outcome(r).spec.sample_verify_s > 0);  // the device's events
       }
       CHECK(steps > 0);
       CHECK(scheduler.stats().device_verified == steps);

@@ -143,6 +143,7 @@ struct CudaWorkspace : Workspace {
   PinnedBuffer host_upload;
   DeviceBuffer verify;             // forward_verify's upload, outputs and scratch (VerifyUpload)
   std::vector<int> verify_result;  // what comes back of it
+  cudaEvent_t marks[3] = {};       // forward_verify's start, forward done, verification done
   GemmPlans gemm_plans;
   GemmScratch gemm;
   std::unordered_map<GraphKey, CapturedGraph, GraphKeyHash> graphs;
@@ -169,6 +170,8 @@ struct CudaWorkspace : Workspace {
   }
   ~CudaWorkspace() override {
     if (stream) cudaStreamSynchronize(stream);
+    for (cudaEvent_t e : marks)
+      if (e) cudaEventDestroy(e);
     drop_graphs();
     if (stream) cudaStreamDestroy(stream);
   }
@@ -212,6 +215,7 @@ class CudaBackend : public Backend {
     const std::size_t hidden = c.hidden_size, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.intermediate_size;
     const std::size_t widest = std::max({hidden, q_dim, ffn}), widest_out = std::max({q_dim + 2 * kv_dim, 2 * ffn, hidden});
     CUDA_CHECK(cudaStreamCreateWithFlags(&ws->stream, cudaStreamNonBlocking));
+    for (cudaEvent_t& e : ws->marks) CUDA_CHECK(cudaEventCreate(&e));
     ws->max_graphs = static_cast<std::size_t>(options_.max_graphs);
     ws->x = DeviceBuffer(rows * hidden * 4);
     ws->h = DeviceBuffer(rows * hidden * 4);
@@ -232,7 +236,8 @@ class CudaBackend : public Backend {
 
   void forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
                std::span<float> logits, const StateTaps& taps) const override {
-    CudaWorkspace& ws = enqueue_forward(batch, plan, pages, workspace, logits, taps);
+    CudaWorkspace& ws = cuda_workspace(workspace);
+    enqueue_forward(batch, plan, pages, ws, logits, taps);
     if (!logits.empty())
       CUDA_CHECK(cudaMemcpyAsync(logits.data(), ws.logits.ptr, logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                  ws.stream));
@@ -243,15 +248,18 @@ class CudaBackend : public Backend {
 
   // The forward, then on the same stream: the sampling kernel over the verified spans' logit
   // rows, the greedy and the stochastic verification kernels, one copy of the result back.
-  void forward_verify(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
-                      std::span<float> logits, const StateTaps& taps, std::span<const DeviceVerify> verify,
-                      std::span<DeviceVerdict> verdicts) const override {
+  DeviceTimes forward_verify(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
+                             std::span<float> logits, const StateTaps& taps, std::span<const DeviceVerify> verify,
+                             std::span<DeviceVerdict> verdicts) const override {
     const int vocab = config().vocab_size;
     SPECULA_CHECK(verdicts.size() == verify.size(), "forward_verify: ", verdicts.size(), " verdicts for ", verify.size(),
                   " verified sequences");
     const VerifyUpload up = pack_verify(batch, verify, vocab);
-    CudaWorkspace& ws = enqueue_forward(batch, plan, pages, workspace, logits, taps);
+    CudaWorkspace& ws = cuda_workspace(workspace);
     const cudaStream_t s = ws.stream;
+    CUDA_CHECK(cudaEventRecord(ws.marks[0], s));
+    enqueue_forward(batch, plan, pages, ws, logits, taps);
+    CUDA_CHECK(cudaEventRecord(ws.marks[1], s));
     if (ws.verify.bytes < up.device_bytes) {
       CUDA_CHECK(cudaStreamSynchronize(s));  // the old buffer may still be read by queued work
       ws.verify = DeviceBuffer(align_up(up.device_bytes, 1 << 20));
@@ -283,6 +291,7 @@ class CudaBackend : public Backend {
                                probs + static_cast<std::size_t>(up.greedy_contexts) * v, floats(up.at.q),
                                doubles(up.at.uniforms), vocab, up.stochastic, doubles(up.at.scratch),
                                counts + up.greedy, accepted + up.greedy_nodes, emitted + up.greedy_contexts, s);
+    CUDA_CHECK(cudaEventRecord(ws.marks[2], s));
     ws.verify_result.resize(up.result_ints());
     CUDA_CHECK(cudaMemcpyAsync(ws.verify_result.data(), sampled, ws.verify_result.size() * sizeof(int),
                                cudaMemcpyDeviceToHost, s));
@@ -293,15 +302,22 @@ class CudaBackend : public Backend {
     CUDA_CHECK(cudaStreamSynchronize(s));
     std::vector<DeviceVerdict> out = unpack_verdicts(up, verify, ws.verify_result);
     std::move(out.begin(), out.end(), verdicts.begin());
+    float forward_ms = 0, verify_ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&forward_ms, ws.marks[0], ws.marks[1]));
+    CUDA_CHECK(cudaEventElapsedTime(&verify_ms, ws.marks[1], ws.marks[2]));
+    return DeviceTimes{forward_ms * 1e-3, verify_ms * 1e-3};
   }
 
  private:
   // Everything of a forward up to the logits in ws.logits, enqueued on the workspace's stream.
-  CudaWorkspace& enqueue_forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
-                                 std::span<float> logits, const StateTaps& taps) const {
-    auto* wsp = dynamic_cast<CudaWorkspace*>(&workspace);
-    SPECULA_CHECK(wsp != nullptr, "forward: the workspace was not made by the CUDA backend");
-    CudaWorkspace& ws = *wsp;
+  static CudaWorkspace& cuda_workspace(Workspace& workspace) {
+    auto* ws = dynamic_cast<CudaWorkspace*>(&workspace);
+    SPECULA_CHECK(ws != nullptr, "forward: the workspace was not made by the CUDA backend");
+    return *ws;
+  }
+
+  void enqueue_forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, CudaWorkspace& ws,
+                       std::span<float> logits, const StateTaps& taps) const {
     const ModelConfig& c = config();
     const int n = batch.num_rows();
     const int num_logits = batch.num_logits();
@@ -357,7 +373,6 @@ class CudaBackend : public Backend {
     } else {
       enqueue(up, ws, device_pages.view(), taps);
     }
-    return ws;
   }
 
   struct LayerPointers {
