@@ -46,17 +46,17 @@ struct HeadConfig {
   HeadKind kind = HeadKind::kEagle3;
   HeadLayout layout = HeadLayout::kEagle;
   // The decoder layer (one LLaMA layer whose attention reads 2 x hidden_size for EAGLE-3,
-  // hidden_size for EAGLE-1): sizes, norm eps
-  // and RoPE, as the config's Llama keys give them (num_hidden_layers is 1).
+  // hidden_size for EAGLE-1): sizes, norm eps and RoPE, as the config's Llama keys give them
+  // (num_hidden_layers is 1).
   ModelConfig layer;
-  int draft_vocab_size = 0;    // rows of lm_head; draft_vocab_size key, else the target's vocab
+  int draft_vocab_size = 0;    // rows of lm_head; draft_vocab_size key, else (EAGLE-1 always) the target's vocab
   int target_hidden_size = 0;  // width of one tapped target hidden state; the target's hidden size
   int target_layers = 0;       // the target's num_hidden_layers (tap layers lie in [0, target_layers])
-  // The target hidden states fc reads, concatenated in this order: tap_layers[i] is the INPUT
-  // of target layer tap_layers[i] (tap_layers[i] == target_layers: the last layer's output,
-  // before the final norm). EAGLE-1: {target_layers}.
+  // The target hidden states HeadBackend::project reads, side by side in this order:
+  // tap_layers[i] is the INPUT of target layer tap_layers[i] (tap_layers[i] == target_layers:
+  // the last layer's output, before the final norm). EAGLE-1: {target_layers}.
   std::vector<int> tap_layers;
-  bool norm_before_residual = false;  // the residual is hidden_norm(x) instead of x
+  bool norm_before_residual = false;  // EAGLE-3: the residual is hidden_norm(x) instead of x
 
   int hidden_size() const { return layer.hidden_size; }
   int num_taps() const { return static_cast<int>(tap_layers.size()); }
