@@ -514,47 +514,50 @@ TEST_CASE("EAGLE-3 head: the two layouts of equal weights give bitwise equal res
   CHECK(std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float)) == 0);
 }
 
-TEST_CASE("EAGLE-3 head: a row's results do not depend on the batch", "[heads]") {
+TEST_CASE("EAGLE heads: a row's results do not depend on the batch", "[heads]") {
   const ModelConfig& t = target().config();
-  TempDir dir;
-  write_random_head(dir.path.string(), t, options(HeadLayout::kEagle, 2));
-  const HeadModel head(dir.path.string(), t, HeadKind::kEagle3);
-  const int hidden = head.config().hidden_size();
-  const std::vector<float> x = random_floats(std::size_t(4) * hidden, 5);
-  const std::vector<int> tokens = {3, 4, 5, 6}, positions = {0, 1, 2, 3}, decode_token = {8}, decode_position = {4};
-  // Alone: a prefill of 4 rows, then a decode row.
-  HeadRun alone{head};
-  const int s = alone.cache.create();
-  std::vector<float> logits, out, alone_logits, alone_out;
-  alone.run(std::vector<SequenceRows>{{s, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
-  alone.run(std::vector<SequenceRows>{{s, decode_token, decode_position, {}, RowLogits::kLast}},
-            std::span(x).subspan(0, hidden), alone_logits, alone_out);
-  // Together: the decode row after another sequence's prefill in one batch.
-  HeadRun together{head};
-  const int s0 = together.cache.create(), s1 = together.cache.create();
-  together.run(std::vector<SequenceRows>{{s1, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
-  std::vector<float> x2(x.begin() + hidden, x.end());
-  x2.insert(x2.end(), x.begin(), x.begin() + hidden);
-  const std::vector<int> other_tokens = {9, 10, 11}, other_positions = {0, 1, 2};
-  together.run(std::vector<SequenceRows>{{s0, other_tokens, other_positions, {}, RowLogits::kAll},
-                                         {s1, decode_token, decode_position, {}, RowLogits::kLast}},
-               x2, logits, out);
-  const int dv = head.config().draft_vocab_size;
-  CHECK(std::memcmp(&logits[std::size_t(3) * dv], alone_logits.data(), std::size_t(dv) * sizeof(float)) == 0);
-  CHECK(std::memcmp(&out[std::size_t(3) * hidden], alone_out.data(), std::size_t(hidden) * sizeof(float)) == 0);
+  for (const HeadKind kind : {HeadKind::kEagle3, HeadKind::kEagle1}) {
+    INFO(head_kind_name(kind));
+    TempDir dir;
+    write_random_head(dir.path.string(), t, options(HeadLayout::kEagle, 2, kind));
+    const HeadModel head(dir.path.string(), t, kind);
+    const int hidden = head.config().hidden_size();
+    const std::vector<float> x = random_floats(std::size_t(4) * hidden, 5);
+    const std::vector<int> tokens = {3, 4, 5, 6}, positions = {0, 1, 2, 3}, decode_token = {8}, decode_position = {4};
+    // Alone: a prefill of 4 rows, then a decode row.
+    HeadRun alone{head};
+    const int s = alone.cache.create();
+    std::vector<float> logits, out, alone_logits, alone_out;
+    alone.run(std::vector<SequenceRows>{{s, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
+    alone.run(std::vector<SequenceRows>{{s, decode_token, decode_position, {}, RowLogits::kLast}},
+              std::span(x).subspan(0, hidden), alone_logits, alone_out);
+    // Together: the decode row after another sequence's prefill in one batch.
+    HeadRun together{head};
+    const int s0 = together.cache.create(), s1 = together.cache.create();
+    together.run(std::vector<SequenceRows>{{s1, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
+    std::vector<float> x2(x.begin() + hidden, x.end());
+    x2.insert(x2.end(), x.begin(), x.begin() + hidden);
+    const std::vector<int> other_tokens = {9, 10, 11}, other_positions = {0, 1, 2};
+    together.run(std::vector<SequenceRows>{{s0, other_tokens, other_positions, {}, RowLogits::kAll},
+                                           {s1, decode_token, decode_position, {}, RowLogits::kLast}},
+                 x2, logits, out);
+    const int dv = head.config().draft_vocab_size;
+    CHECK(std::memcmp(&logits[std::size_t(3) * dv], alone_logits.data(), std::size_t(dv) * sizeof(float)) == 0);
+    CHECK(std::memcmp(&out[std::size_t(3) * hidden], alone_out.data(), std::size_t(hidden) * sizeof(float)) == 0);
 
-  // In place: the decode row's out written over its x.
-  HeadRun in_place{head};
-  const int s2 = in_place.cache.create();
-  in_place.run(std::vector<SequenceRows>{{s2, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
-  const SequenceRows decode{s2, decode_token, decode_position, {}, RowLogits::kLast};
-  const RaggedBatch batch = plan_batch(std::span(&decode, 1), in_place.cache.tables(), t);
-  const KvPlan plan = in_place.cache.prepare(batch.seqs, batch.rows_per_seq());
-  std::vector<float> buffer(x.begin(), x.begin() + hidden);
-  logits.assign(std::size_t(dv), 0.0f);
-  in_place.backend->forward(batch, plan, in_place.cache.storage(), *in_place.workspace, buffer, logits, buffer);
-  CHECK(std::memcmp(buffer.data(), alone_out.data(), std::size_t(hidden) * sizeof(float)) == 0);
-  CHECK(std::memcmp(logits.data(), alone_logits.data(), std::size_t(dv) * sizeof(float)) == 0);
+    // In place: the decode row's out written over its x.
+    HeadRun in_place{head};
+    const int s2 = in_place.cache.create();
+    in_place.run(std::vector<SequenceRows>{{s2, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
+    const SequenceRows decode{s2, decode_token, decode_position, {}, RowLogits::kLast};
+    const RaggedBatch batch = plan_batch(std::span(&decode, 1), in_place.cache.tables(), t);
+    const KvPlan plan = in_place.cache.prepare(batch.seqs, batch.rows_per_seq());
+    std::vector<float> buffer(x.begin(), x.begin() + hidden);
+    logits.assign(std::size_t(dv), 0.0f);
+    in_place.backend->forward(batch, plan, in_place.cache.storage(), *in_place.workspace, buffer, logits, buffer);
+    CHECK(std::memcmp(buffer.data(), alone_out.data(), std::size_t(hidden) * sizeof(float)) == 0);
+    CHECK(std::memcmp(logits.data(), alone_logits.data(), std::size_t(dv) * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("EAGLE-3 head: malformed and unsupported heads are refused by name", "[heads]") {
