@@ -153,7 +153,8 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
 
   DraftOptions& d = options_.draft;
   cmd_->add_option("--draft", d.model_dir, "Draft model or draft head folder (alone: --draft-method model)");
-  cmd_->add_option("--draft-method", draft_method_, "model | ngram | eagle3 | medusa (model when --draft alone is given)");
+  cmd_->add_option("--draft-method", draft_method_,
+                   "model | ngram | eagle3 | eagle | medusa (model when --draft alone is given)");
   cmd_->add_option("--draft-weights", draft_weights_,
                    weights_choices() + ": format the draft's matrices are read in")
       ->capture_default_str();
@@ -226,10 +227,10 @@ int GenerateCommand::run() {
                 draft_weights_, "'");
   if (!draft_method_.empty()) {
     const auto method = parse_enum<DraftMethod>(draft_method_);
-    SPECULA_CHECK(method && *method != DraftMethod::kNone, "--draft-method must be model, ngram, eagle3 or medusa, got '",
-                  draft_method_, "'");
+    SPECULA_CHECK(method && *method != DraftMethod::kNone,
+                  "--draft-method must be model, ngram, eagle3, eagle or medusa, got '", draft_method_, "'");
     d.method = *method;
-    SPECULA_CHECK(d.method == DraftMethod::kModel || d.method == DraftMethod::kEagle3 ||
+    SPECULA_CHECK(d.method == DraftMethod::kModel || drafts_with_eagle_head(d.method) ||
                       d.method == DraftMethod::kMedusa || d.model_dir.empty(),
                   "--draft ", d.model_dir, " is a draft model or head, but --draft-method is ", draft_method_);
   } else {

@@ -1,4 +1,4 @@
-// defines: DraftMethod (none, model, ngram, eagle3, medusa) and DraftOptions, the settings of a drafter (draft
+// defines: DraftMethod (none, model, ngram, eagle3, eagle, medusa) and DraftOptions, the settings of a drafter (draft
 // model chain / static tree / dynamic tree, n-gram lookup), as the CLI and experiment configs
 // give them; the spelling of a model's weight format ("stored" or a MatrixFormat name).
 #pragma once
@@ -14,20 +14,26 @@
 
 namespace specula {
 
-// eagle3: a head on the target's hidden states (draft/head_drafter.h), its folder in model_dir.
-// medusa: Medusa heads on the target's last hidden state (draft/medusa_drafter.h), likewise.
-enum class DraftMethod { kNone, kModel, kNgram, kEagle3, kMedusa };
+// eagle3, eagle: an EAGLE-3 or EAGLE-1 head on the target's hidden states
+// (draft/head_drafter.h), its folder in model_dir. medusa: Medusa heads on the target's last
+// hidden state (draft/medusa_drafter.h), likewise.
+enum class DraftMethod { kNone, kModel, kNgram, kEagle3, kEagle, kMedusa };
+
+// eagle3 or eagle: a HeadDrafter's method.
+inline bool drafts_with_eagle_head(DraftMethod method) {
+  return method == DraftMethod::kEagle3 || method == DraftMethod::kEagle;
+}
 
 inline std::span<const EnumName<DraftMethod>> enum_names(DraftMethod) {
   static constexpr EnumName<DraftMethod> kNames[] = {
       {DraftMethod::kNone, "none"}, {DraftMethod::kModel, "model"}, {DraftMethod::kNgram, "ngram"},
-      {DraftMethod::kEagle3, "eagle3"}, {DraftMethod::kMedusa, "medusa"}};
+      {DraftMethod::kEagle3, "eagle3"}, {DraftMethod::kEagle, "eagle"}, {DraftMethod::kMedusa, "medusa"}};
   return kNames;
 }
 
 struct DraftOptions {
   DraftMethod method = DraftMethod::kNone;
-  std::string model_dir;              // for method = model (the draft model), eagle3 and medusa (the head)
+  std::string model_dir;              // for method = model (the draft model), eagle3, eagle and medusa (the head)
   std::optional<MatrixFormat> weights;  // the format the draft's matrices are read in; nullopt = as stored
   int gamma = 4;                      // chain length (and n-gram proposal length)
   std::vector<int> tree;              // static tree branching, e.g. {3,2,1,1}; empty = chain

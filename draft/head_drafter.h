@@ -1,11 +1,12 @@
 // defines: HeadDrafter, the proposer that drafts with a head on the target's hidden states
-// (EAGLE-3): a chain, a static tree of any topology or a dynamic tree (draft/tree_growth.h),
-// grown on the head's own paged cache. Its step, for committed tokens t_0 .. t_{n-1} (t_{n-1} the root, not yet in the
-// target's cache):
+// (EAGLE-3 or EAGLE-1, engine/head_backend.h): a chain, a static tree of any topology or a
+// dynamic tree (draft/tree_growth.h), grown on the head's own paged cache. Its step, for
+// committed tokens t_0 .. t_{n-1} (t_{n-1} the root, not yet in the target's cache):
 //   - the head's cache holds one entry per committed token t_j, j >= 1, fed with the target's
 //     states of t_{j-1} (read from the target cache's state store, KvCache::keep_states)
-//     projected by the head's fc, at RoPE position j; the catch-up feeds the entries it lacks,
-//     the root's last, whose logits are the root's draft distribution;
+//     turned into the head's feature (HeadBackend::project), at RoPE position j; the
+//     catch-up feeds the entries it lacks, the root's last, whose logits are the root's draft
+//     distribution;
 //   - a tree node's entry is fed with the output state of its parent context's entry (the
 //     root context's: the root's entry), at position root position + depth, one head forward
 //     per feed the tree's growth asks for;
@@ -31,8 +32,8 @@ namespace specula {
 // `target_seq` (target_cache must hold them), at position j, in one forward.
 //   logits: out [draft_vocab] of the last entry; out: out [entries, hidden] each entry's output state
 // The inputs of the entries a head's cache holding `cached` entries lacks, tokens[cached +
-// 1 .. tokens.size()): token j with the target's states of slot j - 1 of `target_seq`
-// projected by the head's fc, at position j.
+// 1 .. tokens.size()): token j with the feature of the target's states of slot j - 1 of
+// `target_seq` (HeadBackend::project), at position j.
 //   x: out [entries, hidden]; entry_tokens, positions: out [entries]
 void head_entry_inputs(const HeadForwardContext& head, int cached, KvCache& target_cache, KvCache::SeqId target_seq,
                        std::span<const int> tokens, std::vector<float>& x, std::vector<int>& entry_tokens,

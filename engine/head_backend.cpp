@@ -1,7 +1,7 @@
 #include "engine/head_backend.h"
 
 #include "base/error.h"
-#include "engine/cpu/eagle3_cpu.h"
+#include "engine/cpu/head_cpu.h"
 
 namespace specula {
 
@@ -14,9 +14,8 @@ std::unique_ptr<HeadBackend> make_head_backend(BackendKind kind, const HeadModel
                 h.layer.vocab_size, " and ", h.target_layers, " layers, not ", target.dir(), " (hidden_size ",
                 t.hidden_size, ", vocab_size ", t.vocab_size, ", ", t.num_hidden_layers, " layers)");
   SPECULA_CHECK(kind == BackendKind::kCpu, head.dir(), ": the ", name_of(kind),
-                " backend has no EAGLE-3 head forward yet (the cpu backend has one)");
-  const TensorView& embedding = head.embed_tokens() ? *head.embed_tokens() : target.embed_tokens();
-  return std::make_unique<cpu::Eagle3CpuBackend>(head, embedding);
+                " backend has no ", head_kind_name(h.kind), " head forward yet (the cpu backend has one)");
+  return std::make_unique<cpu::HeadCpuBackend>(head, target);
 }
 
 }  // namespace specula

@@ -1,8 +1,8 @@
-// defines: HeadBackend, the engine seam of an EAGLE-3 draft head (model/head_model.h): fc over
-// the tapped target hidden states, then the head's one decoder layer over a ragged batch
-// against its own paged KV cache (the contract of Backend::forward, engine/backend.h), giving
-// draft-vocabulary logits and the next step's hidden state; and make_head_backend, the
-// name -> implementation choice. No CUDA or cpu:: type appears here.
+// defines: HeadBackend, the engine seam of an EAGLE draft head (model/head_model.h): the
+// feature a head reads from the tapped target hidden states, then the head's one decoder layer
+// over a ragged batch against its own paged KV cache (the contract of Backend::forward,
+// engine/backend.h), giving draft-vocabulary logits and the next step's feature; and
+// make_head_backend, the name -> implementation choice. No CUDA or cpu:: type appears here.
 #pragma once
 
 #include <memory>
@@ -28,21 +28,22 @@ class HeadBackend {
   // The layout of the head's KV cache: one layer of the head's KV heads and head_dim, f32.
   KvLayout kv_layout(int block_size) const { return head_.kv_layout(block_size); }
 
-  // x = fc(taps) for n rows (batch invariant: a row's result depends on that row alone).
+  // x, the first draft step's feature, for n rows (batch invariant: a row's result depends on
+  // that row alone): EAGLE-3 fc(taps); EAGLE-1 the target's final norm of its one tap.
   //   taps: in [n, num_taps * target_hidden_size] (the tapped states of a row side by side,
   //         in tap_layers order); x: out [n, hidden_size]
   virtual void project(std::span<const float> taps, std::span<float> x, int n) const = 0;
 
   // One forward of the head's decoder layer over `batch`, whose tokens are target ids (the
   // plan, the pages of kv_layout() and the visibility rule as Backend::forward's). Row r's
-  // input is x[r] (fc's output, or an earlier draft step's `out` row) and batch.tokens[r],
-  // embedded with the head's embedding or, when it has none, the target's. A row's results
-  // never depend on the other rows (batch invariance).
+  // input is x[r] (project's output, or an earlier draft step's `out` row) and
+  // batch.tokens[r], embedded with the head's embedding or, when it has none, the target's.
+  // A row's results never depend on the other rows (batch invariance).
   //   x:      in  [batch.num_rows(), hidden_size]
   //   logits: out [batch.num_logits(), draft_vocab_size] (rows of batch.logit_rows, in order;
   //           draft id d is target id head().draft_to_target()[d])
-  //   out:    out [batch.num_rows(), hidden_size] every row's layer output before the final
-  //           norm (the next draft step's x); it may be x itself
+  //   out:    out [batch.num_rows(), hidden_size] every row's layer output (EAGLE-3: before
+  //           the final norm), the next draft step's x; it may be x itself
   virtual void forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
                        std::span<const float> x, std::span<float> logits, std::span<float> out) const = 0;
 
@@ -55,7 +56,8 @@ class HeadBackend {
 
 // `head` on backend `kind`, its matrices read as stored, embedding tokens with the head's own
 // embedding or `target`'s (which must be the model the head was loaded against: its hidden
-// size, vocabulary and layer count are checked). Both must outlive the backend. Throws
+// size, vocabulary and layer count are checked); an EAGLE-1 head reads `target`'s final norm
+// and lm_head. Both must outlive the backend. Throws
 // SpeculaError for a kind without a head forward (CUDA, for now).
 std::unique_ptr<HeadBackend> make_head_backend(BackendKind kind, const HeadModel& head, const Model& target);
 

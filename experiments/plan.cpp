@@ -73,8 +73,8 @@ RunInfo describe(const PointConfig& p, const nlohmann::json& coords) {
                  : d.method == DraftMethod::kModel
                      ? std::filesystem::path(d.model_dir).filename().string() +
                            (d.weights ? " (" + weights_name(d.weights) + ")" : "")
-                 : d.method == DraftMethod::kEagle3 ? "eagle3 " + std::filesystem::path(d.model_dir).filename().string()
-                 : d.method == DraftMethod::kMedusa ? "medusa " + std::filesystem::path(d.model_dir).filename().string()
+                 : drafts_with_eagle_head(d.method) || d.method == DraftMethod::kMedusa
+                     ? std::string(name_of(d.method)) + " " + std::filesystem::path(d.model_dir).filename().string()
                                                     : name_of(d.method);
   info.gamma = d.method == DraftMethod::kNone ? 0 : d.gamma;
   if (d.method == DraftMethod::kNone) {

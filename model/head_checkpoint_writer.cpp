@@ -20,7 +20,8 @@ using nlohmann::json;
 
 // What each tensor of a head is; its index is the tensor's random stream, the same in both layouts.
 enum Role {
-  kFc, kQ, kK, kV, kO, kGate, kUp, kDown, kInputNorm, kHiddenNorm, kPostNorm, kNorm, kLmHead, kEmbed, kD2t, kT2d
+  kFc, kQ, kK, kV, kO, kGate, kUp, kDown, kInputNorm, kHiddenNorm, kPostNorm, kNorm, kLmHead, kEmbed, kD2t, kT2d,
+  kFcBias
 };
 
 struct HeadTensor {
@@ -29,7 +30,7 @@ struct HeadTensor {
 };
 
 // The head's decoder layer: the requested shape as a one-layer LLaMA over the target's vocabulary.
-ModelConfig layer_shape(const ModelConfig& target, const RandomEagle3& o) {
+ModelConfig layer_shape(const ModelConfig& target, const RandomHead& o) {
   ModelConfig l = o.layer.value_or(target);
   l.family = ModelFamily::kLlama;
   l.num_hidden_layers = 1;
@@ -44,7 +45,7 @@ ModelConfig layer_shape(const ModelConfig& target, const RandomEagle3& o) {
 }
 
 // The target id of each draft id: the given ones, or draft_vocab distinct ids drawn from the seed, ascending.
-std::vector<int> draft_ids(const ModelConfig& target, const RandomEagle3& o, int draft_vocab) {
+std::vector<int> draft_ids(const ModelConfig& target, const RandomHead& o, int draft_vocab) {
   if (!o.draft_to_target.empty()) return o.draft_to_target;
   std::vector<int> ids(static_cast<std::size_t>(target.vocab_size));
   for (int i = 0; i < target.vocab_size; ++i) ids[i] = i;
@@ -58,8 +59,12 @@ std::vector<int> draft_ids(const ModelConfig& target, const RandomEagle3& o, int
   return ids;
 }
 
-json config_json(const ModelConfig& target, const ModelConfig& layer, const RandomEagle3& o, int draft_vocab) {
+json config_json(const ModelConfig& target, const ModelConfig& layer, const RandomHead& o, int draft_vocab) {
   json l = json::parse(checkpoint_config_json(layer, o.dtype));
+  if (o.kind == HeadKind::kEagle1) {
+    l["architectures"] = {"LlamaForCausalLM"};
+    return l;
+  }
   if (o.layout == HeadLayout::kEagle) {
     l["architectures"] = {"LlamaForCausalLMEagle3"};
     l["draft_vocab_size"] = draft_vocab;
@@ -88,10 +93,14 @@ json config_json(const ModelConfig& target, const ModelConfig& layer, const Rand
 
 }  // namespace
 
-void write_random_eagle3(const std::string& dir, const ModelConfig& target, const RandomEagle3& o) {
+void write_random_head(const std::string& dir, const ModelConfig& target, const RandomHead& o) {
   const ModelConfig layer = layer_shape(target, o);
   parse_model_config(checkpoint_config_json(layer, o.dtype), "the requested head layer");  // names the offending key
   SPECULA_CHECK(o.weight_std > 0, "the weights' standard deviation must be positive, got ", o.weight_std);
+  const bool eagle1 = o.kind == HeadKind::kEagle1;
+  SPECULA_CHECK(!eagle1 || (o.layout == HeadLayout::kEagle && o.draft_vocab == 0 && o.draft_to_target.empty() &&
+                            o.tap_ids.empty() && !o.norm_before_residual),
+                "an EAGLE-1 head has the EAGLE reference layout, the target's vocabulary and no taps");
   const int draft_vocab = o.draft_vocab > 0 ? o.draft_vocab
                           : o.draft_to_target.empty() ? target.vocab_size
                                                       : static_cast<int>(o.draft_to_target.size());
@@ -103,21 +112,26 @@ void write_random_eagle3(const std::string& dir, const ModelConfig& target, cons
 
   const int64_t hidden = layer.hidden_size, ffn = layer.intermediate_size, q_dim = layer.q_dim(), kv = layer.kv_dim();
   const int64_t vocab = target.vocab_size;
-  const std::string p = o.layout == HeadLayout::kEagle ? "midlayer." : "layers.0.";
+  const std::string p = o.layout == HeadLayout::kEagle && !eagle1 ? "midlayer." : "layers.0.";
+  const int64_t attn_in = eagle1 ? hidden : 2 * hidden;
   std::vector<HeadTensor> tensors = {
-      {kFc, {"fc.weight", o.dtype, {hidden, taps * int64_t(target.hidden_size)}}},
-      {kInputNorm, {p + "input_layernorm.weight", o.dtype, {hidden}}},
-      {kHiddenNorm, {p + "hidden_norm.weight", o.dtype, {hidden}}},
-      {kQ, {p + "self_attn.q_proj.weight", o.dtype, {q_dim, 2 * hidden}}},
-      {kK, {p + "self_attn.k_proj.weight", o.dtype, {kv, 2 * hidden}}},
-      {kV, {p + "self_attn.v_proj.weight", o.dtype, {kv, 2 * hidden}}},
+      {kFc, {"fc.weight", o.dtype, {hidden, eagle1 ? 2 * hidden : taps * int64_t(target.hidden_size)}}},
+      {kQ, {p + "self_attn.q_proj.weight", o.dtype, {q_dim, attn_in}}},
+      {kK, {p + "self_attn.k_proj.weight", o.dtype, {kv, attn_in}}},
+      {kV, {p + "self_attn.v_proj.weight", o.dtype, {kv, attn_in}}},
       {kO, {p + "self_attn.o_proj.weight", o.dtype, {hidden, q_dim}}},
       {kPostNorm, {p + "post_attention_layernorm.weight", o.dtype, {hidden}}},
       {kGate, {p + "mlp.gate_proj.weight", o.dtype, {ffn, hidden}}},
       {kUp, {p + "mlp.up_proj.weight", o.dtype, {ffn, hidden}}},
-      {kDown, {p + "mlp.down_proj.weight", o.dtype, {hidden, ffn}}},
-      {kNorm, {"norm.weight", o.dtype, {hidden}}},
-      {kLmHead, {"lm_head.weight", o.dtype, {draft_vocab, hidden}}}};
+      {kDown, {p + "mlp.down_proj.weight", o.dtype, {hidden, ffn}}}};
+  if (eagle1) {
+    tensors.push_back({kFcBias, {"fc.bias", o.dtype, {hidden}}});
+  } else {
+    tensors.push_back({kInputNorm, {p + "input_layernorm.weight", o.dtype, {hidden}}});
+    tensors.push_back({kHiddenNorm, {p + "hidden_norm.weight", o.dtype, {hidden}}});
+    tensors.push_back({kNorm, {"norm.weight", o.dtype, {hidden}}});
+    tensors.push_back({kLmHead, {"lm_head.weight", o.dtype, {draft_vocab, hidden}}});
+  }
   if (o.embed) tensors.push_back({kEmbed, {"embed_tokens.weight", o.dtype, {vocab, hidden}}});
   if (maps) tensors.push_back({kD2t, {"d2t", o.dtype, {draft_vocab}, IndexTensorView::Type::kI64}});
   if (maps && o.t2d) tensors.push_back({kT2d, {"t2d", o.dtype, {vocab}, IndexTensorView::Type::kBool}});

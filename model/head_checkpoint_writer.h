@@ -1,6 +1,6 @@
-// defines: write_random_eagle3, an EAGLE-3 draft head with random weights for a given target
-// config, in either published layout (model/head_model.h): tests of loading and running heads
-// need no download.
+// defines: write_random_head, an EAGLE draft head with random weights for a given target
+// config: EAGLE-3 in either published layout, EAGLE-1 in the EAGLE reference's
+// (model/head_model.h). Tests of loading and running heads need no download.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,8 @@
 
 namespace specula {
 
-struct RandomEagle3 {
+struct RandomHead {
+  HeadKind kind = HeadKind::kEagle3;  // EAGLE-1: layout kEagle, no draft vocabulary, no taps
   HeadLayout layout = HeadLayout::kEagle;
   // The decoder layer's shape: hidden_size, intermediate_size, heads, KV heads, head_dim,
   // rms_norm_eps, rope_theta and rope_scaling are read from it (vocab and special ids are the
@@ -39,6 +40,6 @@ struct RandomEagle3 {
 // missing; a folder that already holds either file is refused). The weights depend only on
 // (target, options minus layout): the two layouts of one seed hold equal tensors. Norm weights
 // are 1 + uniform in [-0.5, 0.5), so that a norm applied in the wrong place shows.
-void write_random_eagle3(const std::string& dir, const ModelConfig& target, const RandomEagle3& options);
+void write_random_head(const std::string& dir, const ModelConfig& target, const RandomHead& options);
 
 }  // namespace specula

@@ -87,23 +87,28 @@ ModelConfig parse_layer(json j, const std::string& origin) {
   j.erase("architectures");  // the head's own class name; the layer is LLaMA's
   ModelConfig c = parse_model_config(j.dump(), origin);
   SPECULA_CHECK(c.num_hidden_layers == 1, origin, ": key 'num_hidden_layers' = ", c.num_hidden_layers,
-                ": an EAGLE-3 head has exactly one decoder layer");
+                ": an EAGLE head has exactly one decoder layer");
   SPECULA_CHECK(c.family == ModelFamily::kLlama, origin, ": key 'model_type' = ", j.value("model_type", std::string()),
-                ": an EAGLE-3 head's decoder layer is LLaMA's (model_type \"llama\")");
+                ": an EAGLE head's decoder layer is LLaMA's (model_type \"llama\")");
   SPECULA_CHECK(!c.attention_bias && !c.mlp_bias, origin,
-                ": keys 'attention_bias' / 'mlp_bias' = true: an EAGLE-3 head's layer has no biases");
+                ": keys 'attention_bias' / 'mlp_bias' = true: an EAGLE head's layer has no biases");
   return c;
 }
 
+// The draft method that loads heads of `kind`.
+const char* method_of(HeadKind kind) { return kind == HeadKind::kEagle3 ? "eagle3" : "eagle"; }
+
 }  // namespace
 
+const char* head_kind_name(HeadKind kind) { return kind == HeadKind::kEagle3 ? "EAGLE-3" : "EAGLE-1"; }
+
 const char* head_layout_name(HeadLayout layout) {
-  return layout == HeadLayout::kEagle ? "EAGLE reference (LlamaForCausalLMEagle3)" : "speculators (eagle3)";
+  return layout == HeadLayout::kEagle ? "EAGLE reference" : "speculators (eagle3)";
 }
 
 std::vector<int> default_tap_layers(int num_layers) { return {2, num_layers / 2, num_layers - 3}; }
 
-HeadModel::HeadModel(const std::string& dir, const ModelConfig& target) : dir_(dir) {
+HeadModel::HeadModel(const std::string& dir, const ModelConfig& target, HeadKind kind) : dir_(dir) {
   const std::string origin = (fs::path(dir) / "config.json").string();
   const json j = read_json_object(origin);
   HeadConfig& c = config_;
@@ -111,34 +116,42 @@ HeadModel::HeadModel(const std::string& dir, const ModelConfig& target) : dir_(d
 
   // Which head format the folder holds: the implemented ones, and the others by name.
   SPECULA_CHECK(!j.contains("medusa_num_heads"), origin, ": a Medusa head (key 'medusa_num_heads' = ",
-                j["medusa_num_heads"].dump(), "): not an EAGLE-3 head; Medusa heads load with draft.method medusa "
-                "(--draft-method medusa)");
+                j["medusa_num_heads"].dump(), "): not an ", head_kind_name(kind),
+                " head; Medusa heads load with draft.method medusa (--draft-method medusa)");
   const std::vector<std::string> arch = architectures(j, origin);
   if (const auto it = j.find("speculators_model_type"); it != j.end()) {
     SPECULA_CHECK(*it == "eagle3", origin, ": key 'speculators_model_type' = ", it->dump(),
                   ": this speculators format is not implemented yet (implemented: \"eagle3\")");
     c.layout = HeadLayout::kSpeculators;
-  } else if (has(arch, "LlamaForCausalLMEagle3")) {
-    c.layout = HeadLayout::kEagle;
   } else {
-    // The EAGLE reference's own heads say LlamaForCausalLM, as EAGLE-1/2 heads do: the weights tell.
-    SPECULA_CHECK(has(arch, "LlamaForCausalLM"), origin, ": key 'architectures' = ",
-                  j.value("architectures", json()).dump(),
-                  " is not an EAGLE-3 head (expected \"LlamaForCausalLMEagle3\", \"LlamaForCausalLM\" with "
-                  "midlayer.* tensors, or key 'speculators_model_type' = \"eagle3\")");
+    // The EAGLE reference's own heads say LlamaForCausalLM, EAGLE-1/2 and EAGLE-3 alike: the weights tell.
+    SPECULA_CHECK(has(arch, "LlamaForCausalLMEagle3") || has(arch, "LlamaForCausalLM"), origin,
+                  ": key 'architectures' = ", j.value("architectures", json()).dump(),
+                  " is not an EAGLE head (expected \"LlamaForCausalLMEagle3\", \"LlamaForCausalLM\" with "
+                  "midlayer.* (EAGLE-3) or fc.bias and layers.0.* (EAGLE-1) tensors, or key "
+                  "'speculators_model_type' = \"eagle3\")");
     c.layout = HeadLayout::kEagle;
   }
   check_safetensors(dir);
   checkpoint_ = std::make_unique<Checkpoint>(dir, /*index_tensors=*/true);
   const Checkpoint& ck = *checkpoint_;
-  const std::string p = c.layout == HeadLayout::kEagle ? "midlayer." : "layers.0.";
-  if (!has(arch, "LlamaForCausalLMEagle3") && c.layout == HeadLayout::kEagle) {
-    SPECULA_CHECK(!ck.contains("fc.bias") && !ck.contains("layers.0.self_attn.q_proj.weight"), dir,
-                  ": an EAGLE-1/EAGLE-2 head (architectures LlamaForCausalLM, tensors fc.weight [H, 2H] with "
-                  "fc.bias and layers.0.*): EAGLE-1/2 heads are not implemented yet (implemented: EAGLE-3)");
-    SPECULA_CHECK(ck.contains("midlayer.self_attn.q_proj.weight"), dir,
-                  ": architectures LlamaForCausalLM without midlayer.* tensors is not an EAGLE-3 head");
+  std::string held = c.layout == HeadLayout::kSpeculators ? "speculators_model_type \"eagle3\""
+                                                          : "architectures LlamaForCausalLMEagle3";
+  c.kind = HeadKind::kEagle3;
+  if (c.layout == HeadLayout::kEagle && !has(arch, "LlamaForCausalLMEagle3")) {
+    const bool eagle1 = ck.contains("fc.bias") || ck.contains("layers.0.self_attn.q_proj.weight");
+    SPECULA_CHECK(eagle1 || ck.contains("midlayer.self_attn.q_proj.weight"), dir,
+                  ": architectures LlamaForCausalLM with neither midlayer.* tensors (EAGLE-3) nor fc.bias and "
+                  "layers.0.* (EAGLE-1) is not an EAGLE head");
+    held = eagle1 ? "architectures LlamaForCausalLM, tensors fc.bias and layers.0.*"
+                  : "architectures LlamaForCausalLM, tensors midlayer.*";
+    if (eagle1) c.kind = HeadKind::kEagle1;
   }
+  SPECULA_CHECK(c.kind == kind, dir, ": holds an ", head_kind_name(c.kind), " head (", held, "), not an ",
+                head_kind_name(kind), " head; ", head_kind_name(c.kind), " heads load with draft.method ",
+                method_of(c.kind), " (--draft-method ", method_of(c.kind), ")");
+  const bool eagle1 = c.kind == HeadKind::kEagle1;
+  const std::string p = c.layout == HeadLayout::kEagle && !eagle1 ? "midlayer." : "layers.0.";
 
   // The decoder layer's keys and the head's own.
   const json* top = &j;
@@ -154,56 +167,66 @@ HeadModel::HeadModel(const std::string& dir, const ModelConfig& target) : dir_(d
   const ModelConfig& l = c.layer;
   SPECULA_CHECK(l.vocab_size == target.vocab_size, layer_origin, ": key 'vocab_size' = ", l.vocab_size,
                 " differs from the target's vocab_size ", target.vocab_size);
-  // speculators writes draft_vocab_size always, and reads 32000 where it is absent: required there.
-  SPECULA_CHECK(c.layout == HeadLayout::kEagle || top->contains("draft_vocab_size"), origin,
-                ": missing key 'draft_vocab_size'");
-  c.draft_vocab_size = optional_int(*top, "draft_vocab_size", origin, l.vocab_size);
-  SPECULA_CHECK(c.draft_vocab_size <= l.vocab_size, origin, ": key 'draft_vocab_size' = ", c.draft_vocab_size,
-                " exceeds the vocab_size ", l.vocab_size);
-  c.target_hidden_size = optional_int(*top, "target_hidden_size", origin, l.hidden_size);
-  SPECULA_CHECK(c.target_hidden_size == target.hidden_size, origin, ": key 'target_hidden_size' = ",
-                c.target_hidden_size, top->contains("target_hidden_size") ? "" : " (absent: the head's hidden_size)",
-                " differs from the target's hidden_size ", target.hidden_size);
-  c.norm_before_residual = optional_bool(*top, "norm_before_residual", origin, false);
-  SPECULA_CHECK(!optional_bool(*top, "norm_before_fc", origin, false), origin,
-                ": key 'norm_before_fc' = true (an RMSNorm over the taps before fc) is not implemented yet");
+  if (eagle1) {
+    // The feature is the target's hidden state itself: one width, one tap (the last layer's output).
+    SPECULA_CHECK(l.hidden_size == target.hidden_size, origin, ": key 'hidden_size' = ", l.hidden_size,
+                  " differs from the target's hidden_size ", target.hidden_size,
+                  ": an EAGLE-1 head reads the target's last hidden state as it is");
+    c.draft_vocab_size = l.vocab_size;
+    c.target_hidden_size = target.hidden_size;
+    c.tap_layers = {c.target_layers};
+  } else {
+    // speculators writes draft_vocab_size always, and reads 32000 where it is absent: required there.
+    SPECULA_CHECK(c.layout == HeadLayout::kEagle || top->contains("draft_vocab_size"), origin,
+                  ": missing key 'draft_vocab_size'");
+    c.draft_vocab_size = optional_int(*top, "draft_vocab_size", origin, l.vocab_size);
+    SPECULA_CHECK(c.draft_vocab_size <= l.vocab_size, origin, ": key 'draft_vocab_size' = ", c.draft_vocab_size,
+                  " exceeds the vocab_size ", l.vocab_size);
+    c.target_hidden_size = optional_int(*top, "target_hidden_size", origin, l.hidden_size);
+    SPECULA_CHECK(c.target_hidden_size == target.hidden_size, origin, ": key 'target_hidden_size' = ",
+                  c.target_hidden_size, top->contains("target_hidden_size") ? "" : " (absent: the head's hidden_size)",
+                  " differs from the target's hidden_size ", target.hidden_size);
+    c.norm_before_residual = optional_bool(*top, "norm_before_residual", origin, false);
+    SPECULA_CHECK(!optional_bool(*top, "norm_before_fc", origin, false), origin,
+                  ": key 'norm_before_fc' = true (an RMSNorm over the taps before fc) is not implemented yet");
 
-  // Tap layers, converted to inputs of target layers.
-  std::optional<std::vector<int>> ids;
-  std::string tap_key, convention;
-  int shift = 0;
-  if (c.layout == HeadLayout::kEagle) {
-    if (const auto e = j.find("eagle_config"); e != j.end() && !e->is_null()) {
-      SPECULA_CHECK(e->is_object(), origin, ": key 'eagle_config' must be an object, got ", e->dump());
-      SPECULA_CHECK(optional_bool(*e, "use_aux_hidden_state", origin + ": eagle_config", true), origin,
-                    ": key 'eagle_config.use_aux_hidden_state' = false (a head fed one target state, no fc) is not "
-                    "implemented yet");
-      ids = optional_ids(*e, "eagle_aux_hidden_state_layer_ids", origin + ": eagle_config");
-      tap_key = "eagle_config.eagle_aux_hidden_state_layer_ids";
-      convention = "the output of target layer";
-      shift = 1;  // the output of layer i is the input of layer i + 1
+    // Tap layers, converted to inputs of target layers.
+    std::optional<std::vector<int>> ids;
+    std::string tap_key, convention;
+    int shift = 0;
+    if (c.layout == HeadLayout::kEagle) {
+      if (const auto e = j.find("eagle_config"); e != j.end() && !e->is_null()) {
+        SPECULA_CHECK(e->is_object(), origin, ": key 'eagle_config' must be an object, got ", e->dump());
+        SPECULA_CHECK(optional_bool(*e, "use_aux_hidden_state", origin + ": eagle_config", true), origin,
+                      ": key 'eagle_config.use_aux_hidden_state' = false (a head fed one target state, no fc) is not "
+                      "implemented yet");
+        ids = optional_ids(*e, "eagle_aux_hidden_state_layer_ids", origin + ": eagle_config");
+        tap_key = "eagle_config.eagle_aux_hidden_state_layer_ids";
+        convention = "the output of target layer";
+        shift = 1;  // the output of layer i is the input of layer i + 1
+      }
+    } else {
+      ids = optional_ids(j, "eagle_aux_hidden_state_layer_ids", origin);
+      tap_key = "eagle_aux_hidden_state_layer_ids";
+      convention = "the input of target layer";
     }
-  } else {
-    ids = optional_ids(j, "eagle_aux_hidden_state_layer_ids", origin);
-    tap_key = "eagle_aux_hidden_state_layer_ids";
-    convention = "the input of target layer";
-  }
-  if (ids) {
-    for (int id : *ids) {
-      const int tap = id + shift;
-      SPECULA_CHECK(tap >= 0 && tap <= c.target_layers, origin, ": key '", tap_key, "' = ", list_text(*ids),
-                    ": layer id ", id, " (", convention, " ", id, ") lies outside the target's ", c.target_layers,
-                    " layers (inputs of layers [0, ", c.target_layers, "], the last the final hidden state)");
-      c.tap_layers.push_back(tap);
-    }
-  } else {
-    c.tap_layers = default_tap_layers(c.target_layers);
-    for (int tap : c.tap_layers) {
-      SPECULA_CHECK(tap >= 0 && tap <= c.target_layers, origin, ": no tap layers given (key '",
-                    c.layout == HeadLayout::kEagle ? "eagle_config.eagle_aux_hidden_state_layer_ids"
-                                                   : "eagle_aux_hidden_state_layer_ids",
-                    "'), and the default inputs of layers ", list_text(c.tap_layers), " lie outside the target's ",
-                    c.target_layers, " layers [0, ", c.target_layers, "]");
+    if (ids) {
+      for (int id : *ids) {
+        const int tap = id + shift;
+        SPECULA_CHECK(tap >= 0 && tap <= c.target_layers, origin, ": key '", tap_key, "' = ", list_text(*ids),
+                      ": layer id ", id, " (", convention, " ", id, ") lies outside the target's ", c.target_layers,
+                      " layers (inputs of layers [0, ", c.target_layers, "], the last the final hidden state)");
+        c.tap_layers.push_back(tap);
+      }
+    } else {
+      c.tap_layers = default_tap_layers(c.target_layers);
+      for (int tap : c.tap_layers) {
+        SPECULA_CHECK(tap >= 0 && tap <= c.target_layers, origin, ": no tap layers given (key '",
+                      c.layout == HeadLayout::kEagle ? "eagle_config.eagle_aux_hidden_state_layer_ids"
+                                                     : "eagle_aux_hidden_state_layer_ids",
+                      "'), and the default inputs of layers ", list_text(c.tap_layers), " lie outside the target's ",
+                      c.target_layers, " layers [0, ", c.target_layers, "]");
+      }
     }
   }
 
@@ -215,20 +238,25 @@ HeadModel::HeadModel(const std::string& dir, const ModelConfig& target) : dir_(d
     used.insert(name);
     return &ck.get(name, shape);
   };
-  fc_ = get("fc.weight", {hidden, int64_t(c.num_taps()) * c.target_hidden_size});
-  layer_.q = get(p + "self_attn.q_proj.weight", {q_dim, 2 * hidden});
-  layer_.k = get(p + "self_attn.k_proj.weight", {kv, 2 * hidden});
-  layer_.v = get(p + "self_attn.v_proj.weight", {kv, 2 * hidden});
+  const int64_t attn_in = eagle1 ? hidden : 2 * hidden;
+  fc_ = get("fc.weight", {hidden, eagle1 ? 2 * hidden : int64_t(c.num_taps()) * c.target_hidden_size});
+  layer_.q = get(p + "self_attn.q_proj.weight", {q_dim, attn_in});
+  layer_.k = get(p + "self_attn.k_proj.weight", {kv, attn_in});
+  layer_.v = get(p + "self_attn.v_proj.weight", {kv, attn_in});
   layer_.o = get(p + "self_attn.o_proj.weight", {hidden, q_dim});
   layer_.gate = get(p + "mlp.gate_proj.weight", {ffn, hidden});
   layer_.up = get(p + "mlp.up_proj.weight", {ffn, hidden});
   layer_.down = get(p + "mlp.down_proj.weight", {hidden, ffn});
-  layer_.attn_norm = get(p + "input_layernorm.weight", {hidden});
   layer_.mlp_norm = get(p + "post_attention_layernorm.weight", {hidden});
-  hidden_norm_ = get(p + "hidden_norm.weight", {hidden});
   if (ck.contains(p + "self_attn.rotary_emb.inv_freq")) get(p + "self_attn.rotary_emb.inv_freq", {l.head_dim() / 2});
-  final_norm_ = get("norm.weight", {hidden});
-  lm_head_ = get("lm_head.weight", {draft_vocab, hidden});
+  if (eagle1) {
+    fc_bias_ = get("fc.bias", {hidden});
+  } else {
+    layer_.attn_norm = get(p + "input_layernorm.weight", {hidden});
+    hidden_norm_ = get(p + "hidden_norm.weight", {hidden});
+    final_norm_ = get("norm.weight", {hidden});
+    lm_head_ = get("lm_head.weight", {draft_vocab, hidden});
+  }
   if (ck.contains("embed_tokens.weight")) {
     embed_ = get("embed_tokens.weight", {vocab, hidden});
   } else {
@@ -251,8 +279,10 @@ HeadModel::HeadModel(const std::string& dir, const ModelConfig& target) : dir_(d
                   list_text(shape));
     return &t;
   };
-  d2t_ = index("d2t", {draft_vocab}, false);
-  t2d_ = index("t2d", {vocab}, true);
+  if (!eagle1) {  // EAGLE-1 drafts over the target's vocabulary
+    d2t_ = index("d2t", {draft_vocab}, false);
+    t2d_ = index("t2d", {vocab}, true);
+  }
   draft_to_target_.resize(static_cast<std::size_t>(draft_vocab));
   if (d2t_ == nullptr) {
     SPECULA_CHECK(draft_vocab == vocab, dir, ": the head has no tensor 'd2t' but its draft_vocab_size (", draft_vocab,
@@ -287,8 +317,8 @@ HeadModel::HeadModel(const std::string& dir, const ModelConfig& target) : dir_(d
   }
 
   const auto check_used = [&](const std::string& name, const std::string& file) {
-    SPECULA_CHECK(used.count(name) != 0, file, ": unknown tensor '", name, "': EAGLE-3 heads in the ",
-                  head_layout_name(c.layout), " layout do not use it");
+    SPECULA_CHECK(used.count(name) != 0, file, ": unknown tensor '", name, "': ", head_kind_name(c.kind),
+                  " heads in the ", head_layout_name(c.layout), " layout do not use it");
   };
   for (const auto& [name, tensor] : ck.tensors()) check_used(name, tensor->origin);
   for (const auto& [name, tensor] : ck.index_tensors()) check_used(name, tensor->origin);

@@ -20,11 +20,11 @@ LoadSequence load_sequence(const SequenceView& s, int max_gamma, int limit) {
   l.tokens = std::move(price.tokens);
   l.reaches = std::move(price.reaches);
   l.proposal_rate = proposal_rate_among(*s.own, others, kAcceptancePriorTrials);
-  if (draft.method == DraftMethod::kModel || draft.method == DraftMethod::kEagle3)
+  if (draft.method == DraftMethod::kModel || drafts_with_eagle_head(draft.method))
     l.sibling_tokens = sibling_rate_among(*s.own, others, kAcceptancePriorTrials);
   l.catch_up_rows = s.spec->draft_catch_up_rows();
   l.remaining_tokens = s.remaining_tokens;
-  l.feeds_accepted = draft.method == DraftMethod::kModel || draft.method == DraftMethod::kEagle3;
+  l.feeds_accepted = draft.method == DraftMethod::kModel || drafts_with_eagle_head(draft.method);
   l.depth_limit = std::min(limit, l.remaining_tokens - 1);  // the bonus token needs room too
   return l;
 }

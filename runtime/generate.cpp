@@ -76,7 +76,8 @@ void validate_generate_options(ModelStore& models, const GenerateOptions& o, con
   validate_logit_controls(o.controls, c.vocab_size, names);
   const Model* draft = o.draft.method == DraftMethod::kModel ? &draft_model(models, o.draft).model() : nullptr;
   if (draft) check_draft_compatible(target, *draft, names);
-  if (o.draft.method == DraftMethod::kEagle3) models.head(o.draft.model_dir, o.model_dir, o.backend);  // refuses a misfit
+  if (drafts_with_eagle_head(o.draft.method))  // refuses a misfit
+    models.head(o.draft.model_dir, o.model_dir, o.backend, head_kind(o.draft.method));
   if (o.draft.method == DraftMethod::kMedusa) {  // refuses a misfit, and a tree deeper than the heads
     const int heads = models.medusa(o.draft.model_dir, o.model_dir, o.backend).config().num_heads;
     const bool chain = o.draft.tree.empty();

@@ -140,7 +140,7 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   in_range("draft.gamma", d.gamma, 1, kMaxGamma);
   in_range("draft.budget", d.tree_budget, 0, kMaxTreeNodes);
   in_range("draft.siblings", d.siblings, 0, kMaxTreeNodes);
-  const bool runs_model = d.method == DraftMethod::kModel || d.method == DraftMethod::kEagle3;
+  const bool runs_model = d.method == DraftMethod::kModel || drafts_with_eagle_head(d.method);
   SPECULA_CHECK(d.siblings == 0 || (runs_model && d.drafts_chain() && !d.adaptive &&
                                     o.gamma_policy == GammaPolicy::kFixed && o.sampling.strategy != Strategy::kBeam),
                 names.at("draft.siblings"), " ", d.siblings, " adds candidates for the first token of a draft model's ",
@@ -175,8 +175,8 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                     (d.method != DraftMethod::kNone && d.drafts_chain() && !d.adaptive),
                 names.at("draft.gamma_policy"), " ", name_of(o.gamma_policy),
                 " chooses a chain's length each step: it needs a chain drafter (", names.name("draft.method"),
-                " model, ngram, eagle3 or medusa) and excludes ", names.name("draft.tree"), ", ", names.name("draft.budget"), " and ",
-                names.name("draft.adaptive"));
+                " model, ngram, eagle3, eagle or medusa) and excludes ", names.name("draft.tree"), ", ",
+                names.name("draft.budget"), " and ", names.name("draft.adaptive"));
   SPECULA_CHECK(o.gamma_policy == GammaPolicy::kFixed || o.sampling.strategy != Strategy::kBeam,
                 names.at("draft.gamma_policy"), " ", name_of(o.gamma_policy), " cannot be combined with ",
                 names.name("sampling.strategy"), " beam (beam steps are one unit)");
@@ -230,8 +230,8 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
   refuse_given(names, {"draft.ngram_min", "draft.ngram_max"}, d.method == DraftMethod::kNgram,
                "it needs " + names.name("draft.method") + " ngram");
   refuse_given(names, {"draft.path"},
-               d.method == DraftMethod::kModel || d.method == DraftMethod::kEagle3 || d.method == DraftMethod::kMedusa,
-               "it needs " + names.name("draft.method") + " model, eagle3 or medusa");
+               d.method == DraftMethod::kModel || drafts_with_eagle_head(d.method) || d.method == DraftMethod::kMedusa,
+               "it needs " + names.name("draft.method") + " model, eagle3, eagle or medusa");
   refuse_given(names, {"draft.weights"}, d.method == DraftMethod::kModel,
                "it needs a draft model (" + names.name("draft.path") + ")");
   if (d.method == DraftMethod::kNone) {
@@ -240,7 +240,7 @@ void validate_options(const GenerateOptions& o, const OptionNames& names) {
                   " needs a drafter (", names.name("draft.path"), " DIR or ", names.name("draft.method"), " ngram)");
     return;
   }
-  const bool head = d.method == DraftMethod::kEagle3 || d.method == DraftMethod::kMedusa;
+  const bool head = drafts_with_eagle_head(d.method) || d.method == DraftMethod::kMedusa;
   SPECULA_CHECK((d.method != DraftMethod::kModel && !head) || !d.model_dir.empty(), names.at("draft.method"), " ",
                 name_of(d.method), " needs ", names.name("draft.path"));
   SPECULA_CHECK(!head || o.sampling.strategy != Strategy::kBeam, names.at("draft.method"), " ", name_of(d.method),

@@ -1,5 +1,7 @@
 #include "runtime/model_store.h"
 
+#include "base/error.h"
+
 namespace specula {
 
 const Model& ModelStore::model(const std::string& dir) {
@@ -15,11 +17,12 @@ const Backend& ModelStore::get(const std::string& dir, std::optional<MatrixForma
   return *it->second;
 }
 
-const HeadBackend& ModelStore::head(const std::string& dir, const std::string& target_dir, BackendKind kind) {
+const HeadBackend& ModelStore::head(const std::string& dir, const std::string& target_dir, BackendKind kind,
+                                    HeadKind head_kind) {
   const Model& target = model(target_dir);
-  auto& loaded = head_models_[{dir, target_dir}];
-  if (!loaded) loaded = std::make_unique<HeadModel>(dir, target.config());
-  auto& backend = heads_[{dir, target_dir, kind}];
+  auto& loaded = head_models_[{dir, target_dir, head_kind}];
+  if (!loaded) loaded = std::make_unique<HeadModel>(dir, target.config(), head_kind);
+  auto& backend = heads_[{dir, target_dir, head_kind, kind}];
   if (!backend) backend = make_head_backend(kind, *loaded, target);
   return *backend;
 }
@@ -31,6 +34,11 @@ const MedusaBackend& ModelStore::medusa(const std::string& dir, const std::strin
   auto& backend = medusas_[{dir, target_dir, kind}];
   if (!backend) backend = make_medusa_backend(kind, *loaded, target);
   return *backend;
+}
+
+HeadKind head_kind(DraftMethod method) {
+  SPECULA_CHECK(drafts_with_eagle_head(method), "draft method ", name_of(method), " loads no EAGLE head");
+  return method == DraftMethod::kEagle ? HeadKind::kEagle1 : HeadKind::kEagle3;
 }
 
 }  // namespace specula

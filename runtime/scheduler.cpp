@@ -191,10 +191,10 @@ Scheduler::DraftPool& Scheduler::draft_pool(const DraftOptions& d) {
 Scheduler::HeadPool& Scheduler::head_pool(const DraftOptions& d) {
   auto& pool = head_pools_[d.model_dir];
   if (!pool) {
-    const HeadBackend& head = models_.head(d.model_dir, shared_.model_dir, shared_.backend);
+    const HeadBackend& head = models_.head(d.model_dir, shared_.model_dir, shared_.backend, head_kind(d.method));
     const HeadConfig& c = head.head().config();
     keep_states(c.tap_layers, static_cast<int>(c.tap_layers.size()) * target_.config().hidden_size,
-                "EAGLE-3 head " + d.model_dir);
+                std::string(head_kind_name(c.kind)) + " head " + d.model_dir);
     // As a draft model's pool: the target's blocks plus a block and a copy per live sequence.
     pool = std::make_unique<HeadPool>(head, target_.config(), shared_.kv_block_size,
                                       limits_.kv_blocks + 2 * limits_.max_sequences + 2);
@@ -266,7 +266,7 @@ int Scheduler::submit(const GenerateOptions& options, uint64_t key, TokenSink si
     r->tree_shape = tree_shape(options.draft);
     r->draft = &draft_pool(options.draft);
   }
-  if (!beam && options.draft.method == DraftMethod::kEagle3) {
+  if (!beam && drafts_with_eagle_head(options.draft.method)) {
     r->draft_distribution = draft_distribution(options.sampling, options.draft);
     r->tree_shape = tree_shape(options.draft);
     r->head = &head_pool(options.draft);
@@ -383,7 +383,7 @@ std::unique_ptr<Drafter> Scheduler::make_drafter(Request& r, KvCache::SeqId targ
     return std::make_unique<MedusaDrafter>(r.medusa->medusa, *r.medusa->workspace, cache_, target_seq,
                                            target_.config().num_hidden_layers, r.draft_distribution,
                                            !r.sampler->is_greedy(), std::move(shape), r.controls);
-  if (d.method == DraftMethod::kEagle3)
+  if (drafts_with_eagle_head(d.method))
     return std::make_unique<HeadDrafter>(r.head->context, draft_seq, cache_, target_seq,
                                          r.draft_distribution, !r.sampler->is_greedy(), std::move(shape), r.controls);
   return std::make_unique<ModelDrafter>(r.draft->context, draft_seq, r.draft_distribution, !r.sampler->is_greedy(),

@@ -140,7 +140,8 @@ EngineLoop::EngineLoop(GenerateOptions base, SchedulerLimits limits, int max_que
     limits_.kv_blocks = static_cast<int>(std::min<long long>(blocks, INT_MAX));
   }
   if (base_.draft.method == DraftMethod::kModel) models_.get(base_.draft.model_dir, base_.draft.weights);
-  if (base_.draft.method == DraftMethod::kEagle3) models_.head(base_.draft.model_dir, base_.model_dir, base_.backend);
+  if (drafts_with_eagle_head(base_.draft.method))
+    models_.head(base_.draft.model_dir, base_.model_dir, base_.backend, head_kind(base_.draft.method));
   if (base_.draft.method == DraftMethod::kMedusa) models_.medusa(base_.draft.model_dir, base_.model_dir, base_.backend);
   scheduler_ = std::make_unique<Scheduler>(models_, base_, limits_);
   thread_ = std::thread([this] { run(); });

@@ -215,7 +215,11 @@ TEST_CASE("cli: bad input exits non-zero with one clear line on stderr", "[engin
        "is a draft model or head, but --draft-method is ngram"},
       {"head without a folder", gen + "--prompt hi --draft-method eagle3", "--draft-method eagle3 needs --draft"},
       {"a draft model as a head", gen + "--prompt hi --draft-method eagle3 --draft '" + kModel + "'",
-       "without midlayer.* tensors is not an EAGLE-3 head"},
+       "(EAGLE-1) is not an EAGLE head"},
+      {"an EAGLE-3 head as an EAGLE-1 head",
+       gen + "--prompt hi --draft-method eagle --draft '" + test::model_dir("target-16m-eagle3") + "'",
+       "holds an EAGLE-3 head (architectures LlamaForCausalLMEagle3), not an EAGLE-1 head; EAGLE-3 heads load with "
+       "draft.method eagle3 (--draft-method eagle3)"},
       {"head with beam search", gen + "--prompt hi --draft-method eagle3 --draft '" + kModel + "' --sampler beam",
        "--draft-method eagle3 excludes --sampler beam"},
       {"beam with an adaptive chain", gen + "--prompt hi --sampler beam --draft '" + kModel + "' --adaptive",

@@ -1,9 +1,10 @@
-// EAGLE-3 draft heads: random heads in both published layouts load against a random target,
-// their tap layers and vocabulary maps resolve as each layout's convention says, the CPU
-// forward (fc, then a prefill, a decode row and a small tree through the paged cache) matches
-// a plain double-precision forward written here, the two layouts of equal weights give
-// bitwise equal results, a row's results do not depend on the batch, and every malformed or
-// unsupported head is refused with a message naming the file, key or tensor.
+// EAGLE draft heads: random EAGLE-3 heads in both published layouts and EAGLE-1 heads load
+// against a random target, EAGLE-3's tap layers and vocabulary maps resolve as each layout's
+// convention says, the CPU forward (the first step's feature, then a prefill, a decode row and
+// a small tree through the paged cache) matches a plain double-precision forward of each kind
+// written here, the two EAGLE-3 layouts of equal weights give bitwise equal results, a row's
+// results do not depend on the batch, and every malformed or unsupported head, or one of the
+// other kind, is refused with a message naming the file, key or tensor.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -66,8 +67,9 @@ ModelConfig narrow_layer() {
   return c;
 }
 
-RandomEagle3 options(HeadLayout layout, uint64_t seed) {
-  RandomEagle3 o;
+RandomHead options(HeadLayout layout, uint64_t seed, HeadKind kind = HeadKind::kEagle3) {
+  RandomHead o;
+  o.kind = kind;
   o.layout = layout;
   o.seed = seed;
   o.weight_std = 0.1f;
@@ -85,6 +87,25 @@ void edit_config(const TempDir& dir, Edit edit) {
   nlohmann::json j = read_json(dir.path / "config.json");
   edit(j);
   std::ofstream(dir.path / "config.json") << j.dump(2);
+}
+
+// Rewrites the header of the safetensors file at `path` through `edit` (the data unchanged).
+template <typename Edit>
+void edit_safetensors_header(const fs::path& path, Edit edit) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t length = 0;
+  in.read(reinterpret_cast<char*>(&length), 8);
+  std::string header(length, ' ');
+  in.read(header.data(), static_cast<std::streamsize>(length));
+  const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  nlohmann::json j = nlohmann::json::parse(header);
+  edit(j);
+  header = j.dump();
+  length = header.size();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(&length), 8);
+  out << header << data;
 }
 
 // A tensor as doubles, row-major.
@@ -120,10 +141,16 @@ std::vector<double> rms(const std::vector<double>& x, const std::vector<double>&
 
 // The plain forward of a head: every row's keys and values kept in slot order, no paging; a
 // row attends to the slots it is given.
+//   EAGLE-3: feature = fc(taps); a = cat(input_norm(embed(token)), hidden_norm(x)) feeds
+//            q/k/v, the residual starts at x (or hidden_norm(x)); logits = lm_head(norm(out)).
+//   EAGLE-1: feature = the target's final norm of its last hidden state; h = fc(cat(
+//            embed(token), x)) + bias feeds q/k/v and starts the residual; logits = the
+//            target's lm_head(out).
 class Reference {
  public:
   Reference(const HeadModel& head, const Model& target)
       : c_(head.config()),
+        eagle1_(c_.kind == HeadKind::kEagle1),
         fc_(to_double(head.fc())),
         q_(to_double(*head.layer().q)),
         k_(to_double(*head.layer().k)),
@@ -132,16 +159,21 @@ class Reference {
         gate_(to_double(*head.layer().gate)),
         up_(to_double(*head.layer().up)),
         down_(to_double(*head.layer().down)),
-        input_norm_(to_double(*head.layer().attn_norm)),
-        hidden_norm_(to_double(head.hidden_norm())),
+        input_norm_(eagle1_ ? std::vector<double>() : to_double(*head.layer().attn_norm)),
+        hidden_norm_(eagle1_ ? std::vector<double>() : to_double(*head.hidden_norm())),
         post_norm_(to_double(*head.layer().mlp_norm)),
-        final_norm_(to_double(head.final_norm())),
-        lm_head_(to_double(head.lm_head())),
+        final_norm_(to_double(eagle1_ ? target.final_norm() : *head.final_norm())),
+        lm_head_(to_double(eagle1_ ? target.lm_head() : *head.lm_head())),
+        fc_bias_(eagle1_ ? to_double(*head.fc_bias()) : std::vector<double>()),
+        target_eps_(target.config().rms_norm_eps),
         embed_(head.embed_tokens() ? *head.embed_tokens() : target.embed_tokens()),
         // RoPE's frequencies as Hugging Face computes them in f32 (RopeTable, tested in test_engine_ops).
         inv_freq_(cpu::RopeTable(c_.layer.head_dim(), c_.layer.rope_theta, c_.layer.rope_scaling).inv_freq()) {}
 
-  std::vector<double> project(std::span<const float> taps) const { return matvec(fc_, {taps.begin(), taps.end()}); }
+  std::vector<double> project(std::span<const float> taps) const {
+    if (eagle1_) return rms({taps.begin(), taps.end()}, final_norm_, target_eps_);
+    return matvec(fc_, {taps.begin(), taps.end()});
+  }
 
   struct Result {
     std::vector<double> logits, out;
@@ -156,10 +188,19 @@ class Reference {
     const double eps = l.rms_norm_eps;
     std::vector<float> e(static_cast<std::size_t>(hidden));
     cpu::weight_row(embed_, token, e.data());
-    std::vector<double> a = rms({e.begin(), e.end()}, input_norm_, eps);
-    const std::vector<double> hx = rms(x, hidden_norm_, eps);
-    a.insert(a.end(), hx.begin(), hx.end());
-    std::vector<double> residual = c_.norm_before_residual ? hx : x;
+    std::vector<double> a, residual;
+    if (eagle1_) {
+      a.assign(e.begin(), e.end());
+      a.insert(a.end(), x.begin(), x.end());
+      residual = matvec(fc_, a);
+      for (int i = 0; i < hidden; ++i) residual[i] += fc_bias_[i];
+      a = residual;
+    } else {
+      a = rms({e.begin(), e.end()}, input_norm_, eps);
+      const std::vector<double> hx = rms(x, hidden_norm_, eps);
+      a.insert(a.end(), hx.begin(), hx.end());
+      residual = c_.norm_before_residual ? hx : x;
+    }
     std::vector<double> q = matvec(q_, a), k = matvec(k_, a), v = matvec(v_, a);
     const auto rope = [&](std::vector<double>& t, int num_heads) {
       for (int h = 0; h < num_heads; ++h) {
@@ -204,13 +245,15 @@ class Reference {
     for (std::size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
     const std::vector<double> down = matvec(down_, gate);
     for (int i = 0; i < hidden; ++i) residual[i] += down[i];
-    return {matvec(lm_head_, rms(residual, final_norm_, eps)), residual};
+    return {matvec(lm_head_, eagle1_ ? residual : rms(residual, final_norm_, eps)), residual};
   }
 
  private:
   const HeadConfig& c_;
+  bool eagle1_;
   std::vector<double> fc_, q_, k_, v_, o_, gate_, up_, down_;
-  std::vector<double> input_norm_, hidden_norm_, post_norm_, final_norm_, lm_head_;
+  std::vector<double> input_norm_, hidden_norm_, post_norm_, final_norm_, lm_head_, fc_bias_;
+  double target_eps_;
   const TensorView& embed_;
   std::vector<float> inv_freq_;
   std::vector<std::vector<double>> keys_, values_;  // [slot][kv_dim]
@@ -378,9 +421,9 @@ TEST_CASE("EAGLE-3 head: tap layers and vocabulary maps in each layout's convent
   const ModelConfig& t = target().config();
   SECTION("EAGLE layout: eagle_config ids are layer outputs, the default taps layer inputs") {
     TempDir a, b;
-    RandomEagle3 o = options(HeadLayout::kEagle, 1);
-    write_random_eagle3(a.path.string(), t, o);
-    const HeadModel plain(a.path.string(), t);
+    RandomHead o = options(HeadLayout::kEagle, 1);
+    write_random_head(a.path.string(), t, o);
+    const HeadModel plain(a.path.string(), t, HeadKind::kEagle3);
     CHECK(plain.config().layout == HeadLayout::kEagle);
     CHECK(plain.config().tap_layers == std::vector<int>{2, 3, 3});
     CHECK(plain.config().draft_vocab_size == t.vocab_size);
@@ -388,12 +431,12 @@ TEST_CASE("EAGLE-3 head: tap layers and vocabulary maps in each layout's convent
     CHECK(plain.draft_to_target()[4095] == 4095);
     // The EAGLE reference's own heads name LlamaForCausalLM; the midlayer.* tensors tell.
     edit_config(a, [](nlohmann::json& j) { j["architectures"] = {"LlamaForCausalLM"}; });
-    CHECK(HeadModel(a.path.string(), t).config().layout == HeadLayout::kEagle);
+    CHECK(HeadModel(a.path.string(), t, HeadKind::kEagle3).config().layout == HeadLayout::kEagle);
     o.tap_ids = {0, 2, 5};
     o.draft_vocab = 300;
     for (int i = 0; i < 300; ++i) o.draft_to_target.push_back(13 * i + 5);
-    write_random_eagle3(b.path.string(), t, o);
-    const HeadModel head(b.path.string(), t);
+    write_random_head(b.path.string(), t, o);
+    const HeadModel head(b.path.string(), t, HeadKind::kEagle3);
     CHECK(head.config().tap_layers == std::vector<int>{1, 3, 6});
     CHECK(head.config().draft_vocab_size == 300);
     CHECK(head.draft_to_target() == o.draft_to_target);
@@ -405,12 +448,12 @@ TEST_CASE("EAGLE-3 head: tap layers and vocabulary maps in each layout's convent
   }
   SECTION("speculators layout: ids are layer inputs, used as they are") {
     TempDir a;
-    RandomEagle3 o = options(HeadLayout::kSpeculators, 1);
+    RandomHead o = options(HeadLayout::kSpeculators, 1);
     o.tap_ids = {0, 2, 6};
     o.draft_vocab = 64;
     o.t2d = false;
-    write_random_eagle3(a.path.string(), t, o);
-    const HeadModel head(a.path.string(), t);
+    write_random_head(a.path.string(), t, o);
+    const HeadModel head(a.path.string(), t, HeadKind::kEagle3);
     CHECK(head.config().layout == HeadLayout::kSpeculators);
     CHECK(head.config().tap_layers == std::vector<int>{0, 2, 6});
     CHECK(head.t2d() == nullptr);
@@ -438,14 +481,14 @@ TEST_CASE("EAGLE-3 head: the CPU forward matches a plain double forward", "[head
                              HeadLayout::kSpeculators, true, true, true, 200}}) {
     INFO(k.name);
     TempDir dir;
-    RandomEagle3 o = options(k.layout, 5);
+    RandomHead o = options(k.layout, 5);
     if (k.narrow) o.layer = narrow_layer();
     o.embed = k.embed;
     o.norm_before_residual = k.norm_before_residual;
     o.draft_vocab = k.draft_vocab;
     o.dtype = k.narrow ? DType::BF16 : DType::F32;
-    write_random_eagle3(dir.path.string(), t, o);
-    const HeadModel head(dir.path.string(), t);
+    write_random_head(dir.path.string(), t, o);
+    const HeadModel head(dir.path.string(), t, HeadKind::kEagle3);
     CHECK(head.config().norm_before_residual == k.norm_before_residual);
     CHECK((head.embed_tokens() != nullptr) == k.embed);
     check_against_reference(head);
@@ -455,15 +498,15 @@ TEST_CASE("EAGLE-3 head: the CPU forward matches a plain double forward", "[head
 TEST_CASE("EAGLE-3 head: the two layouts of equal weights give bitwise equal results", "[heads]") {
   const ModelConfig& t = target().config();
   TempDir eagle, speculators;
-  RandomEagle3 o = options(HeadLayout::kEagle, 9);
+  RandomHead o = options(HeadLayout::kEagle, 9);
   o.embed = true;
   o.draft_vocab = 500;
   o.tap_ids = {1, 2, 3};  // outputs of layers 1, 2, 3
-  write_random_eagle3(eagle.path.string(), t, o);
+  write_random_head(eagle.path.string(), t, o);
   o.layout = HeadLayout::kSpeculators;
   o.tap_ids = {2, 3, 4};  // the same states as inputs of layers 2, 3, 4
-  write_random_eagle3(speculators.path.string(), t, o);
-  const HeadModel a(eagle.path.string(), t), b(speculators.path.string(), t);
+  write_random_head(speculators.path.string(), t, o);
+  const HeadModel a(eagle.path.string(), t, HeadKind::kEagle3), b(speculators.path.string(), t, HeadKind::kEagle3);
   CHECK(a.config().tap_layers == b.config().tap_layers);
   CHECK(a.draft_to_target() == b.draft_to_target());
   const std::vector<float> ra = check_against_reference(a), rb = check_against_reference(b);
@@ -471,79 +514,78 @@ TEST_CASE("EAGLE-3 head: the two layouts of equal weights give bitwise equal res
   CHECK(std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float)) == 0);
 }
 
-TEST_CASE("EAGLE-3 head: a row's results do not depend on the batch", "[heads]") {
+TEST_CASE("EAGLE heads: a row's results do not depend on the batch", "[heads]") {
   const ModelConfig& t = target().config();
-  TempDir dir;
-  write_random_eagle3(dir.path.string(), t, options(HeadLayout::kEagle, 2));
-  const HeadModel head(dir.path.string(), t);
-  const int hidden = head.config().hidden_size();
-  const std::vector<float> x = random_floats(std::size_t(4) * hidden, 5);
-  const std::vector<int> tokens = {3, 4, 5, 6}, positions = {0, 1, 2, 3}, decode_token = {8}, decode_position = {4};
-  // Alone: a prefill of 4 rows, then a decode row.
-  HeadRun alone{head};
-  const int s = alone.cache.create();
-  std::vector<float> logits, out, alone_logits, alone_out;
-  alone.run(std::vector<SequenceRows>{{s, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
-  alone.run(std::vector<SequenceRows>{{s, decode_token, decode_position, {}, RowLogits::kLast}},
-            std::span(x).subspan(0, hidden), alone_logits, alone_out);
-  // Together: the decode row after another sequence's prefill in one batch.
-  HeadRun together{head};
-  const int s0 = together.cache.create(), s1 = together.cache.create();
-  together.run(std::vector<SequenceRows>{{s1, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
-  std::vector<float> x2(x.begin() + hidden, x.end());
-  x2.insert(x2.end(), x.begin(), x.begin() + hidden);
-  const std::vector<int> other_tokens = {9, 10, 11}, other_positions = {0, 1, 2};
-  together.run(std::vector<SequenceRows>{{s0, other_tokens, other_positions, {}, RowLogits::kAll},
-                                         {s1, decode_token, decode_position, {}, RowLogits::kLast}},
-               x2, logits, out);
-  const int dv = head.config().draft_vocab_size;
-  CHECK(std::memcmp(&logits[std::size_t(3) * dv], alone_logits.data(), std::size_t(dv) * sizeof(float)) == 0);
-  CHECK(std::memcmp(&out[std::size_t(3) * hidden], alone_out.data(), std::size_t(hidden) * sizeof(float)) == 0);
+  for (const HeadKind kind : {HeadKind::kEagle3, HeadKind::kEagle1}) {
+    INFO(head_kind_name(kind));
+    TempDir dir;
+    write_random_head(dir.path.string(), t, options(HeadLayout::kEagle, 2, kind));
+    const HeadModel head(dir.path.string(), t, kind);
+    const int hidden = head.config().hidden_size();
+    const std::vector<float> x = random_floats(std::size_t(4) * hidden, 5);
+    const std::vector<int> tokens = {3, 4, 5, 6}, positions = {0, 1, 2, 3}, decode_token = {8}, decode_position = {4};
+    // Alone: a prefill of 4 rows, then a decode row.
+    HeadRun alone{head};
+    const int s = alone.cache.create();
+    std::vector<float> logits, out, alone_logits, alone_out;
+    alone.run(std::vector<SequenceRows>{{s, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
+    alone.run(std::vector<SequenceRows>{{s, decode_token, decode_position, {}, RowLogits::kLast}},
+              std::span(x).subspan(0, hidden), alone_logits, alone_out);
+    // Together: the decode row after another sequence's prefill in one batch.
+    HeadRun together{head};
+    const int s0 = together.cache.create(), s1 = together.cache.create();
+    together.run(std::vector<SequenceRows>{{s1, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
+    std::vector<float> x2(x.begin() + hidden, x.end());
+    x2.insert(x2.end(), x.begin(), x.begin() + hidden);
+    const std::vector<int> other_tokens = {9, 10, 11}, other_positions = {0, 1, 2};
+    together.run(std::vector<SequenceRows>{{s0, other_tokens, other_positions, {}, RowLogits::kAll},
+                                           {s1, decode_token, decode_position, {}, RowLogits::kLast}},
+                 x2, logits, out);
+    const int dv = head.config().draft_vocab_size;
+    CHECK(std::memcmp(&logits[std::size_t(3) * dv], alone_logits.data(), std::size_t(dv) * sizeof(float)) == 0);
+    CHECK(std::memcmp(&out[std::size_t(3) * hidden], alone_out.data(), std::size_t(hidden) * sizeof(float)) == 0);
 
-  // In place: the decode row's out written over its x.
-  HeadRun in_place{head};
-  const int s2 = in_place.cache.create();
-  in_place.run(std::vector<SequenceRows>{{s2, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
-  const SequenceRows decode{s2, decode_token, decode_position, {}, RowLogits::kLast};
-  const RaggedBatch batch = plan_batch(std::span(&decode, 1), in_place.cache.tables(), t);
-  const KvPlan plan = in_place.cache.prepare(batch.seqs, batch.rows_per_seq());
-  std::vector<float> buffer(x.begin(), x.begin() + hidden);
-  logits.assign(std::size_t(dv), 0.0f);
-  in_place.backend->forward(batch, plan, in_place.cache.storage(), *in_place.workspace, buffer, logits, buffer);
-  CHECK(std::memcmp(buffer.data(), alone_out.data(), std::size_t(hidden) * sizeof(float)) == 0);
-  CHECK(std::memcmp(logits.data(), alone_logits.data(), std::size_t(dv) * sizeof(float)) == 0);
+    // In place: the decode row's out written over its x.
+    HeadRun in_place{head};
+    const int s2 = in_place.cache.create();
+    in_place.run(std::vector<SequenceRows>{{s2, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
+    const SequenceRows decode{s2, decode_token, decode_position, {}, RowLogits::kLast};
+    const RaggedBatch batch = plan_batch(std::span(&decode, 1), in_place.cache.tables(), t);
+    const KvPlan plan = in_place.cache.prepare(batch.seqs, batch.rows_per_seq());
+    std::vector<float> buffer(x.begin(), x.begin() + hidden);
+    logits.assign(std::size_t(dv), 0.0f);
+    in_place.backend->forward(batch, plan, in_place.cache.storage(), *in_place.workspace, buffer, logits, buffer);
+    CHECK(std::memcmp(buffer.data(), alone_out.data(), std::size_t(hidden) * sizeof(float)) == 0);
+    CHECK(std::memcmp(logits.data(), alone_logits.data(), std::size_t(dv) * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("EAGLE-3 head: malformed and unsupported heads are refused by name", "[heads]") {
   const ModelConfig& t = target().config();
-  const auto written = [&](TempDir& dir, RandomEagle3 o) {
-    write_random_eagle3(dir.path.string(), t, o);
+  const auto written = [&](TempDir& dir, RandomHead o) {
+    write_random_head(dir.path.string(), t, o);
     return dir.path.string();
   };
-  const RandomEagle3 eagle = options(HeadLayout::kEagle, 4), speculators = options(HeadLayout::kSpeculators, 4);
+  const RandomHead eagle = options(HeadLayout::kEagle, 4), speculators = options(HeadLayout::kSpeculators, 4);
 
   SECTION("pytorch_model.bin without safetensors") {
     TempDir dir;
     written(dir, eagle);
     fs::rename(dir.path / "model.safetensors", dir.path / "pytorch_model.bin");
-    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t),
+    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t, HeadKind::kEagle3),
                       Contains("pytorch_model.bin") && Contains("convert") && Contains("safetensors"));
   }
-  SECTION("EAGLE-1/2: LlamaForCausalLM with fc [H, 2H] and a bias") {
+  SECTION("an EAGLE-1 head: named, with the method that loads it") {
     TempDir dir;
-    written(dir, eagle);
-    edit_config(dir, [](nlohmann::json& j) { j["architectures"] = {"LlamaForCausalLM"}; });
-    fs::remove(dir.path / "model.safetensors");
-    write_safetensors(dir.file("model.safetensors"),
-                      {{"fc.weight", DType::F32, {64, 128}}, {"fc.bias", DType::F32, {64}},
-                       {"layers.0.self_attn.q_proj.weight", DType::F32, {128, 64}}},
-                      [](std::size_t, std::span<unsigned char>) {});
-    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t), Contains("EAGLE-1/EAGLE-2") && Contains("not implemented yet"));
+    written(dir, options(HeadLayout::kEagle, 4, HeadKind::kEagle1));
+    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t, HeadKind::kEagle3),
+                      Contains(dir.path.string() + ": holds an EAGLE-1 head") && Contains("fc.bias") &&
+                          Contains("--draft-method eagle)"));
   }
   SECTION("Medusa") {
     TempDir dir;
     std::ofstream(dir.path / "config.json") << R"({"medusa_num_heads": 5, "medusa_num_layers": 1})";
-    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t),
+    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t, HeadKind::kEagle3),
                       Contains("config.json") && Contains("Medusa") && Contains("'medusa_num_heads' = 5") &&
                           Contains("draft.method medusa"));
   }
@@ -551,43 +593,43 @@ TEST_CASE("EAGLE-3 head: malformed and unsupported heads are refused by name", "
     TempDir dir;
     written(dir, speculators);
     edit_config(dir, [](nlohmann::json& j) { j["speculators_model_type"] = "eagle"; });
-    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t),
+    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t, HeadKind::kEagle3),
                       Contains("'speculators_model_type' = \"eagle\"") && Contains("not implemented yet"));
   }
   SECTION("an unknown architecture") {
     TempDir dir;
     written(dir, eagle);
     edit_config(dir, [](nlohmann::json& j) { j["architectures"] = {"MistralForCausalLM"}; });
-    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t),
-                      Contains("config.json") && Contains("MistralForCausalLM") && Contains("not an EAGLE-3 head"));
+    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t, HeadKind::kEagle3),
+                      Contains("config.json") && Contains("MistralForCausalLM") && Contains("not an EAGLE head"));
   }
   SECTION("speculators without draft_vocab_size, norm_before_fc, an EAGLE head without taps") {
     TempDir a, b, c;
     written(a, speculators);
     edit_config(a, [](nlohmann::json& j) { j.erase("draft_vocab_size"); });
-    CHECK_THROWS_WITH(HeadModel(a.path.string(), t),
+    CHECK_THROWS_WITH(HeadModel(a.path.string(), t, HeadKind::kEagle3),
                       Contains("config.json") && Contains("missing key 'draft_vocab_size'"));
     written(b, speculators);
     edit_config(b, [](nlohmann::json& j) { j["norm_before_fc"] = true; });
-    CHECK_THROWS_WITH(HeadModel(b.path.string(), t),
+    CHECK_THROWS_WITH(HeadModel(b.path.string(), t, HeadKind::kEagle3),
                       Contains("'norm_before_fc' = true") && Contains("not implemented yet"));
     written(c, eagle);
     edit_config(c, [](nlohmann::json& j) { j["eagle_config"] = {{"use_aux_hidden_state", false}}; });
-    CHECK_THROWS_WITH(HeadModel(c.path.string(), t),
+    CHECK_THROWS_WITH(HeadModel(c.path.string(), t, HeadKind::kEagle3),
                       Contains("'eagle_config.use_aux_hidden_state' = false") && Contains("not implemented yet"));
   }
   SECTION("more than one decoder layer") {
     TempDir dir;
     written(dir, speculators);
     edit_config(dir, [](nlohmann::json& j) { j["transformer_layer_config"]["num_hidden_layers"] = 2; });
-    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t),
+    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t, HeadKind::kEagle3),
                       Contains("transformer_layer_config") && Contains("'num_hidden_layers' = 2"));
   }
   SECTION("target_hidden_size differs from the target's hidden size") {
     TempDir dir;
     written(dir, eagle);
     edit_config(dir, [](nlohmann::json& j) { j["target_hidden_size"] = 96; });
-    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t),
+    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t, HeadKind::kEagle3),
                       Contains("config.json") && Contains("'target_hidden_size' = 96") && Contains("hidden_size 64"));
   }
   SECTION("vocab_size differs from the target's") {
@@ -595,45 +637,46 @@ TEST_CASE("EAGLE-3 head: malformed and unsupported heads are refused by name", "
     written(dir, speculators);
     ModelConfig other = t;
     other.vocab_size = 5000;
-    CHECK_THROWS_WITH(HeadModel(dir.path.string(), other),
+    CHECK_THROWS_WITH(HeadModel(dir.path.string(), other, HeadKind::kEagle3),
                       Contains("transformer_layer_config") && Contains("'vocab_size' = 4096") && Contains("5000"));
   }
   SECTION("tap layers outside the target") {
     TempDir a, b;
-    RandomEagle3 o = eagle;
+    RandomHead o = eagle;
     o.tap_ids = {1, 2, 6};  // the output of layer 6 of 6 layers
     written(a, o);
-    CHECK_THROWS_WITH(HeadModel(a.path.string(), t),
+    CHECK_THROWS_WITH(HeadModel(a.path.string(), t, HeadKind::kEagle3),
                       Contains("eagle_config.eagle_aux_hidden_state_layer_ids") && Contains("layer id 6") &&
                           Contains("6 layers"));
     o = speculators;
     o.tap_ids = {-1, 2, 3};
     written(b, o);
-    CHECK_THROWS_WITH(HeadModel(b.path.string(), t),
+    CHECK_THROWS_WITH(HeadModel(b.path.string(), t, HeadKind::kEagle3),
                       Contains("'eagle_aux_hidden_state_layer_ids'") && Contains("layer id -1"));
     TempDir c;
     written(c, eagle);
     ModelConfig shallow = t;
     shallow.num_hidden_layers = 2;
-    CHECK_THROWS_WITH(HeadModel(c.path.string(), shallow),
+    CHECK_THROWS_WITH(HeadModel(c.path.string(), shallow, HeadKind::kEagle3),
                       Contains("no tap layers given") && Contains("[2, 1, -1]") && Contains("2 layers"));
   }
   SECTION("d2t mapping outside the vocabulary, or two draft ids to one target id") {
     TempDir a, b;
-    RandomEagle3 o = eagle;
+    RandomHead o = eagle;
     o.draft_to_target = {0, 7, 4096};
     o.t2d = false;
     written(a, o);
-    CHECK_THROWS_WITH(HeadModel(a.path.string(), t),
+    CHECK_THROWS_WITH(HeadModel(a.path.string(), t, HeadKind::kEagle3),
                       Contains("model.safetensors") && Contains("'d2t' maps draft id 2 to target id 2 + 4094 = 4096") &&
                           Contains("[0, 4096)"));
     o.draft_to_target = {0, 7, 7};
     written(b, o);
-    CHECK_THROWS_WITH(HeadModel(b.path.string(), t), Contains("'d2t' maps draft ids 1 and 2 both to target id 7"));
+    CHECK_THROWS_WITH(HeadModel(b.path.string(), t, HeadKind::kEagle3),
+                      Contains("'d2t' maps draft ids 1 and 2 both to target id 7"));
   }
   SECTION("t2d inconsistent with d2t") {
     TempDir dir;
-    RandomEagle3 o = eagle;
+    RandomHead o = eagle;
     o.draft_to_target = {0, 7, 9};
     written(dir, o);
     // Set t2d[8] to true in the file.
@@ -646,22 +689,22 @@ TEST_CASE("EAGLE-3 head: malformed and unsupported heads are refused by name", "
     f.seekp(static_cast<std::streamoff>(8 + length + begin + 8));
     f.put(1);
     f.close();
-    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t),
+    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t, HeadKind::kEagle3),
                       Contains("'t2d' disagrees with 'd2t' at target id 8") && Contains("no draft id maps to it"));
   }
   SECTION("no embedding of its own and a hidden size other than the target's") {
     TempDir dir;
-    RandomEagle3 o = speculators;
+    RandomHead o = speculators;
     o.layer = narrow_layer();
     written(dir, o);
-    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t),
+    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t, HeadKind::kEagle3),
                       Contains("'embed_tokens.weight'") && Contains("hidden_size (48)") && Contains("(64)"));
   }
   SECTION("a tensor of the wrong shape, an unknown tensor") {
     TempDir a, b;
     written(a, eagle);
     edit_config(a, [](nlohmann::json& j) { j["intermediate_size"] = 100; });
-    CHECK_THROWS_WITH(HeadModel(a.path.string(), t),
+    CHECK_THROWS_WITH(HeadModel(a.path.string(), t, HeadKind::kEagle3),
                       Contains("model.safetensors") &&
                           Contains("'midlayer.mlp.gate_proj.weight' has shape [128, 64]") &&
                           Contains("expected [100, 64]"));
@@ -672,14 +715,78 @@ TEST_CASE("EAGLE-3 head: malformed and unsupported heads are refused by name", "
     std::ofstream(b.path / "model.safetensors.index.json")
         << R"({"weight_map": {"fc.weight": "model.safetensors",)"
         << R"( "layers.0.self_attn.q_proj.bias": "extra.safetensors"}})";
-    CHECK_THROWS_WITH(HeadModel(b.path.string(), t),
+    CHECK_THROWS_WITH(HeadModel(b.path.string(), t, HeadKind::kEagle3),
                       Contains("extra.safetensors") && Contains("unknown tensor 'layers.0.self_attn.q_proj.bias'"));
   }
   SECTION("no head forward on CUDA yet") {
     TempDir dir;
     written(dir, eagle);
-    const HeadModel head(dir.path.string(), t);
+    const HeadModel head(dir.path.string(), t, HeadKind::kEagle3);
     CHECK_THROWS_WITH(make_head_backend(BackendKind::kCuda, head, target()), Contains("cuda") && Contains("EAGLE-3"));
+  }
+}
+
+TEST_CASE("EAGLE-1 head: the CPU forward matches a plain double forward", "[heads]") {
+  const ModelConfig& t = target().config();
+  for (const bool own_embedding : {false, true}) {
+    INFO((own_embedding ? "own embedding, BF16" : "the target's embedding, F32"));
+    TempDir dir;
+    RandomHead o = options(HeadLayout::kEagle, 6, HeadKind::kEagle1);
+    o.embed = own_embedding;
+    o.dtype = own_embedding ? DType::BF16 : DType::F32;
+    write_random_head(dir.path.string(), t, o);
+    const HeadModel head(dir.path.string(), t, HeadKind::kEagle1);
+    const HeadConfig& c = head.config();
+    CHECK(c.kind == HeadKind::kEagle1);
+    CHECK(c.tap_layers == std::vector<int>{t.num_hidden_layers});
+    CHECK(c.draft_vocab_size == t.vocab_size);
+    CHECK(head.kv_layout(8).kv_dim() == t.kv_dim());
+    CHECK((head.lm_head() == nullptr && head.final_norm() == nullptr && head.hidden_norm() == nullptr));
+    CHECK((head.embed_tokens() != nullptr) == own_embedding);
+    check_against_reference(head);
+  }
+}
+
+TEST_CASE("EAGLE-1 head: malformed heads and EAGLE-3 heads are refused by name", "[heads]") {
+  const ModelConfig& t = target().config();
+  const RandomHead eagle1 = options(HeadLayout::kEagle, 4, HeadKind::kEagle1);
+  SECTION("no fc.bias") {
+    TempDir dir;
+    write_random_head(dir.path.string(), t, eagle1);
+    edit_safetensors_header(dir.path / "model.safetensors", [](nlohmann::json& j) {
+      j["fc.bias_renamed"] = j["fc.bias"];
+      j.erase("fc.bias");
+    });
+    // Still an EAGLE-1 head by its layers.0.* tensors.
+    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t, HeadKind::kEagle1),
+                      Contains(dir.path.string()) && Contains("missing tensor 'fc.bias'"));
+  }
+  SECTION("fc of the wrong shape") {
+    TempDir dir;
+    write_random_head(dir.path.string(), t, eagle1);
+    edit_safetensors_header(dir.path / "model.safetensors",
+                            [](nlohmann::json& j) { j["fc.weight"]["shape"] = {128, 64}; });
+    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t, HeadKind::kEagle1),
+                      Contains("model.safetensors") && Contains("'fc.weight' has shape [128, 64]") &&
+                          Contains("expected [64, 128]"));
+  }
+  SECTION("a hidden size other than the target's") {
+    TempDir dir;
+    RandomHead o = eagle1;
+    o.layer = narrow_layer();
+    write_random_head(dir.path.string(), t, o);
+    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t, HeadKind::kEagle1),
+                      Contains("config.json") && Contains("'hidden_size' = 48") &&
+                          Contains("the target's hidden_size 64"));
+  }
+  SECTION("an EAGLE-3 head, in either layout") {
+    for (const HeadLayout layout : {HeadLayout::kEagle, HeadLayout::kSpeculators}) {
+      TempDir dir;
+      write_random_head(dir.path.string(), t, options(layout, 4));
+      CHECK_THROWS_WITH(HeadModel(dir.path.string(), t, HeadKind::kEagle1),
+                        Contains(dir.path.string() + ": holds an EAGLE-3 head") && Contains("not an EAGLE-1 head") &&
+                            Contains("--draft-method eagle3)"));
+    }
   }
 }
 

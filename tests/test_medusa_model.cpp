@@ -207,7 +207,8 @@ TEST_CASE("Medusa heads: malformed heads are refused by name", "[heads]") {
   SECTION("the EAGLE-3 loader points at draft.method medusa") {
     TempDir dir;
     written(dir, o);
-    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t), Contains("'medusa_num_heads' = 2") && Contains("draft.method medusa"));
+    CHECK_THROWS_WITH(HeadModel(dir.path.string(), t, HeadKind::kEagle3),
+                      Contains("'medusa_num_heads' = 2") && Contains("draft.method medusa"));
   }
 }
 

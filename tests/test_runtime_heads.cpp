@@ -1,13 +1,15 @@
-// Speculative decoding with a draft head on the target's hidden states (EAGLE-3) end to end:
-// greedy output equals plain greedy output (chains and static trees, one request and many
-// at once, dynamic trees too), for a random head over a reduced draft vocabulary and for the
-// shipped head, whose proposals the target accepts far more often than the same head's fed
-// other layers' states; sampled output follows the target's exact distribution.
+// Speculative decoding with a draft head on the target's hidden states (EAGLE-3, EAGLE-1) end
+// to end: greedy output equals plain greedy output (chains and static trees, one request and
+// many at once, dynamic trees too), for a random EAGLE-3 head over a reduced draft vocabulary,
+// a random EAGLE-1 head and the shipped EAGLE-3 head, whose proposals the target accepts far
+// more often than the same head's fed other layers' states; sampled output follows the
+// target's exact distribution.
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -31,9 +33,12 @@ DraftOptions eagle3(const std::string& dir, int gamma, std::vector<int> tree = {
   return test::head_draft(DraftMethod::kEagle3, dir, gamma, std::move(tree));
 }
 
+DraftOptions eagle1(const std::string& dir, int gamma, std::vector<int> tree = {}) {
+  return test::head_draft(DraftMethod::kEagle, dir, gamma, std::move(tree));
+}
+
 // A dynamic tree of `budget` nodes at most `depth` deep.
-DraftOptions eagle3_dynamic(const std::string& dir, int depth, int budget) {
-  DraftOptions d = eagle3(dir, depth);
+DraftOptions dynamic(DraftOptions d, int budget) {
   d.tree_budget = budget;
   return d;
 }
@@ -42,11 +47,27 @@ DraftOptions eagle3_dynamic(const std::string& dir, int depth, int budget) {
 const std::string& random_head() {
   static test::TempDir dir;
   static const bool written = [] {
-    RandomEagle3 o;
+    RandomHead o;
     o.draft_vocab = 3000;
     o.seed = 5;
     o.weight_std = 0.05f;
-    write_random_eagle3(dir.path.string(), store().model(test::model_dir("target-16m")).config(), o);
+    write_random_head(dir.path.string(), store().model(test::model_dir("target-16m")).config(), o);
+    return true;
+  }();
+  (void)written;
+  static const std::string path = dir.path.string();
+  return path;
+}
+
+// A random EAGLE-1 head for target-16m, written once.
+const std::string& random_eagle1_head() {
+  static test::TempDir dir;
+  static const bool written = [] {
+    RandomHead o;
+    o.kind = HeadKind::kEagle1;
+    o.seed = 6;
+    o.weight_std = 0.05f;
+    write_random_head(dir.path.string(), store().model(test::model_dir("target-16m")).config(), o);
     return true;
   }();
   (void)written;
@@ -73,7 +94,7 @@ const std::string& misfed_head() {
 
 }  // namespace
 
-TEST_CASE("eagle3: greedy speculative output equals plain greedy output", "[runtime][heads]") {
+TEST_CASE("eagle heads: greedy speculative output equals plain greedy output", "[runtime][heads]") {
   struct Drafting {
     const char* name;
     DraftOptions options;
@@ -84,8 +105,10 @@ TEST_CASE("eagle3: greedy speculative output equals plain greedy output", "[runt
       {"random head, static tree 2,2", eagle3(random_head(), 4, {2, 2})},
       {"shipped head, chain 4", eagle3(shipped, 4)},
       {"shipped head, static tree 3,2,1", eagle3(shipped, 4, {3, 2, 1})},
-      {"shipped head, dynamic tree 10", eagle3_dynamic(shipped, 4, 10)},
-      {"random head, dynamic tree 6", eagle3_dynamic(random_head(), 3, 6)},
+      {"shipped head, dynamic tree 10", dynamic(eagle3(shipped, 4), 10)},
+      {"random head, dynamic tree 6", dynamic(eagle3(random_head(), 3), 6)},
+      {"random EAGLE-1 head, chain 3", eagle1(random_eagle1_head(), 3)},
+      {"random EAGLE-1 head, dynamic tree 6", dynamic(eagle1(random_eagle1_head(), 3), 6)},
   };
   const auto prompts = reference_prompts();
   const std::size_t prompt_step = test::kSanitized ? 6 : 2;
@@ -117,6 +140,8 @@ TEST_CASE("eagle3: greedy speculative output equals plain greedy output", "[runt
   const auto expected = generate(store(), one)["ids"];
   one.draft = eagle3(random_head(), 3);
   CHECK(generate(store(), one)["ids"] == expected);
+  one.draft = eagle1(random_eagle1_head(), 3);
+  CHECK(generate(store(), one)["ids"] == expected);
   // The head reads the states it was trained on: fed those of other layers, the same weights
   // propose what the target takes far less often.
   const double rate = double(accepted) / double(steps), misfed_rate = double(misfed_accepted) / double(misfed_steps);
@@ -124,33 +149,48 @@ TEST_CASE("eagle3: greedy speculative output equals plain greedy output", "[runt
   CHECK(rate > 1.2 * misfed_rate);
 }
 
-TEST_CASE("eagle3: many requests at once give each its own greedy output", "[runtime][heads]") {
+TEST_CASE("eagle heads: many requests at once give each its own greedy output", "[runtime][heads]") {
   const auto prompts = reference_prompts();
   const int requests = test::kSanitized ? 6 : 16;
-  SchedulerLimits limits;
-  limits.max_sequences = requests;
-  limits.kv_blocks = 64 * requests;
-  GenerateOptions shared = base_options(prompts[0], 24);
-  Scheduler scheduler(store(), shared, limits);
+  std::vector<GenerateOptions> plain;
   std::vector<std::vector<int>> expected;
   for (int r = 0; r < requests; ++r) {
-    GenerateOptions o = base_options(prompts[static_cast<std::size_t>(r) % prompts.size()], 16 + r % 5);
-    expected.push_back(generate(store(), o)["ids"].get<std::vector<int>>());
-    o.draft = r % 2 ? eagle3(test::model_dir("target-16m-eagle3"), 3) : eagle3(random_head(), 2, {2, 1});
-    scheduler.submit(o, static_cast<uint64_t>(r));
+    plain.push_back(base_options(prompts[static_cast<std::size_t>(r) % prompts.size()], 16 + r % 5));
+    expected.push_back(generate(store(), plain.back())["ids"].get<std::vector<int>>());
   }
-  scheduler.run();
-  long head_forwards = 0;
-  for (int r = 0; r < requests; ++r) {
-    INFO("request " << r);
-    const std::vector<int>& got = scheduler.outcome(r).samples.front();
-    CHECK(got == expected[static_cast<std::size_t>(r)]);
-    head_forwards += scheduler.outcome(r).draft_forwards;
+  // A scheduler keeps one set of target states: EAGLE-3 heads (the same taps) share a batch,
+  // EAGLE-1 heads (the last layer's output) another.
+  const std::vector<std::pair<const char*, std::function<DraftOptions(int)>>> batches = {
+      {"EAGLE-3 heads",
+       [](int r) {
+         return r % 2 ? eagle3(test::model_dir("target-16m-eagle3"), 3) : eagle3(random_head(), 2, {2, 1});
+       }},
+      {"an EAGLE-1 head",
+       [](int r) { return r % 2 ? eagle1(random_eagle1_head(), 3) : eagle1(random_eagle1_head(), 2, {2, 1}); }}};
+  for (const auto& [name, draft] : batches) {
+    INFO(name);
+    SchedulerLimits limits;
+    limits.max_sequences = requests;
+    limits.kv_blocks = 64 * requests;
+    Scheduler scheduler(store(), base_options(prompts[0], 24), limits);
+    for (int r = 0; r < requests; ++r) {
+      GenerateOptions o = plain[static_cast<std::size_t>(r)];
+      o.draft = draft(r);
+      scheduler.submit(o, static_cast<uint64_t>(r));
+    }
+    scheduler.run();
+    long head_forwards = 0;
+    for (int r = 0; r < requests; ++r) {
+      INFO("request " << r);
+      const std::vector<int>& got = scheduler.outcome(r).samples.front();
+      CHECK(got == expected[static_cast<std::size_t>(r)]);
+      head_forwards += scheduler.outcome(r).draft_forwards;
+    }
+    // The sequences of one head share its forwards: a call per head and round, not per sequence.
+    INFO(head_forwards << " drafters' forwards in " << scheduler.stats().draft_calls << " calls");
+    CHECK(head_forwards >= 2 * scheduler.stats().draft_calls);
+    CHECK(scheduler.kv_stats().blocks_in_use == 0);
   }
-  // The sequences of one head share its forwards: a call per head and round, not per sequence.
-  INFO(head_forwards << " drafters' forwards in " << scheduler.stats().draft_calls << " calls");
-  CHECK(head_forwards >= 2 * scheduler.stats().draft_calls);
-  CHECK(scheduler.kv_stats().blocks_in_use == 0);
 }
 
 TEST_CASE("eagle3: under the threshold and load policies each request gets its own greedy output",
@@ -165,7 +205,7 @@ TEST_CASE("eagle3: under the threshold and load policies each request gets its o
   test::policy_batch_drafted(GammaPolicy::kLoad, {}, draft);
 }
 
-TEST_CASE("eagle3: speculative sampling's first tokens follow the target distribution",
+TEST_CASE("eagle heads: speculative sampling's first tokens follow the target distribution",
           "[runtime][heads][statistical]") {
   const Backend& target = store().get(test::model_dir("target-16m"));
   const int vocab = target.config().vocab_size;
@@ -180,7 +220,8 @@ TEST_CASE("eagle3: speculative sampling's first tokens follow the target distrib
   const SamplingOptions sampling = SamplingOptions::sample(1.0f, 0, 1.0f, 0.0f);
   make_sampler(sampling)->distribution(logits, p);
   for (const auto& [name, draft] : {std::pair{"shipped head, chain 3", eagle3(test::model_dir("target-16m-eagle3"), 3)},
-                                    std::pair{"random head, tree 2,2", eagle3(random_head(), 2, {2, 2})}}) {
+                                    std::pair{"random head, tree 2,2", eagle3(random_head(), 2, {2, 2})},
+                                    std::pair{"random EAGLE-1 head, chain 3", eagle1(random_eagle1_head(), 3)}}) {
     INFO(name);
     GenerateOptions o = base_options(prompt, 2);
     o.sampling = sampling;
@@ -204,7 +245,7 @@ TEST_CASE("eagle3: the shipped head reproduces its README's first-step agreement
   const std::string dir = test::model_dir("target-16m-eagle3");
   const nlohmann::json eval = nlohmann::json::parse(std::ifstream(dir + "/eval.json"));
   const Backend& target = store().get(test::model_dir("target-16m"));
-  const HeadBackend& head = store().head(dir, test::model_dir("target-16m"));
+  const HeadBackend& head = store().head(dir, test::model_dir("target-16m"), BackendKind::kCpu, HeadKind::kEagle3);
   const HeadConfig& c = head.config();
   const int vocab = target.config().vocab_size, width = c.num_taps() * target.config().hidden_size;
   for (const auto& [domain, figures] : eval["domains"].items()) {

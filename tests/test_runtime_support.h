@@ -34,7 +34,7 @@ inline DraftOptions model_draft(const char* model, int gamma, std::vector<int> t
   return d;
 }
 
-// A draft head of `method` (eagle3, medusa) in `dir`: a chain of gamma or a static tree (`tree`).
+// A draft head of `method` (eagle3, eagle, medusa) in `dir`: a chain of gamma or a static tree (`tree`).
 inline DraftOptions head_draft(DraftMethod method, const std::string& dir, int gamma, std::vector<int> tree = {}) {
   DraftOptions d;
   d.method = method;
