@@ -20,6 +20,7 @@
 #include "engine/cuda/verify_plan.h"
 #include "engine/forward.h"
 #include "sampling/sampler.h"
+#include "tests/test_gpu_support.h"
 #include "tests/test_runtime_support.h"
 #include "verify/verifier.h"
 
@@ -27,14 +28,6 @@ namespace specula {
 namespace {
 
 using Catch::Contains;
-
-#define REQUIRE_GPU()                                                \
-  do {                                                               \
-    if (cuda_device_count() == 0) {                                  \
-      WARN("skipped: no GPU (" << cuda_unavailable_reason() << ")"); \
-      return;                                                        \
-    }                                                                \
-  } while (0)
 
 // A greedy request for batch span `part`.
 DeviceVerify tree_request(int part, std::span<const int> tokens, std::span<const int> parents) {
@@ -266,7 +259,7 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
 // (its siblings rejected) and by n-grams at batch 1 and 2 (2 alone under the sanitizers).
 TEST_CASE("cuda backend: greedy speculation verified on the device emits plain greedy decoding's tokens", "[gpu]") {
   REQUIRE_GPU();
-  const bool host = cuda_device_name() == "specula host execution";
+  const bool host = test::host_execution();
   const auto prompts = test::reference_prompts();
   const std::vector<int> sizes = !host ? std::vector<int>{1, 8, 32} : test::kSanitized ? std::vector<int>{2} : std::vector<int>{1, 2};
   const int tokens = host ? 6 : 24;

@@ -33,6 +33,7 @@
 #include "engine/cuda/kernel_harness.h"
 #include "sampling/logit_transforms.h"
 #include "sampling/sampler.h"
+#include "tests/test_gpu_support.h"
 #include "tests/test_support.h"
 
 namespace specula {
@@ -45,8 +46,6 @@ constexpr long double kMassBound = 1e-9L;
 constexpr double kProbBound = 0x1p-22;
 // The CDF of probabilities within kProbBound, summed in another order.
 constexpr double kDrawBound = 1e-6;
-
-bool host_execution() { return cuda_device_name() == "specula host execution"; }
 
 using Rng = std::mt19937_64;
 int uniform_int(Rng& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
@@ -257,10 +256,7 @@ std::string describe(const Row& r, const std::vector<float>& device, int token) 
 }  // namespace
 
 TEST_CASE("cuda kernels: sampling matches sampling/'s chain and draw", "[gpu]") {
-  if (cuda_device_count() == 0) {
-    WARN("skipped: no GPU (" << cuda_unavailable_reason() << ")");
-    return;
-  }
+  REQUIRE_GPU();
   // Rows per vocabulary (fewer under the sanitizers); one launch per vocabulary.
   const std::vector<std::pair<int, int>> plan =
       test::kSanitized ? std::vector<std::pair<int, int>>{{1, 50}, {2, 200}, {7, 300}, {64, 300},
@@ -368,7 +364,7 @@ TEST_CASE("cuda kernels: sampling matches sampling/'s chain and draw", "[gpu]") 
                     << draws_at_boundary << " of " << draws_compared - placed_draws << " random uniforms, "
                     << placed_at_boundary << " of " << placed_draws << " placed on one; worst probability "
                     << worst_relative << " relative; " << seconds << " s"
-                    << (host_execution() ? " (host execution)" : ""));
+                    << (test::host_execution() ? " (host execution)" : ""));
   CHECK(mismatches == 0);
   CHECK(support_at_boundary <= rows / 100);
   CHECK(draws_at_boundary <= (draws_compared - placed_draws) / 100);

@@ -21,6 +21,7 @@
 #include "engine/cuda/device.h"
 #include "engine/cuda/kernel_harness.h"
 #include "engine/cuda/verify_tree.h"
+#include "tests/test_gpu_support.h"
 #include "tests/test_support.h"
 #include "verify/token_tree.h"
 #include "verify/verifier.h"
@@ -31,8 +32,6 @@ namespace {
 static_assert(kDrawSampled == static_cast<int>(SiblingDraw::kSampled));
 static_assert(kDrawWithoutReplacement == static_cast<int>(SiblingDraw::kWithoutReplacement));
 static_assert(kDrawTopK == static_cast<int>(SiblingDraw::kTopK));
-
-bool host_execution() { return cuda_device_name() == "specula host execution"; }
 
 using Rng = std::mt19937_64;
 
@@ -316,10 +315,7 @@ std::string describe(const Case& c, const VerifyResult& cpu, const VerifyResult&
 }  // namespace
 
 TEST_CASE("cuda kernels: tree verification emits exactly what verify_greedy and verify_stochastic emit", "[gpu]") {
-  if (cuda_device_count() == 0) {
-    WARN("skipped: no GPU (" << cuda_unavailable_reason() << ")");
-    return;
-  }
+  REQUIRE_GPU();
   // 10^5 trees (10^4 under the sanitizers), in launches of 1000 sequences of one vocabulary.
   const int total = test::kSanitized ? 10'000 : 100'000;
   constexpr int kPerLaunch = 1000;
@@ -366,7 +362,7 @@ TEST_CASE("cuda kernels: tree verification emits exactly what verify_greedy and 
   WARN("tree verification: " << trees << " trees, " << kernel_launches << " launches, " << mismatches
                              << " mismatches; " << deep << " accepted 2+ nodes, " << corrected
                              << " rejected every root child, " << empty << " empty; " << seconds << " s"
-                             << (host_execution() ? " (host execution)" : ""));
+                             << (test::host_execution() ? " (host execution)" : ""));
   CHECK(trees == total);
   CHECK(mismatches == 0);
   // The sweep reaches deep acceptances, full rejections and empty trees.

@@ -29,6 +29,7 @@
 #include "engine/cuda/device.h"
 #include "engine/cuda/kernel_harness.h"
 #include "engine/forward.h"
+#include "tests/test_gpu_support.h"
 #include "tests/test_engine_support.h"
 #include "tests/test_support.h"
 
@@ -36,18 +37,6 @@ namespace specula {
 namespace {
 
 namespace harness = cuda::harness;
-
-// The host execution (engine/cuda/host) runs every case; its sweeps are sized for a CPU where
-// a case would otherwise take minutes.
-bool host_execution() { return cuda_device_name() == "specula host execution"; }
-
-#define REQUIRE_GPU()                                                       \
-  do {                                                                      \
-    if (cuda_device_count() == 0) {                                         \
-      WARN("skipped: no GPU (" << cuda_unavailable_reason() << ")");        \
-      return;                                                               \
-    }                                                                       \
-  } while (0)
 
 constexpr double kF32Bound = 1e-3;
 constexpr double kBf16Bound = 1e-2;
@@ -152,11 +141,11 @@ TEST_CASE("cuda kernels: the matrix products equal a float64 reference, and the 
     for (int n : {1, 2, 3, 8, 17, 64, 65, 300}) {
       const std::int64_t weights = static_cast<std::int64_t>(s.in) * s.out;
       if (n > cuda::kSmallRows && weights > 2048 * 2560) continue;  // a quick CPU reference
-      if (host_execution() && weights > 2048 * 2560 && n != 1 && n != 17) continue;
-      if (host_execution() && weights >= 2048 * 2048 && n > 65) continue;
+      if (test::host_execution() && weights > 2048 * 2560 && n != 1 && n != 17) continue;
+      if (test::host_execution() && weights >= 2048 * 2048 && n > 65) continue;
       // Under the sanitizers the host execution checks each kernel's accesses on the shapes
       // up to q/o's and on row counts around the small kernel's tiles.
-      if (host_execution() && test::kSanitized && (weights > 2048 * 2560 || n == 2 || n == 8 || n == 300)) continue;
+      if (test::host_execution() && test::kSanitized && (weights > 2048 * 2560 || n == 2 || n == 8 || n == 300)) continue;
       INFO("n " << n << ", in " << s.in << ", out " << s.out);
       const std::vector<float> x = random_floats(rng, static_cast<std::size_t>(n) * s.in);
       const std::vector<float> wf = random_floats(rng, static_cast<std::size_t>(s.out) * s.in, 0.05f);
@@ -394,7 +383,7 @@ TEST_CASE("cuda backend: full-model logits equal the CPU backend's for the three
                         Run{"draft-1m", KvDType::kF32, false}, Run{"draft-1m", KvDType::kBF16, false},
                         Run{"target-16m", KvDType::kF32, true}}) {
     // Under the sanitizers the host execution runs each page type and prefill path once.
-    if (host_execution() && test::kSanitized &&
+    if (test::host_execution() && test::kSanitized &&
         (run.model == std::string_view("draft-4m") ||
          (run.model == std::string_view("target-16m") && run.kv == KvDType::kF32 && !run.cublas_prefill)))
       continue;
@@ -408,7 +397,7 @@ TEST_CASE("cuda backend: full-model logits equal the CPU backend's for the three
     const int a_cpu = on_cpu.cache.create(), a_gpu = on_gpu.cache.create();
     // A prefill (100 rows; 40 through the invariant kernel on the host execution), then decode
     // rows and a tree (graphs).
-    const int prompt_len = host_execution() && !run.cublas_prefill ? 40 : 100;
+    const int prompt_len = test::host_execution() && !run.cublas_prefill ? 40 : 100;
     std::vector<int> prompt(static_cast<std::size_t>(prompt_len)), positions(prompt.size());
     for (int& t : prompt) t = std::uniform_int_distribution<int>(3, vocab - 1)(rng);
     std::iota(positions.begin(), positions.end(), 0);
@@ -476,9 +465,9 @@ TEST_CASE("cuda backend: a row's logits are bitwise equal alone and in batches o
   std::mt19937 rng(6);
   // The host execution runs the same kernels over draft-1m's smaller matrices (under the
   // sanitizers with bf16 pages only).
-  const Model& model = test::shared_backend(test::model_dir(host_execution() ? "draft-1m" : "target-16m")).model();
+  const Model& model = test::shared_backend(test::model_dir(test::host_execution() ? "draft-1m" : "target-16m")).model();
   for (KvDType kv : {KvDType::kF32, KvDType::kBF16}) {
-    if (host_execution() && test::kSanitized && kv == KvDType::kF32) continue;
+    if (test::host_execution() && test::kSanitized && kv == KvDType::kF32) continue;
     INFO("KV pages " << name_of(kv));
     const auto gpu = cuda_backend(model, kv);
     const int vocab = model.config().vocab_size;
@@ -659,12 +648,12 @@ TEST_CASE("cuda backend: greedy continuations equal the Hugging Face reference w
     // first 4 steps of the 2 shortest of the 12 prompts of the draft models (target-16m's
     // logits are held to the CPU backend's by the full-model test); under the sanitizers,
     // draft-1m's shortest.
-    if (host_execution() && std::string(name) == "target-16m") continue;
-    if (host_execution() && test::kSanitized && std::string(name) != "draft-1m") continue;
+    if (test::host_execution() && std::string(name) == "target-16m") continue;
+    if (test::host_execution() && test::kSanitized && std::string(name) != "draft-1m") continue;
     const auto gpu = cuda_backend(test::shared_backend(test::model_dir(name)).model(), KvDType::kBF16);
-    const int compared = host_execution() ? check_greedy(*gpu, name, test::kSanitized ? 1 : 2, 4) : check_greedy(*gpu, name);
+    const int compared = test::host_execution() ? check_greedy(*gpu, name, test::kSanitized ? 1 : 2, 4) : check_greedy(*gpu, name);
     INFO(name << ": " << compared << " greedy steps compared");
-    CHECK(compared >= (host_execution() ? 4 : 100));
+    CHECK(compared >= (test::host_execution() ? 4 : 100));
   }
 }
 
