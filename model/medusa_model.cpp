@@ -34,6 +34,16 @@ MedusaModel::MedusaModel(const std::string& dir, const ModelConfig& target) : di
   const std::string origin = (d / "config.json").string();
   const json j = read_json_object(origin);
   MedusaConfig& c = config_;
+  // A folder of another kind, by what its config says, before the Medusa keys are read.
+  if (!j.contains("medusa_num_heads")) {
+    const std::string other = j.contains("speculators_model_type")
+                                  ? "key 'speculators_model_type' = " + j["speculators_model_type"].dump()
+                              : j.contains("architectures") ? "key 'architectures' = " + j["architectures"].dump()
+                                                            : "";
+    SPECULA_CHECK(other.empty(), origin, ": not a Medusa head (", other,
+                  ", no 'medusa_num_heads'); EAGLE heads load with draft.method eagle3 or eagle "
+                  "(--draft-method eagle3|eagle)");
+  }
   c.num_heads = positive_int(j, "medusa_num_heads", origin, 0);
   c.num_layers = positive_int(j, "medusa_num_layers", origin, 0);
   c.hidden_size = positive_int(j, "hidden_size", origin, target.hidden_size);

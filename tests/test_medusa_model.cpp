@@ -13,6 +13,7 @@
 #include "base/rng.h"
 #include "engine/cpu/matmul.h"
 #include "engine/medusa_backend.h"
+#include "model/head_checkpoint_writer.h"
 #include "model/medusa_checkpoint_writer.h"
 #include "model/head_model.h"
 #include "model/medusa_model.h"
@@ -203,6 +204,21 @@ TEST_CASE("Medusa heads: malformed heads are refused by name", "[heads]") {
     edit_config(dir, [](nlohmann::json& j) { j["medusa_num_heads"] = 1; });
     CHECK_THROWS_WITH(MedusaModel(dir.path.string(), t),
                       Contains("model.safetensors") && Contains("unknown tensor 'medusa_head.1."));
+  }
+  SECTION("EAGLE heads, each layout, point at their draft methods") {
+    for (const auto& [kind, layout] : {std::pair{HeadKind::kEagle3, HeadLayout::kEagle},
+                                       std::pair{HeadKind::kEagle3, HeadLayout::kSpeculators},
+                                       std::pair{HeadKind::kEagle1, HeadLayout::kEagle}}) {
+      TempDir dir;
+      RandomHead h;
+      h.kind = kind;
+      h.layout = layout;
+      write_random_head(dir.path.string(), t, h);
+      CHECK_THROWS_WITH(MedusaModel(dir.path.string(), t),
+                        Contains("config.json") && Contains("not a Medusa head") &&
+                            Contains(layout == HeadLayout::kSpeculators ? "speculators_model_type" : "architectures") &&
+                            Contains("--draft-method eagle3|eagle"));
+    }
   }
   SECTION("the EAGLE-3 loader points at draft.method medusa") {
     TempDir dir;
