@@ -1,10 +1,13 @@
 // defines: helpers of the runtime tests: the process's ModelStore, the shared reference
 // prompts, bitwise equality of two sequences' cached K/V rows, a plain causal prefill into a
-// fresh sequence (the cache a plain run builds, for the cache-equality tests), and a batch of
-// requests under a draft-length policy checked against plain greedy.
+// fresh sequence (the cache a plain run builds, for the cache-equality tests), a batch of
+// requests under a draft-length policy checked against plain greedy, and the chi-square check
+// of a drafter's first speculative step.
 #pragma once
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -18,7 +21,9 @@
 #include "runtime/generate_options.h"
 #include "runtime/model_store.h"
 #include "runtime/scheduler.h"
+#include "sampling/sampler.h"
 #include "tests/test_support.h"
+#include "tests/test_verify_support.h"
 
 namespace specula::test {
 
@@ -116,6 +121,71 @@ inline long policy_batch_drafted(GammaPolicy policy, LengthThreshold threshold,
   }
   CHECK(scheduler.kv_stats().blocks_in_use == 0);
   return drafted;
+}
+
+// The law of a drafter's speculative sampling under `sampling` past the first token: samples
+// of two new tokens are conditioned on a first token t and their second tokens held against
+// p(. | prompt, t) (the pair's law is the target's, so this conditional is too); a second token
+// comes from the first step's accepted path or bonus, or from a second step after the drafter
+// caught up on the verified path. The prompt (of target-16m's reference prompts) and t (its
+// most likely first token) are those with the most effective cells, p(t) exp(H(p(. |
+// prompt, t))). Pearson chi-square at alpha = 1e-3. Power: the chosen prompt's p(t) is about
+// 0.66, so of `samples` = 2000 about 1300 are conditioned (the test requires 2000 p(t) / 2 at
+// least), in 27 degrees of freedom after pooling (critical value 55.5); a shift of 7% of the
+// mass between two tokens of probability about 0.2 then has noncentrality 1300 * 2 * 0.07^2 /
+// 0.2 = 64, detected with power 0.99 (a 5% shift: noncentrality 32, power 0.60; simulated).
+// Under the sanitizers (200 samples) a smoke test. The prompt and t are printed on failure.
+inline void check_second_token_law(const DraftOptions& draft, const SamplingOptions& sampling, int samples,
+                                   uint64_t seed) {
+  const Backend& target = store().get(model_dir("target-16m"));
+  const int vocab = target.config().vocab_size;
+  const auto sampler = make_sampler(sampling);
+  const auto law = [&](std::span<const int> tokens) {
+    std::vector<float> logits(static_cast<std::size_t>(vocab)), p(logits.size());
+    KvCache cache(target.kv_layout(16), 64);
+    const auto workspace = target.make_workspace();
+    std::vector<int> positions(tokens.size());
+    for (std::size_t i = 0; i < tokens.size(); ++i) positions[i] = static_cast<int>(i);
+    ForwardContext{target, cache, *workspace}.run(SequenceRows{cache.create(), tokens, positions, {}, RowLogits::kLast},
+                                                  logits);
+    sampler->distribution(logits, p);
+    return std::vector<double>(p.begin(), p.end());
+  };
+  std::vector<int> prompt;
+  std::vector<double> second;
+  double p_first = 0, best = -1;
+  int t = -1;
+  for (std::vector<int> candidate : reference_prompts()) {
+    const std::vector<double> first = law(candidate);
+    const int top = static_cast<int>(std::max_element(first.begin(), first.end()) - first.begin());
+    candidate.push_back(top);
+    std::vector<double> next = law(candidate);
+    candidate.pop_back();
+    double entropy = 0;
+    for (double x : next) entropy -= x > 0 ? x * std::log(x) : 0.0;
+    const double cells = first[static_cast<std::size_t>(top)] * std::exp(entropy);
+    if (cells > best)
+      best = cells, prompt = candidate, second = std::move(next), t = top, p_first = first[static_cast<std::size_t>(top)];
+  }
+
+  GenerateOptions o = base_options(prompt, 2);
+  o.sampling = sampling;
+  o.draft = draft;
+  o.seed = seed;
+  o.num_samples = samples;
+  const auto result = generate(store(), o);
+  std::vector<long> counts(static_cast<std::size_t>(vocab), 0);
+  long conditioned = 0;
+  for (const auto& sample : result["samples"])
+    if (sample[0].get<int>() == t) ++counts[sample[1].get<int>()], ++conditioned;
+  CHECK(result["stats"]["drafted"].get<long>() > 0);
+  const ChiSquare chi = chi_square(counts, second);
+  INFO("prompt of " << prompt.size() << " tokens, first token " << t << " (p " << p_first << ") in " << conditioned
+                    << " of " << samples << " samples; chi2 " << chi.statistic << " df " << chi.df << " p-value "
+                    << chi.p_value);
+  CHECK(conditioned >= static_cast<long>(samples * p_first / 2));
+  CHECK(chi.impossible == 0);
+  CHECK(chi.p_value > 1e-3);
 }
 
 }  // namespace specula::test
