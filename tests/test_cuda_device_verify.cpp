@@ -196,7 +196,8 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
                                RowLogits::kAll});
         continue;
       }
-      batch.parts.push_back(batch.rows[i].build(batch.seqs.back(), b.prompt, cases[static_cast<std::size_t>(layout[i].verified)].tree));
+      const TokenTree& tree = cases[static_cast<std::size_t>(layout[i].verified)].tree;
+      batch.parts.push_back(batch.rows[i].build(batch.seqs.back(), b.prompt, tree));
     }
   };
   Batch host, device;
@@ -207,7 +208,8 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
   ctx.run(host.parts, host_logits);
   std::vector<DeviceVerify> verify;
   for (std::size_t i = 0; i < layout.size(); ++i)
-    if (layout[i].verified >= 0) verify.push_back(cases[static_cast<std::size_t>(layout[i].verified)].request(static_cast<int>(i)));
+    if (layout[i].verified >= 0)
+      verify.push_back(cases[static_cast<std::size_t>(layout[i].verified)].request(static_cast<int>(i)));
   std::vector<DeviceVerdict> verdicts(verify.size());
   const DeviceTimes times = ctx.run(device.parts, device_logits, verify, verdicts);
   CHECK(times.forward_s > 0);
@@ -230,7 +232,8 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
     VerifyResult want;
     if (c.sampling.strategy == Strategy::kGreedy) {
       std::vector<int> argmax;
-      for (std::size_t ctx_row = 0; ctx_row < n; ++ctx_row) argmax.push_back(greedy_token(mine.subspan(ctx_row * vocab, vocab)));
+      for (std::size_t ctx_row = 0; ctx_row < n; ++ctx_row)
+        argmax.push_back(greedy_token(mine.subspan(ctx_row * vocab, vocab)));
       want = verify_greedy(c.tree, argmax);
     } else {
       const auto sampler = make_sampler(c.sampling);
@@ -256,12 +259,15 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
 // the device, against plain greedy decoding on the same backend: on a GPU draft-4m drafted by
 // draft-1m (a chain, a static tree, a dynamic tree) and by n-grams at batch 1, 8 and 32; on the
 // host execution, where a forward takes seconds, draft-1m drafting for itself in a dynamic tree
-// (its siblings rejected) and by n-grams at batch 1 and 2 (2 alone under the sanitizers).
+// (its siblings rejected) and by n-grams at batch 1 and 2 (n-grams at batch 2 alone under the
+// sanitizers).
 TEST_CASE("cuda backend: greedy speculation verified on the device emits plain greedy decoding's tokens", "[gpu]") {
   REQUIRE_GPU();
   const bool host = test::host_execution();
   const auto prompts = test::reference_prompts();
-  const std::vector<int> sizes = !host ? std::vector<int>{1, 8, 32} : test::kSanitized ? std::vector<int>{2} : std::vector<int>{1, 2};
+  const std::vector<int> sizes = !host                ? std::vector<int>{1, 8, 32}
+                                 : test::kSanitized ? std::vector<int>{2}
+                                                    : std::vector<int>{1, 2};
   const int tokens = host ? 6 : 24;
   const auto request = [&](int r) {
     GenerateOptions o = test::base_options(prompts[static_cast<std::size_t>(r) % prompts.size()], tokens);
@@ -275,8 +281,9 @@ TEST_CASE("cuda backend: greedy speculation verified on the device emits plain g
   DraftOptions ngram;
   ngram.method = DraftMethod::kNgram;
   ngram.gamma = 3;
-  std::vector<std::pair<const char*, DraftOptions>> drafters{
-      {"draft-1m dynamic tree of 8", test::model_draft("draft-1m", 3, {}, 8)}, {"n-gram chain of 3", ngram}};
+  std::vector<std::pair<const char*, DraftOptions>> drafters{{"n-gram chain of 3", ngram}};
+  if (!host || !test::kSanitized)
+    drafters.emplace_back("draft-1m dynamic tree of 8", test::model_draft("draft-1m", 3, {}, 8));
   if (!host) {
     drafters.emplace_back("draft-1m chain of 4", test::model_draft("draft-1m", 4, {}, 0));
     drafters.emplace_back("draft-1m static tree 2-2-1", test::model_draft("draft-1m", 3, {2, 2, 1}, 0));
