@@ -54,13 +54,14 @@ void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
       SPECULA_CHECK(u >= 0 && u < 1, where(), "uniform ", u, " is outside [0, 1)");
     const std::size_t q_size = static_cast<std::size_t>(n + 1) * static_cast<std::size_t>(vocab);
     SPECULA_CHECK(v.q.empty() || v.q.size() == q_size, where(), "q holds ", v.q.size(), " floats; need 0 or ", q_size);
+    std::vector<char> has_children(static_cast<std::size_t>(n + 1), 0);
+    for (const int p : v.parents) has_children[static_cast<std::size_t>(p + 1)] = 1;
     for (int c = 0; c <= n; ++c) {
       const int code = v.draw[static_cast<std::size_t>(c)];
       SPECULA_CHECK(code == kDrawSampled || code == kDrawWithoutReplacement || code == kDrawTopK, where(), "draw code ",
                     code, " of context ", c, " is not 0, 1 or 2");
-      const bool has_children = std::any_of(v.parents.begin(), v.parents.end(), [c](int p) { return p + 1 == c; });
-      SPECULA_CHECK(!v.q.empty() || !has_children || code == kDrawTopK, where(), "context ", c,
-                    " has children drawn from q, and q is empty");
+      SPECULA_CHECK(!v.q.empty() || !has_children[static_cast<std::size_t>(c)] || code == kDrawTopK, where(),
+                    "context ", c, " has children drawn from q, and q is empty");
     }
   }
 }

@@ -129,12 +129,9 @@ inline long policy_batch_drafted(GammaPolicy policy, LengthThreshold threshold,
 // comes from the first step's accepted path or bonus, or from a second step after the drafter
 // caught up on the verified path. The prompt (of target-16m's reference prompts) and t (its
 // most likely first token) are those with the most effective cells, p(t) exp(H(p(. |
-// prompt, t))). Pearson chi-square at alpha = 1e-3. Power: the chosen prompt's p(t) is about
-// 0.66, so of `samples` = 2000 about 1300 are conditioned (the test requires 2000 p(t) / 2 at
-// least), in 27 degrees of freedom after pooling (critical value 55.5); a shift of 7% of the
-// mass between two tokens of probability about 0.2 then has noncentrality 1300 * 2 * 0.07^2 /
-// 0.2 = 64, detected with power 0.99 (a 5% shift: noncentrality 32, power 0.60; simulated).
-// Under the sanitizers (200 samples) a smoke test. The prompt and t are printed on failure.
+// prompt, t))). Pearson chi-square at alpha = 1e-3; at least samples p(t) / 2 samples must be
+// conditioned. Its power at 2000 samples: docs/measurements.md, "Power of the heads' chi-square
+// tests"; under the sanitizers (200 samples) a smoke test. The prompt and t are printed on failure.
 inline void check_second_token_law(const DraftOptions& draft, const SamplingOptions& sampling, int samples,
                                    uint64_t seed) {
   const Backend& target = store().get(model_dir("target-16m"));

@@ -45,16 +45,14 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   for (std::size_t k = 0; k < order.size(); ++k) {
     const DeviceVerify& v = verify[order[k]];
     const int n = static_cast<int>(v.tokens.size());
-    if (static_cast<int>(k) == up.greedy) {
-      up.greedy_nodes = up.nodes;
-      up.greedy_contexts = up.contexts;
-    }
     up.sequence[order[k]] = static_cast<int>(k);
     up.first_node[order[k]] = up.nodes;
     up.first_context[order[k]] = up.contexts;
     up.nodes += n;
     up.contexts += n + 1;
-    (v.greedy() ? greedy_indptr : stochastic_indptr).push_back((v.greedy() ? greedy_indptr : stochastic_indptr).back() + n);
+    if (v.greedy()) up.greedy_nodes += n, up.greedy_contexts += n + 1;
+    std::vector<int>& indptr = v.greedy() ? greedy_indptr : stochastic_indptr;
+    indptr.push_back(indptr.back() + n);
     tokens.insert(tokens.end(), v.tokens.begin(), v.tokens.end());
     parents.insert(parents.end(), v.parents.begin(), v.parents.end());
     top_k.insert(top_k.end(), static_cast<std::size_t>(n + 1), v.top_k);
@@ -65,10 +63,6 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
       draw.insert(draw.end(), v.draw.begin(), v.draw.end());
       uniforms.insert(uniforms.end(), v.uniforms.begin(), v.uniforms.end());
     }
-  }
-  if (up.stochastic == 0) {
-    up.greedy_nodes = up.nodes;
-    up.greedy_contexts = up.contexts;
   }
 
   const std::size_t contexts = static_cast<std::size_t>(up.contexts), v = static_cast<std::size_t>(vocab);
