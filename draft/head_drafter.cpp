@@ -27,7 +27,7 @@ void head_entry_inputs(const HeadForwardContext& head, int cached, KvCache& targ
     positions[static_cast<std::size_t>(r)] = j;
   }
   x.resize(static_cast<std::size_t>(rows) * h);
-  head.head.project(taps, x, rows);
+  head.head.project(taps, x, rows, head.workspace);
 }
 
 void feed_head_entries(const HeadForwardContext& head, KvCache::SeqId seq, KvCache& target_cache,

@@ -2,6 +2,7 @@
 
 #include "base/error.h"
 #include "engine/cpu/head_cpu.h"
+#include "engine/cuda/head_cuda.h"
 
 namespace specula {
 
@@ -13,8 +14,7 @@ std::unique_ptr<HeadBackend> make_head_backend(BackendKind kind, const HeadModel
                 head.dir(), ": the head was loaded for a target of hidden_size ", h.target_hidden_size, ", vocab_size ",
                 h.layer.vocab_size, " and ", h.target_layers, " layers, not ", target.dir(), " (hidden_size ",
                 t.hidden_size, ", vocab_size ", t.vocab_size, ", ", t.num_hidden_layers, " layers)");
-  SPECULA_CHECK(kind == BackendKind::kCpu, head.dir(), ": the ", name_of(kind),
-                " backend has no ", head_kind_name(h.kind), " head forward yet (the cpu backend has one)");
+  if (kind == BackendKind::kCuda) return cuda::make_cuda_head_backend(head, target);
   return std::make_unique<cpu::HeadCpuBackend>(head, target);
 }
 

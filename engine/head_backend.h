@@ -25,14 +25,15 @@ class HeadBackend {
   const HeadModel& head() const { return head_; }
   const HeadConfig& config() const { return head_.config(); }
   virtual std::unique_ptr<Workspace> make_workspace() const = 0;
-  // The layout of the head's KV cache: one layer of the head's KV heads and head_dim, f32.
-  KvLayout kv_layout(int block_size) const { return head_.kv_layout(block_size); }
+  // The layout of the head's KV cache: one layer of the head's KV heads and head_dim, f32 (in
+  // device memory on the CUDA backend).
+  virtual KvLayout kv_layout(int block_size) const { return head_.kv_layout(block_size); }
 
   // x, the first draft step's feature, for n rows (batch invariant: a row's result depends on
   // that row alone): EAGLE-3 fc(taps); EAGLE-1 the target's final norm of its one tap.
   //   taps: in [n, num_taps * target_hidden_size] (the tapped states of a row side by side,
   //         in tap_layers order); x: out [n, hidden_size]
-  virtual void project(std::span<const float> taps, std::span<float> x, int n) const = 0;
+  virtual void project(std::span<const float> taps, std::span<float> x, int n, Workspace& workspace) const = 0;
 
   // One forward of the head's decoder layer over `batch`, whose tokens are target ids (the
   // plan, the pages of kv_layout() and the visibility rule as Backend::forward's). Row r's
@@ -57,8 +58,8 @@ class HeadBackend {
 // `head` on backend `kind`, its matrices read as stored, embedding tokens with the head's own
 // embedding or `target`'s (which must be the model the head was loaded against: its hidden
 // size, vocabulary and layer count are checked); an EAGLE-1 head reads `target`'s final norm
-// and lm_head. Both must outlive the backend. Throws
-// SpeculaError for a kind without a head forward (CUDA, for now).
+// and lm_head. Both must outlive the backend. On the CUDA backend (engine/cuda/head_cuda.h)
+// the matrices are bf16 and the KV pages device memory, as the CUDA model backend's.
 std::unique_ptr<HeadBackend> make_head_backend(BackendKind kind, const HeadModel& head, const Model& target);
 
 }  // namespace specula

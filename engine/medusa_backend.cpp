@@ -2,6 +2,7 @@
 
 #include "base/error.h"
 #include "engine/cpu/medusa_cpu.h"
+#include "engine/cuda/head_cuda.h"
 
 namespace specula {
 
@@ -11,8 +12,7 @@ std::unique_ptr<MedusaBackend> make_medusa_backend(BackendKind kind, const Medus
   SPECULA_CHECK(t.hidden_size == m.hidden_size && t.vocab_size == m.vocab_size, medusa.dir(),
                 ": the Medusa heads were loaded for a target of hidden_size ", m.hidden_size, " and vocab_size ",
                 m.vocab_size, ", not ", target.dir(), " (hidden_size ", t.hidden_size, ", vocab_size ", t.vocab_size, ")");
-  SPECULA_CHECK(kind == BackendKind::kCpu, medusa.dir(), ": the ", name_of(kind),
-                " backend has no Medusa head forward yet (the cpu backend has one)");
+  if (kind == BackendKind::kCuda) return cuda::make_cuda_medusa_backend(medusa, target);
   return std::make_unique<cpu::MedusaCpuBackend>(medusa, target.final_norm(), t.rms_norm_eps);
 }
 

@@ -38,8 +38,8 @@ class MedusaBackend {
 };
 
 // `medusa` on backend `kind`, applying `target`'s final norm (the model it was loaded against:
-// its hidden and vocabulary sizes are checked). Both must outlive the backend. Throws
-// SpeculaError for a kind without a Medusa forward (CUDA, for now).
+// its hidden and vocabulary sizes are checked). Both must outlive the backend. On the CUDA
+// backend (engine/cuda/head_cuda.h) the matrices are bf16, as the CUDA model backend's.
 std::unique_ptr<MedusaBackend> make_medusa_backend(BackendKind kind, const MedusaModel& medusa, const Model& target);
 
 }  // namespace specula

@@ -2,7 +2,7 @@
 // against a random target, EAGLE-3's tap layers and vocabulary maps resolve as each layout's
 // convention says, the CPU forward (the first step's feature, then a prefill, a decode row and
 // a small tree through the paged cache) matches a plain double-precision forward of each kind
-// written here, the two EAGLE-3 layouts of equal weights give bitwise equal results, a row's
+// written here, on the CPU and (a [gpu] case) on the CUDA backend, the two EAGLE-3 layouts of equal weights give bitwise equal results, a row's
 // results do not depend on the batch, and every malformed or unsupported head, or one of the
 // other kind, is refused with a message naming the file, key or tensor.
 #include <catch2/catch.hpp>
@@ -19,12 +19,14 @@
 #include "engine/batch.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/ops.h"
+#include "engine/cuda/device.h"
 #include "engine/head_backend.h"
 #include "kv/kv_cache.h"
 #include "model/checkpoint_writer.h"
 #include "model/head_checkpoint_writer.h"
 #include "model/head_model.h"
 #include "model/model.h"
+#include "tests/test_gpu_support.h"
 #include "tests/test_support.h"
 
 namespace specula {
@@ -42,15 +44,20 @@ ModelConfig target_shape() {
   return c;
 }
 
-// The target checkpoint, written once per process.
-const Model& target() {
-  static TempDir dir;
-  static const Model model = [] {
-    write_random_checkpoint(dir.path.string(), {target_shape(), DType::F32, 11,
-                                                test::model_dir("target-16m") + "/tokenizer.model", 0.5f});
-    return Model(dir.path.string());
-  }();
-  return model;
+// The target checkpoint, written once per process: F32, or BF16 (the CUDA backend's matrix
+// dtype, so that its forward reads the weights the double reference reads).
+const Model& target(DType dtype = DType::F32) {
+  const auto write = [](DType d) {
+    static std::vector<std::unique_ptr<TempDir>> dirs;
+    dirs.push_back(std::make_unique<TempDir>());
+    const std::string dir = dirs.back()->path.string();
+    write_random_checkpoint(dir, {target_shape(), d, 11, test::model_dir("target-16m") + "/tokenizer.model", 0.5f});
+    return Model(dir);
+  };
+  static const Model f32 = write(DType::F32);
+  if (dtype == DType::F32) return f32;
+  static const Model bf16 = write(DType::BF16);
+  return bf16;
 }
 
 // A head layer narrower than the target: hidden 48, head_dim 16 x 2 heads over 1 KV head.
@@ -264,7 +271,8 @@ double relative_error(std::span<const float> got, const std::vector<double>& wan
   REQUIRE(got.size() == want.size());
   double err = 0, scale = 1;
   for (std::size_t i = 0; i < want.size(); ++i) {
-    err = std::max(err, std::abs(double(got[i]) - want[i]));
+    const double e = std::abs(double(got[i]) - want[i]);
+    if (!(e <= err)) err = e;  // a NaN sticks
     scale = std::max(scale, std::abs(want[i]));
   }
   return err / scale;
@@ -285,14 +293,16 @@ std::vector<float> random_floats(std::size_t count, uint64_t seed) {
 // One head with its backend, KV cache and workspace; runs one sequence's rows.
 struct HeadRun {
   const HeadModel& head;
-  std::unique_ptr<HeadBackend> backend = make_head_backend(BackendKind::kCpu, head, target());
+  BackendKind kind = BackendKind::kCpu;
+  const Model& model = target();
+  std::unique_ptr<HeadBackend> backend = make_head_backend(kind, head, model);
   KvCache cache{backend->kv_layout(4), 32};
   std::unique_ptr<Workspace> workspace = backend->make_workspace();
 
   // Forward of `parts`; logits [num_logits, draft_vocab], out [rows, hidden].
   void run(std::span<const SequenceRows> parts, std::span<const float> x, std::vector<float>& logits,
            std::vector<float>& out) {
-    const RaggedBatch batch = plan_batch(parts, cache.tables(), target().config());
+    const RaggedBatch batch = plan_batch(parts, cache.tables(), model.config());
     const KvPlan plan = cache.prepare(batch.seqs, batch.rows_per_seq());
     logits.assign(static_cast<std::size_t>(batch.num_logits()) * head.config().draft_vocab_size, 0.0f);
     out.assign(static_cast<std::size_t>(batch.num_rows()) * head.config().hidden_size(), 0.0f);
@@ -308,12 +318,13 @@ std::vector<double> as_double(std::span<const float> v) { return {v.begin(), v.e
 
 // Prefill of 5 rows from fc, a decode row, then a 3-node tree (parents -1, 0, 0), each
 // checked row by row against the reference; returns every result, concatenated, for
-// comparisons between heads.
-std::vector<float> check_against_reference(const HeadModel& head) {
+// comparisons between heads. `model` is the target the head was loaded against.
+std::vector<float> check_against_reference(const HeadModel& head, BackendKind kind = BackendKind::kCpu,
+                                           const Model& model = target()) {
   const HeadConfig& c = head.config();
   const int hidden = c.hidden_size(), dv = c.draft_vocab_size;
-  HeadRun run{head};
-  Reference ref(head, target());
+  HeadRun run{head, kind, model};
+  Reference ref(head, model);
   const int seq = run.cache.create();
   std::vector<float> all, logits, out;
 
@@ -321,7 +332,7 @@ std::vector<float> check_against_reference(const HeadModel& head) {
   const int n = 5;
   const std::vector<float> taps = random_floats(std::size_t(n) * c.num_taps() * c.target_hidden_size, 3);
   std::vector<float> x(std::size_t(n) * hidden);
-  run.backend->project(taps, x, n);
+  run.backend->project(taps, x, n, *run.workspace);
   const std::vector<int> tokens = {1, 450, 22, 9, 4095}, positions = {0, 1, 2, 3, 4};
   for (int r = 0; r < n; ++r) {
     INFO("fc row " << r);
@@ -380,6 +391,55 @@ std::vector<float> check_against_reference(const HeadModel& head) {
   all.insert(all.end(), out.begin(), out.end());
   all.insert(all.end(), x.begin(), x.end());
   return all;
+}
+
+// A decode row's logits and output are bitwise those it gets alone when it shares a forward
+// with another sequence's prefill, and when its output overwrites its input, for both kinds
+// of head on `backend` against `model`.
+void check_batch_invariance(BackendKind backend, const Model& model) {
+  const ModelConfig& t = model.config();
+  for (const HeadKind kind : {HeadKind::kEagle3, HeadKind::kEagle1}) {
+    INFO(head_kind_name(kind));
+    TempDir dir;
+    write_random_head(dir.path.string(), t, options(HeadLayout::kEagle, 2, kind));
+    const HeadModel head(dir.path.string(), t, kind);
+    const int hidden = head.config().hidden_size();
+    const std::vector<float> x = random_floats(std::size_t(4) * hidden, 5);
+    const std::vector<int> tokens = {3, 4, 5, 6}, positions = {0, 1, 2, 3}, decode_token = {8}, decode_position = {4};
+    // Alone: a prefill of 4 rows, then a decode row.
+    HeadRun alone{head, backend, model};
+    const int s = alone.cache.create();
+    std::vector<float> logits, out, alone_logits, alone_out;
+    alone.run(std::vector<SequenceRows>{{s, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
+    alone.run(std::vector<SequenceRows>{{s, decode_token, decode_position, {}, RowLogits::kLast}},
+              std::span(x).subspan(0, hidden), alone_logits, alone_out);
+    // Together: the decode row after another sequence's prefill in one batch.
+    HeadRun together{head, backend, model};
+    const int s0 = together.cache.create(), s1 = together.cache.create();
+    together.run(std::vector<SequenceRows>{{s1, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
+    std::vector<float> x2(x.begin() + hidden, x.end());
+    x2.insert(x2.end(), x.begin(), x.begin() + hidden);
+    const std::vector<int> other_tokens = {9, 10, 11}, other_positions = {0, 1, 2};
+    together.run(std::vector<SequenceRows>{{s0, other_tokens, other_positions, {}, RowLogits::kAll},
+                                           {s1, decode_token, decode_position, {}, RowLogits::kLast}},
+                 x2, logits, out);
+    const int dv = head.config().draft_vocab_size;
+    CHECK(std::memcmp(&logits[std::size_t(3) * dv], alone_logits.data(), std::size_t(dv) * sizeof(float)) == 0);
+    CHECK(std::memcmp(&out[std::size_t(3) * hidden], alone_out.data(), std::size_t(hidden) * sizeof(float)) == 0);
+
+    // In place: the decode row's out written over its x.
+    HeadRun in_place{head, backend, model};
+    const int s2 = in_place.cache.create();
+    in_place.run(std::vector<SequenceRows>{{s2, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
+    const SequenceRows decode{s2, decode_token, decode_position, {}, RowLogits::kLast};
+    const RaggedBatch batch = plan_batch(std::span(&decode, 1), in_place.cache.tables(), t);
+    const KvPlan plan = in_place.cache.prepare(batch.seqs, batch.rows_per_seq());
+    std::vector<float> buffer(x.begin(), x.begin() + hidden);
+    logits.assign(std::size_t(dv), 0.0f);
+    in_place.backend->forward(batch, plan, in_place.cache.storage(), *in_place.workspace, buffer, logits, buffer);
+    CHECK(std::memcmp(buffer.data(), alone_out.data(), std::size_t(hidden) * sizeof(float)) == 0);
+    CHECK(std::memcmp(logits.data(), alone_logits.data(), std::size_t(dv) * sizeof(float)) == 0);
+  }
 }
 
 }  // namespace
@@ -515,49 +575,49 @@ TEST_CASE("EAGLE-3 head: the two layouts of equal weights give bitwise equal res
 }
 
 TEST_CASE("EAGLE heads: a row's results do not depend on the batch", "[heads]") {
-  const ModelConfig& t = target().config();
-  for (const HeadKind kind : {HeadKind::kEagle3, HeadKind::kEagle1}) {
-    INFO(head_kind_name(kind));
-    TempDir dir;
-    write_random_head(dir.path.string(), t, options(HeadLayout::kEagle, 2, kind));
-    const HeadModel head(dir.path.string(), t, kind);
-    const int hidden = head.config().hidden_size();
-    const std::vector<float> x = random_floats(std::size_t(4) * hidden, 5);
-    const std::vector<int> tokens = {3, 4, 5, 6}, positions = {0, 1, 2, 3}, decode_token = {8}, decode_position = {4};
-    // Alone: a prefill of 4 rows, then a decode row.
-    HeadRun alone{head};
-    const int s = alone.cache.create();
-    std::vector<float> logits, out, alone_logits, alone_out;
-    alone.run(std::vector<SequenceRows>{{s, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
-    alone.run(std::vector<SequenceRows>{{s, decode_token, decode_position, {}, RowLogits::kLast}},
-              std::span(x).subspan(0, hidden), alone_logits, alone_out);
-    // Together: the decode row after another sequence's prefill in one batch.
-    HeadRun together{head};
-    const int s0 = together.cache.create(), s1 = together.cache.create();
-    together.run(std::vector<SequenceRows>{{s1, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
-    std::vector<float> x2(x.begin() + hidden, x.end());
-    x2.insert(x2.end(), x.begin(), x.begin() + hidden);
-    const std::vector<int> other_tokens = {9, 10, 11}, other_positions = {0, 1, 2};
-    together.run(std::vector<SequenceRows>{{s0, other_tokens, other_positions, {}, RowLogits::kAll},
-                                           {s1, decode_token, decode_position, {}, RowLogits::kLast}},
-                 x2, logits, out);
-    const int dv = head.config().draft_vocab_size;
-    CHECK(std::memcmp(&logits[std::size_t(3) * dv], alone_logits.data(), std::size_t(dv) * sizeof(float)) == 0);
-    CHECK(std::memcmp(&out[std::size_t(3) * hidden], alone_out.data(), std::size_t(hidden) * sizeof(float)) == 0);
+  check_batch_invariance(BackendKind::kCpu, target());
+}
 
-    // In place: the decode row's out written over its x.
-    HeadRun in_place{head};
-    const int s2 = in_place.cache.create();
-    in_place.run(std::vector<SequenceRows>{{s2, tokens, positions, {}, RowLogits::kAll}}, x, logits, out);
-    const SequenceRows decode{s2, decode_token, decode_position, {}, RowLogits::kLast};
-    const RaggedBatch batch = plan_batch(std::span(&decode, 1), in_place.cache.tables(), t);
-    const KvPlan plan = in_place.cache.prepare(batch.seqs, batch.rows_per_seq());
-    std::vector<float> buffer(x.begin(), x.begin() + hidden);
-    logits.assign(std::size_t(dv), 0.0f);
-    in_place.backend->forward(batch, plan, in_place.cache.storage(), *in_place.workspace, buffer, logits, buffer);
-    CHECK(std::memcmp(buffer.data(), alone_out.data(), std::size_t(hidden) * sizeof(float)) == 0);
-    CHECK(std::memcmp(logits.data(), alone_logits.data(), std::size_t(dv) * sizeof(float)) == 0);
+TEST_CASE("EAGLE heads: the CUDA forward matches a plain double forward and the batch", "[heads][gpu]") {
+  REQUIRE_GPU();
+  const Model& model = target(DType::BF16);
+  const ModelConfig& t = model.config();
+  struct Case {
+    const char* name;
+    HeadKind kind;
+    HeadLayout layout;
+    bool narrow, embed, norm_before_residual;
+    int draft_vocab;
+  };
+  for (const Case& k :
+       {Case{"EAGLE-3, the target's shape and embedding", HeadKind::kEagle3, HeadLayout::kEagle, false, false, false, 0},
+        Case{"EAGLE-3, speculators, narrow layer, own embedding, norm before residual, draft vocabulary 200",
+             HeadKind::kEagle3, HeadLayout::kSpeculators, true, true, true, 200},
+        Case{"EAGLE-1, own embedding", HeadKind::kEagle1, HeadLayout::kEagle, false, true, false, 0}}) {
+    INFO(k.name);
+    TempDir dir;
+    RandomHead o = options(k.layout, 5, k.kind);
+    if (k.narrow) o.layer = narrow_layer();
+    o.embed = k.embed;
+    o.norm_before_residual = k.norm_before_residual;
+    o.draft_vocab = k.draft_vocab;
+    o.dtype = DType::BF16;
+    write_random_head(dir.path.string(), t, o);
+    const HeadModel head(dir.path.string(), t, k.kind);
+    check_against_reference(head, BackendKind::kCuda, model);
   }
+  check_batch_invariance(BackendKind::kCuda, model);
+
+  // The kernels read 8 weights at a time: a head 44 wide is refused by name.
+  TempDir dir;
+  RandomHead o = options(HeadLayout::kEagle, 5);
+  o.layer = narrow_layer();
+  o.layer->hidden_size = 44;
+  o.embed = true;
+  write_random_head(dir.path.string(), t, o);
+  const HeadModel head(dir.path.string(), t, HeadKind::kEagle3);
+  CHECK_THROWS_WITH(make_head_backend(BackendKind::kCuda, head, model),
+                    Contains(dir.path.string()) && Contains("hidden_size 44"));
 }
 
 TEST_CASE("EAGLE-3 head: malformed and unsupported heads are refused by name", "[heads]") {
@@ -718,11 +778,13 @@ TEST_CASE("EAGLE-3 head: malformed and unsupported heads are refused by name", "
     CHECK_THROWS_WITH(HeadModel(b.path.string(), t, HeadKind::kEagle3),
                       Contains("extra.safetensors") && Contains("unknown tensor 'layers.0.self_attn.q_proj.bias'"));
   }
-  SECTION("no head forward on CUDA yet") {
+  SECTION("the CUDA backend without a GPU") {
     TempDir dir;
     written(dir, eagle);
     const HeadModel head(dir.path.string(), t, HeadKind::kEagle3);
-    CHECK_THROWS_WITH(make_head_backend(BackendKind::kCuda, head, target()), Contains("cuda") && Contains("EAGLE-3"));
+    if (cuda_device_count() == 0)
+      CHECK_THROWS_WITH(make_head_backend(BackendKind::kCuda, head, target()),
+                        Contains(dir.path.string()) && Contains("backend 'cuda'") && Contains("--backend cpu"));
   }
 }
 

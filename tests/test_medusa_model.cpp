@@ -1,6 +1,6 @@
 // Medusa heads (FasterDecoding's layout): random heads written by write_random_medusa load
-// against target-16m, the CPU forward (the target's final norm, ResBlocks, lm_heads) matches a
-// plain double-precision forward written here, a row's logits do not depend on the batch, and
+// against target-16m, the forward (the target's final norm, ResBlocks, lm_heads) matches a
+// plain double-precision forward written here on the CPU and (a [gpu] case) on CUDA, a row's logits do not depend on the batch, and
 // malformed heads are refused with a message naming the file, key or tensor.
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -18,6 +18,7 @@
 #include "model/head_model.h"
 #include "model/medusa_model.h"
 #include "model/model.h"
+#include "tests/test_gpu_support.h"
 #include "tests/test_runtime_support.h"
 #include "tests/test_support.h"
 
@@ -86,59 +87,72 @@ void edit_config(const TempDir& dir, Edit edit) {
   std::ofstream(dir.path / "config.json") << j.dump(2);
 }
 
+// Heads of `layers` ResBlocks stored in `dtype` on backend `kind`: three rows' logits of three
+// heads against the double reference, then each row alone and its first heads alone bitwise
+// equal to the batch's.
+void check_forward(BackendKind kind, int layers, DType dtype) {
+  const Model& t = target();
+  const int hidden = t.config().hidden_size, vocab = t.config().vocab_size;
+  INFO("medusa_num_layers " << layers << ", " << dtype_name(dtype) << ", backend " << name_of(kind));
+  TempDir dir;
+  RandomMedusa o;
+  o.num_heads = 3;
+  o.num_layers = layers;
+  o.dtype = dtype;
+  o.seed = 7;
+  o.weight_std = 0.1f;
+  const MedusaModel m(written(dir, o), t.config());
+  CHECK(m.config().num_heads == 3);
+  CHECK(m.config().num_layers == layers);
+  CHECK(m.heads()[2].blocks.size() == static_cast<std::size_t>(layers));
+  const auto backend = make_medusa_backend(kind, m, t);
+  const auto ws = backend->make_workspace();
+
+  // Three rows of states on the scale of a residual stream.
+  const int n = 3;
+  std::vector<float> states(static_cast<std::size_t>(n) * hidden);
+  Philox rng(3, 0);
+  for (float& v : states) v = 4.0f * (static_cast<float>(rng.uniform()) - 0.5f);
+  std::vector<float> logits(static_cast<std::size_t>(n) * 3 * vocab);
+  backend->forward(states, n, 3, *ws, logits);
+  for (int r = 0; r < n; ++r) {
+    const auto state = std::span<const float>(states).subspan(static_cast<std::size_t>(r) * hidden, hidden);
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<double> want = reference(m, t, state, i);
+      double worst = 0, top = 0;
+      for (int v = 0; v < vocab; ++v) {
+        const double err = std::abs(want[v] - logits[(static_cast<std::size_t>(r) * 3 + i) * vocab + v]);
+        if (!(err <= worst)) worst = err;  // a NaN sticks
+        top = std::max(top, std::abs(want[v]));
+      }
+      INFO("row " << r << ", head " << i << ": max error " << worst << " of max |logit| " << top);
+      CHECK(worst <= 1e-4 * std::max(1.0, top));
+    }
+  }
+  // Batch invariance: each row alone gives bitwise the same logits, and so do its first
+  // heads run alone.
+  for (int r = 0; r < n; ++r) {
+    for (int heads = 1; heads <= 3; ++heads) {
+      std::vector<float> alone(static_cast<std::size_t>(heads) * vocab);
+      backend->forward(std::span<const float>(states).subspan(static_cast<std::size_t>(r) * hidden, hidden), 1, heads,
+                       *ws, alone);
+      CHECK(std::equal(alone.begin(), alone.end(), logits.begin() + static_cast<std::ptrdiff_t>(r) * 3 * vocab));
+    }
+  }
+  CHECK_THROWS_WITH(backend->forward(states, n, 4, *ws, logits), Contains("4 heads asked of 3"));
+}
+
 }  // namespace
 
 TEST_CASE("Medusa heads: the CPU forward matches a plain double forward", "[heads]") {
-  const Model& t = target();
-  const int hidden = t.config().hidden_size, vocab = t.config().vocab_size;
-  for (const auto& [layers, dtype] : {std::pair{1, DType::F32}, std::pair{2, DType::BF16}}) {
-    INFO("medusa_num_layers " << layers << ", " << dtype_name(dtype));
-    TempDir dir;
-    RandomMedusa o;
-    o.num_heads = 3;
-    o.num_layers = layers;
-    o.dtype = dtype;
-    o.seed = 7;
-    o.weight_std = 0.1f;
-    const MedusaModel m(written(dir, o), t.config());
-    CHECK(m.config().num_heads == 3);
-    CHECK(m.config().num_layers == layers);
-    CHECK(m.heads()[2].blocks.size() == static_cast<std::size_t>(layers));
-    const auto backend = make_medusa_backend(BackendKind::kCpu, m, t);
-    const auto ws = backend->make_workspace();
+  check_forward(BackendKind::kCpu, 1, DType::F32);
+  check_forward(BackendKind::kCpu, 2, DType::BF16);
+}
 
-    // Three rows of states on the scale of a residual stream.
-    const int n = 3;
-    std::vector<float> states(static_cast<std::size_t>(n) * hidden);
-    Philox rng(3, 0);
-    for (float& v : states) v = 4.0f * (static_cast<float>(rng.uniform()) - 0.5f);
-    std::vector<float> logits(static_cast<std::size_t>(n) * 3 * vocab);
-    backend->forward(states, n, 3, *ws, logits);
-    for (int r = 0; r < n; ++r) {
-      const auto state = std::span<const float>(states).subspan(static_cast<std::size_t>(r) * hidden, hidden);
-      for (int i = 0; i < 3; ++i) {
-        const std::vector<double> want = reference(m, t, state, i);
-        double worst = 0, top = 0;
-        for (int v = 0; v < vocab; ++v) {
-          worst = std::max(worst, std::abs(want[v] - logits[(static_cast<std::size_t>(r) * 3 + i) * vocab + v]));
-          top = std::max(top, std::abs(want[v]));
-        }
-        INFO("row " << r << ", head " << i << ": max error " << worst << " of max |logit| " << top);
-        CHECK(worst <= 1e-4 * std::max(1.0, top));
-      }
-    }
-    // Batch invariance: each row alone gives bitwise the same logits, and so do its first
-    // heads run alone.
-    for (int r = 0; r < n; ++r) {
-      for (int heads = 1; heads <= 3; ++heads) {
-        std::vector<float> alone(static_cast<std::size_t>(heads) * vocab);
-        backend->forward(std::span<const float>(states).subspan(static_cast<std::size_t>(r) * hidden, hidden), 1, heads,
-                         *ws, alone);
-        CHECK(std::equal(alone.begin(), alone.end(), logits.begin() + static_cast<std::ptrdiff_t>(r) * 3 * vocab));
-      }
-    }
-    CHECK_THROWS_WITH(backend->forward(states, n, 4, *ws, logits), Contains("4 heads asked of 3"));
-  }
+TEST_CASE("Medusa heads: the CUDA forward matches a plain double forward", "[heads][gpu]") {
+  REQUIRE_GPU();
+  check_forward(BackendKind::kCuda, 1, DType::BF16);
+  check_forward(BackendKind::kCuda, 2, DType::BF16);
 }
 
 TEST_CASE("Medusa heads: malformed heads are refused by name", "[heads]") {

@@ -44,7 +44,7 @@ HeadCpuBackend::HeadCpuBackend(const HeadModel& head, const Model& target, Matmu
                 " (or its target's) has ", final_norm_.size(), " weights, not hidden_size ", c.hidden_size());
 }
 
-void HeadCpuBackend::project(std::span<const float> taps, std::span<float> x, int n) const {
+void HeadCpuBackend::project(std::span<const float> taps, std::span<float> x, int n, Workspace&) const {
   const HeadConfig& c = config();
   const std::size_t in = static_cast<std::size_t>(c.num_taps()) * c.target_hidden_size;
   SPECULA_CHECK(n > 0 && taps.size() == static_cast<std::size_t>(n) * in &&

@@ -30,7 +30,7 @@ class HeadCpuBackend : public HeadBackend {
 
   BackendKind kind() const override { return BackendKind::kCpu; }
   std::unique_ptr<Workspace> make_workspace() const override { return std::make_unique<HeadCpuWorkspace>(); }
-  void project(std::span<const float> taps, std::span<float> x, int n) const override;
+  void project(std::span<const float> taps, std::span<float> x, int n, Workspace& workspace) const override;
   void forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
                std::span<const float> x, std::span<float> logits, std::span<float> out) const override;
 

@@ -14,119 +14,15 @@
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/cuda_check.cuh"
 #include "engine/cuda/device.h"
+#include "engine/cuda/device_memory.cuh"
 #include "engine/cuda/kernels.cuh"
 #include "engine/cuda/verify_plan.h"
 
 namespace specula::cuda {
 namespace {
 
-constexpr double kMiB = 1024.0 * 1024.0;
-
-// A device allocation freed with its owner.
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  std::size_t bytes = 0;
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t n) : bytes(n) {
-    if (n > 0) CUDA_CHECK(cudaMalloc(&ptr, n));
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr(std::exchange(o.ptr, nullptr)), bytes(std::exchange(o.bytes, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    std::swap(ptr, o.ptr);
-    std::swap(bytes, o.bytes);
-    return *this;
-  }
-  ~DeviceBuffer() {
-    if (ptr) cudaFree(ptr);  // no throw from a destructor; a failed free leaks
-  }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(ptr);
-  }
-};
-
-// Pinned host memory for the step upload.
-struct PinnedBuffer {
-  void* ptr = nullptr;
-  std::size_t bytes = 0;
-  PinnedBuffer() = default;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  void reserve(std::size_t n) {
-    if (n <= bytes) return;
-    if (ptr) CUDA_CHECK(cudaFreeHost(ptr));
-    ptr = nullptr;
-    bytes = 0;
-    CUDA_CHECK(cudaMallocHost(&ptr, n));
-    bytes = n;
-  }
-  ~PinnedBuffer() {
-    if (ptr) cudaFreeHost(ptr);
-  }
-};
-
-// The KV pool budget shared by every cache of one backend.
-struct PoolAccount {
-  std::mutex mutex;
-  std::size_t capacity = 0, used = 0;
-};
-
-std::atomic<std::uint64_t> next_pages_id{1};
 // Graphs instantiated and not yet destroyed, in every workspace of the process.
 std::atomic<std::size_t> live_graphs{0};
-
-// The device pages of one PageStorage (kv/page_storage.h DevicePages), charged to the pool.
-class DeviceKvPages : public DevicePages {
- public:
-  // The pages are zeroed on `stream`, the stream whose forwards use them first.
-  DeviceKvPages(const KvLayout& layout, int num_blocks, std::shared_ptr<PoolAccount> account, cudaStream_t stream)
-      : account_(std::move(account)), id_(next_pages_id++) {
-    const std::size_t bytes = kv_pages_bytes(layout, num_blocks);
-    {
-      std::lock_guard lock(account_->mutex);
-      if (account_->used + bytes > account_->capacity)
-        throw ResourceExhausted(detail::concat("backend 'cuda': a KV cache of ", num_blocks, " blocks needs ",
-                                               bytes / kMiB, " MiB; the KV pool has ",
-                                               (account_->capacity - account_->used) / kMiB, " MiB left of ",
-                                               account_->capacity / kMiB, " MiB (kv_pool_bytes)"));
-      account_->used += bytes;
-      charged_ = bytes;
-    }
-    try {
-      buffer_ = DeviceBuffer(bytes);
-      CUDA_CHECK(cudaMemsetAsync(buffer_.ptr, 0, bytes, stream));
-    } catch (...) {
-      release();
-      throw;
-    }
-    view_.layer0 = buffer_.ptr;
-    view_.layer_stride = static_cast<std::size_t>(num_blocks) * 2 * layout.block_size * layout.kv_dim();
-    view_.block_size = layout.block_size;
-    view_.kv_dim = layout.kv_dim();
-    view_.num_layers = layout.num_layers;
-    view_.dtype = layout.dtype == KvDType::kBF16 ? DType::BF16 : DType::F32;  // f32 or bf16 (PageStorage checks)
-  }
-  ~DeviceKvPages() override { release(); }
-  const DevicePagesView& view() const { return view_; }
-  std::uint64_t id() const { return id_; }
-  // Expires when the pages go, and with them every graph that writes them.
-  std::weak_ptr<const void> liveness() const { return alive_; }
-
- private:
-  void release() {
-    std::lock_guard lock(account_->mutex);
-    account_->used -= std::exchange(charged_, 0);
-  }
-
-  std::shared_ptr<PoolAccount> account_;
-  std::uint64_t id_;
-  std::shared_ptr<const void> alive_ = std::make_shared<char>();
-  std::size_t charged_ = 0;  // bytes of the pool this cache holds
-  DeviceBuffer buffer_;
-  DevicePagesView view_;
-};
 
 // A captured step: its executable graph, the pages it writes, when it was last replayed.
 struct CapturedGraph {
@@ -181,6 +77,8 @@ class CudaBackend : public Backend {
  public:
   CudaBackend(const Model& model, std::optional<MatrixFormat> matrices_as, const CudaOptions& options)
       : Backend(model), options_(options), account_(std::make_shared<PoolAccount>()) {
+    account_->owner = "backend 'cuda'";
+    account_->setting = "kv_pool_bytes";
     const ModelConfig& c = model.config();
     check_cuda_support(c, matrices_as, options);
     CUDA_CHECK(cudaSetDevice(0));
@@ -331,17 +229,7 @@ class CudaBackend : public Backend {
                   "forward: the KV cache was not made with the CUDA backend's kv_layout() (device pages in ",
                   name_of(options_.kv_dtype), ")");
     check_taps(taps, batch, c);
-    if (!pages.device_state()) pages.device_state() = std::make_unique<DeviceKvPages>(layout, pages.num_blocks(), account_, ws.stream);
-    const auto& device_pages = static_cast<const DeviceKvPages&>(*pages.device_state());
-
-    // The pending copies of commit and copy-on-write, one kernel, before the step.
-    const std::vector<KvCopy> copies = pages.take_device_copies();
-    if (!copies.empty()) {
-      const std::vector<std::int32_t> packed = pack_copies(copies);
-      if (ws.copies.bytes < packed.size() * 4) ws.copies = DeviceBuffer(align_up(packed.size() * 4, 1 << 16));
-      CUDA_CHECK(cudaMemcpyAsync(ws.copies.ptr, packed.data(), packed.size() * 4, cudaMemcpyHostToDevice, ws.stream));
-      launch_kv_copies(ws.copies.as<std::int32_t>(), static_cast<int>(copies.size()), device_pages.view(), ws.stream);
-    }
+    const DeviceKvPages& device_pages = device_pages_after_copies(pages, account_, ws.copies, ws.stream);
 
     const StepUpload up = pack_step(batch, plan, c.sliding_window, options_, device_pages.id());
     const std::size_t smem = attention_smem_bytes(up.key.keys_cap, c.head_dim());

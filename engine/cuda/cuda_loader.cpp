@@ -12,6 +12,7 @@
 #include "engine/cuda/cuda_loader.h"
 #include "engine/cuda/cuda_module.h"
 #include "engine/cuda/device.h"
+#include "engine/cuda/head_cuda.h"
 #include "engine/cuda/kernel_harness.h"
 
 namespace specula {
@@ -87,6 +88,18 @@ std::unique_ptr<Backend> cuda::make_cuda_backend(const Model& model, std::option
   const LoadedModule& m = loaded();
   if (m.module == nullptr) throw SpeculaError("backend 'cuda': " + m.error + "; use --backend cpu");
   return m.module->make_backend(model, matrices_as, options);
+}
+
+std::unique_ptr<HeadBackend> cuda::make_cuda_head_backend(const HeadModel& head, const Model& target) {
+  const LoadedModule& m = loaded();
+  if (m.module == nullptr) throw SpeculaError(head.dir() + ": backend 'cuda': " + m.error + "; use --backend cpu");
+  return m.module->make_head_backend(head, target);
+}
+
+std::unique_ptr<MedusaBackend> cuda::make_cuda_medusa_backend(const MedusaModel& medusa, const Model& target) {
+  const LoadedModule& m = loaded();
+  if (m.module == nullptr) throw SpeculaError(medusa.dir() + ": backend 'cuda': " + m.error + "; use --backend cpu");
+  return m.module->make_medusa_backend(medusa, target);
 }
 
 std::size_t cuda::cuda_live_graphs() {

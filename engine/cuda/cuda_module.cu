@@ -2,6 +2,7 @@
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/cuda_module.h"
 #include "engine/cuda/device.h"
+#include "engine/cuda/head_cuda.h"
 
 namespace {
 
@@ -14,6 +15,8 @@ constexpr specula::cuda::CudaModule kModule = {
     &specula::cuda_copy_bandwidth,
     &specula::cuda::make_cuda_backend,
     &specula::cuda::cuda_live_graphs,
+    &specula::cuda::make_cuda_head_backend,
+    &specula::cuda::make_cuda_medusa_backend,
     &specula::cuda::harness::embed,
     &specula::cuda::harness::rms_norm,
     &specula::cuda::harness::silu_mul,

@@ -15,15 +15,18 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/head_backend.h"
+#include "engine/medusa_backend.h"
 #include "engine/cuda/cuda_plan.h"
 #include "engine/cuda/kernel_harness.h"
 
 namespace specula::cuda {
 
-inline constexpr int kCudaModuleAbi = 5;
+inline constexpr int kCudaModuleAbi = 6;
 inline constexpr const char* kCudaModuleSymbol = "specula_cuda_module";
 
-// Each member is the function of the same name in device.h, cuda_backend.h or kernel_harness.h.
+// Each member is the function of the same name in device.h, cuda_backend.h, head_cuda.h or
+// kernel_harness.h (make_head_backend: make_cuda_head_backend, and so on).
 struct CudaModule {
   int abi_version;
   std::size_t size;  // sizeof(CudaModule) where the module was built
@@ -34,6 +37,8 @@ struct CudaModule {
   std::unique_ptr<Backend> (*make_backend)(const Model& model, std::optional<MatrixFormat> matrices_as,
                                            const CudaOptions& options);
   std::size_t (*live_graphs)();
+  std::unique_ptr<HeadBackend> (*make_head_backend)(const HeadModel& head, const Model& target);
+  std::unique_ptr<MedusaBackend> (*make_medusa_backend)(const MedusaModel& medusa, const Model& target);
   std::vector<float> (*embed)(const TensorView& table, std::span<const int> tokens);
   std::vector<float> (*rms_norm)(std::span<const float> x, std::span<const float> weight, float eps, int n, int dim);
   std::vector<float> (*silu_mul)(std::span<const float> gate_up, int n, int ffn);

@@ -1,4 +1,4 @@
-// defines: the launchers of the CUDA backend's kernels (ops.cu, attention.cu, matmul.cu,
+// defines: the launchers of the CUDA module's kernels (ops.cu, attention.cu, matmul.cu,
 // verify_tree.cu, sample.cu), each taking its stream, and the device views they share. Every launcher
 // checks its launch (CUDA_CHECK_LAUNCH). Shapes are row-major; "rows" are the batch's rows in
 // order.
@@ -64,6 +64,16 @@ void launch_attention(const float* q, int q_stride, const RowDesc* rows, const i
 // act[r, i] = silu(gu[r, i]) * gu[r, ffn + i] (cpu::silu_mul over gate | up).
 //   gu: in [n, 2 ffn]; act: out [n, ffn]
 void launch_silu_mul(const float* gu, float* act, int n, int ffn, cudaStream_t stream);
+
+// dst[r] = src[gather ? gather[r] : r] for n rows of `dim` floats (a gather, or one half of a
+// concatenation when dst_stride is wider than dim).
+//   src: in [*, src_stride]; gather: in [n] or null; dst: out [n, dst_stride], the first dim of each row
+void launch_copy_rows(const float* src, int src_stride, const int* gather, float* dst, int dst_stride, int n, int dim,
+                      cudaStream_t stream);
+
+// x[i] += silu(z[i]) (Medusa's residual block x + SiLU(W x + b), with z = W x + b).
+//   z: in [count]; x: in/out [count]
+void launch_add_silu(const float* z, float* x, std::size_t count, cudaStream_t stream);
 
 // The copy list (pack_copies: {kind, src, dst}) in order, every layer, keys and values
 // (PageStorage::execute). One kernel: a block per layer walks the list.

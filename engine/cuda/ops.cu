@@ -1,6 +1,8 @@
 // The row-wise kernels of the CUDA backend (embedding, RMSNorm, q/k norm + RoPE + KV store,
-// SiLU-gate, the KV copy list), then their launchers. Every kernel works on one row with a
+// SiLU-gate, row copies, Medusa's SiLU residual, the KV copy list), then their launchers. Every kernel works on one row with a
 // fixed thread count and reduction order, so a row's result never depends on the batch.
+#include <algorithm>
+
 #include "engine/cuda/cuda_check.cuh"
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.cuh"
@@ -98,6 +100,23 @@ __global__ void silu_mul_kernel(const float* gu, float* act, int ffn) {
     act[static_cast<std::size_t>(r) * ffn + i] = g[i] / (1.0f + expf(-g[i])) * g[ffn + i];
 }
 
+// dst row r = src row (gather ? gather[r] : r), each row `dim` floats, rows `src_stride` and
+// `dst_stride` floats apart.
+__global__ void copy_rows_kernel(const float* src, int src_stride, const int* gather, float* dst, int dst_stride,
+                                 int dim) {
+  const int r = blockIdx.y;
+  const float* s = src + static_cast<std::size_t>(gather ? gather[r] : r) * src_stride;
+  float* d = dst + static_cast<std::size_t>(r) * dst_stride;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < dim; i += gridDim.x * blockDim.x) d[i] = s[i];
+}
+
+// x += silu(z) = z / (1 + e^-z), elementwise (Medusa's residual block, medusa_cpu.cpp).
+__global__ void add_silu_kernel(const float* z, float* x, std::size_t count) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    x[i] += z[i] / (1.0f + expf(-z[i]));
+}
+
 // Equals PageStorage::execute: copies in list order (a later one may read an earlier one's
 // writes: the block's barrier between copies), one block per layer.
 template <class T>
@@ -164,6 +183,21 @@ void launch_qk_rope_store(float* qkv, const RowDesc* rows, const float* inv_freq
 void launch_silu_mul(const float* gu, float* act, int n, int ffn, cudaStream_t stream) {
   const dim3 grid((ffn + kRowThreads - 1) / kRowThreads, n);
   SPECULA_LAUNCH(silu_mul_kernel, grid, kRowThreads, 0, stream, gu, act, ffn);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_copy_rows(const float* src, int src_stride, const int* gather, float* dst, int dst_stride, int n, int dim,
+                      cudaStream_t stream) {
+  if (n == 0) return;
+  const dim3 grid((dim + kRowThreads - 1) / kRowThreads, n);
+  SPECULA_LAUNCH(copy_rows_kernel, grid, kRowThreads, 0, stream, src, src_stride, gather, dst, dst_stride, dim);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_add_silu(const float* z, float* x, std::size_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  const std::size_t blocks = std::min<std::size_t>((count + kRowThreads - 1) / kRowThreads, 4096);
+  SPECULA_LAUNCH(add_silu_kernel, static_cast<unsigned>(blocks), kRowThreads, 0, stream, z, x, count);
   CUDA_CHECK_LAUNCH();
 }
 
