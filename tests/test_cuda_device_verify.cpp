@@ -4,8 +4,9 @@
 //   logits (a plain forward of the same batch on other forks: bitwise equal by batch
 //   invariance), for trees of several shapes, every sibling-draw mode, every sampling transform,
 //   with and without q, beside spans it does not verify (whose logits still come back while the
-//   verified spans' rows stay unwritten); greedy speculation through the scheduler, verified on
-//   the device, emits plain greedy decoding's tokens;
+//   verified spans' rows stay unwritten); speculative sampling verified on the device follows
+//   the target's law (chi-square); greedy speculation through the scheduler, verified on the
+//   device, emits plain greedy decoding's tokens;
 // - without a GPU: the refusals of malformed requests, the CPU backend's refusal, and
 //   pack_verify's layout (greedy sequences first, runs of logit rows, where verdicts land).
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "sampling/sampler.h"
 #include "tests/test_gpu_support.h"
 #include "tests/test_runtime_support.h"
+#include "tests/test_verify_support.h"
 #include "verify/verifier.h"
 
 namespace specula {
@@ -253,6 +255,113 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
   for (const Batch* b : {&host, &device})
     for (int seq : b->seqs) cache.free(seq);
   for (const Base& b : bases) cache.free(b.seq);
+}
+
+// Speculative sampling verified on the device keeps the target's law: sequences forked from
+// one prompt (draft-1m, T = 1) each propose one token drawn from q, the same logits at T = 2,
+// and forward_verify accepts or corrects it from the device's p and the sequence's uniforms;
+// the first emitted token's counts against p (the CPU sampler's distribution of the same
+// logits, a plain forward on the same backend) by Pearson chi-square at alpha = 1e-3. The
+// prompt is the 24-token start of a reference prompt with the most effective cells exp(H(p)). A wiring error
+// (p and q swapped or misaligned, q ignored, a uniform misread) moves the law towards q: the
+// power against such a shift is computed here by simulation and must reach 0.9 by a total
+// variation of `kDetectedShift`; the figures: docs/measurements.md, "The device path's
+// chi-square test".
+TEST_CASE("cuda backend: speculative sampling verified on the device follows the target's law", "[gpu][statistical]") {
+  REQUIRE_GPU();
+  constexpr double kAlpha = 1e-3, kDetectedShift = 0.2;
+  const int batches = test::kSanitized ? 1 : 4, per_batch = test::kSanitized ? 64 : 128;
+  const Model model(test::model_dir("draft-1m"));
+  const auto backend = make_backend(BackendKind::kCuda, model, std::nullopt);
+  const auto workspace = backend->make_workspace();
+  const int vocab = model.config().vocab_size;
+  KvCache cache(backend->kv_layout(16), 64 + 2 * per_batch);
+  const ForwardContext ctx{*backend, cache, *workspace};
+  const auto target = make_sampler(SamplingOptions::sample(1.0f));
+  const auto draft = make_sampler(SamplingOptions::sample(2.0f));
+
+  // The prompt and its root context's p and q.
+  std::vector<int> prompt;
+  std::vector<float> p, q;
+  double best = -1;
+  std::vector<std::vector<int>> candidates = test::reference_prompts();
+  candidates.resize(test::kSanitized ? 3 : candidates.size());
+  for (std::vector<int> candidate : candidates) {
+    candidate.resize(24);  // short prefixes: the host execution runs a row in milliseconds
+    std::vector<int> positions(candidate.size());
+    std::iota(positions.begin(), positions.end(), 0);
+    std::vector<float> logits(static_cast<std::size_t>(vocab)), law(logits.size()), proposal(logits.size());
+    const int seq = cache.create();
+    ctx.run(SequenceRows{seq, candidate, positions, {}, RowLogits::kLast}, logits);
+    cache.free(seq);
+    target->distribution(logits, law);
+    double entropy = 0;
+    for (float x : law) entropy -= x > 0 ? double(x) * std::log(double(x)) : 0.0;
+    if (std::exp(entropy) <= best) continue;
+    best = std::exp(entropy);
+    draft->distribution(logits, proposal);
+    prompt = candidate, p = std::move(law), q = std::move(proposal);
+  }
+  std::vector<double> q_cumulative(q.size());
+  std::partial_sum(q.begin(), q.end(), q_cumulative.begin(), [](double a, float b) { return a + double(b); });
+
+  std::vector<int> prefix_positions(prompt.size() - 1);
+  std::iota(prefix_positions.begin(), prefix_positions.end(), 0);
+  const int prefix = cache.create();
+  ctx.run(SequenceRows{prefix, std::span(prompt).first(prompt.size() - 1), prefix_positions, {}, RowLogits::kNone}, {});
+  std::vector<long> counts(static_cast<std::size_t>(vocab), 0);
+  long accepted = 0;
+  Philox rng(41, 0);
+  const std::vector<int> draw{kDrawSampled, kDrawSampled};
+  std::vector<float> q_rows(q);
+  q_rows.insert(q_rows.end(), q.begin(), q.end());  // [2, vocab]: the leaf's row is not read
+  for (int b = 0; b < batches; ++b) {
+    std::vector<TokenTree> trees(static_cast<std::size_t>(per_batch));
+    std::vector<TreeVerifyRows> rows(trees.size());
+    std::vector<std::vector<double>> uniforms(trees.size());
+    std::vector<SequenceRows> parts;
+    std::vector<DeviceVerify> verify;
+    for (std::size_t i = 0; i < trees.size(); ++i) {
+      const double u = rng.uniform() * q_cumulative.back();
+      const int token = static_cast<int>(std::upper_bound(q_cumulative.begin(), q_cumulative.end(), u) - q_cumulative.begin());
+      trees[i] = TokenTree::chain(std::span(&token, 1), SiblingDraw::kSampled);
+      for (int k = 0; k < verify_uniform_count(trees[i]); ++k) uniforms[i].push_back(rng.uniform());
+      parts.push_back(rows[i].build(cache.fork(prefix), prompt, trees[i]));
+      DeviceVerify v = tree_request(static_cast<int>(i), trees[i].tokens, trees[i].parent);
+      v.temperature = 1.0f;
+      v.draw = draw;
+      v.q = q_rows;
+      v.uniforms = uniforms[i];
+      verify.push_back(v);
+    }
+    std::vector<DeviceVerdict> verdicts(verify.size());
+    std::vector<float> unread(static_cast<std::size_t>(logit_rows(parts)) * vocab);  // every row is verified
+    ctx.run(parts, unread, verify, verdicts);
+    for (std::size_t i = 0; i < verdicts.size(); ++i) {
+      ++counts[static_cast<std::size_t>(verdicts[i].tokens.at(0))];
+      accepted += static_cast<long>(verdicts[i].accepted_nodes.size());
+      cache.free(parts[i].seq);
+    }
+  }
+  const long samples = static_cast<long>(batches) * per_batch;
+  const std::vector<double> law(p.begin(), p.end()), proposal(q.begin(), q.end());
+  const test::ChiSquare chi = test::chi_square(counts, law);
+  INFO("prompt of " << prompt.size() << " tokens, exp(H(p)) " << best << "; " << samples << " samples, " << accepted
+                    << " drafts accepted; chi2 " << chi.statistic << " df " << chi.df << " p-value " << chi.p_value);
+  CHECK(accepted > samples / 10);            // the acceptance rule ran both ways
+  CHECK(accepted < samples - samples / 10);
+  CHECK(chi.impossible == 0);
+  CHECK(chi.p_value > kAlpha);
+  if (!test::kSanitized) {
+    const double detected = test::tv_at_power(law, proposal, samples, kAlpha, 0.9, 200, 5);
+    const double at_one_percent =
+        test::chi_square_power(law, test::toward(law, proposal, 0.01), samples, kAlpha, 200, 6);
+    INFO("power 0.9 from a shift towards q of total variation " << detected << " (TV(p, q) "
+                                                                << test::total_variation(law, proposal)
+                                                                << "); power at 0.01: " << at_one_percent);
+    CHECK(detected <= kDetectedShift);
+  }
+  cache.free(prefix);
 }
 
 // The greedy chains, trees and n-grams of the scheduler, with every sequence step verified on
