@@ -48,7 +48,7 @@ TEST_CASE("shipped configs load, and their resolved form loads to the same runs"
                            Shipped{"configs/speedup-cpu.toml", 42, 9, 1}, Shipped{"configs/speedup-goals.toml", 3, 28, 1},
                            Shipped{"configs/batch-sizes.toml", 48, 35, 1}, Shipped{"configs/kv-dtype.toml", 6, 2, 1},
                            Shipped{"configs/tight-pool.toml", 4, 16, 1}, Shipped{"configs/policies.toml", 23, 35, 4},
-                           Shipped{"configs/draft-heads.toml", 38, 12, 1}}) {
+                           Shipped{"configs/draft-heads.toml", 54, 12, 1}}) {
     INFO(s.file);
     const ExperimentConfig c = load_config(source_path(s.file));
     CHECK(c.grid.size() == s.grid);

@@ -3,8 +3,9 @@
 // many at once, dynamic trees too), for a random EAGLE-3 head over a reduced draft vocabulary,
 // a random EAGLE-1 head and the shipped EAGLE-3 head, whose proposals the target accepts far
 // more often than the same head's fed other layers' states; sampled output follows the
-// target's exact distribution. On the cuda backend ([gpu]) greedy speculation with the heads
-// (EAGLE-3, EAGLE-1, Medusa) emits plain greedy decoding's tokens.
+// target's exact distribution; the shipped EAGLE-3 and EAGLE-1 heads reproduce their eval.json.
+// On the cuda backend ([gpu]) greedy speculation with the heads (EAGLE-3, EAGLE-1, Medusa)
+// emits plain greedy decoding's tokens.
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
@@ -296,52 +297,59 @@ TEST_CASE("eagle heads: speculative sampling's second tokens follow the target's
   }
 }
 
-TEST_CASE("eagle3: the shipped head reproduces its README's first-step agreement", "[runtime][heads]") {
+TEST_CASE("eagle heads: the shipped heads reproduce their README's first-step agreement", "[runtime][heads]") {
   // eval.json: per domain, windows of token ids; agreement_per_step[0] is the share of entries
-  // j = 1 .. 127 (token t_j, fc of the target's states of t_{j-1}, teacher-forced) whose argmax
-  // is the target's argmax after t_j.
-  const std::string dir = test::model_dir("target-16m-eagle3");
-  const nlohmann::json eval = nlohmann::json::parse(std::ifstream(dir + "/eval.json"));
+  // j = 1 .. 127 (token t_j, the head's feature of the target's states of t_{j-1}: EAGLE-3 fc
+  // of its taps, EAGLE-1 the final-normed last hidden state; teacher-forced) whose argmax is
+  // the target's argmax after t_j.
   const Backend& target = store().get(test::model_dir("target-16m"));
-  const HeadBackend& head = store().head(dir, test::model_dir("target-16m"), BackendKind::kCpu, HeadKind::kEagle3);
-  const HeadConfig& c = head.config();
-  const int vocab = target.config().vocab_size, width = c.num_taps() * target.config().hidden_size;
-  for (const auto& [domain, figures] : eval["domains"].items()) {
-    INFO(domain);
-    long agree = 0, positions = 0;
-    for (const auto& window : eval["eval_window_ids"][domain]) {
-      const std::vector<int> ids = window.get<std::vector<int>>();
-      const int n = static_cast<int>(ids.size());
-      std::vector<int> positions_of(ids.size());
-      std::iota(positions_of.begin(), positions_of.end(), 0);
-      test::Engine t(target, 16, 16);
-      t.cache.keep_states(c.tap_layers, width);
-      const int seq = t.cache.create();
-      std::vector<float> logits(ids.size() * static_cast<std::size_t>(vocab));
-      t.forward(seq, {ids, positions_of, {}, true}, logits);
+  const int vocab = target.config().vocab_size;
+  for (const auto& [name, kind] : {std::pair{"target-16m-eagle3", HeadKind::kEagle3},
+                                   std::pair{"target-16m-eagle1", HeadKind::kEagle1}}) {
+    INFO(name);
+    const std::string dir = test::model_dir(name);
+    const nlohmann::json eval = nlohmann::json::parse(std::ifstream(dir + "/eval.json"));
+    const HeadBackend& head = store().head(dir, test::model_dir("target-16m"), BackendKind::kCpu, kind);
+    const HeadConfig& c = head.config();
+    const int width = c.num_taps() * target.config().hidden_size;
+    for (const auto& [domain, figures] : eval["domains"].items()) {
+      INFO(domain);
+      long agree = 0, positions = 0;
+      for (const auto& window : eval["eval_window_ids"][domain]) {
+        const std::vector<int> ids = window.get<std::vector<int>>();
+        const int n = static_cast<int>(ids.size());
+        std::vector<int> positions_of(ids.size());
+        std::iota(positions_of.begin(), positions_of.end(), 0);
+        test::Engine t(target, 16, 16);
+        t.cache.keep_states(c.tap_layers, width);
+        const int seq = t.cache.create();
+        std::vector<float> logits(ids.size() * static_cast<std::size_t>(vocab));
+        t.forward(seq, {ids, positions_of, {}, true}, logits);
 
-      KvCache head_cache(head.kv_layout(16), 16);
-      const auto workspace = head.make_workspace();
-      const HeadForwardContext context{head, target.config(), head_cache, *workspace};
-      std::vector<float> head_logits, out;
-      const int head_seq = head_cache.create();
-      // All entries but the last, logits of every row: feed_head_entries gives the last row's,
-      // so the window is fed one entry at a time.
-      for (int j = 1; j < n; ++j) {
-        feed_head_entries(context, head_seq, t.cache, seq, std::span(ids).first(static_cast<std::size_t>(j + 1)),
-                          head_logits, out);
-        const int draft = static_cast<int>(std::max_element(head_logits.begin(), head_logits.end()) - head_logits.begin());
-        const auto row = std::span<const float>(logits).subspan(static_cast<std::size_t>(j) * vocab, vocab);
-        const int expected = static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin());
-        agree += head.head().draft_to_target()[static_cast<std::size_t>(draft)] == expected;
-        ++positions;
+        KvCache head_cache(head.kv_layout(16), 16);
+        const auto workspace = head.make_workspace();
+        const HeadForwardContext context{head, target.config(), head_cache, *workspace};
+        std::vector<float> head_logits, out;
+        const int head_seq = head_cache.create();
+        // All entries but the last, logits of every row: feed_head_entries gives the last row's,
+        // so the window is fed one entry at a time.
+        for (int j = 1; j < n; ++j) {
+          feed_head_entries(context, head_seq, t.cache, seq, std::span(ids).first(static_cast<std::size_t>(j + 1)),
+                            head_logits, out);
+          const int draft =
+              static_cast<int>(std::max_element(head_logits.begin(), head_logits.end()) - head_logits.begin());
+          const auto row = std::span<const float>(logits).subspan(static_cast<std::size_t>(j) * vocab, vocab);
+          const int expected = static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin());
+          agree += head.head().draft_to_target()[static_cast<std::size_t>(draft)] == expected;
+          ++positions;
+        }
       }
+      const double agreement = double(agree) / double(positions);
+      INFO("agreement " << agreement << " over " << positions << " positions; eval.json "
+                        << figures["agreement_per_step"][0].get<double>());
+      CHECK(positions == figures["positions_per_step"][0].get<long>());
+      CHECK(std::abs(agreement - figures["agreement_per_step"][0].get<double>()) <= 2.0 / double(positions));
     }
-    const double agreement = double(agree) / double(positions);
-    INFO("agreement " << agreement << " over " << positions << " positions; eval.json "
-                      << figures["agreement_per_step"][0].get<double>());
-    CHECK(positions == figures["positions_per_step"][0].get<long>());
-    CHECK(std::abs(agreement - figures["agreement_per_step"][0].get<double>()) <= 2.0 / double(positions));
   }
 }
 

@@ -1,8 +1,10 @@
-"""EAGLE-3 draft head (SpecForge/EAGLE layout) and its training-time-test forward.
+"""EAGLE-3 draft head (SpecForge/EAGLE layout) and the training-time-test forward shared
+with EAGLE-1 (eagle1_head.py).
 
-Inference rules reproduced by ttt_forward:
-- head cache entry i (step 0) has x = fc(cat(tap a, tap b, tap c) at token i), token t_{i+1},
-  RoPE position i, and attends causally to step-0 entries 0..i;
+Inference rules reproduced by ChainHead.ttt_forward:
+- head cache entry i (step 0) has x = project(features at token i) (EAGLE-3: fc over
+  cat(tap a, tap b, tap c)), token t_{i+1}, RoPE position i, and attends causally to step-0
+  entries 0..i;
 - draft step k >= 1 at index i has x = out of step k-1 at index i, token t_{i+k+1}, RoPE
   position i+k, and attends to step-0 entries 0..i plus the step-1..k entries of index i;
 - step k at index i predicts t_{i+k+2}.
@@ -30,16 +32,15 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config, input_size):
         super().__init__()
-        hidden = config["hidden_size"]
         self.heads = config["num_attention_heads"]
         self.kv_heads = config["num_key_value_heads"]
         self.head_dim = config["head_dim"]
-        self.q_proj = nn.Linear(2 * hidden, self.heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(2 * hidden, self.kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(2 * hidden, self.kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.heads * self.head_dim, hidden, bias=False)
+        self.q_proj = nn.Linear(input_size, self.heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(input_size, self.kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(input_size, self.kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, config["hidden_size"], bias=False)
 
     def project(self, a, cos, sin):
         """q [B, h, n, d], k/v [B, h, n, d] (kv heads repeated), RoPE applied to q and k."""
@@ -80,25 +81,72 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-class MidLayer(nn.Module):
-    def __init__(self, config):
+class DecoderLayer(nn.Module):
+    """Attention over an input of `attention_input_size`, then the MLP; no input norm."""
+
+    def __init__(self, config, attention_input_size):
         super().__init__()
+        self.post_attention_layernorm = RMSNorm(config["hidden_size"], config["rms_norm_eps"])
+        self.self_attn = Attention(config, attention_input_size)
+        self.mlp = MLP(config["hidden_size"], config["intermediate_size"])
+
+    def finish(self, residual, attn):
+        h = residual + attn
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class MidLayer(DecoderLayer):
+    def __init__(self, config):
+        super().__init__(config, 2 * config["hidden_size"])
         hidden, eps = config["hidden_size"], config["rms_norm_eps"]
         self.input_layernorm = RMSNorm(hidden, eps)
         self.hidden_norm = RMSNorm(hidden, eps)
-        self.post_attention_layernorm = RMSNorm(hidden, eps)
-        self.self_attn = Attention(config)
-        self.mlp = MLP(hidden, config["intermediate_size"])
 
     def attention_input(self, x, embedded):
         return torch.cat([self.input_layernorm(embedded), self.hidden_norm(x)], dim=-1)
 
-    def finish(self, x, attn):
-        h = x + attn
-        return h + self.mlp(self.post_attention_layernorm(h))
+
+class ChainHead(nn.Module):
+    """A one-layer EAGLE head drafting a chain: subclasses define `layer` (a DecoderLayer),
+    project (features -> step-0 x), step_input (x, embedded token -> attention input,
+    residual) and logits (layer output -> logits)."""
+
+    def ttt_outputs(self, features, tokens, embed_tokens, steps):
+        """features [B, T, F] (the head's features at tokens 0..T-1), tokens [B, T].
+
+        Returns a list of `steps` layer outputs [B, T-1, H]; entry i of step k predicts
+        t_{i+k+2} and is step k+1's x. Input tokens past the window are padded with 0 (their
+        outputs are masked by the caller)."""
+        n = tokens.shape[1] - 1
+        x = self.project(features[:, :n])
+        head_dim, theta = self.config["head_dim"], self.config["rope_theta"]
+        attention = self.layer.self_attn
+        step0_k = step0_v = None
+        chain_k, chain_v = [], []
+        outs = []
+        for k in range(steps):
+            input_tokens = F.pad(tokens[:, k + 1:k + 1 + n], (0, k + 1 + n - tokens.shape[1]))
+            embedded = F.embedding(input_tokens, embed_tokens)
+            cos, sin = rope_cos_sin(torch.arange(n) + k, head_dim, theta)
+            a, residual = self.step_input(x, embedded)
+            q, key, value = attention.project(a, cos, sin)
+            if k == 0:
+                step0_k, step0_v = key, value
+            else:
+                chain_k.append(key)
+                chain_v.append(value)
+            out = self.layer.finish(residual, attention.attend(q, step0_k, step0_v, chain_k,
+                                                               chain_v))
+            outs.append(out)
+            x = out
+        return outs
+
+    def ttt_forward(self, features, tokens, embed_tokens, steps):
+        """The logits [B, T-1, V] of each step of ttt_outputs."""
+        return [self.logits(out) for out in self.ttt_outputs(features, tokens, embed_tokens, steps)]
 
 
-class Eagle3Head(nn.Module):
+class Eagle3Head(ChainHead):
     def __init__(self, config):
         super().__init__()
         hidden = config["hidden_size"]
@@ -117,34 +165,18 @@ class Eagle3Head(nn.Module):
             self.lm_head.weight.copy_(target.lm_head)
             self.norm.weight.copy_(target.w("model.norm.weight"))
 
-    def ttt_forward(self, features, tokens, embed_tokens, steps):
-        """features [B, T, 3H] (taps at tokens 0..T-1), tokens [B, T].
+    @property
+    def layer(self):
+        return self.midlayer
 
-        Returns a list of `steps` logits tensors [B, T-1, V]; entry i of step k predicts
-        t_{i+k+2}. Input tokens past the window are padded with 0 (their outputs are masked
-        by the caller)."""
-        n = tokens.shape[1] - 1
-        x = self.fc(features[:, :n])
-        head_dim, theta = self.config["head_dim"], self.config["rope_theta"]
-        step0_k = step0_v = None
-        chain_k, chain_v = [], []
-        all_logits = []
-        for k in range(steps):
-            input_tokens = F.pad(tokens[:, k + 1:k + 1 + n], (0, k + 1 + n - tokens.shape[1]))
-            embedded = F.embedding(input_tokens, embed_tokens)
-            cos, sin = rope_cos_sin(torch.arange(n) + k, head_dim, theta)
-            a = self.midlayer.attention_input(x, embedded)
-            q, key, value = self.midlayer.self_attn.project(a, cos, sin)
-            if k == 0:
-                step0_k, step0_v = key, value
-            else:
-                chain_k.append(key)
-                chain_v.append(value)
-            attn = self.midlayer.self_attn.attend(q, step0_k, step0_v, chain_k, chain_v)
-            out = self.midlayer.finish(x, attn)
-            all_logits.append(self.lm_head(self.norm(out)))
-            x = out
-        return all_logits
+    def project(self, features):
+        return self.fc(features)
+
+    def step_input(self, x, embedded):
+        return self.midlayer.attention_input(x, embedded), x
+
+    def logits(self, out):
+        return self.lm_head(self.norm(out))
 
     def export_tensors(self):
         """Tensors of model.safetensors: parameters plus d2t (zeros) and t2d (all true)."""

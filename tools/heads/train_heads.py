@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Trains an EAGLE-3 head or Medusa heads for a Hugging Face Llama-family target on CPU.
+"""Trains an EAGLE-3 head, an EAGLE-1 head or Medusa heads for a Hugging Face Llama-family
+target on CPU.
 
 Features and soft labels come from llama_reference's float32 forward of the target over
 BOS-separated corpus windows, computed on the fly. Step/head k at index i predicts
-t_{i+k+2}; its label is the target's softmax at token i+k+1.
+t_{i+k+2}; its label is the target's softmax at token i+k+1 (EAGLE-1 also regresses its
+layer output onto the target's feature at token i+k+1).
 """
 import argparse
 import json
@@ -22,6 +24,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from corpus import DOMAINS, eval_windows, load_tokenizer, train_windows  # noqa: E402
+from eagle1_head import Eagle1Head  # noqa: E402
 from eagle3_head import Eagle3Head, eagle3_tap_layers  # noqa: E402
 from llama_reference import LlamaReference  # noqa: E402
 from medusa_head import MedusaHeads  # noqa: E402
@@ -31,7 +34,7 @@ from safetensors_io import read_safetensors, write_safetensors  # noqa: E402
 def parse_args():
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--kind", choices=("eagle3", "medusa"), help="head type to train")
+    p.add_argument("--kind", choices=("eagle3", "eagle1", "medusa"), help="head type to train")
     p.add_argument("--target", required=True, help="target checkpoint folder (HF Llama layout)")
     p.add_argument("--corpus", default="shared/corpus",
                    help="folder with <domain>.{train,eval}.jsonl")
@@ -42,7 +45,8 @@ def parse_args():
                    help="start from the head saved in DIR (same kind and sizes) instead of "
                         "the fresh initialisation")
     p.add_argument("--steps", type=int, default=None,
-                   help="draft steps (eagle3 TTT depth, default 5) or medusa heads (default 4)")
+                   help="draft steps (eagle3 / eagle1 TTT depth, default 5 / 3) or medusa "
+                        "heads (default 4)")
     p.add_argument("--medusa-num-layers", type=int, default=1, help="residual blocks per head")
     p.add_argument("--train-tokens", type=int, default=200_000,
                    help="training token budget (tokens of the train stream, one pass)")
@@ -56,6 +60,11 @@ def parse_args():
     p.add_argument("--step-weight-decay", type=float, default=0.8,
                    help="loss weight of step/head k is this ** k")
     p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--feature-loss-weight", type=float, default=1.0,
+                   help="eagle1: weight of the smooth-L1 regression onto the next feature")
+    p.add_argument("--token-loss-weight", type=float, default=None,
+                   help="weight of the soft cross-entropy (default 0.1 for eagle1, as the "
+                        "EAGLE reference, 1 otherwise)")
     p.add_argument("--time-limit-min", type=float, default=0.0,
                    help="stop training (and save) after this many minutes; 0 = no limit")
     p.add_argument("--eval-windows", type=int, default=4, help="eval windows per domain")
@@ -70,32 +79,45 @@ def parse_args():
 
 
 def default_steps(kind):
-    return 5 if kind == "eagle3" else 4
+    return {"eagle3": 5, "eagle1": 3, "medusa": 4}[kind]
 
 
 def build_head(kind, target, steps, medusa_num_layers):
     c = target.config
     if kind == "eagle3":
         return Eagle3Head(c)
+    if kind == "eagle1":
+        return Eagle1Head(c, target.lm_head)
     return MedusaHeads(c["hidden_size"], c["vocab_size"], steps, medusa_num_layers)
+
+
+def shift(tensor, k):
+    """tensor[:, k + 1:] zero-padded back to T - 1 positions: index i holds token i+k+1."""
+    return F.pad(tensor[:, k + 1:], (0, 0, 0, k))
 
 
 def step_logits(kind, head, target, ids, steps):
     """Runs the target and the head over ids [B, T].
 
-    Returns (draft, teacher): lists of `steps` tensors [B, T-1, V]; entry i of step k
-    predicts t_{i+k+2} and teacher[k][:, i] is the target's logits at token i+k+1 (zero
-    past the window)."""
+    Returns (draft, teacher, features): lists of `steps` tensors [B, T-1, V]; entry i of
+    step k predicts t_{i+k+2} and teacher[k][:, i] is the target's logits at token i+k+1
+    (zero past the window). features (EAGLE-1, else None) lists per step the pair (head
+    output [B, T-1, H], the target's final-normed hidden state at token i+k+1)."""
     taps = eagle3_tap_layers(target.num_layers) if kind == "eagle3" else ()
     target_logits, tapped, final_hidden = target.forward(ids, taps)
     n = ids.shape[1] - 1
+    features = None
     if kind == "eagle3":
-        features = torch.cat([tapped[layer] for layer in taps], dim=-1)
-        draft = head.ttt_forward(features, ids, target.embed_tokens, steps)
+        taps_cat = torch.cat([tapped[layer] for layer in taps], dim=-1)
+        draft = head.ttt_forward(taps_cat, ids, target.embed_tokens, steps)
+    elif kind == "eagle1":
+        outs = head.ttt_outputs(final_hidden, ids, target.embed_tokens, steps)
+        draft = [head.logits(out) for out in outs]
+        features = [(out, shift(final_hidden, k)) for k, out in enumerate(outs)]
     else:
         draft = [logits[:, :n] for logits in head(final_hidden[:, :n])]
-    teacher = [F.pad(target_logits[:, k + 1:], (0, 0, 0, k)) for k in range(steps)]
-    return draft, teacher
+    teacher = [shift(target_logits, k) for k in range(steps)]
+    return draft, teacher, features
 
 
 def valid_mask(n, step):
@@ -112,13 +134,23 @@ def step_statistics(draft, teacher, step):
     return loss[mask].sum(), agree[mask].sum().item(), int(mask.sum())
 
 
-def training_loss(draft, teacher, decay):
-    """Weighted sum over steps of each step's mean soft cross-entropy; step-0 agreement."""
+def feature_loss(out, feature, step):
+    """Mean over valid positions of the smooth-L1 distance (mean over the hidden size)."""
+    mask = valid_mask(out.shape[1], step).expand(out.shape[0], -1)
+    return F.smooth_l1_loss(out, feature, reduction="none").mean(-1)[mask].mean()
+
+
+def training_loss(draft, teacher, features, decay, token_weight, feature_weight):
+    """Weighted sum over steps (decay ** step) of token_weight * the step's mean soft
+    cross-entropy plus feature_weight * its feature loss (EAGLE-1); step-0 agreement."""
     total = 0.0
     first_agreement = 0.0
     for step, (d, t) in enumerate(zip(draft, teacher)):
         loss_sum, agree, count = step_statistics(d, t, step)
-        total = total + decay ** step * loss_sum / count
+        step_loss = token_weight * loss_sum / count
+        if features is not None:
+            step_loss = step_loss + feature_weight * feature_loss(*features[step], step)
+        total = total + decay ** step * step_loss
         if step == 0:
             first_agreement = agree / count
     return total, first_agreement
@@ -130,7 +162,7 @@ def evaluate(kind, head, target, eval_sets, steps):
     head.eval()
     result = {}
     for domain, windows in eval_sets.items():
-        draft, teacher = step_logits(kind, head, target, torch.tensor(windows), steps)
+        draft, teacher, _ = step_logits(kind, head, target, torch.tensor(windows), steps)
         losses, agreements, counts = [], [], []
         for step in range(steps):
             loss_sum, agree, count = step_statistics(draft[step], teacher[step], step)
@@ -202,7 +234,7 @@ def eval_record(args, steps, result, eval_sets):
 def save_head(kind, head, target, args, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     torch_dtype = "bfloat16" if args.save_dtype == "bf16" else "float32"
-    if kind == "eagle3":
+    if kind in ("eagle3", "eagle1"):
         config = head.export_config(target.config, torch_dtype)
     else:
         config = head.export_config(os.path.basename(os.path.normpath(args.target)),
@@ -221,6 +253,9 @@ def load_saved_head(directory, target):
     if "LlamaForCausalLMEagle3" in config.get("architectures", []):
         kind, steps = "eagle3", None
         head = Eagle3Head(target.config)
+    elif "fc.bias" in tensors:
+        kind, steps = "eagle1", None
+        head = Eagle1Head(target.config, target.lm_head)
     else:
         kind, steps = "medusa", config["medusa_num_heads"]
         head = MedusaHeads(config["hidden_size"], config["vocab_size"],
@@ -239,6 +274,10 @@ def write_json(path, data):
 
 def run_eval_only(args, target, tokenizer):
     kind, head, steps = load_saved_head(args.eval_only, target)
+    previous = os.path.join(args.eval_only, "eval.json")
+    if not (args.steps or steps) and os.path.exists(previous):
+        with open(previous) as f:
+            steps = json.load(f)["steps"]  # the depth the head was evaluated at before
     steps = args.steps or steps or default_steps(kind)
     eval_sets = load_eval_sets(args, tokenizer)
     result = evaluate(kind, head, target, eval_sets, steps)
@@ -262,6 +301,9 @@ def train(args, target, tokenizer):
     print(f"{len(windows)} train windows of {args.window} tokens, {len(batches)} batches, "
           f"{sum(p.numel() for p in head.parameters())} parameters")
     print_eval(evaluate(args.kind, head, target, eval_sets, steps), "init")
+    token_weight = args.token_loss_weight
+    if token_weight is None:
+        token_weight = 0.1 if args.kind == "eagle1" else 1.0
     optimizer = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95),
                                   weight_decay=args.weight_decay)
     start = time.time()
@@ -270,8 +312,10 @@ def train(args, target, tokenizer):
     for step, batch in enumerate(progress):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, len(batches), args)
-        draft, teacher = step_logits(args.kind, head, target, torch.tensor(batch), steps)
-        loss, first_agreement = training_loss(draft, teacher, args.step_weight_decay)
+        draft, teacher, features = step_logits(args.kind, head, target, torch.tensor(batch),
+                                               steps)
+        loss, first_agreement = training_loss(draft, teacher, features, args.step_weight_decay,
+                                              token_weight, args.feature_loss_weight)
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), args.grad_clip)
