@@ -400,24 +400,7 @@ TEST_CASE("cuda backend: greedy speculation verified on the device emits plain g
   for (const auto& [name, draft] : drafters) {
     for (const int size : sizes) {
       INFO(name << ", batch " << size);
-      SchedulerLimits limits;
-      limits.max_sequences = size;
-      limits.kv_blocks = 64 * size;
-      Scheduler scheduler(test::store(), request(0), limits);
-      for (int r = 0; r < size; ++r) {
-        GenerateOptions o = request(r);
-        o.draft = draft;
-        scheduler.submit(o, static_cast<uint64_t>(r));
-      }
-      scheduler.run();
-      long steps = 0;
-      for (int r = 0; r < size; ++r) {
-        CHECK(scheduler.outcome(r).samples.front() == plain[static_cast<std::size_t>(r)]);
-        steps += scheduler.outcome(r).spec.steps;
-        CHECK(scheduler.outcome(r).spec.sample_verify_s > 0);  // the device's events
-      }
-      CHECK(steps > 0);
-      CHECK(scheduler.stats().device_verified == steps);
+      test::check_device_verified_greedy(request, draft, size, plain);
     }
   }
 }

@@ -163,7 +163,7 @@ TEST_CASE("draft heads on the cuda backend: greedy speculation emits plain greed
   const std::string target = test::model_dir(host ? "draft-1m" : "target-16m");
   const ModelConfig& config = store().model(target).config();
   static test::TempDir eagle3_dir, eagle1_dir, medusa_dir;
-  std::string eagle3_head = test::model_dir("target-16m-eagle3"), eagle1_head = random_eagle1_head(),
+  std::string eagle3_head = test::model_dir("target-16m-eagle3"), eagle1_head = test::model_dir("target-16m-eagle1"),
               medusa_head = test::model_dir("target-16m-medusa");
   if (host) {
     if (!std::filesystem::exists(eagle3_dir.path / "config.json")) {
@@ -209,23 +209,7 @@ TEST_CASE("draft heads on the cuda backend: greedy speculation emits plain greed
   for (const auto& [name, draft] : drafters) {
     for (const int size : sizes) {
       INFO(name << ", batch " << size);
-      SchedulerLimits limits;
-      limits.max_sequences = size;
-      limits.kv_blocks = 64 * size;
-      Scheduler scheduler(store(), request(0), limits);
-      for (int r = 0; r < size; ++r) {
-        GenerateOptions o = request(r);
-        o.draft = draft;
-        scheduler.submit(o, static_cast<uint64_t>(r));
-      }
-      scheduler.run();
-      long steps = 0;
-      for (int r = 0; r < size; ++r) {
-        CHECK(scheduler.outcome(r).samples.front() == plain[static_cast<std::size_t>(r)]);
-        steps += scheduler.outcome(r).spec.steps;
-      }
-      CHECK(steps > 0);
-      CHECK(scheduler.stats().device_verified == steps);
+      test::check_device_verified_greedy(request, draft, size, plain);
     }
   }
 }

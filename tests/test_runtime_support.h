@@ -1,8 +1,8 @@
 // defines: helpers of the runtime tests: the process's ModelStore, the shared reference
 // prompts, bitwise equality of two sequences' cached K/V rows, a plain causal prefill into a
 // fresh sequence (the cache a plain run builds, for the cache-equality tests), a batch of
-// requests under a draft-length policy checked against plain greedy, and the chi-square check
-// of a drafter's first speculative step.
+// requests under a draft-length policy checked against plain greedy, greedy requests verified
+// on the device checked against plain greedy, and the chi-square check of a drafter's law.
 #pragma once
 
 #include <algorithm>
@@ -121,6 +121,31 @@ inline long policy_batch_drafted(GammaPolicy policy, LengthThreshold threshold,
   }
   CHECK(scheduler.kv_stats().blocks_in_use == 0);
   return drafted;
+}
+
+// `size` greedy requests (request(r)) drafted by `draft` through one scheduler whose target
+// verifies on its device: each emits plain[r], and every speculative step was verified on the
+// device, its time taken from the device's events.
+inline void check_device_verified_greedy(const std::function<GenerateOptions(int)>& request, const DraftOptions& draft,
+                                         int size, std::span<const std::vector<int>> plain) {
+  SchedulerLimits limits;
+  limits.max_sequences = size;
+  limits.kv_blocks = 64 * size;
+  Scheduler scheduler(store(), request(0), limits);
+  for (int r = 0; r < size; ++r) {
+    GenerateOptions o = request(r);
+    o.draft = draft;
+    scheduler.submit(o, static_cast<uint64_t>(r));
+  }
+  scheduler.run();
+  long steps = 0;
+  for (int r = 0; r < size; ++r) {
+    CHECK(scheduler.outcome(r).samples.front() == plain[static_cast<std::size_t>(r)]);
+    steps += scheduler.outcome(r).spec.steps;
+    CHECK(scheduler.outcome(r).spec.sample_verify_s > 0);
+  }
+  CHECK(steps > 0);
+  CHECK(scheduler.stats().device_verified == steps);
 }
 
 // The law of a drafter's speculative sampling under `sampling` past the first token: samples
