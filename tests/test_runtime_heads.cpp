@@ -156,37 +156,31 @@ TEST_CASE("eagle heads: greedy speculative output equals plain greedy output", "
 TEST_CASE("draft heads on the cuda backend: greedy speculation emits plain greedy decoding's tokens",
           "[runtime][heads][gpu]") {
   REQUIRE_GPU();
-  // On a GPU: target-16m and its shipped heads. On the host execution, which runs target-16m
-  // at seconds a row: draft-1m as the target, random heads written for it, short prompts.
+  // Random heads written for the target: on a GPU target-16m, on the host execution, which
+  // runs target-16m at seconds a row, draft-1m with short prompts. (The shipped heads do not
+  // travel to the GPU machine: scripts/gpu-check.sh's tree leaves them out.)
   const bool host = test::host_execution();
   const std::vector<int> sizes = host ? std::vector<int>{2} : std::vector<int>{1, 8, 32};
   const std::string target = test::model_dir(host ? "draft-1m" : "target-16m");
   const ModelConfig& config = store().model(target).config();
   static test::TempDir eagle3_dir, eagle1_dir, medusa_dir;
-  std::string eagle3_head = test::model_dir("target-16m-eagle3"), eagle1_head = test::model_dir("target-16m-eagle1"),
-              medusa_head = test::model_dir("target-16m-medusa");
-  if (host) {
-    if (!std::filesystem::exists(eagle3_dir.path / "config.json")) {
-      RandomHead e3;
-      e3.layout = HeadLayout::kSpeculators;
-      e3.tap_ids = {0, 1, config.num_hidden_layers};  // inputs of layers 0 and 1, the last layer's output
-      e3.seed = 21;
-      e3.weight_std = 0.05f;
-      write_random_head(eagle3_dir.path.string(), config, e3);
-      RandomHead e1;
-      e1.kind = HeadKind::kEagle1;
-      e1.seed = 22;
-      e1.weight_std = 0.05f;
-      write_random_head(eagle1_dir.path.string(), config, e1);
-      RandomMedusa m;
-      m.seed = 23;
-      m.weight_std = 0.05f;
-      write_random_medusa(medusa_dir.path.string(), config, m);
-    }
-    eagle3_head = eagle3_dir.path.string();
-    eagle1_head = eagle1_dir.path.string();
-    medusa_head = medusa_dir.path.string();
-  }
+  RandomHead e3;
+  if (host) e3.tap_ids = {0, 1, config.num_hidden_layers};  // inputs of layers 0 and 1, the last layer's output
+  e3.layout = HeadLayout::kSpeculators;
+  e3.seed = 21;
+  e3.weight_std = 0.05f;
+  write_random_head(eagle3_dir.path.string(), config, e3);
+  RandomHead e1;
+  e1.kind = HeadKind::kEagle1;
+  e1.seed = 22;
+  e1.weight_std = 0.05f;
+  write_random_head(eagle1_dir.path.string(), config, e1);
+  RandomMedusa m;
+  m.seed = 23;
+  m.weight_std = 0.05f;
+  write_random_medusa(medusa_dir.path.string(), config, m);
+  const std::string eagle3_head = eagle3_dir.path.string(), eagle1_head = eagle1_dir.path.string(),
+                    medusa_head = medusa_dir.path.string();
   const auto prompts = reference_prompts();
   const auto request = [&](int r) {
     std::vector<int> prompt = prompts[static_cast<std::size_t>(r) % prompts.size()];
