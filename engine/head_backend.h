@@ -55,11 +55,12 @@ class HeadBackend {
   const HeadModel& head_;
 };
 
-// `head` on backend `kind`, its matrices read as stored, embedding tokens with the head's own
-// embedding or `target`'s (which must be the model the head was loaded against: its hidden
-// size, vocabulary and layer count are checked); an EAGLE-1 head reads `target`'s final norm
-// and lm_head. Both must outlive the backend. On the CUDA backend (engine/cuda/head_cuda.h)
-// the matrices are bf16 and the KV pages device memory, as the CUDA model backend's.
+// `head` on backend `kind`, embedding tokens with the head's own embedding or `target`'s
+// (which must be the model the head was loaded against: its hidden size, vocabulary and layer
+// count are checked); an EAGLE-1 head reads `target`'s final norm and lm_head. Both must
+// outlive the backend. The CPU reads the matrices as stored; the CUDA backend
+// (engine/cuda/head_cuda.h) holds them in bf16 and the KV pages in device memory, as the CUDA
+// model backend does.
 std::unique_ptr<HeadBackend> make_head_backend(BackendKind kind, const HeadModel& head, const Model& target);
 
 }  // namespace specula

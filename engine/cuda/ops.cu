@@ -1,6 +1,7 @@
-// The row-wise kernels of the CUDA backend (embedding, RMSNorm, q/k norm + RoPE + KV store,
-// SiLU-gate, row copies, Medusa's SiLU residual, the KV copy list), then their launchers. Every kernel works on one row with a
-// fixed thread count and reduction order, so a row's result never depends on the batch.
+// The row-wise and elementwise kernels of the CUDA module (embedding, RMSNorm, q/k norm + RoPE
+// + KV store, SiLU-gate, row copies, Medusa's SiLU residual, the KV copy list), then their
+// launchers. Every reduction runs within one row with a fixed thread count and order, so a
+// row's result never depends on the batch.
 #include <algorithm>
 
 #include "engine/cuda/cuda_check.cuh"
