@@ -17,6 +17,7 @@
 #include <random>
 
 #include "engine/backend.h"
+#include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/verify_plan.h"
 #include "engine/forward.h"
@@ -202,58 +203,79 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
       batch.parts.push_back(batch.rows[i].build(batch.seqs.back(), b.prompt, tree));
     }
   };
-  Batch host, device;
+  Batch host;
   build(host);
-  build(device);
   const std::size_t rows = static_cast<std::size_t>(logit_rows(host.parts));
-  std::vector<float> host_logits(rows * vocab), device_logits(rows * vocab, 7.0f);
+  std::vector<float> host_logits(rows * vocab);
   ctx.run(host.parts, host_logits);
-  std::vector<DeviceVerify> verify;
-  for (std::size_t i = 0; i < layout.size(); ++i)
-    if (layout[i].verified >= 0)
-      verify.push_back(cases[static_cast<std::size_t>(layout[i].verified)].request(static_cast<int>(i)));
-  std::vector<DeviceVerdict> verdicts(verify.size());
-  const DeviceTimes times = ctx.run(device.parts, device_logits, verify, verdicts);
-  CHECK(times.forward_s > 0);
-  CHECK(times.sample_verify_s > 0);
 
-  std::size_t row = 0, k = 0;
-  int deep = 0, rejected = 0;
-  for (std::size_t i = 0; i < layout.size(); ++i) {
-    const std::size_t n = static_cast<std::size_t>(logit_rows(std::span(&host.parts[i], 1)));
-    const std::span<const float> mine = std::span(host_logits).subspan(row * vocab, n * vocab);
-    const std::span<const float> theirs = std::span(device_logits).subspan(row * vocab, n * vocab);
-    row += n;
-    INFO("batch span " << i);
-    if (layout[i].verified < 0) {
-      CHECK(std::equal(mine.begin(), mine.end(), theirs.begin()));
-      continue;
+  // One forward_verify of the layout on fresh forks, then its spans against the host's: the
+  // unverified spans' logits bitwise, each verdict verify_greedy's / verify_stochastic's over the
+  // same logits.
+  const auto check_device_run = [&](bool count_paths) {
+    Batch device;
+    build(device);
+    std::vector<float> device_logits(rows * vocab, 7.0f);
+    std::vector<DeviceVerify> verify;
+    for (std::size_t i = 0; i < layout.size(); ++i)
+      if (layout[i].verified >= 0)
+        verify.push_back(cases[static_cast<std::size_t>(layout[i].verified)].request(static_cast<int>(i)));
+    std::vector<DeviceVerdict> verdicts(verify.size());
+    const DeviceTimes times = ctx.run(device.parts, device_logits, verify, verdicts);
+    CHECK(times.forward_s > 0);
+    CHECK(times.sample_verify_s > 0);
+    for (int seq : device.seqs) cache.free(seq);
+
+    std::size_t row = 0, k = 0;
+    int deep = 0, rejected = 0;
+    for (std::size_t i = 0; i < layout.size(); ++i) {
+      const std::size_t n = static_cast<std::size_t>(logit_rows(std::span(&host.parts[i], 1)));
+      const std::span<const float> mine = std::span(host_logits).subspan(row * vocab, n * vocab);
+      const std::span<const float> theirs = std::span(device_logits).subspan(row * vocab, n * vocab);
+      row += n;
+      INFO("batch span " << i);
+      if (layout[i].verified < 0) {
+        CHECK(std::equal(mine.begin(), mine.end(), theirs.begin()));
+        continue;
+      }
+      CHECK(std::all_of(theirs.begin(), theirs.end(), [](float x) { return x == 7.0f; }));  // left unwritten
+      const Case& c = cases[static_cast<std::size_t>(layout[i].verified)];
+      VerifyResult want;
+      if (c.sampling.strategy == Strategy::kGreedy) {
+        std::vector<int> argmax;
+        for (std::size_t ctx_row = 0; ctx_row < n; ++ctx_row)
+          argmax.push_back(greedy_token(mine.subspan(ctx_row * vocab, vocab)));
+        want = verify_greedy(c.tree, argmax);
+      } else {
+        const auto sampler = make_sampler(c.sampling);
+        std::vector<float> p(mine.size());
+        for (std::size_t ctx_row = 0; ctx_row < n; ++ctx_row)
+          sampler->distribution(mine.subspan(ctx_row * vocab, vocab), std::span(p).subspan(ctx_row * vocab, vocab));
+        want = verify_stochastic(c.tree, p, c.q, vocab, c.uniforms);
+      }
+      const DeviceVerdict& got = verdicts[k++];
+      CHECK(got.accepted_nodes == want.accepted_nodes);
+      CHECK(got.tokens == want.tokens);
+      deep += want.accepted_nodes.size() >= 2 ? 1 : 0;
+      rejected += static_cast<int>(want.accepted_nodes.size()) < c.tree.size() ? 1 : 0;
     }
-    CHECK(std::all_of(theirs.begin(), theirs.end(), [](float x) { return x == 7.0f; }));  // left unwritten
-    const Case& c = cases[static_cast<std::size_t>(layout[i].verified)];
-    VerifyResult want;
-    if (c.sampling.strategy == Strategy::kGreedy) {
-      std::vector<int> argmax;
-      for (std::size_t ctx_row = 0; ctx_row < n; ++ctx_row)
-        argmax.push_back(greedy_token(mine.subspan(ctx_row * vocab, vocab)));
-      want = verify_greedy(c.tree, argmax);
-    } else {
-      const auto sampler = make_sampler(c.sampling);
-      std::vector<float> p(mine.size());
-      for (std::size_t ctx_row = 0; ctx_row < n; ++ctx_row)
-        sampler->distribution(mine.subspan(ctx_row * vocab, vocab), std::span(p).subspan(ctx_row * vocab, vocab));
-      want = verify_stochastic(c.tree, p, c.q, vocab, c.uniforms);
-    }
-    const DeviceVerdict& got = verdicts[k++];
-    CHECK(got.accepted_nodes == want.accepted_nodes);
-    CHECK(got.tokens == want.tokens);
-    deep += want.accepted_nodes.size() >= 2 ? 1 : 0;
-    rejected += static_cast<int>(want.accepted_nodes.size()) < c.tree.size() ? 1 : 0;
-  }
-  CHECK(deep >= 2);      // paths past the first node were walked
-  CHECK(rejected >= 2);  // and rejections drew from residuals
-  for (const Batch* b : {&host, &device})
-    for (int seq : b->seqs) cache.free(seq);
+    if (!count_paths) return;
+    CHECK(deep >= 2);      // paths past the first node were walked
+    CHECK(rejected >= 2);  // and rejections drew from residuals
+  };
+  // The batch's forward is too large for a graph; its verification is captured at the second
+  // run of its shape and replayed at the third, whose uniforms are new.
+  const std::size_t graphs = cuda::cuda_live_graphs();
+  check_device_run(true);
+  CHECK(cuda::cuda_live_graphs() == graphs);
+  check_device_run(false);
+  CHECK(cuda::cuda_live_graphs() == graphs + 1);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (Case& c : cases)
+    for (double& x : c.uniforms) x = u(rng);
+  check_device_run(false);
+  CHECK(cuda::cuda_live_graphs() == graphs + 1);
+  for (int seq : host.seqs) cache.free(seq);
   for (const Base& b : bases) cache.free(b.seq);
 }
 
@@ -519,6 +541,25 @@ TEST_CASE("device verification: pack_verify puts greedy sequences first and runs
   CHECK(floats(up.at.temperature, 0) == 0.0f);
   CHECK(floats(up.at.temperature, 3) == 0.5f);
   CHECK(up.at.result + up.result_ints() * sizeof(int) <= up.device_bytes);
+  // Its shape: the same for other tokens, options and uniforms, not for another tree or order.
+  const std::vector<int> other_two{7, 8}, other_one{9};
+  const std::vector<double> other_uniforms{0.9, 0.8, 0.7, 0.6, 0.5};
+  DeviceVerify resampled = tree_request(0, other_two, two_parents);
+  resampled.temperature = 1.5f;
+  resampled.draw = draw;
+  resampled.uniforms = other_uniforms;
+  CHECK(cuda::pack_verify(batch, std::vector<DeviceVerify>{resampled, tree_request(2, other_one, one_parent),
+                                                           tree_request(3, {}, {})},
+                          vocab)
+            .shape() == up.shape());
+  CHECK(cuda::pack_verify(batch, std::vector<DeviceVerify>{sampled, tree_request(2, one, one_parent)}, vocab).shape() !=
+        up.shape());
+  DeviceVerify greedy_first = sampled;
+  greedy_first.temperature = 0;
+  CHECK(cuda::pack_verify(batch, std::vector<DeviceVerify>{greedy_first, tree_request(2, one, one_parent),
+                                                           tree_request(3, {}, {})},
+                          vocab)
+            .shape() != up.shape());
 
   // Verdicts land at each sequence's first node and context; a refused context is named.
   std::vector<int> result(up.result_ints(), 0);

@@ -1,11 +1,13 @@
 // CudaBackend: the engine seam on GPU 0. Construction plans memory (cuda_plan.h), uploads the
 // weight arena once; each forward runs the pending KV copies (one kernel), uploads the step
 // (one copy), replays or captures the decode graph of its shape, and copies back only the
-// logit rows.
+// logit rows; forward_verify then verifies on the device, its own graph replayed by shape.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <utility>
 
@@ -31,18 +33,30 @@ struct CapturedGraph {
   std::uint64_t last_used = 0;
 };
 
+// A captured verification: its executable graph, when it was last replayed.
+struct VerifyGraph {
+  cudaGraphExec_t exec = nullptr;
+  std::uint64_t last_used = 0;
+};
+
 // One stream's scratch: activations, the step upload, the graphs captured on it (at most
-// max_graphs, none of pages that are gone).
+// max_graphs forwards, none of pages that are gone, and max_graphs verifications).
 struct CudaWorkspace : Workspace {
   cudaStream_t stream = nullptr;
   DeviceBuffer x, h, qkv, attn, gu, act, last, logits, upload, copies, x_bf16, tmp, cublas;
   PinnedBuffer host_upload;
   DeviceBuffer verify;             // forward_verify's upload, outputs and scratch (VerifyUpload)
-  std::vector<int> verify_result;  // what comes back of it
+  PinnedBuffer verify_staging;     // its upload on the host, [upload_bytes]
+  PinnedBuffer verify_back;        // what comes back of it, [result_ints] int
+  std::vector<int> verify_result;  // the same, read after the synchronisation
   cudaEvent_t marks[3] = {};       // forward_verify's start, forward done, verification done
   GemmPlans gemm_plans;
   GemmScratch gemm;
   std::unordered_map<GraphKey, CapturedGraph, GraphKeyHash> graphs;
+  // Verifications by VerifyUpload::shape(): captured at a shape's second sight (dynamic trees
+  // rarely repeat one), replayed from then on.
+  std::map<std::vector<std::size_t>, VerifyGraph> verify_graphs;
+  std::set<std::vector<std::size_t>> verify_seen;
   std::uint64_t steps = 0;  // forwards run, the clock of last_used
   std::size_t max_graphs = 0;
 
@@ -54,6 +68,24 @@ struct CudaWorkspace : Workspace {
   }
   void drop_graphs() {
     for (auto it = graphs.begin(); it != graphs.end();) it = drop(it);
+  }
+  void drop_verify_graphs() {
+    for (auto& [shape, graph] : verify_graphs) {
+      cudaGraphExecDestroy(graph.exec);
+      --live_graphs;
+    }
+    verify_graphs.clear();
+    verify_seen.clear();
+  }
+  // Room for one more verification graph: the least recently replayed goes.
+  void make_verify_room() {
+    if (verify_graphs.size() < max_graphs) return;
+    auto oldest = verify_graphs.begin();
+    for (auto it = verify_graphs.begin(); it != verify_graphs.end(); ++it)
+      if (it->second.last_used < oldest->second.last_used) oldest = it;
+    cudaGraphExecDestroy(oldest->second.exec);
+    --live_graphs;
+    verify_graphs.erase(oldest);
   }
   // Room for one more graph: those of freed pages go, then the least recently replayed.
   void make_room() {
@@ -69,6 +101,7 @@ struct CudaWorkspace : Workspace {
     for (cudaEvent_t e : marks)
       if (e) cudaEventDestroy(e);
     drop_graphs();
+    drop_verify_graphs();
     if (stream) cudaStreamDestroy(stream);
   }
 };
@@ -144,8 +177,8 @@ class CudaBackend : public Backend {
 
   bool verifies_on_device() const override { return true; }
 
-  // The forward, then on the same stream: the sampling kernel over the verified spans' logit
-  // rows, the greedy and the stochastic verification kernels, one copy of the result back.
+  // The forward, then on the same stream the verification (enqueue_verify; replayed as a graph
+  // from the second step of its shape), then the unverified spans' logit rows back.
   DeviceTimes forward_verify(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
                              std::span<float> logits, const StateTaps& taps, std::span<const DeviceVerify> verify,
                              std::span<DeviceVerdict> verdicts) const override {
@@ -158,46 +191,45 @@ class CudaBackend : public Backend {
     CUDA_CHECK(cudaEventRecord(ws.marks[0], s));
     enqueue_forward(batch, plan, pages, ws, logits, taps);
     CUDA_CHECK(cudaEventRecord(ws.marks[1], s));
-    if (ws.verify.bytes < up.device_bytes) {
-      CUDA_CHECK(cudaStreamSynchronize(s));  // the old buffer may still be read by queued work
-      ws.verify = DeviceBuffer(align_up(up.device_bytes, 1 << 20));
+    const std::size_t result_bytes = up.result_ints() * sizeof(int);
+    if (ws.verify.bytes < up.device_bytes || ws.verify_staging.bytes < up.upload_bytes ||
+        ws.verify_back.bytes < result_bytes) {
+      CUDA_CHECK(cudaStreamSynchronize(s));  // the old buffers may still be read by queued work
+      ws.drop_verify_graphs();               // which hold their addresses
+      if (ws.verify.bytes < up.device_bytes) ws.verify = DeviceBuffer(align_up(up.device_bytes, 1 << 20));
+      ws.verify_staging.reserve(align_up(up.upload_bytes, 1 << 20));
+      ws.verify_back.reserve(align_up(result_bytes, 1 << 16));
     }
-    unsigned char* base = ws.verify.as<unsigned char>();
-    const auto at = [base](std::size_t offset) { return static_cast<void*>(base + offset); };
-    const auto ints = [&](std::size_t offset) { return static_cast<int*>(at(offset)); };
-    const auto floats = [&](std::size_t offset) { return static_cast<float*>(at(offset)); };
-    const auto doubles = [&](std::size_t offset) { return static_cast<double*>(at(offset)); };
-    CUDA_CHECK(cudaMemcpyAsync(base, up.data.data(), up.upload_bytes, cudaMemcpyHostToDevice, s));
-    int* sampled = ints(up.at.result);
-    float* probs = floats(up.at.probs);
-    const std::size_t v = static_cast<std::size_t>(vocab);
-    for (const VerifyUpload::Run& run : up.sample_runs)
-      launch_sample(ws.logits.as<float>() + static_cast<std::size_t>(run.logit_row) * v,
-                    floats(up.at.temperature) + run.context, ints(up.at.top_k) + run.context,
-                    floats(up.at.top_p) + run.context, floats(up.at.min_p) + run.context,
-                    doubles(up.at.draw_uniforms) + run.context, run.rows, vocab,
-                    probs + static_cast<std::size_t>(run.context) * v, sampled + run.context, s);
-    int* counts = sampled + up.contexts;
-    int* accepted = counts + up.greedy + up.stochastic;
-    int* emitted = accepted + up.nodes;
-    if (up.greedy > 0)
-      launch_verify_greedy(ints(up.at.greedy_indptr), ints(up.at.tokens), ints(up.at.parents), sampled, up.greedy,
-                           counts, accepted, emitted, s);
-    if (up.stochastic > 0)
-      launch_verify_stochastic(ints(up.at.stochastic_indptr), ints(up.at.tokens) + up.greedy_nodes,
-                               ints(up.at.parents) + up.greedy_nodes, ints(up.at.draw),
-                               probs + static_cast<std::size_t>(up.greedy_contexts) * v, floats(up.at.q),
-                               doubles(up.at.uniforms), vocab, up.stochastic, doubles(up.at.scratch),
-                               counts + up.greedy, accepted + up.greedy_nodes, emitted + up.greedy_contexts, s);
+    std::memcpy(ws.verify_staging.ptr, up.data.data(), up.upload_bytes);  // the stream reads it only after this
+    if (options_.graphs) {
+      const std::vector<std::size_t> shape = up.shape();
+      auto it = ws.verify_graphs.find(shape);
+      if (it == ws.verify_graphs.end() && !ws.verify_seen.insert(shape).second) {
+        CUDA_CHECK(cudaStreamSynchronize(s));  // no graph dropped below is still queued
+        ws.make_verify_room();
+        it = ws.verify_graphs.emplace(shape, VerifyGraph{capture_verify(up, ws), 0}).first;
+        ++live_graphs;
+      }
+      if (ws.verify_seen.size() > 4 * ws.max_graphs) ws.verify_seen.clear();
+      if (it != ws.verify_graphs.end()) {
+        it->second.last_used = ws.steps;
+        CUDA_CHECK(cudaGraphLaunch(it->second.exec, s));
+      } else {
+        enqueue_verify(up, ws);
+      }
+    } else {
+      enqueue_verify(up, ws);
+    }
     CUDA_CHECK(cudaEventRecord(ws.marks[2], s));
-    ws.verify_result.resize(up.result_ints());
-    CUDA_CHECK(cudaMemcpyAsync(ws.verify_result.data(), sampled, ws.verify_result.size() * sizeof(int),
-                               cudaMemcpyDeviceToHost, s));
+    const float* device_logits = ws.logits.as<float>();
+    const std::size_t v = static_cast<std::size_t>(vocab);
     for (const VerifyUpload::Run& run : up.host_runs)
       CUDA_CHECK(cudaMemcpyAsync(logits.data() + static_cast<std::size_t>(run.logit_row) * v,
-                                 ws.logits.as<float>() + static_cast<std::size_t>(run.logit_row) * v,
+                                 device_logits + static_cast<std::size_t>(run.logit_row) * v,
                                  static_cast<std::size_t>(run.rows) * v * sizeof(float), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
+    const int* back = static_cast<const int*>(ws.verify_back.ptr);
+    ws.verify_result.assign(back, back + up.result_ints());
     std::vector<DeviceVerdict> out = unpack_verdicts(up, verify, ws.verify_result);
     std::move(out.begin(), out.end(), verdicts.begin());
     float forward_ms = 0, verify_ms = 0;
@@ -261,6 +293,61 @@ class CudaBackend : public Backend {
     } else {
       enqueue(up, ws, device_pages.view(), taps);
     }
+  }
+
+  // The verification of `up` on ws.stream, after the forward's logits: its upload (from the
+  // pinned staging), the sampling kernel per run of verified logit rows (p for stochastic
+  // contexts, the argmax for greedy ones, a draw with uniform 0 whose -1 marks a row the CPU
+  // refuses), the greedy and the stochastic verification kernels, the result into verify_back.
+  void enqueue_verify(const VerifyUpload& up, CudaWorkspace& ws) const {
+    const int vocab = config().vocab_size;
+    const cudaStream_t s = ws.stream;
+    unsigned char* base = ws.verify.as<unsigned char>();
+    const auto at = [base](std::size_t offset) { return static_cast<void*>(base + offset); };
+    const auto ints = [&](std::size_t offset) { return static_cast<int*>(at(offset)); };
+    const auto floats = [&](std::size_t offset) { return static_cast<float*>(at(offset)); };
+    const auto doubles = [&](std::size_t offset) { return static_cast<double*>(at(offset)); };
+    CUDA_CHECK(cudaMemcpyAsync(base, ws.verify_staging.ptr, up.upload_bytes, cudaMemcpyHostToDevice, s));
+    int* sampled = ints(up.at.result);
+    float* probs = floats(up.at.probs);
+    const std::size_t v = static_cast<std::size_t>(vocab);
+    for (const VerifyUpload::Run& run : up.sample_runs)
+      launch_sample(ws.logits.as<float>() + static_cast<std::size_t>(run.logit_row) * v,
+                    floats(up.at.temperature) + run.context, ints(up.at.top_k) + run.context,
+                    floats(up.at.top_p) + run.context, floats(up.at.min_p) + run.context,
+                    doubles(up.at.draw_uniforms) + run.context, run.rows, vocab,
+                    probs + static_cast<std::size_t>(run.context) * v, sampled + run.context, s);
+    int* counts = sampled + up.contexts;
+    int* accepted = counts + up.greedy + up.stochastic;
+    int* emitted = accepted + up.nodes;
+    if (up.greedy > 0)
+      launch_verify_greedy(ints(up.at.greedy_indptr), ints(up.at.tokens), ints(up.at.parents), sampled, up.greedy,
+                           counts, accepted, emitted, s);
+    if (up.stochastic > 0)
+      launch_verify_stochastic(ints(up.at.stochastic_indptr), ints(up.at.tokens) + up.greedy_nodes,
+                               ints(up.at.parents) + up.greedy_nodes, ints(up.at.draw),
+                               probs + static_cast<std::size_t>(up.greedy_contexts) * v, floats(up.at.q),
+                               doubles(up.at.uniforms), vocab, up.stochastic, doubles(up.at.scratch),
+                               counts + up.greedy, accepted + up.greedy_nodes, emitted + up.greedy_contexts, s);
+    CUDA_CHECK(cudaMemcpyAsync(ws.verify_back.ptr, sampled, up.result_ints() * sizeof(int), cudaMemcpyDeviceToHost, s));
+  }
+
+  cudaGraphExec_t capture_verify(const VerifyUpload& up, CudaWorkspace& ws) const {
+    CUDA_CHECK(cudaStreamBeginCapture(ws.stream, cudaStreamCaptureModeGlobal));
+    cudaGraph_t graph = nullptr;
+    try {
+      enqueue_verify(up, ws);
+    } catch (...) {
+      cudaStreamEndCapture(ws.stream, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    CUDA_CHECK(cudaStreamEndCapture(ws.stream, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(err);
+    return exec;
   }
 
   struct LayerPointers {

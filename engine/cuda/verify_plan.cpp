@@ -24,6 +24,36 @@ std::size_t VerifyUpload::result_ints() const {
          static_cast<std::size_t>(nodes);
 }
 
+std::vector<std::size_t> VerifyUpload::shape() const {
+  std::vector<std::size_t> out{static_cast<std::size_t>(greedy),
+                               static_cast<std::size_t>(stochastic),
+                               static_cast<std::size_t>(greedy_nodes),
+                               static_cast<std::size_t>(nodes),
+                               static_cast<std::size_t>(greedy_contexts),
+                               static_cast<std::size_t>(contexts),
+                               at.greedy_indptr,
+                               at.stochastic_indptr,
+                               at.tokens,
+                               at.parents,
+                               at.draw,
+                               at.top_k,
+                               at.temperature,
+                               at.top_p,
+                               at.min_p,
+                               at.draw_uniforms,
+                               at.uniforms,
+                               at.q,
+                               at.probs,
+                               at.scratch,
+                               at.result,
+                               upload_bytes,
+                               device_bytes};
+  for (const Run& run : sample_runs)
+    out.insert(out.end(), {static_cast<std::size_t>(run.logit_row), static_cast<std::size_t>(run.context),
+                           static_cast<std::size_t>(run.rows)});
+  return out;
+}
+
 VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify> verify, int vocab) {
   check_device_verify(batch, verify, vocab);
   VerifyUpload up;

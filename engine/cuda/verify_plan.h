@@ -42,6 +42,10 @@ struct VerifyUpload {
   // refuses), [greedy + stochastic] accepted counts, [nodes] accepted nodes, [contexts] emitted
   // tokens (each sequence's at its first context).
   std::size_t result_ints() const;
+  // The numbers that fix every launch, offset and copy of the verification enqueued for this
+  // upload (the counts, the offsets, the sample runs): uploads of equal shape are enqueued
+  // alike, so that a CUDA graph captured for one replays for the other.
+  std::vector<std::size_t> shape() const;
   // Consecutive logit rows sampled into consecutive contexts; logit rows copied to the host.
   struct Run {
     int logit_row = 0, context = 0, rows = 0;
