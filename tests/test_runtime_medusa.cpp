@@ -1,9 +1,14 @@
 // Speculative decoding with Medusa heads on the target's last hidden state end to end:
 // greedy output equals plain greedy output (chains and static trees, one request and many at
 // once) for random heads and the shipped ones; sampled output follows the target's exact
-// distribution; requests the heads or a scheduler cannot serve are refused by name.
+// distribution; requests the heads or a scheduler cannot serve are refused by name; the
+// shipped heads reproduce their eval.json.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "model/medusa_checkpoint_writer.h"
 #include "runtime/generate.h"
@@ -146,6 +151,58 @@ TEST_CASE("medusa: requests the heads cannot serve are refused by name", "[runti
     scheduler.submit(a, 0);
     CHECK_THROWS_WITH(scheduler.submit(b, 1), Catch::Contains("Medusa head " + random_medusa()) &&
                                                   Catch::Contains("EAGLE-3 head " + test::model_dir("target-16m-eagle3")));
+  }
+}
+
+TEST_CASE("medusa: the shipped heads reproduce their README's agreement per head", "[runtime][heads]") {
+  // eval.json: per domain, windows of token ids; agreement_per_step[k] is the share of
+  // positions i (i + k + 1 <= last) where head k's argmax at i (teacher-forced: the target's
+  // state of t_i) equals the target's argmax after t_{i+k+1}.
+  const std::string dir = test::model_dir("target-16m-medusa");
+  const nlohmann::json eval = nlohmann::json::parse(std::ifstream(dir + "/eval.json"));
+  const Backend& target = store().get(test::model_dir("target-16m"));
+  const MedusaBackend& heads = store().medusa(dir, test::model_dir("target-16m"), BackendKind::kCpu);
+  const int vocab = target.config().vocab_size, hidden = target.config().hidden_size, k = heads.config().num_heads;
+  const auto workspace = heads.make_workspace();
+  const auto argmax = [](std::span<const float> row) {
+    return static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin());
+  };
+  for (const auto& [domain, figures] : eval["domains"].items()) {
+    INFO(domain);
+    std::vector<long> agree(static_cast<std::size_t>(k), 0), positions(static_cast<std::size_t>(k), 0);
+    for (const auto& window : eval["eval_window_ids"][domain]) {
+      const std::vector<int> ids = window.get<std::vector<int>>();
+      const int n = static_cast<int>(ids.size());
+      std::vector<int> positions_of(ids.size());
+      std::iota(positions_of.begin(), positions_of.end(), 0);
+      test::Engine t(target, 16, 16);
+      t.cache.keep_states({target.config().num_hidden_layers}, hidden);
+      const int seq = t.cache.create();
+      std::vector<float> logits(ids.size() * static_cast<std::size_t>(vocab));
+      t.forward(seq, {ids, positions_of, {}, true}, logits);
+      std::vector<float> states;
+      for (int i = 0; i < n; ++i) {
+        const std::span<const float> state = t.cache.states(seq, i);
+        states.insert(states.end(), state.begin(), state.end());
+      }
+      std::vector<float> head_logits(static_cast<std::size_t>(n) * k * vocab);
+      heads.forward(states, n, k, *workspace, head_logits);
+      for (int h = 0; h < k; ++h)
+        for (int i = 0; i + h + 1 < n; ++i) {
+          const auto mine = std::span<const float>(head_logits).subspan((static_cast<std::size_t>(i) * k + h) * vocab, vocab);
+          const auto theirs = std::span<const float>(logits).subspan(static_cast<std::size_t>(i + h + 1) * vocab, vocab);
+          agree[static_cast<std::size_t>(h)] += argmax(mine) == argmax(theirs);
+          ++positions[static_cast<std::size_t>(h)];
+        }
+    }
+    for (int h = 0; h < k; ++h) {
+      const double agreement = double(agree[static_cast<std::size_t>(h)]) / double(positions[static_cast<std::size_t>(h)]);
+      INFO("head " << h << ": agreement " << agreement << " over " << positions[static_cast<std::size_t>(h)]
+                   << " positions; eval.json " << figures["agreement_per_step"][h].get<double>());
+      CHECK(positions[static_cast<std::size_t>(h)] == figures["positions_per_step"][h].get<long>());
+      CHECK(std::abs(agreement - figures["agreement_per_step"][h].get<double>()) <=
+            2.0 / double(positions[static_cast<std::size_t>(h)]));
+    }
   }
 }
 
