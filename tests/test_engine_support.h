@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "engine/backend.h"
 #include "engine/forward.h"
@@ -39,6 +41,15 @@ class Engine {
     context().run(SequenceRows{seq, rows.tokens, rows.positions, rows.parents,
                                rows.all_logits ? RowLogits::kAll : RowLogits::kLast},
                   logits);
+  }
+
+  // `tokens` at positions 0, 1, ... into an empty seq.  Returns every row's logits [n, vocab]
+  std::vector<float> prefill(int seq, std::span<const int> tokens) {
+    std::vector<int> positions(tokens.size());
+    std::iota(positions.begin(), positions.end(), 0);
+    std::vector<float> logits(tokens.size() * static_cast<std::size_t>(config().vocab_size));
+    forward(seq, {tokens, positions, {}, true}, logits);
+    return logits;
   }
 
   KvCache cache;

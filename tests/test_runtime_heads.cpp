@@ -296,13 +296,10 @@ TEST_CASE("eagle heads: the shipped heads reproduce their README's first-step ag
       for (const auto& window : eval["eval_window_ids"][domain]) {
         const std::vector<int> ids = window.get<std::vector<int>>();
         const int n = static_cast<int>(ids.size());
-        std::vector<int> positions_of(ids.size());
-        std::iota(positions_of.begin(), positions_of.end(), 0);
         test::Engine t(target, 16, 16);
         t.cache.keep_states(c.tap_layers, width);
         const int seq = t.cache.create();
-        std::vector<float> logits(ids.size() * static_cast<std::size_t>(vocab));
-        t.forward(seq, {ids, positions_of, {}, true}, logits);
+        const std::vector<float> logits = t.prefill(seq, ids);
 
         KvCache head_cache(head.kv_layout(16), 16);
         const auto workspace = head.make_workspace();

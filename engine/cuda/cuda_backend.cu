@@ -17,6 +17,7 @@
 #include "engine/cuda/cuda_check.cuh"
 #include "engine/cuda/device.h"
 #include "engine/cuda/device_memory.cuh"
+#include "engine/cuda/device_weights.cuh"
 #include "engine/cuda/kernels.cuh"
 #include "engine/cuda/verify_plan.h"
 
@@ -105,6 +106,26 @@ struct CudaWorkspace : Workspace {
     if (stream) cudaStreamDestroy(stream);
   }
 };
+
+// What `enqueue` puts on `stream`, captured (global mode) and instantiated as one graph.
+template <class Enqueue>
+cudaGraphExec_t capture_graph(cudaStream_t stream, Enqueue enqueue) {
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  cudaGraph_t graph = nullptr;
+  try {
+    enqueue();
+  } catch (...) {
+    cudaStreamEndCapture(stream, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  CUDA_CHECK(err);
+  return exec;
+}
 
 class CudaBackend : public Backend {
  public:
@@ -196,7 +217,7 @@ class CudaBackend : public Backend {
         ws.verify_back.bytes < result_bytes) {
       CUDA_CHECK(cudaStreamSynchronize(s));  // the old buffers may still be read by queued work
       ws.drop_verify_graphs();               // which hold their addresses
-      if (ws.verify.bytes < up.device_bytes) ws.verify = DeviceBuffer(align_up(up.device_bytes, 1 << 20));
+      grow(ws.verify, up.device_bytes, 1 << 20);
       ws.verify_staging.reserve(align_up(up.upload_bytes, 1 << 20));
       ws.verify_back.reserve(align_up(result_bytes, 1 << 16));
     }
@@ -207,7 +228,8 @@ class CudaBackend : public Backend {
       if (it == ws.verify_graphs.end() && !ws.verify_seen.insert(shape).second) {
         CUDA_CHECK(cudaStreamSynchronize(s));  // no graph dropped below is still queued
         ws.make_verify_room();
-        it = ws.verify_graphs.emplace(shape, VerifyGraph{capture_verify(up, ws), 0}).first;
+        const cudaGraphExec_t exec = capture_graph(s, [&] { enqueue_verify(up, ws); });
+        it = ws.verify_graphs.emplace(shape, VerifyGraph{exec, 0}).first;
         ++live_graphs;
       }
       if (ws.verify_seen.size() > 4 * ws.max_graphs) ws.verify_seen.clear();
@@ -284,8 +306,8 @@ class CudaBackend : public Backend {
       if (it == ws.graphs.end()) {
         CUDA_CHECK(cudaStreamSynchronize(ws.stream));  // no graph dropped below is still queued
         ws.make_room();
-        it = ws.graphs.emplace(up.key, CapturedGraph{capture(up, ws, device_pages.view()), device_pages.liveness(), 0})
-                 .first;
+        const cudaGraphExec_t exec = capture_graph(ws.stream, [&] { enqueue(up, ws, device_pages.view()); });
+        it = ws.graphs.emplace(up.key, CapturedGraph{exec, device_pages.liveness(), 0}).first;
         ++live_graphs;
       }
       it->second.last_used = ws.steps;
@@ -332,24 +354,6 @@ class CudaBackend : public Backend {
     CUDA_CHECK(cudaMemcpyAsync(ws.verify_back.ptr, sampled, up.result_ints() * sizeof(int), cudaMemcpyDeviceToHost, s));
   }
 
-  cudaGraphExec_t capture_verify(const VerifyUpload& up, CudaWorkspace& ws) const {
-    CUDA_CHECK(cudaStreamBeginCapture(ws.stream, cudaStreamCaptureModeGlobal));
-    cudaGraph_t graph = nullptr;
-    try {
-      enqueue_verify(up, ws);
-    } catch (...) {
-      cudaStreamEndCapture(ws.stream, &graph);
-      if (graph) cudaGraphDestroy(graph);
-      throw;
-    }
-    CUDA_CHECK(cudaStreamEndCapture(ws.stream, &graph));
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    CUDA_CHECK(err);
-    return exec;
-  }
-
   struct LayerPointers {
     const __nv_bfloat16 *qkv, *o, *gate_up, *down;
     const float *qkv_bias, *o_bias, *gate_up_bias, *down_bias, *attn_norm, *mlp_norm, *q_norm, *k_norm;
@@ -393,35 +397,13 @@ class CudaBackend : public Backend {
         dst += static_cast<std::size_t>(src_row_count * cols) * elem;
       }
     }
-    arena_ = DeviceBuffer(plan_.arena_bytes);
-    CUDA_CHECK(cudaMemcpy(arena_.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
-    // A copy from pageable memory may still be in flight on the legacy stream, which the
-    // workspaces' non-blocking streams do not wait for.
-    CUDA_CHECK(cudaDeviceSynchronize());
+    arena_ = upload_bytes(host.data(), host.size());
     for (const LayerTensors& l : plan_.layers)
       layers_.push_back(LayerPointers{tensor<__nv_bfloat16>(l.qkv), tensor<__nv_bfloat16>(l.o),
                                       tensor<__nv_bfloat16>(l.gate_up), tensor<__nv_bfloat16>(l.down),
                                       tensor<float>(l.qkv_bias), tensor<float>(l.o_bias), tensor<float>(l.gate_up_bias),
                                       tensor<float>(l.down_bias), tensor<float>(l.attn_norm), tensor<float>(l.mlp_norm),
                                       tensor<float>(l.q_norm), tensor<float>(l.k_norm)});
-  }
-
-  cudaGraphExec_t capture(const StepUpload& up, CudaWorkspace& ws, const DevicePagesView& pages) const {
-    CUDA_CHECK(cudaStreamBeginCapture(ws.stream, cudaStreamCaptureModeGlobal));
-    cudaGraph_t graph = nullptr;
-    try {
-      enqueue(up, ws, pages);
-    } catch (...) {
-      cudaStreamEndCapture(ws.stream, &graph);
-      if (graph) cudaGraphDestroy(graph);
-      throw;
-    }
-    CUDA_CHECK(cudaStreamEndCapture(ws.stream, &graph));
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    CUDA_CHECK(err);
-    return exec;
   }
 
   // Copies the rows of the residual stream `x` that `taps` asks for at `layer` to its host buffer.

@@ -1,8 +1,9 @@
 // defines: the device memory owners of the CUDA module's backends (cuda_backend.cu,
 // head_cuda.cu, medusa_cuda.cu): DeviceBuffer (device allocation), PinnedBuffer (page-locked
 // host memory for uploads), PoolAccount (a KV budget shared by every cache of one backend) and
-// DeviceKvPages (one PageStorage's pages on the device, charged to an account), and
-// run_kv_copies, the copy list a cache queued, run before a forward reads its pages.
+// DeviceKvPages (one PageStorage's pages on the device, charged to an account), grow,
+// StreamWorkspace (a workspace's stream), and device_pages_after_copies, a cache's pages after
+// the copy list it queued.
 #pragma once
 
 #include <atomic>
@@ -14,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/backend.h"
 #include "engine/cuda/cuda_check.cuh"
 #include "engine/cuda/cuda_plan.h"
 #include "engine/cuda/kernels.cuh"
@@ -45,6 +47,24 @@ struct DeviceBuffer {
   template <class T>
   T* as() const {
     return static_cast<T*>(ptr);
+  }
+};
+
+// Makes `buffer` hold at least `bytes` (rounded up to `alignment`), replacing it, contents
+// lost, when it is smaller: nothing queued may still read it.
+inline void grow(DeviceBuffer& buffer, std::size_t bytes, std::size_t alignment = kAlign) {
+  if (buffer.bytes < bytes) buffer = DeviceBuffer(align_up(bytes, alignment));
+}
+
+// A workspace that owns one non-blocking stream, synchronised and destroyed with it.
+struct StreamWorkspace : Workspace {
+  cudaStream_t stream = nullptr;
+  StreamWorkspace() { CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
+  StreamWorkspace(const StreamWorkspace&) = delete;
+  StreamWorkspace& operator=(const StreamWorkspace&) = delete;
+  ~StreamWorkspace() override {
+    cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
   }
 };
 
@@ -140,7 +160,7 @@ inline const DeviceKvPages& device_pages_after_copies(PageStorage& pages, const 
   const std::vector<KvCopy> queued = pages.take_device_copies();
   if (!queued.empty()) {
     const std::vector<std::int32_t> packed = pack_copies(queued);
-    if (copies.bytes < packed.size() * 4) copies = DeviceBuffer(align_up(packed.size() * 4, 1 << 16));
+    grow(copies, packed.size() * 4, 1 << 16);
     CUDA_CHECK(cudaMemcpyAsync(copies.ptr, packed.data(), packed.size() * 4, cudaMemcpyHostToDevice, stream));
     launch_kv_copies(copies.as<std::int32_t>(), static_cast<int>(queued.size()), device_pages.view(), stream);
   }

@@ -1,5 +1,5 @@
-// defines: the weight uploads of the CUDA module's head backends (head_cuda.cu, medusa_cuda.cu):
-// matrices stacked by rows and rounded to bf16 (the CUDA backend's matrix dtype), vectors in
+// defines: the weight uploads of the CUDA module's backends (the model's arena, and in
+// head_cuda.cu and medusa_cuda.cu the heads' tensors): bytes as given, matrices stacked by rows and rounded to bf16 (the CUDA backend's matrix dtype), vectors in
 // f32, an embedding table as stored (launch_embed reads F32, F16 and BF16). Each returns when
 // its copy is done: a copy from pageable memory may still be in flight on the legacy stream
 // when cudaMemcpy returns, and the workspaces' non-blocking streams do not wait for it.

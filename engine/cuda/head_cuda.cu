@@ -19,8 +19,7 @@ namespace {
 
 // One stream's scratch; each buffer grows to the largest forward seen (the stream is idle
 // between calls, so a buffer is replaced before anything is enqueued).
-struct HeadCudaWorkspace : Workspace {
-  cudaStream_t stream = nullptr;
+struct HeadCudaWorkspace : StreamWorkspace {
   DeviceBuffer taps;          // [n, num_taps * target_hidden] project's input
   DeviceBuffer x;             // [n, hidden] the rows' input states
   DeviceBuffer a;             // [n, 2 hidden] the concatenated input
@@ -34,18 +33,7 @@ struct HeadCudaWorkspace : Workspace {
   DeviceBuffer logits;        // [num_logits, draft_vocab]
   DeviceBuffer upload;        // pack_step's data
   DeviceBuffer copies;        // the cache's queued KV copies
-
-  ~HeadCudaWorkspace() override {
-    if (stream) {
-      cudaStreamSynchronize(stream);
-      cudaStreamDestroy(stream);
-    }
-  }
 };
-
-void grow(DeviceBuffer& buffer, std::size_t bytes) {
-  if (buffer.bytes < bytes) buffer = DeviceBuffer(align_up(bytes));
-}
 
 HeadCudaWorkspace& head_workspace(Workspace& workspace) {
   auto* ws = dynamic_cast<HeadCudaWorkspace*>(&workspace);
@@ -129,9 +117,7 @@ class HeadCudaBackend : public HeadBackend {
   }
 
   std::unique_ptr<Workspace> make_workspace() const override {
-    auto ws = std::make_unique<HeadCudaWorkspace>();
-    CUDA_CHECK(cudaStreamCreateWithFlags(&ws->stream, cudaStreamNonBlocking));
-    return ws;
+    return std::make_unique<HeadCudaWorkspace>();
   }
 
   void project(std::span<const float> taps, std::span<float> x, int n, Workspace& workspace) const override {

@@ -15,24 +15,12 @@ namespace specula::cuda {
 namespace {
 
 // One stream's scratch, grown to the largest forward seen (the stream is idle between calls).
-struct MedusaCudaWorkspace : Workspace {
-  cudaStream_t stream = nullptr;
+struct MedusaCudaWorkspace : StreamWorkspace {
   DeviceBuffer states;       // [n, hidden] the target's states, then their final norm
   DeviceBuffer x, y;         // [n, hidden] a head's stream and one block's product
   DeviceBuffer head_logits;  // [n, vocab] one head's logits
   DeviceBuffer logits;       // [n, heads, vocab] head i's row r at [r, i]
-
-  ~MedusaCudaWorkspace() override {
-    if (stream) {
-      cudaStreamSynchronize(stream);
-      cudaStreamDestroy(stream);
-    }
-  }
 };
-
-void grow(DeviceBuffer& buffer, std::size_t bytes) {
-  if (buffer.bytes < bytes) buffer = DeviceBuffer(align_up(bytes));
-}
 
 class MedusaCudaBackend : public MedusaBackend {
  public:
@@ -59,9 +47,7 @@ class MedusaCudaBackend : public MedusaBackend {
   BackendKind kind() const override { return BackendKind::kCuda; }
 
   std::unique_ptr<Workspace> make_workspace() const override {
-    auto ws = std::make_unique<MedusaCudaWorkspace>();
-    CUDA_CHECK(cudaStreamCreateWithFlags(&ws->stream, cudaStreamNonBlocking));
-    return ws;
+    return std::make_unique<MedusaCudaWorkspace>();
   }
 
   void forward(std::span<const float> states, int n, int heads, Workspace& workspace,

@@ -49,26 +49,7 @@ class Eagle1Head(ChainHead):
         return {name: p.detach() for name, p in self.named_parameters()}
 
     def export_config(self, target_config, torch_dtype):
-        c = self.config
-        return {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
-            "hidden_size": c["hidden_size"],
-            "intermediate_size": c["intermediate_size"],
-            "num_attention_heads": c["num_attention_heads"],
-            "num_key_value_heads": c["num_key_value_heads"],
-            "head_dim": c["head_dim"],
-            "num_hidden_layers": 1,
-            "vocab_size": c["vocab_size"],
-            "rms_norm_eps": c["rms_norm_eps"],
-            "rope_theta": c["rope_theta"],
-            "max_position_embeddings": target_config.get("max_position_embeddings", 2048),
-            "hidden_act": "silu",
-            "tie_word_embeddings": False,
-            "bos_token_id": target_config.get("bos_token_id", 1),
-            "eos_token_id": target_config.get("eos_token_id", 2),
-            "torch_dtype": torch_dtype,
-        }
+        return self.layer_config(["LlamaForCausalLM"], target_config, torch_dtype)
 
     def load_exported(self, tensors):
         self.load_state_dict(tensors)

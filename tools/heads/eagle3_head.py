@@ -111,6 +111,30 @@ class ChainHead(nn.Module):
     project (features -> step-0 x), step_input (x, embedded token -> attention input,
     residual) and logits (layer output -> logits)."""
 
+    def layer_config(self, architectures, target_config, torch_dtype):
+        """The config.json keys every head writes: its one decoder layer's shape and the
+        target's vocabulary and special tokens."""
+        c = self.config
+        return {
+            "architectures": architectures,
+            "model_type": "llama",
+            "hidden_size": c["hidden_size"],
+            "intermediate_size": c["intermediate_size"],
+            "num_attention_heads": c["num_attention_heads"],
+            "num_key_value_heads": c["num_key_value_heads"],
+            "head_dim": c["head_dim"],
+            "num_hidden_layers": 1,
+            "vocab_size": c["vocab_size"],
+            "rms_norm_eps": c["rms_norm_eps"],
+            "rope_theta": c["rope_theta"],
+            "max_position_embeddings": target_config.get("max_position_embeddings", 2048),
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+            "bos_token_id": target_config.get("bos_token_id", 1),
+            "eos_token_id": target_config.get("eos_token_id", 2),
+            "torch_dtype": torch_dtype,
+        }
+
     def ttt_outputs(self, features, tokens, embed_tokens, steps):
         """features [B, T, F] (the head's features at tokens 0..T-1), tokens [B, T].
 
@@ -187,26 +211,9 @@ class Eagle3Head(ChainHead):
         return tensors
 
     def export_config(self, target_config, torch_dtype):
-        c = self.config
         return {
-            "architectures": ["LlamaForCausalLMEagle3"],
-            "model_type": "llama",
-            "hidden_size": c["hidden_size"],
-            "intermediate_size": c["intermediate_size"],
-            "num_attention_heads": c["num_attention_heads"],
-            "num_key_value_heads": c["num_key_value_heads"],
-            "head_dim": c["head_dim"],
-            "num_hidden_layers": 1,
-            "vocab_size": c["vocab_size"],
-            "draft_vocab_size": c["vocab_size"],
-            "rms_norm_eps": c["rms_norm_eps"],
-            "rope_theta": c["rope_theta"],
-            "max_position_embeddings": target_config.get("max_position_embeddings", 2048),
-            "hidden_act": "silu",
-            "tie_word_embeddings": False,
-            "bos_token_id": target_config.get("bos_token_id", 1),
-            "eos_token_id": target_config.get("eos_token_id", 2),
-            "torch_dtype": torch_dtype,
+            **self.layer_config(["LlamaForCausalLMEagle3"], target_config, torch_dtype),
+            "draft_vocab_size": self.config["vocab_size"],
             # SpecForge's convention: the OUTPUT of each named target layer, so the input of
             # layer l is written as l - 1.
             "eagle_config": {
