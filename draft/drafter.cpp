@@ -57,9 +57,39 @@ DraftCall run_head_forward(const HeadForwardContext& context, std::span<Drafter*
   return call;
 }
 
+// The device chains of `group` (drafters sharing its cache) in one run_chains.
+void run_device_chains(const ForwardContext& context, std::span<Drafter* const> group, std::vector<DraftCall>* calls) {
+  std::vector<DeviceChain> chains;
+  std::size_t total = 0;
+  bool sampled = false;
+  for (Drafter* d : group) {
+    chains.push_back(*d->device_chain());
+    total += static_cast<std::size_t>(chains.back().length);
+    sampled = sampled || !chains.back().options.greedy();
+  }
+  const std::size_t vocab = static_cast<std::size_t>(context.backend.config().vocab_size);
+  std::vector<int> tokens(total);
+  std::vector<float> q(sampled ? total * vocab : 0);
+  const std::vector<RoundTime> rounds = context.run_chains(chains, tokens, q);
+  if (calls)
+    for (const RoundTime& r : rounds) calls->push_back(DraftCall{r.rows, r.seconds});
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    const std::size_t n = static_cast<std::size_t>(chains[i].length);
+    const std::span<const float> rows =
+        chains[i].options.greedy() ? std::span<const float>() : std::span<const float>(q).subspan(at * vocab, n * vocab);
+    group[i]->chain_drawn(std::span<const int>(tokens).subspan(at, n), rows);
+    at += n;
+  }
+}
+
 }  // namespace
 
 void run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls) {
+  std::map<const KvCache*, std::vector<Drafter*>> chains;
+  for (Drafter* d : drafters)
+    if (d->device_chain()) chains[&d->forward_context()->cache].push_back(d);
+  for (const auto& [cache, group] : chains) run_device_chains(*group.front()->forward_context(), group, calls);
   for (;;) {
     // One batched call per draft cache. Keyed by the cache, not the context: each drafter holds
     // its own copy of the context (keyed by that, every sequence's round ran alone).

@@ -83,6 +83,14 @@ class Drafter {
   // [rows, head hidden] each row's output state.
   virtual void head_forward_done(std::span<const float> /*logits*/, std::span<const float> /*out*/) {}
 
+  // The chain this proposal draws whole on its draft model's device (Backend::forward_draft),
+  // in place of its pending forwards (ForwardContext::run_chains on forward_context()); nullptr
+  // when the proposal grows on the host.
+  virtual const DeviceChain* device_chain() const { return nullptr; }
+  // That chain drawn: its tokens, in [length], and their distributions, in [length, vocab]
+  // (empty when greedy). The proposal is then complete.
+  virtual void chain_drawn(std::span<const int> /*tokens*/, std::span<const float> /*q*/) {}
+
   // The finished proposal (once pending_forward() is nullptr).
   virtual Proposal take_proposal() = 0;
 
@@ -99,8 +107,10 @@ struct DraftCall {
   double seconds = 0;
 };
 
-// Runs the pending forwards of every drafter, round by round, those sharing a draft cache (a
-// draft model's or a head's) as one batched call; each call is appended to `calls` when given.
+// Runs the pending forwards of every drafter: first the chains drawn on a device
+// (Drafter::device_chain), those sharing a draft cache in one run_chains, then round by round,
+// those sharing a draft cache (a draft model's or a head's) as one batched call. Each call is
+// appended to `calls` when given (a device chain's: each round, with its device time).
 void run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls = nullptr);
 
 // The trivial driver: start, the drafter's pending forwards run alone, the proposal.

@@ -2,15 +2,22 @@
 
 #include <cassert>
 
+#include "base/error.h"
+
 namespace specula {
 
 ModelDrafter::ModelDrafter(const ForwardContext& draft, KvCache::SeqId seq, DistributionFn distribution,
-                           bool stochastic, TreeShape shape, RowControls controls)
+                           bool stochastic, TreeShape shape, RowControls controls, std::optional<DrawOptions> device)
     : draft_(draft),
       seq_(seq),
       distribution_(std::move(distribution)),
       controls_(controls),
-      growth_(stochastic, std::move(shape)) {}
+      growth_(stochastic, std::move(shape)),
+      device_options_(device) {
+  SPECULA_CHECK(!device || device->greedy() == !stochastic, "draft: device draws ",
+                device && device->greedy() ? "greedy" : "sampled", " for a ", stochastic ? "sampled" : "greedy",
+                " drafter");
+}
 
 ModelDrafter::~ModelDrafter() { draft_.cache.free(seq_); }
 
@@ -29,6 +36,25 @@ void ModelDrafter::start(std::span<const int> committed, DraftBound bound, Philo
   pending_ = SequenceRows{seq_, committed.subspan(static_cast<std::size_t>(cached)), pending_positions_, {},
                           RowLogits::kLast};
   catching_up_ = true;
+
+  device_chain_.reset();
+  const int length = growth_.plain_chain_length();
+  if (device_options_ && length > 0 && !controls_.active() && draft_.backend.drafts_on_device() &&
+      draft_.cache.state_width() == 0) {
+    chain_uniforms_.clear();
+    if (!device_options_->greedy())
+      for (int i = 0; i < length; ++i) chain_uniforms_.push_back(rng.uniform());
+    device_chain_ = DeviceChain{*pending_, length, *device_options_, chain_uniforms_};
+  }
+}
+
+void ModelDrafter::chain_drawn(std::span<const int> tokens, std::span<const float> q) {
+  assert(device_chain_ && static_cast<int>(tokens.size()) == device_chain_->length);
+  forwards_ += device_chain_->length;
+  device_chain_.reset();
+  pending_.reset();
+  catching_up_ = false;
+  growth_.chain_drawn(tokens, q);
 }
 
 void ModelDrafter::request_feed() {

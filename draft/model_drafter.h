@@ -32,8 +32,12 @@ class ModelDrafter : public Drafter {
   // `distribution` (chains i.i.d., static trees without replacement) and q is returned;
   // otherwise proposals are the deterministic top-k of `distribution`. `controls` edit each
   // row over the committed tokens and the row's own path before `distribution` reads it.
+  // `device`: the options `distribution` applies, as the draft backend's device draws with
+  // them (greedy when !stochastic); where given and the backend drafts on its device, a plain
+  // chain (TreeGrowth::plain_chain_length) without controls is drawn there whole
+  // (device_chain()), its uniforms drawn from the rng up front in the host's order.
   ModelDrafter(const ForwardContext& draft, KvCache::SeqId seq, DistributionFn distribution, bool stochastic,
-               TreeShape shape, RowControls controls = {});
+               TreeShape shape, RowControls controls = {}, std::optional<DrawOptions> device = std::nullopt);
   ~ModelDrafter() override;
   ModelDrafter(const ModelDrafter&) = delete;
   ModelDrafter& operator=(const ModelDrafter&) = delete;
@@ -43,6 +47,8 @@ class ModelDrafter : public Drafter {
   void forward_done(std::span<const float> logits) override;
   int catch_up_rows(int committed) const override { return std::max(0, committed - draft_.cache.length(seq_) - 1); }
   const ForwardContext* forward_context() const override { return &draft_; }
+  const DeviceChain* device_chain() const override { return device_chain_ ? &*device_chain_ : nullptr; }
+  void chain_drawn(std::span<const int> tokens, std::span<const float> q) override;
   Proposal take_proposal() override;
   void accept(const TokenTree& tree, std::span<const int> accepted_nodes, std::span<const int> committed) override;
 
@@ -74,6 +80,9 @@ class ModelDrafter : public Drafter {
   std::vector<int> path_;           // a context's path tokens
   std::optional<SequenceRows> pending_;
   std::vector<int> pending_positions_;
+  std::optional<DrawOptions> device_options_;
+  std::optional<DeviceChain> device_chain_;  // this proposal's, when its device draws it
+  std::vector<double> chain_uniforms_;       // [its length] where sampled
 };
 
 }  // namespace specula

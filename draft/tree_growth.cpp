@@ -144,6 +144,24 @@ void TreeGrowth::advance_dynamic() {
   }
 }
 
+int TreeGrowth::plain_chain_length() const {
+  const bool chain = shape_.dynamic_budget == 0 && (shape_.adaptive || shape_.topology.is_chain());
+  if (!chain || stop_below_ > 0 || siblings_ > 0) return 0;
+  return std::max(0, std::min(max_depth_, gamma_));
+}
+
+void TreeGrowth::chain_drawn(std::span<const int> tokens, std::span<const float> q) {
+  const int length = static_cast<int>(tokens.size());
+  assert(length == plain_chain_length() && proposal_.tree.size() == 0);
+  assert(stochastic_ ? !q.empty() : q.empty());
+  for (int i = 0; i < length; ++i) proposal_.tree.add_node(i - 1, tokens[static_cast<std::size_t>(i)]);
+  proposal_.q.assign(q.begin(), q.end());
+  fed_nodes_ = length - 1;
+  level_ = length;
+  frontier_.clear();
+  pending_.reset();
+}
+
 Proposal TreeGrowth::take(int vocab) {
   assert(!pending_);
   const std::size_t v = static_cast<std::size_t>(vocab);

@@ -69,6 +69,14 @@ class TreeGrowth {
   // The finished proposal (q padded with zero rows for unfed leaves, or cleared when no
   // context's children were sampled).
   Proposal take(int vocab);
+  // The tokens of this proposal when it is a plain chain (a static chain topology, within its
+  // bound's max_depth, no stop_below, no siblings): what a device may draw whole; else 0.
+  int plain_chain_length() const;
+  // That chain drawn elsewhere, with this growth's rng in its order (one uniform a token, where
+  // sampled): its tokens, in [length], and the q rows of contexts 0 .. length - 1, in
+  // [length, vocab] (empty when greedy). The proposal is then complete, every node but the
+  // last fed.
+  void chain_drawn(std::span<const int> tokens, std::span<const float> q);
   // After verification: adapts an adaptive chain's length to the accepted count.
   void accepted(int drafted, int accepted);
 

@@ -25,6 +25,12 @@ DeviceTimes Backend::forward_verify(const RaggedBatch&, const KvPlan&, PageStora
                                     "': verification on the device is not implemented here (verifies_on_device() is false)"));
 }
 
+std::vector<double> Backend::forward_draft(const DraftRounds&, PageStorage&, Workspace&, std::span<int>,
+                                           std::span<float>) const {
+  throw SpeculaError(detail::concat("backend '", name_of(kind()),
+                                    "': drafting on the device is not implemented here (drafts_on_device() is false)"));
+}
+
 std::unique_ptr<Backend> make_backend(BackendKind kind, const Model& model, std::optional<MatrixFormat> matrices_as) {
   if (kind == BackendKind::kCpu) return std::make_unique<cpu::CpuBackend>(model, matrices_as);
   return cuda::make_cuda_backend(model, matrices_as);  // refuses without CUDA or a GPU

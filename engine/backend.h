@@ -10,9 +10,11 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "base/enum_names.h"
 #include "engine/batch.h"
+#include "engine/device_draft.h"
 #include "engine/device_verify.h"
 #include "engine/matrix_format.h"
 #include "model/model.h"
@@ -86,6 +88,18 @@ class Backend {
   virtual DeviceTimes forward_verify(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
                               std::span<float> logits, const StateTaps& taps, std::span<const DeviceVerify> verify,
                               std::span<DeviceVerdict> verdicts) const;
+
+  // Whether forward_draft() runs here: draft rounds whose tokens never leave the device.
+  virtual bool drafts_on_device() const { return false; }
+  // The rounds of `draft` (check_draft_rounds) back to back on the device, each a forward of
+  // its batch into `pages` (pending copies run first), each of its logit rows then drawn under
+  // its DrawOptions with its uniform (sampling/'s distribution and Residual::sample's
+  // inverse-CDF rule) and the token fed to the later rows that name its draw. Throws
+  // SpeculaError where the sampler would refuse a row (a NaN or +inf logit, every logit -inf),
+  // and where !drafts_on_device(). Returns each round's device time in seconds.
+  //   tokens: out [draws]; q: out [draws, vocab] each draw's distribution when keep_q, else empty
+  virtual std::vector<double> forward_draft(const DraftRounds& draft, PageStorage& pages, Workspace& workspace,
+                                            std::span<int> tokens, std::span<float> q) const;
 
  protected:
   explicit Backend(const Model& model) : model_(model) {}

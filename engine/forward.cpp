@@ -56,4 +56,86 @@ DeviceTimes ForwardContext::run(std::span<const SequenceRows> parts, std::span<f
   return times;
 }
 
+std::vector<RoundTime> ForwardContext::run_chains(std::span<const DeviceChain> chains, std::span<int> tokens,
+                                                  std::span<float> q) const {
+  const std::size_t vocab = static_cast<std::size_t>(backend.config().vocab_size);
+  SPECULA_CHECK(cache.state_width() == 0, "device draft: the draft cache keeps states, which forward_draft does not write");
+  std::size_t total = 0;
+  int rounds = 0;
+  for (std::size_t i = 0; i < chains.size(); ++i) {
+    const DeviceChain& c = chains[i];
+    SPECULA_CHECK(c.length >= 1, "device draft: chain ", i, " has length ", c.length, "; need >= 1");
+    SPECULA_CHECK(!c.first.tokens.empty() && c.first.parents.empty() && c.first.logits == RowLogits::kLast,
+                  "device draft: chain ", i, "'s first rows must be a causal run with the last row's logits");
+    SPECULA_CHECK(c.options.greedy() ? c.uniforms.empty() : static_cast<int>(c.uniforms.size()) == c.length,
+                  "device draft: chain ", i, " has ", c.uniforms.size(), " uniforms; need ",
+                  c.options.greedy() ? 0 : c.length);
+    total += static_cast<std::size_t>(c.length);
+    rounds = std::max(rounds, c.length);
+  }
+  SPECULA_CHECK(tokens.size() == total, "device draft: tokens holds ", tokens.size(), " entries for ", total);
+  SPECULA_CHECK(q.empty() || q.size() == total * vocab, "device draft: q holds ", q.size(), " floats; need 0 or ",
+                total * vocab);
+
+  // Round r > 0 feeds chain i the token of its draw in round r - 1, at the root's position + r,
+  // under the nodes before it (parents -1, 0, .., r - 1).
+  std::vector<int> parents(static_cast<std::size_t>(rounds));
+  std::iota(parents.begin(), parents.end(), -1);
+  std::vector<std::vector<int>> positions(chains.size());
+  std::vector<int> lengths(chains.size());
+  for (std::size_t i = 0; i < chains.size(); ++i) {
+    const int root = chains[i].first.positions.back();
+    for (int r = 1; r < chains[i].length; ++r) positions[i].push_back(root + r);
+    lengths[i] = cache.length(chains[i].first.seq);
+  }
+  const int placeholder = 0;
+  DraftRounds draft;
+  draft.keep_q = !q.empty();
+  std::vector<std::vector<int>> draw_of(chains.size());  // [chain][round] its draw
+  std::vector<RoundTime> times;
+  try {
+    for (int r = 0; r < rounds; ++r) {
+      std::vector<SequenceRows> parts;
+      for (std::size_t i = 0; i < chains.size(); ++i) {
+        const DeviceChain& c = chains[i];
+        if (c.length <= r) continue;
+        if (r == 0) {
+          parts.push_back(c.first);
+          draft.feeds.insert(draft.feeds.end(), c.first.tokens.size(), -1);
+        } else {
+          parts.push_back(SequenceRows{c.first.seq, std::span(&placeholder, 1),
+                                       std::span(positions[i]).subspan(static_cast<std::size_t>(r - 1), 1),
+                                       std::span(parents).first(static_cast<std::size_t>(r)), RowLogits::kAll});
+          draft.feeds.push_back(draw_of[i].back());
+        }
+        draw_of[i].push_back(static_cast<int>(draft.options.size()));
+        draft.options.push_back(c.options);
+        draft.uniforms.push_back(c.options.greedy() ? 0.0 : c.uniforms[static_cast<std::size_t>(r)]);
+      }
+      RaggedBatch batch = plan_batch(parts, cache.tables(), backend.config());
+      const std::vector<int> counts = batch.rows_per_seq();
+      draft.plans.push_back(cache.prepare(batch.seqs, counts));
+      times.push_back(RoundTime{batch.num_rows(), 0});
+      draft.batches.push_back(std::move(batch));
+    }
+    std::vector<int> drawn(draft.options.size());
+    std::vector<float> probs(draft.keep_q ? drawn.size() * vocab : 0);
+    const std::vector<double> seconds = backend.forward_draft(draft, cache.storage(), workspace, drawn, probs);
+    for (std::size_t r = 0; r < times.size(); ++r) times[r].seconds = seconds[r];
+    std::size_t out = 0;
+    for (const std::vector<int>& draws : draw_of)
+      for (const int d : draws) {
+        tokens[out] = drawn[static_cast<std::size_t>(d)];
+        if (draft.keep_q)
+          std::copy_n(probs.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(d) * vocab), vocab,
+                      q.begin() + static_cast<std::ptrdiff_t>(out * vocab));
+        ++out;
+      }
+  } catch (...) {
+    for (std::size_t i = 0; i < chains.size(); ++i) cache.truncate(chains[i].first.seq, lengths[i]);
+    throw;
+  }
+  return times;
+}
+
 }  // namespace specula

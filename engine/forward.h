@@ -5,6 +5,7 @@
 #pragma once
 
 #include <span>
+#include <vector>
 
 #include "engine/backend.h"
 #include "engine/batch.h"
@@ -16,6 +17,23 @@ namespace specula {
 int logit_rows(std::span<const SequenceRows> parts);
 // Rows (tokens) of a batch of `parts` in all.
 int batch_rows(std::span<const SequenceRows> parts);
+
+// A chain drawn whole on the backend's device (ForwardContext::run_chains): the forward of
+// `first` (the sequence's rows up to the chain's root, its logits kLast) draws the first token,
+// then each token but the last is fed as one row (a tree node under the one before, at the
+// root's position + its depth) whose logits draw the next.
+struct DeviceChain {
+  SequenceRows first;
+  int length = 0;                    // tokens drawn, >= 1
+  DrawOptions options;
+  std::span<const double> uniforms;  // in [length] each draw's uniform; empty when greedy
+};
+
+// One forward of a run of rounds: its rows and its device time.
+struct RoundTime {
+  int rows = 0;
+  double seconds = 0;
+};
 
 struct ForwardContext {
   const Backend& backend;
@@ -34,6 +52,14 @@ struct ForwardContext {
   //   verdicts: out [verify.size()]
   DeviceTimes run(std::span<const SequenceRows> parts, std::span<float> logits, std::span<const DeviceVerify> verify,
                   std::span<DeviceVerdict> verdicts) const;
+  // `chains` (distinct sequences of `cache`) drafted on the backend's device
+  // (Backend::forward_draft), round r one forward of every chain longer than r. Every round's
+  // slots are appended before the first runs; where anything throws, every sequence is as it
+  // was.
+  //   tokens: out [sum of lengths] each chain's tokens, chains in order
+  //   q: out [sum of lengths, vocab] their distributions, or empty
+  std::vector<RoundTime> run_chains(std::span<const DeviceChain> chains, std::span<int> tokens,
+                                    std::span<float> q) const;
 };
 
 }  // namespace specula

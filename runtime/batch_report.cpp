@@ -63,7 +63,8 @@ nlohmann::json batch_summary(const Scheduler& scheduler, std::span<const int> re
           {"mean_occupancy", s.steps ? double(s.sequence_steps) / double(s.steps) : 0.0},
           {"kv_pool_blocks", scheduler.kv_stats().blocks_total},
           {"preemptions", s.preemptions},
-          {"device_verified", s.device_verified}};
+          {"device_verified", s.device_verified},
+          {"device_drafted", s.device_drafted}};
 }
 
 }  // namespace specula

@@ -117,7 +117,7 @@ DecodeRun decode_speculative_beam(ModelStore& models, const Backend& target, con
   KvCache cache(request_kv_layout(target, options), blocks);
   const auto workspace = target.make_workspace();
   const ForwardContext context{target, cache, *workspace};
-  const Backend* draft = d.method == DraftMethod::kModel ? &draft_model(models, d) : nullptr;
+  const Backend* draft = d.method == DraftMethod::kModel ? &draft_model(models, d, options.backend) : nullptr;
   std::unique_ptr<KvCache> draft_cache;
   std::unique_ptr<Workspace> draft_workspace;
   std::unique_ptr<ForwardContext> draft_context;

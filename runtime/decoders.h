@@ -60,8 +60,9 @@ KvCache::SeqId prefill(const ForwardContext& context, std::span<const int> token
 // vocabulary, special ids and pieces.
 void check_draft_compatible(const Model& target, const Model& draft, const OptionNames& names);
 
-// The draft model of a request (method = model), its matrices read in DraftOptions::weights.
-const Backend& draft_model(ModelStore& models, const DraftOptions& draft);
+// The draft model of a request (method = model) on the request's backend `kind` (beside its
+// target), its matrices read in DraftOptions::weights.
+const Backend& draft_model(ModelStore& models, const DraftOptions& draft, BackendKind kind);
 
 // A lone request (generate()) decodes at most this many of its samples side by side, the
 // next forked as others finish (the results do not depend on it: rows are batch-invariant

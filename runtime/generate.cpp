@@ -74,7 +74,7 @@ void validate_generate_options(ModelStore& models, const GenerateOptions& o, con
     SPECULA_CHECK(id >= 0 && id < c.vocab_size, names.at("prompt"), ": id ", id, " is outside the vocabulary [0, ",
                   c.vocab_size, ")");
   validate_logit_controls(o.controls, c.vocab_size, names);
-  const Model* draft = o.draft.method == DraftMethod::kModel ? &draft_model(models, o.draft).model() : nullptr;
+  const Model* draft = o.draft.method == DraftMethod::kModel ? &draft_model(models, o.draft, o.backend).model() : nullptr;
   if (draft) check_draft_compatible(target, *draft, names);
   if (drafts_with_eagle_head(o.draft.method))  // refuses a misfit
     models.head(o.draft.model_dir, o.model_dir, o.backend, head_kind(o.draft.method));
@@ -110,8 +110,8 @@ void validate_generate_options(ModelStore& models, const GenerateOptions& o, con
                 " GiB, more than the ", gib(available), " GiB of memory available");
 }
 
-const Backend& draft_model(ModelStore& models, const DraftOptions& draft) {
-  return models.get(draft.model_dir, draft.weights);
+const Backend& draft_model(ModelStore& models, const DraftOptions& draft, BackendKind kind) {
+  return models.get(draft.model_dir, draft.weights, kind);
 }
 
 int request_threads(const GenerateOptions& options) {

@@ -183,7 +183,7 @@ Scheduler::DraftPool& Scheduler::draft_pool(const DraftOptions& d) {
   // A drafter's sequence holds at most its target's tokens and one tree: the target pool
   // plus a block and a copy per live sequence never runs out before the target's.
   if (!pool)
-    pool = std::make_unique<DraftPool>(draft_model(models_, d), shared_,
+    pool = std::make_unique<DraftPool>(draft_model(models_, d, shared_.backend), shared_,
                                        limits_.kv_blocks + 2 * limits_.max_sequences + 2);
   return *pool;
 }
@@ -386,8 +386,10 @@ std::unique_ptr<Drafter> Scheduler::make_drafter(Request& r, KvCache::SeqId targ
   if (drafts_with_eagle_head(d.method))
     return std::make_unique<HeadDrafter>(r.head->context, draft_seq, cache_, target_seq,
                                          r.draft_distribution, !r.sampler->is_greedy(), std::move(shape), r.controls);
+  const SamplingOptions& o = r.options.sampling;
+  const DrawOptions device = r.sampler->is_greedy() ? DrawOptions{} : DrawOptions{o.temperature, o.top_k, o.top_p, o.min_p};
   return std::make_unique<ModelDrafter>(r.draft->context, draft_seq, r.draft_distribution, !r.sampler->is_greedy(),
-                                        std::move(shape), r.controls);
+                                        std::move(shape), r.controls, device);
 }
 
 void Scheduler::make_speculative(Sequence& s, KvCache::SeqId draft_seq) {
@@ -675,7 +677,7 @@ void Scheduler::draft_phase(const std::vector<Sequence*>& plan, const std::vecto
     drafting.push_back(*bounds[i]);
     outcome.deepest = std::max(outcome.deepest, bounds[i]->max_depth);
   }
-  if (!specs.empty()) run_drafts(specs, drafting, &outcome.draft_calls);
+  if (!specs.empty()) stats_.device_drafted += run_drafts(specs, drafting, &outcome.draft_calls);
   outcome.drafting = static_cast<int>(specs.size());
   outcome.draft_s = seconds(mark, Clock::now());
 }

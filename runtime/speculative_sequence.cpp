@@ -10,14 +10,17 @@ static_assert(kDrawSampled == static_cast<int>(SiblingDraw::kSampled));
 static_assert(kDrawWithoutReplacement == static_cast<int>(SiblingDraw::kWithoutReplacement));
 static_assert(kDrawTopK == static_cast<int>(SiblingDraw::kTopK));
 
-void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
-                std::vector<DraftCall>* calls) {
+int run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
+               std::vector<DraftCall>* calls) {
   std::vector<Drafter*> drafters;
+  int on_device = 0;
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     seqs[i]->start_draft(bounds[i]);
     drafters.push_back(&seqs[i]->drafter());
+    if (drafters.back()->device_chain()) ++on_device;
   }
   run_draft_forwards(drafters, calls);
+  return on_device;
 }
 
 SpeculativeSequence::SpeculativeSequence(const ForwardContext& target, KvCache::SeqId seq,

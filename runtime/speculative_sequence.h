@@ -145,10 +145,12 @@ class SpeculativeSequence {
 };
 
 // Starts a proposal within bounds[i] for every sequence of `seqs` and runs their drafters'
-// forwards round by round, those sharing a forward context (one draft cache) as one batched
-// call (each appended to `calls` when given); afterwards every verify_rows() is ready.
-void run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
-                std::vector<DraftCall>* calls = nullptr);
+// forwards (run_draft_forwards: chains drawn whole on a draft device, then round by round,
+// those sharing a forward context (one draft cache) as one batched call; each appended to
+// `calls` when given); afterwards every verify_rows() is ready. Returns the proposals drawn
+// on a device (Drafter::device_chain).
+int run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
+               std::vector<DraftCall>* calls = nullptr);
 
 // The verify forward of a speculative step: `target`'s logits of `parts` (returned, [logit
 // rows of parts, vocab]), counted in `stats` (a target forward, its rows, and the seconds

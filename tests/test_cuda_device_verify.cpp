@@ -6,7 +6,7 @@
 //   with and without q, beside spans it does not verify (whose logits still come back while the
 //   verified spans' rows stay unwritten); speculative sampling verified on the device follows
 //   the target's law (chi-square); greedy speculation through the scheduler, verified on the
-//   device, emits plain greedy decoding's tokens;
+//   device (a draft model's chains drawn on its device too), emits plain greedy decoding's tokens;
 // - without a GPU: the refusals of malformed requests, the CPU backend's refusal, and
 //   pack_verify's layout (greedy sequences first, runs of logit rows, where verdicts land).
 #include <algorithm>
@@ -412,7 +412,8 @@ TEST_CASE("cuda backend: greedy speculation verified on the device emits plain g
   DraftOptions ngram;
   ngram.method = DraftMethod::kNgram;
   ngram.gamma = 3;
-  std::vector<std::pair<const char*, DraftOptions>> drafters{{"n-gram chain of 3", ngram}};
+  std::vector<std::pair<const char*, DraftOptions>> drafters{{"n-gram chain of 3", ngram},
+                                                             {"draft-1m chain of 3, drawn on the device", test::model_draft("draft-1m", 3, {}, 0)}};
   if (!host || !test::kSanitized)
     drafters.emplace_back("draft-1m dynamic tree of 8", test::model_draft("draft-1m", 3, {}, 8));
   if (!host) {

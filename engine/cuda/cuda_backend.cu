@@ -1,7 +1,8 @@
 // CudaBackend: the engine seam on GPU 0. Construction plans memory (cuda_plan.h), uploads the
 // weight arena once; each forward runs the pending KV copies (one kernel), uploads the step
 // (one copy), replays or captures the decode graph of its shape, and copies back only the
-// logit rows; forward_verify then verifies on the device, its own graph replayed by shape.
+// logit rows; forward_verify then verifies on the device, its own graph replayed by shape;
+// forward_draft runs draft rounds back to back, their tokens drawn and fed on the device.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include "engine/cuda/device.h"
 #include "engine/cuda/device_memory.cuh"
 #include "engine/cuda/device_weights.cuh"
+#include "engine/cuda/draft_plan.h"
 #include "engine/cuda/kernels.cuh"
 #include "engine/cuda/verify_plan.h"
 
@@ -51,6 +53,9 @@ struct CudaWorkspace : Workspace {
   PinnedBuffer verify_back;        // what comes back of it, [result_ints] int
   std::vector<int> verify_result;  // the same, read after the synchronisation
   cudaEvent_t marks[3] = {};       // forward_verify's start, forward done, verification done
+  DeviceBuffer draft;              // forward_draft's upload and outputs (DraftUpload)
+  PinnedBuffer draft_staging;      // its upload on the host, [upload_bytes]
+  std::vector<cudaEvent_t> draft_marks;  // forward_draft's start, then each round's end
   GemmPlans gemm_plans;
   GemmScratch gemm;
   std::unordered_map<GraphKey, CapturedGraph, GraphKeyHash> graphs;
@@ -101,6 +106,7 @@ struct CudaWorkspace : Workspace {
     if (stream) cudaStreamSynchronize(stream);
     for (cudaEvent_t e : marks)
       if (e) cudaEventDestroy(e);
+    for (cudaEvent_t e : draft_marks) cudaEventDestroy(e);
     drop_graphs();
     drop_verify_graphs();
     if (stream) cudaStreamDestroy(stream);
@@ -260,6 +266,78 @@ class CudaBackend : public Backend {
     return DeviceTimes{forward_ms * 1e-3, verify_ms * 1e-3};
   }
 
+  bool drafts_on_device() const override { return true; }
+
+  // The rounds on the workspace's stream, back to back: one upload (every round's step, the
+  // feeds and the draws' options), then per round the feed kernel (its rows' tokens from the
+  // earlier draws), the forward (never a graph: the step sits in the draft buffer) and the
+  // sampling kernel over its logit rows; one copy back of the tokens (and q), one
+  // synchronisation.
+  std::vector<double> forward_draft(const DraftRounds& draft, PageStorage& pages, Workspace& workspace,
+                                    std::span<int> tokens, std::span<float> q) const override {
+    const ModelConfig& c = config();
+    const int vocab = c.vocab_size;
+    check_draft_rounds(draft, vocab);
+    const std::size_t draws = draft.options.size(), v = static_cast<std::size_t>(vocab);
+    SPECULA_CHECK(tokens.size() == draws, "forward_draft: tokens holds ", tokens.size(), " entries for ", draws, " draws");
+    SPECULA_CHECK(q.size() == (draft.keep_q ? draws * v : 0), "forward_draft: q holds ", q.size(), " floats; need ",
+                  draft.keep_q ? draws * v : 0);
+    CudaWorkspace& ws = cuda_workspace(workspace);
+    const cudaStream_t s = ws.stream;
+    check_pages(pages);
+    const DeviceKvPages& device_pages = device_pages_after_copies(pages, account_, ws.copies, s);
+    const DraftUpload up = pack_draft(draft, vocab, c.sliding_window, options_, device_pages.id());
+    for (const StepUpload& step : up.steps) check_keys(step);
+    if (ws.draft.bytes < up.device_bytes) {
+      CUDA_CHECK(cudaStreamSynchronize(s));  // queued work may still read the old buffer
+      grow(ws.draft, up.device_bytes, 1 << 20);
+    }
+    ws.draft_staging.reserve(align_up(up.upload_bytes, 1 << 20));
+    while (ws.draft_marks.size() < static_cast<std::size_t>(draft.rounds()) + 1) {
+      cudaEvent_t e = nullptr;
+      CUDA_CHECK(cudaEventCreate(&e));
+      ws.draft_marks.push_back(e);
+    }
+    std::memcpy(ws.draft_staging.ptr, up.data.data(), up.upload_bytes);
+    unsigned char* base = ws.draft.as<unsigned char>();
+    const auto at = [base](std::size_t offset) { return static_cast<void*>(base + offset); };
+    const auto floats = [&](std::size_t offset) { return static_cast<float*>(at(offset)); };
+    int* drawn = static_cast<int*>(at(up.at.tokens));
+    CUDA_CHECK(cudaEventRecord(ws.draft_marks[0], s));
+    CUDA_CHECK(cudaMemcpyAsync(base, ws.draft_staging.ptr, up.upload_bytes, cudaMemcpyHostToDevice, s));
+    for (int r = 0; r < draft.rounds(); ++r) {
+      const std::size_t ru = static_cast<std::size_t>(r);
+      const StepUpload& step = up.steps[ru];
+      auto* upload = static_cast<std::int32_t*>(at(up.step_at[ru]));
+      const int first_row = up.first_row[ru], first = up.first_draw[ru];
+      if (r > 0)
+        launch_feed_tokens(drawn, static_cast<const int*>(at(up.at.feeds)) + first_row,
+                           reinterpret_cast<RowDesc*>(upload + step.layout.rows), step.key.num_rows, s);
+      ++ws.steps;
+      enqueue(step, ws, device_pages.view(), upload);
+      launch_sample(ws.logits.as<float>(), floats(up.at.temperature) + first, static_cast<const int*>(at(up.at.top_k)) + first,
+                    floats(up.at.top_p) + first, floats(up.at.min_p) + first,
+                    static_cast<const double*>(at(up.at.uniforms)) + first, step.key.num_logits, vocab,
+                    floats(up.at.probs) + static_cast<std::size_t>(up.probs_row(r, draft.keep_q)) * v, drawn + first, s);
+      CUDA_CHECK(cudaEventRecord(ws.draft_marks[ru + 1], s));
+    }
+    CUDA_CHECK(cudaMemcpyAsync(tokens.data(), drawn, draws * sizeof(int), cudaMemcpyDeviceToHost, s));
+    if (draft.keep_q)
+      CUDA_CHECK(cudaMemcpyAsync(q.data(), floats(up.at.probs), q.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    for (std::size_t d = 0; d < draws; ++d)
+      SPECULA_CHECK(tokens[d] >= 0, "forward_draft: draw ", d,
+                    " was refused: its logit row has a NaN or +inf logit, or every logit -inf");
+    std::vector<double> seconds;
+    for (int r = 0; r < draft.rounds(); ++r) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, ws.draft_marks[static_cast<std::size_t>(r)],
+                                      ws.draft_marks[static_cast<std::size_t>(r) + 1]));
+      seconds.push_back(ms * 1e-3);
+    }
+    return seconds;
+  }
+
  private:
   // Everything of a forward up to the logits in ws.logits, enqueued on the workspace's stream.
   static CudaWorkspace& cuda_workspace(Workspace& workspace) {
@@ -277,19 +355,12 @@ class CudaBackend : public Backend {
                   " new slots for ", n, " rows");
     SPECULA_CHECK(logits.size() == static_cast<std::size_t>(num_logits) * c.vocab_size, "forward: logits buffer holds ",
                   logits.size(), " floats, need ", static_cast<std::size_t>(num_logits) * c.vocab_size);
-    const KvLayout& layout = pages.layout();
-    SPECULA_CHECK(layout.device_pages && layout.dtype == options_.kv_dtype && layout.kv_dim() == c.kv_dim() &&
-                      layout.num_layers == c.num_hidden_layers,
-                  "forward: the KV cache was not made with the CUDA backend's kv_layout() (device pages in ",
-                  name_of(options_.kv_dtype), ")");
+    check_pages(pages);
     check_taps(taps, batch, c);
     const DeviceKvPages& device_pages = device_pages_after_copies(pages, account_, ws.copies, ws.stream);
 
     const StepUpload up = pack_step(batch, plan, c.sliding_window, options_, device_pages.id());
-    const std::size_t smem = attention_smem_bytes(up.key.keys_cap, c.head_dim());
-    SPECULA_CHECK(smem <= static_cast<std::size_t>(max_smem_), "backend 'cuda': a row sees ", up.max_keys,
-                  " keys; the attention kernel's shared memory (", max_smem_, " bytes) holds ",
-                  max_attention_keys(static_cast<std::size_t>(max_smem_), c.head_dim()), " at most");
+    check_keys(up);
     const std::size_t upload_bytes = up.data.size() * sizeof(std::int32_t);
     if (upload_bytes > ws.upload.bytes) {  // graphs hold the old address
       CUDA_CHECK(cudaStreamSynchronize(ws.stream));
@@ -306,15 +377,34 @@ class CudaBackend : public Backend {
       if (it == ws.graphs.end()) {
         CUDA_CHECK(cudaStreamSynchronize(ws.stream));  // no graph dropped below is still queued
         ws.make_room();
-        const cudaGraphExec_t exec = capture_graph(ws.stream, [&] { enqueue(up, ws, device_pages.view()); });
+        const cudaGraphExec_t exec =
+            capture_graph(ws.stream, [&] { enqueue(up, ws, device_pages.view(), ws.upload.as<std::int32_t>()); });
         it = ws.graphs.emplace(up.key, CapturedGraph{exec, device_pages.liveness(), 0}).first;
         ++live_graphs;
       }
       it->second.last_used = ws.steps;
       CUDA_CHECK(cudaGraphLaunch(it->second.exec, ws.stream));
     } else {
-      enqueue(up, ws, device_pages.view(), taps);
+      enqueue(up, ws, device_pages.view(), ws.upload.as<std::int32_t>(), taps);
     }
+  }
+
+  // Throws unless `pages` were made with this backend's kv_layout().
+  void check_pages(const PageStorage& pages) const {
+    const ModelConfig& c = config();
+    const KvLayout& layout = pages.layout();
+    SPECULA_CHECK(layout.device_pages && layout.dtype == options_.kv_dtype && layout.kv_dim() == c.kv_dim() &&
+                      layout.num_layers == c.num_hidden_layers,
+                  "forward: the KV cache was not made with the CUDA backend's kv_layout() (device pages in ",
+                  name_of(options_.kv_dtype), ")");
+  }
+
+  // Throws unless the attention kernel's shared memory holds the keys a row of `up` sees.
+  void check_keys(const StepUpload& up) const {
+    const std::size_t smem = attention_smem_bytes(up.key.keys_cap, config().head_dim());
+    SPECULA_CHECK(smem <= static_cast<std::size_t>(max_smem_), "backend 'cuda': a row sees ", up.max_keys,
+                  " keys; the attention kernel's shared memory (", max_smem_, " bytes) holds ",
+                  max_attention_keys(static_cast<std::size_t>(max_smem_), config().head_dim()), " at most");
   }
 
   // The verification of `up` on ws.stream, after the forward's logits: its upload (from the
@@ -419,15 +509,15 @@ class CudaBackend : public Backend {
     }
   }
 
-  // The forward pass of cpu_backend.cpp, kernel for kernel, on ws.stream; with taps (never in a
-  // graph), their copies too.
-  void enqueue(const StepUpload& up, CudaWorkspace& ws, const DevicePagesView& pages, const StateTaps& taps = {}) const {
+  // The forward pass of cpu_backend.cpp, kernel for kernel, on ws.stream, reading the step from
+  // `upload` (up.data on the device); with taps (never in a graph), their copies too.
+  void enqueue(const StepUpload& up, CudaWorkspace& ws, const DevicePagesView& pages, const std::int32_t* upload,
+               const StateTaps& taps = {}) const {
     const ModelConfig& c = config();
     const int n = up.key.num_rows, num_logits = up.key.num_logits;
     const int hidden = c.hidden_size, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.intermediate_size;
     const int head_dim = c.head_dim(), qkv_width = q_dim + 2 * kv_dim;
     const float eps = c.rms_norm_eps;
-    const std::int32_t* upload = ws.upload.as<std::int32_t>();
     const auto* rows = reinterpret_cast<const RowDesc*>(upload + up.layout.rows);
     const int* pages_list = upload + up.layout.pages;
     const int* mask = upload + up.layout.mask;

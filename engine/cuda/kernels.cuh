@@ -65,6 +65,11 @@ void launch_attention(const float* q, int q_stride, const RowDesc* rows, const i
 //   gu: in [n, 2 ffn]; act: out [n, ffn]
 void launch_silu_mul(const float* gu, float* act, int n, int ffn, cudaStream_t stream);
 
+// The token of each of n step rows drawn on the device: rows[i].token = drawn[feeds[i]] where
+// feeds[i] >= 0 (a refused draw, -1, feeds token 0: its forward is discarded), unchanged where -1.
+//   drawn: in [*]; feeds: in [n]; rows: in/out [n] RowDesc (cuda_plan.h) of the step upload
+void launch_feed_tokens(const int* drawn, const int* feeds, RowDesc* rows, int n, cudaStream_t stream);
+
 // dst[r] = src[gather ? gather[r] : r] for n rows of `dim` floats (a gather, or one half of a
 // concatenation when dst_stride is wider than dim).
 //   src: in [*, src_stride]; gather: in [n] or null; dst: out [n, dst_stride], the first dim of each row

@@ -101,6 +101,13 @@ __global__ void silu_mul_kernel(const float* gu, float* act, int ffn) {
     act[static_cast<std::size_t>(r) * ffn + i] = g[i] / (1.0f + expf(-g[i])) * g[ffn + i];
 }
 
+__global__ void feed_tokens_kernel(const int* drawn, const int* feeds, RowDesc* rows, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n || feeds[i] < 0) return;
+  const int token = drawn[feeds[i]];
+  rows[i].token = token < 0 ? 0 : token;
+}
+
 // dst row r = src row (gather ? gather[r] : r), each row `dim` floats, rows `src_stride` and
 // `dst_stride` floats apart.
 __global__ void copy_rows_kernel(const float* src, int src_stride, const int* gather, float* dst, int dst_stride,
@@ -192,6 +199,12 @@ void launch_copy_rows(const float* src, int src_stride, const int* gather, float
   if (n == 0) return;
   const dim3 grid((dim + kRowThreads - 1) / kRowThreads, n);
   SPECULA_LAUNCH(copy_rows_kernel, grid, kRowThreads, 0, stream, src, src_stride, gather, dst, dst_stride, dim);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_feed_tokens(const int* drawn, const int* feeds, RowDesc* rows, int n, cudaStream_t stream) {
+  if (n == 0) return;
+  SPECULA_LAUNCH(feed_tokens_kernel, (n + kRowThreads - 1) / kRowThreads, kRowThreads, 0, stream, drawn, feeds, rows, n);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,0 +1,45 @@
+// defines: DraftUpload and pack_draft, the host half of drafting on the device
+// (Backend::forward_draft on the CUDA backend), CUDA-free so that the CPU suite tests it: every
+// round's step upload (pack_step), the rows' feeds and the draws' options and uniforms in one
+// upload, and where the kernels' outputs (the drawn tokens, the distributions) sit after it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "engine/cuda/cuda_plan.h"
+#include "engine/device_draft.h"
+
+namespace specula::cuda {
+
+// Byte offsets are into one device buffer: the upload [0, upload_bytes), then the outputs.
+struct DraftUpload {
+  std::vector<StepUpload> steps;       // [rounds] each round's step upload
+  std::vector<std::size_t> step_at;    // [rounds] where each sits (bytes, kAlign-aligned)
+  std::vector<int> first_row;          // [rounds + 1] each round's first row, across rounds
+  std::vector<int> first_draw;         // [rounds + 1] each round's first draw
+  struct Offsets {
+    std::size_t feeds = 0;                        // [rows] int, DraftRounds::feeds
+    std::size_t temperature = 0, top_p = 0, min_p = 0;  // [draws] float
+    std::size_t top_k = 0;                        // [draws] int
+    std::size_t uniforms = 0;                     // [draws] double
+    std::size_t tokens = 0;                       // [draws] int, drawn (-1: a refused row)
+    std::size_t probs = 0;                        // [probs_rows, vocab] float, the draws' distributions
+  } at;
+  // Rows of the probs output: every draw's when q comes back, else one round's (each round's
+  // draws reuse them).
+  int probs_rows = 0;
+  std::vector<unsigned char> data;     // the upload, [upload_bytes]
+  std::size_t upload_bytes = 0, device_bytes = 0;
+
+  // Where round r's distributions go in the probs output (rows).
+  int probs_row(int round, bool keep_q) const { return keep_q ? first_draw[static_cast<std::size_t>(round)] : 0; }
+};
+
+// The upload of `draft` (check_draft_rounds first) for a model of `vocab` tokens with sliding
+// `window` (0: none) into the device pages numbered `pages_id`.
+DraftUpload pack_draft(const DraftRounds& draft, int vocab, int window, const CudaOptions& options,
+                       std::uint64_t pages_id);
+
+}  // namespace specula::cuda

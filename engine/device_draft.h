@@ -1,0 +1,48 @@
+// defines: DrawOptions (the sampling chain of one draw, as plain numbers), DraftRounds (draft
+// forwards a backend runs back to back on its device, every logit row's token drawn there and
+// fed to a later round's row without the host: Backend::forward_draft), and their check. The
+// caller plans every round's slots before the first runs (ForwardContext::run_chains).
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "engine/batch.h"
+#include "kv/kv_plan.h"
+
+namespace specula {
+
+// sampling/'s chain over a logit row (temperature, then top-k when top_k > 0, top-p when
+// top_p < 1, min-p when min_p > 0); temperature 0 is greedy: one-hot at the first index of the
+// largest logit.
+struct DrawOptions {
+  float temperature = 0;
+  int top_k = 0;
+  float top_p = 1;
+  float min_p = 0;
+  bool greedy() const { return temperature == 0; }
+};
+
+// Draws are numbered in round order, then logit-row order within a round. Round r's row i
+// (rows numbered across rounds in order) takes as its token the token of draw feeds[i], which
+// belongs to an earlier round; -1 keeps the batch's own token.
+struct DraftRounds {
+  std::vector<RaggedBatch> batches;  // [rounds]
+  std::vector<KvPlan> plans;         // [rounds] each batch's plan, prepared in round order
+  std::vector<int> feeds;            // [rows of every round]
+  std::vector<DrawOptions> options;  // [draws]
+  std::vector<double> uniforms;      // [draws] each draw's inverse-CDF uniform (unread where greedy)
+  bool keep_q = false;               // every draw's distribution comes back
+
+  int rounds() const { return static_cast<int>(batches.size()); }
+  int rows() const;
+  int draws() const;
+};
+
+// Throws SpeculaError naming the round, row or draw unless `draft` is well formed for a model of
+// `vocab` tokens: a plan per batch (its row slots one per row), feeds of an earlier round's
+// draw or -1 (every row of the first round -1), options in range (temperature finite and >= 0,
+// top_k >= 0, top_p in (0, 1], min_p in [0, 1]), uniforms in [0, 1).
+void check_draft_rounds(const DraftRounds& draft, int vocab);
+
+}  // namespace specula

@@ -1,0 +1,250 @@
+// Drafting on the device (Backend::forward_draft, engine/device_draft.h; ForwardContext::
+// run_chains; ModelDrafter::device_chain):
+// - [gpu] (the host execution of the CUDA sources runs these in CI): a draft model's plain
+//   chains drawn whole on the CUDA backend (one call, the tokens fed on the device) are the
+//   chains the host drafter draws round by round on the same backend: greedy bitwise, sampled
+//   with the same uniforms the same tokens and q within the sampling kernel's bound; chains of
+//   several lengths in one call, two proposals each (the second after a commit and catch-up);
+// - without a GPU: the refusals of malformed rounds and chains (the cache unchanged after a
+//   refused call), the CPU backend's refusal, and pack_draft's layout.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "draft/model_drafter.h"
+#include "draft/tree_topology.h"
+#include "engine/backend.h"
+#include "engine/cuda/draft_plan.h"
+#include "engine/forward.h"
+#include "runtime/decoders.h"
+#include "sampling/sampler.h"
+#include "tests/test_engine_support.h"
+#include "tests/test_gpu_support.h"
+#include "tests/test_runtime_support.h"
+
+namespace specula {
+namespace {
+
+using Catch::Contains;
+
+// What a drafter needs to propose: its cache sequence, the committed tokens, its random stream.
+struct Lane {
+  std::unique_ptr<ModelDrafter> drafter;
+  std::vector<int> committed;
+  Philox rng{0};
+};
+
+TEST_CASE("cuda backend: chains drawn on the device are the host drafter's chains", "[gpu]") {
+  REQUIRE_GPU();
+  const Model model(test::model_dir("draft-1m"));
+  const auto backend = make_backend(BackendKind::kCuda, model, std::nullopt);
+  REQUIRE(backend->drafts_on_device());
+  const std::size_t vocab = static_cast<std::size_t>(model.config().vocab_size);
+  const auto prompts = test::reference_prompts();
+  const std::vector<int> lengths{3, 1, 4};  // rounds of three, two, then one chain
+  const std::pair<const char*, SamplingOptions> modes[] = {
+      {"greedy", SamplingOptions{}},
+      {"T = 1", SamplingOptions::sample()},
+      {"T = 0.8, top-k 40, top-p 0.9, min-p 0.02", SamplingOptions::sample(0.8f, 40, 0.9f, 0.02f)}};
+  for (const auto& [name, sampling] : modes) {
+    INFO(name);
+    const bool stochastic = sampling.strategy == Strategy::kSample;
+    const DrawOptions device = stochastic ? DrawOptions{sampling.temperature, sampling.top_k, sampling.top_p, sampling.min_p}
+                                          : DrawOptions{};
+    const DistributionFn distribution = draft_distribution(sampling, DraftOptions{});
+    test::Engine host_engine(*backend, 16, 128), device_engine(*backend, 16, 128);
+    const ForwardContext host_ctx = host_engine.context(), device_ctx = device_engine.context();
+    std::vector<Lane> host, on_device;
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      const TreeShape shape{chain_topology(lengths[i])};
+      const std::vector<int> prompt(prompts[i].begin(), prompts[i].begin() + std::min<std::size_t>(prompts[i].size(), 12));
+      host.push_back({std::make_unique<ModelDrafter>(host_ctx, host_engine.cache.create(), distribution, stochastic, shape),
+                      prompt, Philox(11, i)});
+      on_device.push_back({std::make_unique<ModelDrafter>(device_ctx, device_engine.cache.create(), distribution,
+                                                          stochastic, shape, RowControls{}, device),
+                           prompt, Philox(11, i)});
+    }
+    for (int step = 0; step < 2; ++step) {
+      INFO("proposal " << step);
+      std::vector<Drafter*> host_drafters, device_drafters;
+      for (std::size_t i = 0; i < lengths.size(); ++i) {
+        host[i].drafter->start(host[i].committed, DraftBound{8}, host[i].rng);
+        on_device[i].drafter->start(on_device[i].committed, DraftBound{8}, on_device[i].rng);
+        CHECK(host[i].drafter->device_chain() == nullptr);
+        REQUIRE(on_device[i].drafter->device_chain() != nullptr);
+        host_drafters.push_back(host[i].drafter.get());
+        device_drafters.push_back(on_device[i].drafter.get());
+      }
+      run_draft_forwards(host_drafters);
+      std::vector<DraftCall> calls;
+      run_draft_forwards(device_drafters, &calls);
+      REQUIRE(calls.size() == 4);
+      CHECK(calls[1].rows == 2);
+      CHECK(calls[3].rows == 1);
+      for (std::size_t i = 0; i < lengths.size(); ++i) {
+        INFO("chain " << i);
+        const Proposal h = host[i].drafter->take_proposal(), d = on_device[i].drafter->take_proposal();
+        REQUIRE(d.tree.size() == lengths[i]);
+        CHECK(d.tree.tokens == h.tree.tokens);
+        CHECK(d.tree.parent == h.tree.parent);
+        CHECK(d.tree.draw == h.tree.draw);
+        REQUIRE(d.q.size() == h.q.size());
+        CHECK(d.q.size() == (stochastic ? (d.tree.size() + 1) * vocab : 0));
+        // The sampling kernel's contract: within 2^-22 relative of chain_distribution's.
+        double worst = 0;
+        for (std::size_t k = 0; k < d.q.size(); ++k) {
+          const double a = d.q[k], b = h.q[k], scale = std::max(std::fabs(a), std::fabs(b));
+          worst = std::max(worst, scale > 0 ? std::fabs(a - b) / scale : 0.0);
+        }
+        CHECK(worst <= std::ldexp(1.0, -22));
+        CHECK(on_device[i].drafter->draft_forwards() == host[i].drafter->draft_forwards());
+        Philox host_next = host[i].rng, device_next = on_device[i].rng;
+        CHECK(device_next.uniform() == host_next.uniform());  // the same uniforms were drawn
+        // The first node accepted, then a bonus token: the next proposal catches up on both.
+        const std::vector<int> accepted{0};
+        for (Lane* lane : {&host[i], &on_device[i]}) {
+          lane->committed.push_back(h.tree.tokens[0]);
+          lane->committed.push_back(static_cast<int>(i) + 5);
+        }
+        host[i].drafter->accept(h.tree, accepted, host[i].committed);
+        on_device[i].drafter->accept(d.tree, accepted, on_device[i].committed);
+      }
+    }
+  }
+}
+
+// Two rounds over two fresh sequences of `cache`: their prompts, then one tree row each fed
+// the first round's draws.
+DraftRounds two_rounds(KvCache& cache, const ModelConfig& config) {
+  static const std::vector<int> prompt{5, 6, 7}, positions{0, 1, 2}, node{0}, node_position{3}, parents{-1};
+  const int a = cache.create(), b = cache.create();
+  DraftRounds draft;
+  const auto add = [&](std::vector<SequenceRows> parts) {
+    RaggedBatch batch = plan_batch(parts, cache.tables(), config);
+    draft.plans.push_back(cache.prepare(batch.seqs, batch.rows_per_seq()));
+    draft.batches.push_back(std::move(batch));
+  };
+  add({{a, prompt, positions, {}, RowLogits::kLast}, {b, std::span(prompt).first(2), std::span(positions).first(2), {}, RowLogits::kLast}});
+  add({{a, node, node_position, parents, RowLogits::kAll}, {b, node, std::span(positions).subspan(2, 1), parents, RowLogits::kAll}});
+  draft.feeds = {-1, -1, -1, -1, -1, 1, 0};
+  draft.options = {DrawOptions{}, DrawOptions{0.5f, 3, 0.9f, 0.1f}, DrawOptions{}, DrawOptions{}};
+  draft.uniforms = {0, 0.25, 0, 0};
+  return draft;
+}
+
+TEST_CASE("device draft: malformed rounds and chains are refused naming the field", "[engine]") {
+  const Model model(test::model_dir("draft-1m"));
+  const ModelConfig& config = model.config();
+  const int vocab = config.vocab_size;
+  KvCache cache(model.kv_layout(16), 64);
+  const DraftRounds good = two_rounds(cache, config);
+  CHECK(good.rows() == 7);
+  CHECK(good.draws() == 4);
+  CHECK_NOTHROW(check_draft_rounds(good, vocab));
+  const auto refused = [&](DraftRounds d, const std::string& what) {
+    CHECK_THROWS_WITH(check_draft_rounds(d, vocab), Contains("device draft") && Contains(what));
+  };
+  DraftRounds d = good;
+  d.feeds[5] = 2;  // a draw of its own round
+  refused(d, "round 1 row 0 is fed draw 2");
+  d = good;
+  d.feeds[0] = 0;
+  refused(d, "round 0 row 0 is fed draw 0");
+  d = good;
+  d.feeds.pop_back();
+  refused(d, "6 feeds for 7 rows");
+  d = good;
+  d.plans.pop_back();
+  refused(d, "1 plans for 2 rounds");
+  d = good;
+  d.options[1].top_p = 0;
+  refused(d, "draw 1: top_p 0");
+  d = good;
+  d.options[1].temperature = -1;
+  refused(d, "draw 1: temperature -1");
+  d = good;
+  d.uniforms[1] = 1;
+  refused(d, "draw 1: uniform 1");
+  d = good;
+  d.uniforms.pop_back();
+  refused(d, "4 options and 3 uniforms");
+
+  // The CPU backend draws on the host: it refuses forward_draft by name, and run_chains leaves
+  // every sequence as it was.
+  const auto cpu = make_backend(BackendKind::kCpu, model, std::nullopt);
+  CHECK_FALSE(cpu->drafts_on_device());
+  const auto workspace = cpu->make_workspace();
+  std::vector<int> tokens(4);
+  CHECK_THROWS_WITH(cpu->forward_draft(good, cache.storage(), *workspace, tokens, {}),
+                    Contains("backend 'cpu'") && Contains("not implemented"));
+  KvCache fresh(cpu->kv_layout(16), 64);
+  const ForwardContext ctx{*cpu, fresh, *workspace};
+  const int seq = fresh.create();
+  const std::vector<int> prompt{5, 6, 7}, positions{0, 1, 2};
+  std::vector<double> uniforms{0.5, 0.5};
+  const DeviceChain chain{{seq, prompt, positions, {}, RowLogits::kLast}, 2, DrawOptions{1, 0, 1, 0}, uniforms};
+  std::vector<int> out(2);
+  std::vector<float> q(2 * static_cast<std::size_t>(vocab));
+  CHECK_THROWS_WITH(ctx.run_chains(std::vector{chain}, out, q), Contains("not implemented"));
+  CHECK(fresh.length(seq) == 0);
+  DeviceChain bad = chain;
+  bad.length = 0;
+  CHECK_THROWS_WITH(ctx.run_chains(std::vector{bad}, out, q), Contains("chain 0 has length 0"));
+  bad = chain;
+  bad.uniforms = std::span(uniforms).first(1);
+  CHECK_THROWS_WITH(ctx.run_chains(std::vector{bad}, out, q), Contains("chain 0 has 1 uniforms; need 2"));
+  bad = chain;
+  bad.first.logits = RowLogits::kAll;
+  CHECK_THROWS_WITH(ctx.run_chains(std::vector{bad}, out, q), Contains("last row's logits"));
+  CHECK_THROWS_WITH(ctx.run_chains(std::vector{chain}, std::span(out).first(1), q), Contains("tokens holds 1"));
+  // A drafter given device options on a backend that draws on the host grows on the host.
+  ModelDrafter drafter(ctx, fresh.create(), draft_distribution(SamplingOptions{}, DraftOptions{}), false,
+                       TreeShape{chain_topology(3)}, RowControls{}, DrawOptions{});
+  Philox rng(1);
+  drafter.start(prompt, DraftBound{3}, rng);
+  CHECK(drafter.device_chain() == nullptr);
+  CHECK(drafter.pending_forward() != nullptr);
+  CHECK_THROWS_WITH(ModelDrafter(ctx, fresh.create(), draft_distribution(SamplingOptions{}, DraftOptions{}), true,
+                                 TreeShape{chain_topology(3)}, RowControls{}, DrawOptions{}),
+                    Contains("device draws greedy for a sampled drafter"));
+}
+
+TEST_CASE("device draft: pack_draft lays out every round's step, the feeds and the draws", "[engine]") {
+  const Model model(test::model_dir("draft-1m"));
+  const int vocab = model.config().vocab_size;
+  KvCache cache(model.kv_layout(16), 64);
+  DraftRounds draft = two_rounds(cache, model.config());
+  const cuda::CudaOptions options;
+  const cuda::DraftUpload up = cuda::pack_draft(draft, vocab, 0, options, 1);
+  REQUIRE(up.steps.size() == 2);
+  CHECK(up.first_row == std::vector<int>{0, 5, 7});
+  CHECK(up.first_draw == std::vector<int>{0, 2, 4});
+  CHECK(up.probs_rows == 2);  // one round's draws at a time
+  for (std::size_t r = 0; r < 2; ++r) {
+    CHECK(up.step_at[r] % cuda::kAlign == 0);
+    CHECK(std::memcmp(up.data.data() + up.step_at[r], up.steps[r].data.data(), up.steps[r].data.size() * 4) == 0);
+  }
+  const auto ints = [&](std::size_t at, int n) {
+    std::vector<int> v(static_cast<std::size_t>(n));
+    std::memcpy(v.data(), up.data.data() + at, v.size() * sizeof(int));
+    return v;
+  };
+  CHECK(ints(up.at.feeds, 7) == draft.feeds);
+  CHECK(ints(up.at.top_k, 4) == std::vector<int>{0, 3, 0, 0});
+  double u = 0;
+  std::memcpy(&u, up.data.data() + up.at.uniforms + sizeof(double), sizeof(double));
+  CHECK(u == 0.25);
+  CHECK(up.at.tokens >= up.upload_bytes);
+  CHECK(up.device_bytes == up.at.probs + 2 * static_cast<std::size_t>(vocab) * sizeof(float));
+  CHECK(up.probs_row(1, false) == 0);
+  draft.keep_q = true;
+  const cuda::DraftUpload kept = cuda::pack_draft(draft, vocab, 0, options, 1);
+  CHECK(kept.probs_rows == 4);
+  CHECK(kept.probs_row(1, true) == 2);
+  CHECK(kept.device_bytes == kept.at.probs + 4 * static_cast<std::size_t>(vocab) * sizeof(float));
+}
+
+}  // namespace
+}  // namespace specula
