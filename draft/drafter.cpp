@@ -83,13 +83,36 @@ void run_device_chains(const ForwardContext& context, std::span<Drafter* const> 
   }
 }
 
+// The device chains of `group` (drafters sharing its cache) in one enqueue_chains, left there.
+DeviceRounds leave_device_chains(const ForwardContext& context, std::span<Drafter* const> group,
+                                 std::vector<DraftCall>* calls) {
+  std::vector<DeviceChain> chains;
+  for (Drafter* d : group) chains.push_back(*d->device_chain());
+  EnqueuedChains enqueued = context.enqueue_chains(chains);
+  DeviceRounds rounds{enqueued.draws, calls ? calls->size() : 0};
+  if (calls)
+    for (const int rows : enqueued.round_rows) calls->push_back(DraftCall{rows, 0});
+  for (std::size_t i = 0; i < group.size(); ++i) group[i]->chain_left_on_device(enqueued.draws, enqueued.draw_of[i]);
+  return rounds;
+}
+
 }  // namespace
 
-void run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls) {
-  std::map<const KvCache*, std::vector<Drafter*>> chains;
-  for (Drafter* d : drafters)
-    if (d->device_chain()) chains[&d->forward_context()->cache].push_back(d);
+std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls,
+                                             std::span<const bool> leave_on_device) {
+  // Per draft cache, the chains read back, then those left on the device: a later forward_draft
+  // on the cache's workspace would overwrite the draws left there.
+  std::map<const KvCache*, std::vector<Drafter*>> chains, left;
+  for (std::size_t i = 0; i < drafters.size(); ++i) {
+    Drafter* d = drafters[i];
+    if (!d->device_chain()) continue;
+    const bool leave = !leave_on_device.empty() && leave_on_device[i];
+    (leave ? left : chains)[&d->forward_context()->cache].push_back(d);
+  }
   for (const auto& [cache, group] : chains) run_device_chains(*group.front()->forward_context(), group, calls);
+  std::vector<DeviceRounds> on_device;
+  for (const auto& [cache, group] : left)
+    on_device.push_back(leave_device_chains(*group.front()->forward_context(), group, calls));
   for (;;) {
     // One batched call per draft cache. Keyed by the cache, not the context: each drafter holds
     // its own copy of the context (keyed by that, every sequence's round ran alone).
@@ -99,7 +122,7 @@ void run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCal
       const HeadForwardContext* head = d->head_context();
       groups[head ? &head->cache : &d->forward_context()->cache].push_back(d);
     }
-    if (groups.empty()) return;
+    if (groups.empty()) return on_device;
     for (const auto& [cache, group] : groups) {
       const HeadForwardContext* head = group.front()->head_context();
       const DraftCall call = head ? run_head_forward(*head, group) : run_model_forward(*group.front()->forward_context(), group);

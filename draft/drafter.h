@@ -7,6 +7,7 @@
 #pragma once
 
 #include <limits>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -28,6 +29,11 @@ struct Proposal {
   // The tree's last `siblings` nodes are other candidates for the chain's first token
   // (DraftBound::siblings); the nodes before them are the chain.
   int siblings = 0;
+  // A tree drawn on a device and left there (Drafter::chain_left_on_device): node i's token is
+  // draw node_draws[i] of `draws`, and q is theirs; the tree's tokens are placeholders until
+  // the target's verification on that device gives them (DeviceVerdict::drafted).
+  std::shared_ptr<const DeviceDraws> draws;
+  std::vector<int> node_draws;  // [tree.size()] when draws
 };
 
 // How far a proposal may grow: at most max_depth tokens deep; and a chain drawn from a draft
@@ -90,6 +96,10 @@ class Drafter {
   // That chain drawn: its tokens, in [length], and their distributions, in [length, vocab]
   // (empty when greedy). The proposal is then complete.
   virtual void chain_drawn(std::span<const int> /*tokens*/, std::span<const float> /*q*/) {}
+  // Or that chain drawn and left on the device for the target's verification there
+  // (ForwardContext::enqueue_chains): token i is draw node_draws[i] of `draws`. The proposal is
+  // then complete (Proposal::draws).
+  virtual void chain_left_on_device(std::shared_ptr<const DeviceDraws> /*draws*/, std::span<const int> /*node_draws*/) {}
 
   // The finished proposal (once pending_forward() is nullptr).
   virtual Proposal take_proposal() = 0;
@@ -107,11 +117,21 @@ struct DraftCall {
   double seconds = 0;
 };
 
+// Rounds of device chains left on their device: calls[first_call + r] is round r, its seconds
+// 0 until a forward_verify that read the draws has returned (DeviceDraws::round_seconds).
+struct DeviceRounds {
+  std::shared_ptr<const DeviceDraws> draws;
+  std::size_t first_call = 0;
+};
+
 // Runs the pending forwards of every drafter: first the chains drawn on a device
-// (Drafter::device_chain), those sharing a draft cache in one run_chains, then round by round,
-// those sharing a draft cache (a draft model's or a head's) as one batched call. Each call is
-// appended to `calls` when given (a device chain's: each round, with its device time).
-void run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls = nullptr);
+// (Drafter::device_chain), those sharing a draft cache in one run_chains — or, for the drafters
+// `leave_on_device` marks (empty: none), in one enqueue_chains whose draws stay there
+// (Drafter::chain_left_on_device) —, then round by round, those sharing a draft cache (a draft
+// model's or a head's) as one batched call. Each call is appended to `calls` when given (a
+// device chain's: each round, with its device time). Returns the rounds left on a device.
+std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls = nullptr,
+                                             std::span<const bool> leave_on_device = {});
 
 // The trivial driver: start, the drafter's pending forwards run alone, the proposal.
 Proposal propose(Drafter& drafter, std::span<const int> committed, DraftBound bound, Philox& rng);

@@ -50,11 +50,21 @@ void ModelDrafter::start(std::span<const int> committed, DraftBound bound, Philo
 
 void ModelDrafter::chain_drawn(std::span<const int> tokens, std::span<const float> q) {
   assert(device_chain_ && static_cast<int>(tokens.size()) == device_chain_->length);
+  end_device_chain();
+  growth_.chain_drawn(tokens, q);
+}
+
+void ModelDrafter::chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) {
+  assert(device_chain_ && static_cast<int>(node_draws.size()) == device_chain_->length);
+  end_device_chain();
+  growth_.chain_left_on_device(std::move(draws), node_draws);
+}
+
+void ModelDrafter::end_device_chain() {
   forwards_ += device_chain_->length;
   device_chain_.reset();
   pending_.reset();
   catching_up_ = false;
-  growth_.chain_drawn(tokens, q);
 }
 
 void ModelDrafter::request_feed() {

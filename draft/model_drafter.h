@@ -49,6 +49,7 @@ class ModelDrafter : public Drafter {
   const ForwardContext* forward_context() const override { return &draft_; }
   const DeviceChain* device_chain() const override { return device_chain_ ? &*device_chain_ : nullptr; }
   void chain_drawn(std::span<const int> tokens, std::span<const float> q) override;
+  void chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) override;
   Proposal take_proposal() override;
   void accept(const TokenTree& tree, std::span<const int> accepted_nodes, std::span<const int> committed) override;
 
@@ -58,6 +59,8 @@ class ModelDrafter : public Drafter {
 
  private:
   int vocab() const { return draft_.backend.config().vocab_size; }
+  // The device chain's forwards done: the proposal is complete.
+  void end_device_chain();
   // Asks for the forward of the growth's pending feed, if any.
   void request_feed();
   // q of `context` (0: the root, 1 + i: after node i) from its draft logits, edited by

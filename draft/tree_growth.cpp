@@ -151,11 +151,21 @@ int TreeGrowth::plain_chain_length() const {
 }
 
 void TreeGrowth::chain_drawn(std::span<const int> tokens, std::span<const float> q) {
+  assert(stochastic_ ? !q.empty() : q.empty());
+  complete_chain(tokens);
+  proposal_.q.assign(q.begin(), q.end());
+}
+
+void TreeGrowth::chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) {
+  complete_chain(std::vector<int>(node_draws.size(), 0));
+  proposal_.draws = std::move(draws);
+  proposal_.node_draws.assign(node_draws.begin(), node_draws.end());
+}
+
+void TreeGrowth::complete_chain(std::span<const int> tokens) {
   const int length = static_cast<int>(tokens.size());
   assert(length == plain_chain_length() && proposal_.tree.size() == 0);
-  assert(stochastic_ ? !q.empty() : q.empty());
   for (int i = 0; i < length; ++i) proposal_.tree.add_node(i - 1, tokens[static_cast<std::size_t>(i)]);
-  proposal_.q.assign(q.begin(), q.end());
   fed_nodes_ = length - 1;
   level_ = length;
   frontier_.clear();
@@ -167,7 +177,7 @@ Proposal TreeGrowth::take(int vocab) {
   const std::size_t v = static_cast<std::size_t>(vocab);
   const bool needs_q = std::any_of(proposal_.tree.draw.begin(), proposal_.tree.draw.end(),
                                    [](SiblingDraw d) { return d != SiblingDraw::kTopK; });
-  if (needs_q && proposal_.tree.size() > 0) {
+  if (needs_q && proposal_.tree.size() > 0 && !proposal_.draws) {
     proposal_.q.resize(static_cast<std::size_t>(proposal_.tree.num_contexts()) * v, 0.0f);  // unfed leaves
   } else {
     proposal_.q.clear();

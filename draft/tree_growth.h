@@ -77,6 +77,9 @@ class TreeGrowth {
   // [length, vocab] (empty when greedy). The proposal is then complete, every node but the
   // last fed.
   void chain_drawn(std::span<const int> tokens, std::span<const float> q);
+  // That chain drawn on a device and left there: node i's token is draw node_draws[i] of
+  // `draws` (the tree holds placeholders until verification gives them, Proposal::draws).
+  void chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws);
   // After verification: adapts an adaptive chain's length to the accepted count.
   void accepted(int drafted, int accepted);
 
@@ -85,6 +88,8 @@ class TreeGrowth {
   static constexpr int kMaxAdaptiveGamma = 16;  // adaptive chains grow up to this length
 
  private:
+  // The proposal made the chain of `tokens`, complete, every node but the last fed.
+  void complete_chain(std::span<const int> tokens);
   struct Candidate {
     double score;  // cumulative log draft probability of the path
     long order;    // push order: ties go to the earlier (more probable sibling first)

@@ -25,10 +25,22 @@ DeviceTimes Backend::forward_verify(const RaggedBatch&, const KvPlan&, PageStora
                                     "': verification on the device is not implemented here (verifies_on_device() is false)"));
 }
 
+namespace {
+
+SpeculaError no_device_draft(BackendKind kind) {
+  return SpeculaError(detail::concat("backend '", name_of(kind),
+                                     "': drafting on the device is not implemented here (drafts_on_device() is false)"));
+}
+
+}  // namespace
+
 std::vector<double> Backend::forward_draft(const DraftRounds&, PageStorage&, Workspace&, std::span<int>,
                                            std::span<float>) const {
-  throw SpeculaError(detail::concat("backend '", name_of(kind()),
-                                    "': drafting on the device is not implemented here (drafts_on_device() is false)"));
+  throw no_device_draft(kind());
+}
+
+std::shared_ptr<const DeviceDraws> Backend::enqueue_draft(const DraftRounds&, PageStorage&, Workspace&) const {
+  throw no_device_draft(kind());
 }
 
 std::unique_ptr<Backend> make_backend(BackendKind kind, const Model& model, std::optional<MatrixFormat> matrices_as) {

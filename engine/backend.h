@@ -100,6 +100,11 @@ class Backend {
   //   tokens: out [draws]; q: out [draws, vocab] each draw's distribution when keep_q, else empty
   virtual std::vector<double> forward_draft(const DraftRounds& draft, PageStorage& pages, Workspace& workspace,
                                             std::span<int> tokens, std::span<float> q) const;
+  // The same rounds enqueued and left on the device, nothing read back and no
+  // synchronisation: a forward_verify of this device reads their draws (DeviceVerify::draws),
+  // and refuses them, as forward_draft would, where a draw was refused.
+  virtual std::shared_ptr<const DeviceDraws> enqueue_draft(const DraftRounds& draft, PageStorage& pages,
+                                                           Workspace& workspace) const;
 
  protected:
   explicit Backend(const Model& model) : model_(model) {}

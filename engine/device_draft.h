@@ -1,9 +1,12 @@
 // defines: DrawOptions (the sampling chain of one draw, as plain numbers), DraftRounds (draft
 // forwards a backend runs back to back on its device, every logit row's token drawn there and
-// fed to a later round's row without the host: Backend::forward_draft), and their check. The
-// caller plans every round's slots before the first runs (ForwardContext::run_chains).
+// fed to a later round's row without the host: Backend::forward_draft), and their check;
+// DeviceDraws, the draws of such rounds left on the device for the target's verification
+// (Backend::enqueue_draft). The caller plans every round's slots before the first runs
+// (ForwardContext::run_chains).
 #pragma once
 
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -44,5 +47,20 @@ struct DraftRounds {
 // draw or -1 (every row of the first round -1), options in range (temperature finite and >= 0,
 // top_k >= 0, top_p in (0, 1], min_p in [0, 1]), uniforms in [0, 1).
 void check_draft_rounds(const DraftRounds& draft, int vocab);
+
+// The draws of rounds enqueued on a device and not read back (Backend::enqueue_draft): each
+// draw's token and, where the rounds kept q, its distribution stay on the device, where a
+// forward_verify of the same device reads them (DeviceVerify::draws). They stay valid until
+// the next forward_draft or enqueue_draft on the workspace that drew them; a forward_verify
+// that reads them later is refused.
+class DeviceDraws {
+ public:
+  virtual ~DeviceDraws() = default;
+  virtual int draws() const = 0;
+  virtual bool keeps_q() const = 0;
+  // Each round's device time in seconds; readable once a forward_verify that read these draws
+  // has returned.
+  virtual std::vector<double> round_seconds() const = 0;
+};
 
 }  // namespace specula

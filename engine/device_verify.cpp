@@ -40,6 +40,17 @@ void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
       SPECULA_CHECK(t >= 0 && t < vocab, where(), "token ", t, " of node ", j, " is outside [0, ", vocab, ")");
       SPECULA_CHECK(p >= -1 && p < j, where(), "parent ", p, " of node ", j, " is not in [-1, ", j, ")");
     }
+    if (v.draws) {
+      SPECULA_CHECK(static_cast<int>(v.node_draws.size()) == n, where(), "node_draws has ", v.node_draws.size(),
+                    " entries for ", n, " nodes");
+      for (const int d : v.node_draws)
+        SPECULA_CHECK(d >= 0 && d < v.draws->draws(), where(), "draw ", d, " is outside the draws' [0, ",
+                      v.draws->draws(), ")");
+      SPECULA_CHECK(v.greedy() || (v.q.empty() && v.draws->keeps_q()), where(),
+                    "a stochastic tree of draws takes q from draws that keep it, not from q");
+    } else {
+      SPECULA_CHECK(v.node_draws.empty(), where(), "node_draws given without draws");
+    }
     SPECULA_CHECK(std::isfinite(v.temperature) && v.temperature >= 0, where(), "temperature ", v.temperature,
                   " is not finite and >= 0");
     SPECULA_CHECK(v.top_k >= 0, where(), "top_k ", v.top_k, " is negative");
@@ -60,7 +71,7 @@ void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
       const int code = v.draw[static_cast<std::size_t>(c)];
       SPECULA_CHECK(code == kDrawSampled || code == kDrawWithoutReplacement || code == kDrawTopK, where(), "draw code ",
                     code, " of context ", c, " is not 0, 1 or 2");
-      SPECULA_CHECK(!v.q.empty() || !has_children[static_cast<std::size_t>(c)] || code == kDrawTopK, where(),
+      SPECULA_CHECK(!v.q.empty() || v.draws || !has_children[static_cast<std::size_t>(c)] || code == kDrawTopK, where(),
                     "context ", c, " has children drawn from q, and q is empty");
     }
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/batch.h"
+#include "engine/device_draft.h"
 
 namespace specula {
 
@@ -35,6 +36,11 @@ struct DeviceVerify {
   std::span<const int> draw;         // in [n + 1] kDraw* code of each context's children
   std::span<const float> q;          // in [n + 1, vocab] draft distributions; empty when no context's children are drawn from q
   std::span<const double> uniforms;  // in [2 n + 1] verify/verifier.h's layout
+  // A tree drawn on the device and left there (Backend::enqueue_draft): node i's token is
+  // draw node_draws[i] of `draws` (`tokens` holds placeholders), and where stochastic, q at
+  // each context is the distribution of its first child's draw (`q` empty).
+  const DeviceDraws* draws = nullptr;
+  std::span<const int> node_draws;  // in [n] when draws
   bool greedy() const { return temperature == 0; }
 };
 
@@ -42,6 +48,7 @@ struct DeviceVerify {
 struct DeviceVerdict {
   std::vector<int> accepted_nodes;  // node indices along the accepted path, root-down
   std::vector<int> tokens;          // the accepted tokens, then one bonus / corrected token
+  std::vector<int> drafted;         // [n] each node's token as drawn, when DeviceVerify::draws
 };
 
 // Where a forward that verified on the device spent its time, between events on its stream:
@@ -60,7 +67,8 @@ int first_logit_row(const RaggedBatch& batch, int part);
 // whose row count is its tree's n + 1, parents local and topological, tokens in the
 // vocabulary, options in range (temperature finite and >= 0, top_k >= 0, top_p in (0, 1],
 // min_p in [0, 1]), and for stochastic entries n + 1 draw codes, 2 n + 1 uniforms in [0, 1),
-// and q empty or [n + 1, vocab] (present when a context's children are drawn from q).
+// and q empty or [n + 1, vocab] (present when a context's children are drawn from q, unless
+// the draws hold it); with draws, n draw indices within them, and q kept where stochastic.
 void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify> verify, int vocab);
 
 }  // namespace specula

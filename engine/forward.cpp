@@ -56,12 +56,19 @@ DeviceTimes ForwardContext::run(std::span<const SequenceRows> parts, std::span<f
   return times;
 }
 
-std::vector<RoundTime> ForwardContext::run_chains(std::span<const DeviceChain> chains, std::span<int> tokens,
-                                                  std::span<float> q) const {
-  const std::size_t vocab = static_cast<std::size_t>(backend.config().vocab_size);
-  SPECULA_CHECK(cache.state_width() == 0, "device draft: the draft cache keeps states, which forward_draft does not write");
+namespace {
+
+// Every round of `chains` planned on `context`'s cache (their slots appended) as one
+// DraftRounds; draw_of[i] lists chain i's draws.
+struct ChainRounds {
+  DraftRounds draft;
+  std::vector<std::vector<int>> draw_of;
+  std::vector<int> round_rows;
+};
+
+// Throws SpeculaError naming the chain unless each is well formed; returns their tokens in all.
+std::size_t check_chains(std::span<const DeviceChain> chains) {
   std::size_t total = 0;
-  int rounds = 0;
   for (std::size_t i = 0; i < chains.size(); ++i) {
     const DeviceChain& c = chains[i];
     SPECULA_CHECK(c.length >= 1, "device draft: chain ", i, " has length ", c.length, "; need >= 1");
@@ -71,71 +78,107 @@ std::vector<RoundTime> ForwardContext::run_chains(std::span<const DeviceChain> c
                   "device draft: chain ", i, " has ", c.uniforms.size(), " uniforms; need ",
                   c.options.greedy() ? 0 : c.length);
     total += static_cast<std::size_t>(c.length);
-    rounds = std::max(rounds, c.length);
   }
-  SPECULA_CHECK(tokens.size() == total, "device draft: tokens holds ", tokens.size(), " entries for ", total);
-  SPECULA_CHECK(q.empty() || q.size() == total * vocab, "device draft: q holds ", q.size(), " floats; need 0 or ",
-                total * vocab);
+  return total;
+}
 
+ChainRounds plan_chain_rounds(const ForwardContext& context, std::span<const DeviceChain> chains, bool keep_q) {
+  int rounds = 0;
+  for (const DeviceChain& c : chains) rounds = std::max(rounds, c.length);
   // Round r > 0 feeds chain i the token of its draw in round r - 1, at the root's position + r,
   // under the nodes before it (parents -1, 0, .., r - 1).
   std::vector<int> parents(static_cast<std::size_t>(rounds));
   std::iota(parents.begin(), parents.end(), -1);
   std::vector<std::vector<int>> positions(chains.size());
-  std::vector<int> lengths(chains.size());
   for (std::size_t i = 0; i < chains.size(); ++i) {
     const int root = chains[i].first.positions.back();
     for (int r = 1; r < chains[i].length; ++r) positions[i].push_back(root + r);
-    lengths[i] = cache.length(chains[i].first.seq);
   }
   const int placeholder = 0;
-  DraftRounds draft;
-  draft.keep_q = !q.empty();
-  std::vector<std::vector<int>> draw_of(chains.size());  // [chain][round] its draw
-  std::vector<RoundTime> times;
-  try {
-    for (int r = 0; r < rounds; ++r) {
-      std::vector<SequenceRows> parts;
-      for (std::size_t i = 0; i < chains.size(); ++i) {
-        const DeviceChain& c = chains[i];
-        if (c.length <= r) continue;
-        if (r == 0) {
-          parts.push_back(c.first);
-          draft.feeds.insert(draft.feeds.end(), c.first.tokens.size(), -1);
-        } else {
-          parts.push_back(SequenceRows{c.first.seq, std::span(&placeholder, 1),
-                                       std::span(positions[i]).subspan(static_cast<std::size_t>(r - 1), 1),
-                                       std::span(parents).first(static_cast<std::size_t>(r)), RowLogits::kAll});
-          draft.feeds.push_back(draw_of[i].back());
-        }
-        draw_of[i].push_back(static_cast<int>(draft.options.size()));
-        draft.options.push_back(c.options);
-        draft.uniforms.push_back(c.options.greedy() ? 0.0 : c.uniforms[static_cast<std::size_t>(r)]);
+  ChainRounds out;
+  out.draft.keep_q = keep_q;
+  out.draw_of.resize(chains.size());
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<SequenceRows> parts;
+    for (std::size_t i = 0; i < chains.size(); ++i) {
+      const DeviceChain& c = chains[i];
+      if (c.length <= r) continue;
+      if (r == 0) {
+        parts.push_back(c.first);
+        out.draft.feeds.insert(out.draft.feeds.end(), c.first.tokens.size(), -1);
+      } else {
+        parts.push_back(SequenceRows{c.first.seq, std::span(&placeholder, 1),
+                                     std::span(positions[i]).subspan(static_cast<std::size_t>(r - 1), 1),
+                                     std::span(parents).first(static_cast<std::size_t>(r)), RowLogits::kAll});
+        out.draft.feeds.push_back(out.draw_of[i].back());
       }
-      RaggedBatch batch = plan_batch(parts, cache.tables(), backend.config());
-      const std::vector<int> counts = batch.rows_per_seq();
-      draft.plans.push_back(cache.prepare(batch.seqs, counts));
-      times.push_back(RoundTime{batch.num_rows(), 0});
-      draft.batches.push_back(std::move(batch));
+      out.draw_of[i].push_back(static_cast<int>(out.draft.options.size()));
+      out.draft.options.push_back(c.options);
+      out.draft.uniforms.push_back(c.options.greedy() ? 0.0 : c.uniforms[static_cast<std::size_t>(r)]);
     }
-    std::vector<int> drawn(draft.options.size());
-    std::vector<float> probs(draft.keep_q ? drawn.size() * vocab : 0);
-    const std::vector<double> seconds = backend.forward_draft(draft, cache.storage(), workspace, drawn, probs);
-    for (std::size_t r = 0; r < times.size(); ++r) times[r].seconds = seconds[r];
-    std::size_t out = 0;
-    for (const std::vector<int>& draws : draw_of)
-      for (const int d : draws) {
-        tokens[out] = drawn[static_cast<std::size_t>(d)];
-        if (draft.keep_q)
-          std::copy_n(probs.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(d) * vocab), vocab,
-                      q.begin() + static_cast<std::ptrdiff_t>(out * vocab));
-        ++out;
-      }
+    RaggedBatch batch = plan_batch(parts, context.cache.tables(), context.backend.config());
+    const std::vector<int> counts = batch.rows_per_seq();
+    out.draft.plans.push_back(context.cache.prepare(batch.seqs, counts));
+    out.round_rows.push_back(batch.num_rows());
+    out.draft.batches.push_back(std::move(batch));
+  }
+  return out;
+}
+
+// run(), and where it throws, every chain's sequence truncated back to its length before.
+template <class Run>
+auto with_rollback(KvCache& cache, std::span<const DeviceChain> chains, Run run) {
+  SPECULA_CHECK(cache.state_width() == 0, "device draft: the draft cache keeps states, which forward_draft does not write");
+  std::vector<int> lengths;
+  for (const DeviceChain& c : chains) lengths.push_back(cache.length(c.first.seq));
+  try {
+    return run();
   } catch (...) {
     for (std::size_t i = 0; i < chains.size(); ++i) cache.truncate(chains[i].first.seq, lengths[i]);
     throw;
   }
-  return times;
+}
+
+}  // namespace
+
+std::vector<RoundTime> ForwardContext::run_chains(std::span<const DeviceChain> chains, std::span<int> tokens,
+                                                  std::span<float> q) const {
+  const std::size_t vocab = static_cast<std::size_t>(backend.config().vocab_size);
+  const std::size_t total = check_chains(chains);
+  SPECULA_CHECK(tokens.size() == total, "device draft: tokens holds ", tokens.size(), " entries for ", total);
+  SPECULA_CHECK(q.empty() || q.size() == total * vocab, "device draft: q holds ", q.size(), " floats; need 0 or ",
+                total * vocab);
+  return with_rollback(cache, chains, [&] {
+    const ChainRounds plan = plan_chain_rounds(*this, chains, !q.empty());
+    std::vector<int> drawn(plan.draft.options.size());
+    std::vector<float> probs(plan.draft.keep_q ? drawn.size() * vocab : 0);
+    const std::vector<double> seconds = backend.forward_draft(plan.draft, cache.storage(), workspace, drawn, probs);
+    std::vector<RoundTime> times;
+    for (std::size_t r = 0; r < seconds.size(); ++r) times.push_back(RoundTime{plan.round_rows[r], seconds[r]});
+    std::size_t out = 0;
+    for (const std::vector<int>& draws : plan.draw_of)
+      for (const int d : draws) {
+        tokens[out] = drawn[static_cast<std::size_t>(d)];
+        if (plan.draft.keep_q)
+          std::copy_n(probs.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(d) * vocab), vocab,
+                      q.begin() + static_cast<std::ptrdiff_t>(out * vocab));
+        ++out;
+      }
+    return times;
+  });
+}
+
+EnqueuedChains ForwardContext::enqueue_chains(std::span<const DeviceChain> chains) const {
+  check_chains(chains);
+  const bool sampled = std::any_of(chains.begin(), chains.end(), [](const DeviceChain& c) { return !c.options.greedy(); });
+  return with_rollback(cache, chains, [&] {
+    ChainRounds plan = plan_chain_rounds(*this, chains, sampled);
+    EnqueuedChains out;
+    out.draws = backend.enqueue_draft(plan.draft, cache.storage(), workspace);
+    out.draw_of = std::move(plan.draw_of);
+    out.round_rows = std::move(plan.round_rows);
+    return out;
+  });
 }
 
 }  // namespace specula

@@ -4,6 +4,7 @@
 // backend (its forward, or its forward with verification on the device). The driver every caller of the seam uses, for one sequence or many.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -35,6 +36,13 @@ struct RoundTime {
   double seconds = 0;
 };
 
+// Device chains drawn and left on the device (ForwardContext::enqueue_chains).
+struct EnqueuedChains {
+  std::shared_ptr<const DeviceDraws> draws;
+  std::vector<std::vector<int>> draw_of;  // [chain][its length] each token's draw
+  std::vector<int> round_rows;            // [rounds] each round's rows (their seconds: draws->round_seconds())
+};
+
 struct ForwardContext {
   const Backend& backend;
   KvCache& cache;
@@ -60,6 +68,9 @@ struct ForwardContext {
   //   q: out [sum of lengths, vocab] their distributions, or empty
   std::vector<RoundTime> run_chains(std::span<const DeviceChain> chains, std::span<int> tokens,
                                     std::span<float> q) const;
+  // The same rounds enqueued (Backend::enqueue_draft) with nothing read back: the draws stay
+  // on the device for a forward_verify there, q kept where a chain is sampled.
+  EnqueuedChains enqueue_chains(std::span<const DeviceChain> chains) const;
 };
 
 }  // namespace specula

@@ -64,7 +64,8 @@ nlohmann::json batch_summary(const Scheduler& scheduler, std::span<const int> re
           {"kv_pool_blocks", scheduler.kv_stats().blocks_total},
           {"preemptions", s.preemptions},
           {"device_verified", s.device_verified},
-          {"device_drafted", s.device_drafted}};
+          {"device_drafted", s.device_drafted},
+          {"device_chained", s.device_chained}};
 }
 
 }  // namespace specula

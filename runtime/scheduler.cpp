@@ -661,11 +661,13 @@ std::vector<std::optional<DraftBound>> Scheduler::plan_lengths(const std::vector
   return bounds;
 }
 
-void Scheduler::draft_phase(const std::vector<Sequence*>& plan, const std::vector<std::optional<DraftBound>>& bounds,
-                            StepOutcome& outcome) {
+std::vector<DeviceRounds> Scheduler::draft_phase(const std::vector<Sequence*>& plan,
+                                                 const std::vector<std::optional<DraftBound>>& bounds,
+                                                 StepOutcome& outcome) {
   const auto mark = Clock::now();
   std::vector<SpeculativeSequence*> specs;
   std::vector<DraftBound> drafting;
+  const auto leave = std::make_unique<bool[]>(plan.size());
   for (std::size_t i = 0; i < plan.size(); ++i) {
     SpeculativeSequence* spec = plan[i]->spec.get();
     if (!spec) continue;
@@ -673,13 +675,18 @@ void Scheduler::draft_phase(const std::vector<Sequence*>& plan, const std::vecto
       spec->start_plain();
       continue;
     }
+    leave[specs.size()] = spec->verifies_on_device();
     specs.push_back(spec);
     drafting.push_back(*bounds[i]);
     outcome.deepest = std::max(outcome.deepest, bounds[i]->max_depth);
   }
-  if (!specs.empty()) stats_.device_drafted += run_drafts(specs, drafting, &outcome.draft_calls);
+  DeviceDrafting device;
+  if (!specs.empty())
+    device = run_drafts(specs, drafting, &outcome.draft_calls, std::span<const bool>(leave.get(), specs.size()));
+  stats_.device_drafted += device.chains;
   outcome.drafting = static_cast<int>(specs.size());
   outcome.draft_s = seconds(mark, Clock::now());
+  return device.left;
 }
 
 void Scheduler::observe_lengths(const std::vector<Sequence*>& plan, const StepOutcome& outcome) {
@@ -760,7 +767,7 @@ void Scheduler::step() {
   if (!make_live()) return;
   const std::vector<Sequence*> plan = plan_step();
   StepOutcome outcome;
-  draft_phase(plan, plan_lengths(plan), outcome);
+  const std::vector<DeviceRounds> left = draft_phase(plan, plan_lengths(plan), outcome);
 
   // ONE target forward with every planned sequence's rows.
   const std::vector<SequenceRows> parts = target_rows(plan);
@@ -777,9 +784,21 @@ void Scheduler::step() {
   std::vector<DeviceVerdict> device_verdicts(verify.size());
   const auto mark = Clock::now();
   const DeviceTimes device = context_.run(parts, logits, verify, device_verdicts);
+  const double forward_s = seconds(mark, Clock::now());
   for (std::size_t k = 0; k < verify.size(); ++k)
     *verdicts[static_cast<std::size_t>(verify[k].part)] = std::move(device_verdicts[k]);
-  const StepTimes times{outcome.draft_s, seconds(mark, Clock::now()) - device.sample_verify_s, device.sample_verify_s};
+  // Rounds left on the draft device ran while the forward waited for them: their device time
+  // is the draft's.
+  double left_s = 0;
+  for (const DeviceRounds& rounds : left) {
+    const std::vector<double> round_s = rounds.draws->round_seconds();
+    for (std::size_t r = 0; r < round_s.size(); ++r) {
+      outcome.draft_calls[rounds.first_call + r].seconds = round_s[r];
+      left_s += round_s[r];
+    }
+  }
+  const StepTimes times{outcome.draft_s + left_s, std::max(0.0, forward_s - device.sample_verify_s - left_s),
+                        device.sample_verify_s};
   const int rows = batch_rows(parts);
   ++stats_.steps;
   stats_.rows += rows;
@@ -788,6 +807,8 @@ void Scheduler::step() {
   stats_.max_sequences = std::max(stats_.max_sequences, static_cast<int>(plan.size()));
   stats_.draft_calls += static_cast<long>(outcome.draft_calls.size());
   stats_.device_verified += static_cast<long>(verify.size());
+  stats_.device_chained +=
+      std::count_if(verify.begin(), verify.end(), [](const DeviceVerify& v) { return v.draws != nullptr; });
 
   // Each sequence on its own: sample or verify, commit, emit.
   Settled settled;

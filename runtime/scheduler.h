@@ -61,6 +61,8 @@ struct SchedulerStats {
   long draft_calls = 0;     // batched draft forwards (one per draft cache and round)
   long device_verified = 0; // speculative sequence steps sampled and verified on the target's device
   long device_drafted = 0;  // speculative sequence steps whose chain was drawn on the draft model's device
+  long device_chained = 0;  // of those, the steps whose chain went to the target's verification on the device
+                            // without coming back first (one synchronisation for the step)
 };
 
 class Scheduler {
@@ -116,8 +118,9 @@ class Scheduler {
   static AcceptanceKey acceptance_key(const GenerateOptions& o);
 
   struct StepTimes {
-    double draft_s = 0;                 // the step's draft phase
-    double forward_s = 0;               // its target forward (host clock), less the device's sampling and verification
+    double draft_s = 0;                 // the step's draft phase, with the device time of rounds left on the device
+    double forward_s = 0;               // its target forward (host clock), less the device's sampling and
+                                        // verification and the rounds it waited for
     double device_sample_verify_s = 0;  // that sampling and verification (events on the device's stream)
   };
   // What settling a step's sequences leaves to do once all are settled.
@@ -131,8 +134,10 @@ class Scheduler {
   std::vector<Sequence*> plan_step();
   // The length policies' first point: each speculative sequence's bound (nullopt: a plain step).
   std::vector<std::optional<DraftBound>> plan_lengths(const std::vector<Sequence*>& plan);
-  void draft_phase(const std::vector<Sequence*>& plan, const std::vector<std::optional<DraftBound>>& bounds,
-                   StepOutcome& outcome);
+  // Returns the rounds left on the draft device for the target's verification (their
+  // outcome.draft_calls get their seconds once the forward has returned).
+  std::vector<DeviceRounds> draft_phase(const std::vector<Sequence*>& plan,
+                                        const std::vector<std::optional<DraftBound>>& bounds, StepOutcome& outcome);
   std::vector<SequenceRows> target_rows(const std::vector<Sequence*>& plan);
   // Samples or verifies, commits and emits for `s`, which fed `rows` rows and got `logits`, or
   // commits the `verdict` its device verification gave.

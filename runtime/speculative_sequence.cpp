@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "base/error.h"
 #include "runtime/lap_timer.h"
 
 namespace specula {
@@ -10,17 +11,17 @@ static_assert(kDrawSampled == static_cast<int>(SiblingDraw::kSampled));
 static_assert(kDrawWithoutReplacement == static_cast<int>(SiblingDraw::kWithoutReplacement));
 static_assert(kDrawTopK == static_cast<int>(SiblingDraw::kTopK));
 
-int run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
-               std::vector<DraftCall>* calls) {
+DeviceDrafting run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
+                          std::vector<DraftCall>* calls, std::span<const bool> leave_on_device) {
   std::vector<Drafter*> drafters;
-  int on_device = 0;
+  DeviceDrafting out;
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     seqs[i]->start_draft(bounds[i]);
     drafters.push_back(&seqs[i]->drafter());
-    if (drafters.back()->device_chain()) ++on_device;
+    if (drafters.back()->device_chain()) ++out.chains;
   }
-  run_draft_forwards(drafters, calls);
-  return on_device;
+  out.left = run_draft_forwards(drafters, calls, leave_on_device);
+  return out;
 }
 
 SpeculativeSequence::SpeculativeSequence(const ForwardContext& target, KvCache::SeqId seq,
@@ -63,6 +64,7 @@ const SequenceRows& SpeculativeSequence::verify_rows() {
 }
 
 const VerifyResult& SpeculativeSequence::verify_and_commit(std::span<const float> logits, SpeculativeStats& stats) {
+  SPECULA_CHECK(!proposal_.draws, "speculative step: a proposal left on the draft device is verified there (device_verify)");
   const int vocab = target_.backend.config().vocab_size;
   const TokenTree& tree = proposal_.tree;
   const int n = tree.size();
@@ -120,6 +122,8 @@ DeviceVerify SpeculativeSequence::device_verify(int part, const SamplingOptions&
   v.part = part;
   v.tokens = tree.tokens;
   v.parents = tree.parent;
+  v.draws = proposal_.draws.get();
+  v.node_draws = proposal_.node_draws;
   if (sampler_.is_greedy()) return v;
   v.temperature = sampling.temperature;
   v.top_k = sampling.top_k;
@@ -135,6 +139,12 @@ DeviceVerify SpeculativeSequence::device_verify(int part, const SamplingOptions&
 }
 
 const VerifyResult& SpeculativeSequence::commit_verdict(DeviceVerdict verdict, SpeculativeStats& stats) {
+  if (proposal_.draws) {
+    SPECULA_CHECK(verdict.drafted.size() == proposal_.tree.tokens.size(), "speculative step: the verdict gives ",
+                  verdict.drafted.size(), " drafted tokens for ", proposal_.tree.tokens.size(), " nodes");
+    proposal_.tree.tokens = std::move(verdict.drafted);
+    proposal_.draws.reset();
+  }
   result_.accepted_nodes = std::move(verdict.accepted_nodes);
   result_.tokens = std::move(verdict.tokens);
   return commit(stats, Clock::now());

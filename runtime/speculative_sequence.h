@@ -89,11 +89,12 @@ class SpeculativeSequence {
   //    or, where the target's backend verifies on its device and this step can be verified
   //    there (no logit controls, no log-probabilities, greedy or the token rule), the step's
   //    tree for the forward (Backend::forward_verify; `part`: its index in the forward's
-  //    parts, `sampling`: the options this sequence's sampler was made from), drawing the
-  //    step's uniforms as verify_and_commit would,
+  //    parts, `sampling`: the options this sequence's sampler was made from; a chain left on
+  //    the draft device goes as its draws), drawing the step's uniforms as verify_and_commit
+  //    would,
   bool verifies_on_device() const;
   DeviceVerify device_verify(int part, const SamplingOptions& sampling);
-  //    and the commit of the verdict that came back.
+  //    and the commit of the verdict that came back (with the drafted tokens of draws).
   const VerifyResult& commit_verdict(DeviceVerdict verdict, SpeculativeStats& stats);
 
   // From now on verify_and_commit() also gives each emitted token's log-probability with
@@ -144,13 +145,21 @@ class SpeculativeSequence {
   std::vector<double> uniforms_;    // device_verify's uniforms
 };
 
+// What run_drafts did on devices: the proposals drawn there (Drafter::device_chain), and the
+// rounds whose draws were left there for the target's verification.
+struct DeviceDrafting {
+  int chains = 0;
+  std::vector<DeviceRounds> left;
+};
+
 // Starts a proposal within bounds[i] for every sequence of `seqs` and runs their drafters'
 // forwards (run_draft_forwards: chains drawn whole on a draft device, then round by round,
 // those sharing a forward context (one draft cache) as one batched call; each appended to
-// `calls` when given); afterwards every verify_rows() is ready. Returns the proposals drawn
-// on a device (Drafter::device_chain).
-int run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
-               std::vector<DraftCall>* calls = nullptr);
+// `calls` when given); afterwards every verify_rows() is ready. The device chains of the
+// sequences `leave_on_device` marks (empty: none; only those the target verifies on the same
+// device, verifies_on_device()) stay there for device_verify.
+DeviceDrafting run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
+                          std::vector<DraftCall>* calls = nullptr, std::span<const bool> leave_on_device = {});
 
 // The verify forward of a speculative step: `target`'s logits of `parts` (returned, [logit
 // rows of parts, vocab]), counted in `stats` (a target forward, its rows, and the seconds

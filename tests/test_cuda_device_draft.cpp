@@ -5,6 +5,10 @@
 //   chains the host drafter draws round by round on the same backend: greedy bitwise, sampled
 //   with the same uniforms the same tokens and q within the sampling kernel's bound; chains of
 //   several lengths in one call, two proposals each (the second after a commit and catch-up);
+// - [gpu] chains left on the draft device (ForwardContext::enqueue_chains) and verified there
+//   in the target's forward (one synchronisation) give the verdicts, drafted tokens and
+//   committed tokens of the same chains read back first; draws a later draft overwrote are
+//   refused;
 // - without a GPU: the refusals of malformed rounds and chains (the cache unchanged after a
 //   refused call), the CPU backend's refusal, and pack_draft's layout.
 #include <algorithm>
@@ -19,6 +23,7 @@
 #include "engine/cuda/draft_plan.h"
 #include "engine/forward.h"
 #include "runtime/decoders.h"
+#include "runtime/speculative_sequence.h"
 #include "sampling/sampler.h"
 #include "tests/test_engine_support.h"
 #include "tests/test_gpu_support.h"
@@ -36,6 +41,17 @@ struct Lane {
   Philox rng{0};
 };
 
+// Greedy, and sampling through every filter of the chain.
+const std::pair<const char*, SamplingOptions> kModes[] = {
+    {"greedy", SamplingOptions{}},
+    {"T = 0.8, top-k 40, top-p 0.9, min-p 0.02", SamplingOptions::sample(0.8f, 40, 0.9f, 0.02f)}};
+
+// The device's draws under `sampling` (greedy: temperature 0).
+DrawOptions draw_options(const SamplingOptions& sampling) {
+  if (sampling.strategy != Strategy::kSample) return DrawOptions{};
+  return DrawOptions{sampling.temperature, sampling.top_k, sampling.top_p, sampling.min_p};
+}
+
 TEST_CASE("cuda backend: chains drawn on the device are the host drafter's chains", "[gpu]") {
   REQUIRE_GPU();
   const Model model(test::model_dir("draft-1m"));
@@ -44,15 +60,12 @@ TEST_CASE("cuda backend: chains drawn on the device are the host drafter's chain
   const std::size_t vocab = static_cast<std::size_t>(model.config().vocab_size);
   const auto prompts = test::reference_prompts();
   const std::vector<int> lengths{3, 1, 4};  // rounds of three, two, then one chain
-  const std::pair<const char*, SamplingOptions> modes[] = {
-      {"greedy", SamplingOptions{}},
-      {"T = 1", SamplingOptions::sample()},
-      {"T = 0.8, top-k 40, top-p 0.9, min-p 0.02", SamplingOptions::sample(0.8f, 40, 0.9f, 0.02f)}};
+  std::vector<std::pair<const char*, SamplingOptions>> modes(std::begin(kModes), std::end(kModes));
+  modes.emplace_back("T = 1", SamplingOptions::sample());
   for (const auto& [name, sampling] : modes) {
     INFO(name);
     const bool stochastic = sampling.strategy == Strategy::kSample;
-    const DrawOptions device = stochastic ? DrawOptions{sampling.temperature, sampling.top_k, sampling.top_p, sampling.min_p}
-                                          : DrawOptions{};
+    const DrawOptions device = draw_options(sampling);
     const DistributionFn distribution = draft_distribution(sampling, DraftOptions{});
     test::Engine host_engine(*backend, 16, 128), device_engine(*backend, 16, 128);
     const ForwardContext host_ctx = host_engine.context(), device_ctx = device_engine.context();
@@ -112,6 +125,113 @@ TEST_CASE("cuda backend: chains drawn on the device are the host drafter's chain
         on_device[i].drafter->accept(d.tree, accepted, on_device[i].committed);
       }
     }
+  }
+}
+
+// Sequences of one side of the comparison below: a target and a draft engine, and the
+// speculative sequences over them (destroyed first).
+struct Side {
+  test::Engine target, draft;
+  std::vector<std::unique_ptr<SpeculativeSequence>> seqs;
+  std::vector<SpeculativeSequence*> pointers() const {
+    std::vector<SpeculativeSequence*> out;
+    for (const auto& s : seqs) out.push_back(s.get());
+    return out;
+  }
+};
+
+// One step of `seqs` as the scheduler's: drafts (their device chains left on the draft device
+// when `leave`), every verify row in one target forward that verifies on the device, commits.
+// Returns the verdicts.
+std::vector<DeviceVerdict> device_step(Side& side, bool leave, const SamplingOptions& sampling) {
+  const std::vector<SpeculativeSequence*> seqs = side.pointers();
+  const std::vector<DraftBound> bounds(seqs.size(), DraftBound{8});
+  const auto flags = std::make_unique<bool[]>(seqs.size());
+  std::fill_n(flags.get(), seqs.size(), leave);
+  std::vector<DraftCall> calls;
+  const DeviceDrafting drafting = run_drafts(seqs, bounds, &calls, std::span<const bool>(flags.get(), seqs.size()));
+  CHECK(drafting.chains == static_cast<int>(seqs.size()));
+  CHECK(drafting.left.size() == (leave ? 1u : 0u));
+  std::vector<SequenceRows> parts;
+  for (SpeculativeSequence* s : seqs) parts.push_back(s->verify_rows());
+  std::vector<DeviceVerify> verify;
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    verify.push_back(seqs[i]->device_verify(static_cast<int>(i), sampling));
+    CHECK((verify.back().draws != nullptr) == leave);
+  }
+  std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * static_cast<std::size_t>(side.target.config().vocab_size));
+  std::vector<DeviceVerdict> verdicts(seqs.size());
+  side.target.context().run(parts, logits, verify, verdicts);
+  for (const DeviceRounds& rounds : drafting.left) {
+    const std::vector<double> seconds = rounds.draws->round_seconds();
+    CHECK(rounds.first_call + seconds.size() == calls.size());
+    CHECK(std::all_of(seconds.begin(), seconds.end(), [](double x) { return x >= 0; }));
+  }
+  SpeculativeStats stats;
+  for (std::size_t i = 0; i < seqs.size(); ++i) seqs[i]->commit_verdict(verdicts[i], stats);
+  return verdicts;
+}
+
+TEST_CASE("cuda backend: chains left on the draft device verify as the chains read back first", "[gpu]") {
+  REQUIRE_GPU();
+  const Model target_model(test::model_dir("target-16m")), draft_model(test::model_dir("draft-1m"));
+  const auto target = make_backend(BackendKind::kCuda, target_model, std::nullopt);
+  const auto draft = make_backend(BackendKind::kCuda, draft_model, std::nullopt);
+  const auto prompts = test::reference_prompts();
+  const std::vector<int> lengths{3, 1, 4};
+  for (const auto& [name, sampling] : kModes) {
+    INFO(name);
+    const bool stochastic = sampling.strategy == Strategy::kSample;
+    const DrawOptions device = draw_options(sampling);
+    const DistributionFn distribution = draft_distribution(sampling, DraftOptions{});
+    const auto sampler = make_sampler(sampling);
+    Side read_back{test::Engine(*target, 16, 128), test::Engine(*draft, 16, 128), {}};
+    Side left{test::Engine(*target, 16, 128), test::Engine(*draft, 16, 128), {}};
+    for (Side* side : {&read_back, &left})
+      for (std::size_t i = 0; i < lengths.size(); ++i) {
+        const std::vector<int> prompt(prompts[i].begin(), prompts[i].begin() + std::min<std::size_t>(prompts[i].size(), 12));
+        const std::span<const int> body = std::span(prompt).first(prompt.size() - 1);
+        const int target_seq = side->target.cache.create(), draft_seq = side->draft.cache.create();
+        side->target.prefill(target_seq, body);
+        side->draft.prefill(draft_seq, body);
+        auto drafter = std::make_unique<ModelDrafter>(side->draft.context(), draft_seq, distribution, stochastic,
+                                                      TreeShape{chain_topology(lengths[i])}, RowControls{}, device);
+        side->seqs.push_back(std::make_unique<SpeculativeSequence>(side->target.context(), target_seq, std::move(drafter),
+                                                                   *sampler, prompt, Philox(13, i), VerifyRule::kToken));
+      }
+    for (int step = 0; step < 2; ++step) {
+      INFO("step " << step);
+      const std::vector<DeviceVerdict> expected = device_step(read_back, false, sampling);
+      const std::vector<DeviceVerdict> got = device_step(left, true, sampling);
+      for (std::size_t i = 0; i < lengths.size(); ++i) {
+        INFO("sequence " << i);
+        CHECK(expected[i].drafted.empty());
+        CHECK(got[i].drafted.size() == static_cast<std::size_t>(lengths[i]));
+        CHECK(got[i].accepted_nodes == expected[i].accepted_nodes);
+        CHECK(got[i].tokens == expected[i].tokens);
+        CHECK(left.seqs[i]->committed() == read_back.seqs[i]->committed());
+      }
+    }
+    // Draws a later draft on their workspace overwrote are refused, not read.
+    const std::vector<SpeculativeSequence*> seqs = left.pointers();
+    const std::vector<DraftBound> bounds(seqs.size(), DraftBound{8});
+    const bool leave[] = {true, true, true};
+    const DeviceDrafting drafting = run_drafts(seqs, bounds, nullptr, leave);
+    REQUIRE(drafting.left.size() == 1);
+    std::vector<SequenceRows> parts;
+    for (SpeculativeSequence* s : seqs) parts.push_back(s->verify_rows());
+    std::vector<DeviceVerify> verify;
+    for (std::size_t i = 0; i < seqs.size(); ++i) verify.push_back(seqs[i]->device_verify(static_cast<int>(i), sampling));
+    const int other = left.draft.cache.create();
+    const std::vector<int> prompt{5, 6, 7}, positions{0, 1, 2};
+    const std::vector<double> uniforms(2, 0.5);
+    const DeviceChain chain{{other, prompt, positions, {}, RowLogits::kLast}, 2, device,
+                            stochastic ? std::span<const double>(uniforms) : std::span<const double>()};
+    left.draft.context().enqueue_chains(std::span(&chain, 1));
+    std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * static_cast<std::size_t>(target->config().vocab_size));
+    std::vector<DeviceVerdict> verdicts(seqs.size());
+    CHECK_THROWS_WITH(left.target.context().run(parts, logits, verify, verdicts), Contains("overwritten"));
+    CHECK_THROWS_WITH(drafting.left.front().draws->round_seconds(), Contains("overwritten"));
   }
 }
 

@@ -126,7 +126,7 @@ inline long policy_batch_drafted(GammaPolicy policy, LengthThreshold threshold,
 // `size` greedy requests (request(r)) drafted by `draft` through one scheduler whose target
 // verifies on its device: each emits plain[r], and every speculative step was verified on the
 // device, its time taken from the device's events; a draft model's plain chains were drawn on
-// its device.
+// its device and verified there without coming back in between.
 inline void check_device_verified_greedy(const std::function<GenerateOptions(int)>& request, const DraftOptions& draft,
                                          int size, std::span<const std::vector<int>> plain) {
   SchedulerLimits limits;
@@ -150,6 +150,8 @@ inline void check_device_verified_greedy(const std::function<GenerateOptions(int
   // A draft model's plain chains are drawn on its device (a CUDA draft backend), every step's.
   const bool device_chain = draft.method == DraftMethod::kModel && draft.drafts_chain() && draft.siblings == 0;
   CHECK(scheduler.stats().device_drafted == (device_chain ? steps : 0));
+  // And those chains go to the target's verification without coming back first.
+  CHECK(scheduler.stats().device_chained == scheduler.stats().device_drafted);
 }
 
 // The law of a drafter's speculative sampling under `sampling` past the first token: samples

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -56,6 +57,10 @@ struct CudaWorkspace : Workspace {
   DeviceBuffer draft;              // forward_draft's upload and outputs (DraftUpload)
   PinnedBuffer draft_staging;      // its upload on the host, [upload_bytes]
   std::vector<cudaEvent_t> draft_marks;  // forward_draft's start, then each round's end
+  std::uint64_t draft_generation = 0;    // rounds enqueued on it (CudaDraws of an older one are stale)
+  DeviceBuffer draw_feeds;               // forward_verify's gather indices into device draws (DrawGather)
+  PinnedBuffer draw_feeds_staging;       // the same on the host
+  PinnedBuffer draws_back;               // the draws' tokens, back after the verification
   GemmPlans gemm_plans;
   GemmScratch gemm;
   std::unordered_map<GraphKey, CapturedGraph, GraphKeyHash> graphs;
@@ -205,7 +210,10 @@ class CudaBackend : public Backend {
   bool verifies_on_device() const override { return true; }
 
   // The forward, then on the same stream the verification (enqueue_verify; replayed as a graph
-  // from the second step of its shape), then the unverified spans' logit rows back.
+  // from the second step of its shape), then the unverified spans' logit rows back. Trees of
+  // device draws (DeviceVerify::draws): the stream waits for their rounds, their tokens are
+  // gathered into the step's rows before the forward and into the verification's nodes (q into
+  // its rows) after its upload, and the draws' tokens come back with the verdicts.
   DeviceTimes forward_verify(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
                              std::span<float> logits, const StateTaps& taps, std::span<const DeviceVerify> verify,
                              std::span<DeviceVerdict> verdicts) const override {
@@ -215,8 +223,24 @@ class CudaBackend : public Backend {
     const VerifyUpload up = pack_verify(batch, verify, vocab);
     CudaWorkspace& ws = cuda_workspace(workspace);
     const cudaStream_t s = ws.stream;
+    const DrawFeeds feeds = plan_draw_feeds(batch, verify, up);
+    if (!feeds.gathers.empty()) {
+      CUDA_CHECK(cudaStreamSynchronize(s));  // the feeds' buffers are free again
+      const std::size_t bytes = feeds.indices.size() * sizeof(int);
+      grow(ws.draw_feeds, bytes, 1 << 16);
+      ws.draw_feeds_staging.reserve(align_up(bytes, 1 << 16));
+      ws.draws_back.reserve(align_up(feeds.draws * sizeof(int), 1 << 16));
+      std::memcpy(ws.draw_feeds_staging.ptr, feeds.indices.data(), bytes);
+      CUDA_CHECK(cudaMemcpyAsync(ws.draw_feeds.ptr, ws.draw_feeds_staging.ptr, bytes, cudaMemcpyHostToDevice, s));
+      for (const DrawGather& g : feeds.gathers) CUDA_CHECK(cudaStreamWaitEvent(s, g.draws->done(), 0));
+    }
+    const int* feed_index = ws.draw_feeds.as<int>();
+    const auto feed_rows = [&](std::int32_t* rows) {
+      for (const DrawGather& g : feeds.gathers)
+        launch_gather_tokens(g.draws->tokens(), feed_index + g.rows_at, rows, kRowDescInts, batch.num_rows(), s);
+    };
     CUDA_CHECK(cudaEventRecord(ws.marks[0], s));
-    enqueue_forward(batch, plan, pages, ws, logits, taps);
+    enqueue_forward(batch, plan, pages, ws, logits, taps, feed_rows);
     CUDA_CHECK(cudaEventRecord(ws.marks[1], s));
     const std::size_t result_bytes = up.result_ints() * sizeof(int);
     if (ws.verify.bytes < up.device_bytes || ws.verify_staging.bytes < up.upload_bytes ||
@@ -228,13 +252,13 @@ class CudaBackend : public Backend {
       ws.verify_back.reserve(align_up(result_bytes, 1 << 16));
     }
     std::memcpy(ws.verify_staging.ptr, up.data.data(), up.upload_bytes);  // the stream reads it only after this
-    if (options_.graphs) {
+    if (options_.graphs && feeds.gathers.empty()) {
       const std::vector<std::size_t> shape = up.shape();
       auto it = ws.verify_graphs.find(shape);
       if (it == ws.verify_graphs.end() && !ws.verify_seen.insert(shape).second) {
         CUDA_CHECK(cudaStreamSynchronize(s));  // no graph dropped below is still queued
         ws.make_verify_room();
-        const cudaGraphExec_t exec = capture_graph(s, [&] { enqueue_verify(up, ws); });
+        const cudaGraphExec_t exec = capture_graph(s, [&] { enqueue_verify(up, ws, feeds); });
         it = ws.verify_graphs.emplace(shape, VerifyGraph{exec, 0}).first;
         ++live_graphs;
       }
@@ -243,10 +267,10 @@ class CudaBackend : public Backend {
         it->second.last_used = ws.steps;
         CUDA_CHECK(cudaGraphLaunch(it->second.exec, s));
       } else {
-        enqueue_verify(up, ws);
+        enqueue_verify(up, ws, feeds);
       }
     } else {
-      enqueue_verify(up, ws);
+      enqueue_verify(up, ws, feeds);
     }
     CUDA_CHECK(cudaEventRecord(ws.marks[2], s));
     const float* device_logits = ws.logits.as<float>();
@@ -255,10 +279,24 @@ class CudaBackend : public Backend {
       CUDA_CHECK(cudaMemcpyAsync(logits.data() + static_cast<std::size_t>(run.logit_row) * v,
                                  device_logits + static_cast<std::size_t>(run.logit_row) * v,
                                  static_cast<std::size_t>(run.rows) * v * sizeof(float), cudaMemcpyDeviceToHost, s));
+    int* drawn_back = static_cast<int*>(ws.draws_back.ptr);
+    for (const DrawGather& g : feeds.gathers)
+      CUDA_CHECK(cudaMemcpyAsync(drawn_back + g.back_at, g.draws->tokens(),
+                                 static_cast<std::size_t>(g.draws->draws()) * sizeof(int), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
+    std::vector<std::vector<int>> drafted(verify.size());
+    for (std::size_t i = 0; i < verify.size(); ++i) {
+      if (!verify[i].draws) continue;
+      const int* drawn = drawn_back + feeds.gathers[static_cast<std::size_t>(feeds.gather_of[i])].back_at;
+      for (const int d : verify[i].node_draws) {
+        SPECULA_CHECK(drawn[d] >= 0, refused_draw(static_cast<std::size_t>(d)));
+        drafted[i].push_back(drawn[d]);
+      }
+    }
     const int* back = static_cast<const int*>(ws.verify_back.ptr);
     ws.verify_result.assign(back, back + up.result_ints());
     std::vector<DeviceVerdict> out = unpack_verdicts(up, verify, ws.verify_result);
+    for (std::size_t i = 0; i < verify.size(); ++i) out[i].drafted = std::move(drafted[i]);
     std::move(out.begin(), out.end(), verdicts.begin());
     float forward_ms = 0, verify_ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&forward_ms, ws.marks[0], ws.marks[1]));
@@ -268,30 +306,158 @@ class CudaBackend : public Backend {
 
   bool drafts_on_device() const override { return true; }
 
-  // The rounds on the workspace's stream, back to back: one upload (every round's step, the
-  // feeds and the draws' options), then per round the feed kernel (its rows' tokens from the
-  // earlier draws), the forward (never a graph: the step sits in the draft buffer) and the
-  // sampling kernel over its logit rows; one copy back of the tokens (and q), one
-  // synchronisation.
+  // The rounds (enqueue_rounds), then one copy back of the tokens (and q), one synchronisation.
   std::vector<double> forward_draft(const DraftRounds& draft, PageStorage& pages, Workspace& workspace,
                                     std::span<int> tokens, std::span<float> q) const override {
-    const ModelConfig& c = config();
-    const int vocab = c.vocab_size;
-    check_draft_rounds(draft, vocab);
-    const std::size_t draws = draft.options.size(), v = static_cast<std::size_t>(vocab);
+    const std::size_t draws = static_cast<std::size_t>(draft.draws()), v = static_cast<std::size_t>(config().vocab_size);
     SPECULA_CHECK(tokens.size() == draws, "forward_draft: tokens holds ", tokens.size(), " entries for ", draws, " draws");
     SPECULA_CHECK(q.size() == (draft.keep_q ? draws * v : 0), "forward_draft: q holds ", q.size(), " floats; need ",
                   draft.keep_q ? draws * v : 0);
     CudaWorkspace& ws = cuda_workspace(workspace);
+    const EnqueuedRounds out = enqueue_rounds(draft, pages, ws);
+    CUDA_CHECK(cudaMemcpyAsync(tokens.data(), out.tokens, draws * sizeof(int), cudaMemcpyDeviceToHost, ws.stream));
+    if (draft.keep_q)
+      CUDA_CHECK(cudaMemcpyAsync(q.data(), out.probs, q.size() * sizeof(float), cudaMemcpyDeviceToHost, ws.stream));
+    CUDA_CHECK(cudaStreamSynchronize(ws.stream));
+    for (std::size_t d = 0; d < draws; ++d) SPECULA_CHECK(tokens[d] >= 0, refused_draw(d));
+    return round_seconds(ws, draft.rounds());
+  }
+
+  std::shared_ptr<const DeviceDraws> enqueue_draft(const DraftRounds& draft, PageStorage& pages,
+                                                   Workspace& workspace) const override {
+    CudaWorkspace& ws = cuda_workspace(workspace);
+    const EnqueuedRounds out = enqueue_rounds(draft, pages, ws);
+    return std::make_shared<CudaDraws>(ws, ws.draft_generation, draft.draws(), draft.keep_q, draft.rounds(), out.tokens,
+                                       out.probs);
+  }
+
+ private:
+  // Where enqueue_rounds leaves its draws on the device.
+  struct EnqueuedRounds {
+    const int* tokens = nullptr;    // [draws]
+    const float* probs = nullptr;   // [draws, vocab] where the rounds keep q
+  };
+
+  static std::string refused_draw(std::size_t d) {
+    return detail::concat("forward_draft: draw ", d,
+                          " was refused: its logit row has a NaN or +inf logit, or every logit -inf");
+  }
+
+  // The device seconds of the last `rounds` rounds enqueued on `ws` (their work done).
+  static std::vector<double> round_seconds(const CudaWorkspace& ws, int rounds) {
+    std::vector<double> seconds;
+    for (std::size_t r = 0; r < static_cast<std::size_t>(rounds); ++r) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, ws.draft_marks[r], ws.draft_marks[r + 1]));
+      seconds.push_back(ms * 1e-3);
+    }
+    return seconds;
+  }
+
+  // Draws left in a workspace's draft buffer by enqueue_draft: valid while the workspace's
+  // draft generation is theirs; `done` (the last round's mark) is recorded after them.
+  class CudaDraws : public DeviceDraws {
+   public:
+    CudaDraws(const CudaWorkspace& ws, std::uint64_t generation, int draws, bool keep_q, int rounds, const int* tokens,
+              const float* probs)
+        : ws_(ws), generation_(generation), draws_(draws), keep_q_(keep_q), rounds_(rounds), tokens_(tokens), probs_(probs) {}
+    int draws() const override { return draws_; }
+    bool keeps_q() const override { return keep_q_; }
+    std::vector<double> round_seconds() const override {
+      check_current();
+      return CudaBackend::round_seconds(ws_, rounds_);
+    }
+    void check_current() const {
+      SPECULA_CHECK(ws_.draft_generation == generation_,
+                    "device draws: a later forward_draft on their workspace has overwritten them");
+    }
+    cudaStream_t stream() const { return ws_.stream; }
+    cudaEvent_t done() const { return ws_.draft_marks[static_cast<std::size_t>(rounds_)]; }
+    const int* tokens() const { return tokens_; }
+    const float* probs() const { return probs_; }
+
+   private:
+    const CudaWorkspace& ws_;
+    std::uint64_t generation_;
+    int draws_;
+    bool keep_q_;
+    int rounds_;
+    const int* tokens_;
+    const float* probs_;
+  };
+
+  // Where one source of device draws is gathered from in a forward_verify: int offsets into
+  // the feed indices (-1: not from these draws) of the step's rows, [batch rows], the
+  // verification's nodes, [nodes], and its stochastic contexts' q rows, [stochastic contexts];
+  // and where the draws' tokens come back.
+  struct DrawGather {
+    const CudaDraws* draws = nullptr;
+    std::size_t rows_at = 0, nodes_at = 0, q_at = 0, back_at = 0;
+  };
+  struct DrawFeeds {
+    std::vector<DrawGather> gathers;
+    std::vector<int> gather_of;  // [verify] its gather, -1 without draws
+    std::vector<int> indices;    // the feed indices of every gather
+    std::size_t draws = 0;       // the draws of every gather, as they come back
+  };
+
+  // The gathers of `verify`'s trees of device draws (one per distinct source), refusing draws
+  // of another backend or stale ones.
+  static DrawFeeds plan_draw_feeds(const RaggedBatch& batch, std::span<const DeviceVerify> verify, const VerifyUpload& up) {
+    DrawFeeds feeds;
+    feeds.gather_of.assign(verify.size(), -1);
+    const std::size_t rows = static_cast<std::size_t>(batch.num_rows()), nodes = static_cast<std::size_t>(up.nodes);
+    const std::size_t q_rows = static_cast<std::size_t>(up.contexts - up.greedy_contexts);
+    for (std::size_t i = 0; i < verify.size(); ++i) {
+      const DeviceVerify& v = verify[i];
+      if (!v.draws) continue;
+      const auto* draws = dynamic_cast<const CudaDraws*>(v.draws);
+      SPECULA_CHECK(draws != nullptr, "forward_verify: entry ", i, "'s draws were not drawn by the CUDA backend");
+      draws->check_current();
+      auto g = std::find_if(feeds.gathers.begin(), feeds.gathers.end(),
+                            [draws](const DrawGather& x) { return x.draws == draws; });
+      if (g == feeds.gathers.end()) {
+        DrawGather added{draws, feeds.indices.size(), feeds.indices.size() + rows, feeds.indices.size() + rows + nodes,
+                         feeds.draws};
+        feeds.indices.resize(feeds.indices.size() + rows + nodes + q_rows, -1);
+        feeds.draws += static_cast<std::size_t>(draws->draws());
+        feeds.gathers.push_back(added);
+        g = feeds.gathers.end() - 1;
+      }
+      feeds.gather_of[i] = static_cast<int>(g - feeds.gathers.begin());
+      const std::size_t first_row = static_cast<std::size_t>(batch.row_indptr[static_cast<std::size_t>(v.part)]) + 1;
+      const std::size_t first_node = static_cast<std::size_t>(up.first_node[i]);
+      for (std::size_t j = 0; j < v.node_draws.size(); ++j) {
+        feeds.indices[g->rows_at + first_row + j] = v.node_draws[j];
+        feeds.indices[g->nodes_at + first_node + j] = v.node_draws[j];
+        if (v.greedy()) continue;
+        // q at a context is its first child's draw's distribution.
+        const std::size_t row = static_cast<std::size_t>(up.first_context[i] - up.greedy_contexts + v.parents[j] + 1);
+        int& q_row = feeds.indices[g->q_at + row];
+        if (q_row < 0) q_row = v.node_draws[j];
+      }
+    }
+    return feeds;
+  }
+
+  // The rounds on the workspace's stream, back to back: one upload (every round's step, the
+  // feeds and the draws' options), then per round the feed kernel (its rows' tokens from the
+  // earlier draws), the forward (never a graph: the step sits in the draft buffer) and the
+  // sampling kernel over its logit rows; events before the first round and after each. Starts
+  // a new draft generation of the workspace (earlier CudaDraws of it are stale).
+  EnqueuedRounds enqueue_rounds(const DraftRounds& draft, PageStorage& pages, CudaWorkspace& ws) const {
+    const ModelConfig& c = config();
+    const int vocab = c.vocab_size;
+    check_draft_rounds(draft, vocab);
+    const std::size_t v = static_cast<std::size_t>(vocab);
     const cudaStream_t s = ws.stream;
     check_pages(pages);
+    ++ws.draft_generation;
     const DeviceKvPages& device_pages = device_pages_after_copies(pages, account_, ws.copies, s);
     const DraftUpload up = pack_draft(draft, vocab, c.sliding_window, options_, device_pages.id());
     for (const StepUpload& step : up.steps) check_keys(step);
-    if (ws.draft.bytes < up.device_bytes) {
-      CUDA_CHECK(cudaStreamSynchronize(s));  // queued work may still read the old buffer
-      grow(ws.draft, up.device_bytes, 1 << 20);
-    }
+    CUDA_CHECK(cudaStreamSynchronize(s));  // no queued work still reads the draft buffer or its staging
+    grow(ws.draft, up.device_bytes, 1 << 20);
     ws.draft_staging.reserve(align_up(up.upload_bytes, 1 << 20));
     while (ws.draft_marks.size() < static_cast<std::size_t>(draft.rounds()) + 1) {
       cudaEvent_t e = nullptr;
@@ -311,8 +477,8 @@ class CudaBackend : public Backend {
       auto* upload = static_cast<std::int32_t*>(at(up.step_at[ru]));
       const int first_row = up.first_row[ru], first = up.first_draw[ru];
       if (r > 0)
-        launch_feed_tokens(drawn, static_cast<const int*>(at(up.at.feeds)) + first_row,
-                           reinterpret_cast<RowDesc*>(upload + step.layout.rows), step.key.num_rows, s);
+        launch_gather_tokens(drawn, static_cast<const int*>(at(up.at.feeds)) + first_row, upload + step.layout.rows,
+                             kRowDescInts, step.key.num_rows, s);
       ++ws.steps;
       enqueue(step, ws, device_pages.view(), upload);
       launch_sample(ws.logits.as<float>(), floats(up.at.temperature) + first, static_cast<const int*>(at(up.at.top_k)) + first,
@@ -321,33 +487,21 @@ class CudaBackend : public Backend {
                     floats(up.at.probs) + static_cast<std::size_t>(up.probs_row(r, draft.keep_q)) * v, drawn + first, s);
       CUDA_CHECK(cudaEventRecord(ws.draft_marks[ru + 1], s));
     }
-    CUDA_CHECK(cudaMemcpyAsync(tokens.data(), drawn, draws * sizeof(int), cudaMemcpyDeviceToHost, s));
-    if (draft.keep_q)
-      CUDA_CHECK(cudaMemcpyAsync(q.data(), floats(up.at.probs), q.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
-    for (std::size_t d = 0; d < draws; ++d)
-      SPECULA_CHECK(tokens[d] >= 0, "forward_draft: draw ", d,
-                    " was refused: its logit row has a NaN or +inf logit, or every logit -inf");
-    std::vector<double> seconds;
-    for (int r = 0; r < draft.rounds(); ++r) {
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, ws.draft_marks[static_cast<std::size_t>(r)],
-                                      ws.draft_marks[static_cast<std::size_t>(r) + 1]));
-      seconds.push_back(ms * 1e-3);
-    }
-    return seconds;
+    return EnqueuedRounds{drawn, draft.keep_q ? floats(up.at.probs) : nullptr};
   }
 
- private:
-  // Everything of a forward up to the logits in ws.logits, enqueued on the workspace's stream.
   static CudaWorkspace& cuda_workspace(Workspace& workspace) {
     auto* ws = dynamic_cast<CudaWorkspace*>(&workspace);
     SPECULA_CHECK(ws != nullptr, "forward: the workspace was not made by the CUDA backend");
     return *ws;
   }
 
+  // Everything of a forward up to the logits in ws.logits, enqueued on the workspace's stream;
+  // `feed_rows`, where given, is enqueued between the step's upload and its forward, with the
+  // device address of the upload's first RowDesc.
   void enqueue_forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, CudaWorkspace& ws,
-                       std::span<float> logits, const StateTaps& taps) const {
+                       std::span<float> logits, const StateTaps& taps,
+                       const std::function<void(std::int32_t* rows)>& feed_rows = {}) const {
     const ModelConfig& c = config();
     const int n = batch.num_rows();
     const int num_logits = batch.num_logits();
@@ -370,6 +524,7 @@ class CudaBackend : public Backend {
     ws.host_upload.reserve(upload_bytes);
     std::memcpy(ws.host_upload.ptr, up.data.data(), upload_bytes);
     CUDA_CHECK(cudaMemcpyAsync(ws.upload.ptr, ws.host_upload.ptr, upload_bytes, cudaMemcpyHostToDevice, ws.stream));
+    if (feed_rows) feed_rows(ws.upload.as<std::int32_t>() + up.layout.rows);
 
     ++ws.steps;
     if (taps.empty() && graph_eligible(up.key, options_)) {
@@ -408,10 +563,10 @@ class CudaBackend : public Backend {
   }
 
   // The verification of `up` on ws.stream, after the forward's logits: its upload (from the
-  // pinned staging), the sampling kernel per run of verified logit rows (p for stochastic
+  // pinned staging), the tokens and q of device draws gathered in (`feeds`), the sampling kernel per run of verified logit rows (p for stochastic
   // contexts, the argmax for greedy ones, a draw with uniform 0 whose -1 marks a row the CPU
   // refuses), the greedy and the stochastic verification kernels, the result into verify_back.
-  void enqueue_verify(const VerifyUpload& up, CudaWorkspace& ws) const {
+  void enqueue_verify(const VerifyUpload& up, CudaWorkspace& ws, const DrawFeeds& feeds) const {
     const int vocab = config().vocab_size;
     const cudaStream_t s = ws.stream;
     unsigned char* base = ws.verify.as<unsigned char>();
@@ -420,9 +575,16 @@ class CudaBackend : public Backend {
     const auto floats = [&](std::size_t offset) { return static_cast<float*>(at(offset)); };
     const auto doubles = [&](std::size_t offset) { return static_cast<double*>(at(offset)); };
     CUDA_CHECK(cudaMemcpyAsync(base, ws.verify_staging.ptr, up.upload_bytes, cudaMemcpyHostToDevice, s));
+    const std::size_t v = static_cast<std::size_t>(vocab);
+    const int* feed_index = ws.draw_feeds.as<int>();
+    for (const DrawGather& g : feeds.gathers) {
+      launch_gather_tokens(g.draws->tokens(), feed_index + g.nodes_at, ints(up.at.tokens), 1, up.nodes, s);
+      if (g.draws->keeps_q())
+        launch_copy_rows(g.draws->probs(), vocab, feed_index + g.q_at, floats(up.at.q), vocab,
+                         up.contexts - up.greedy_contexts, vocab, s);
+    }
     int* sampled = ints(up.at.result);
     float* probs = floats(up.at.probs);
-    const std::size_t v = static_cast<std::size_t>(vocab);
     for (const VerifyUpload::Run& run : up.sample_runs)
       launch_sample(ws.logits.as<float>() + static_cast<std::size_t>(run.logit_row) * v,
                     floats(up.at.temperature) + run.context, ints(up.at.top_k) + run.context,

@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -65,13 +66,16 @@ void launch_attention(const float* q, int q_stride, const RowDesc* rows, const i
 //   gu: in [n, 2 ffn]; act: out [n, ffn]
 void launch_silu_mul(const float* gu, float* act, int n, int ffn, cudaStream_t stream);
 
-// The token of each of n step rows drawn on the device: rows[i].token = drawn[feeds[i]] where
-// feeds[i] >= 0 (a refused draw, -1, feeds token 0: its forward is discarded), unchanged where -1.
-//   drawn: in [*]; feeds: in [n]; rows: in/out [n] RowDesc (cuda_plan.h) of the step upload
-void launch_feed_tokens(const int* drawn, const int* feeds, RowDesc* rows, int n, cudaStream_t stream);
+// Tokens drawn on the device, gathered: dst[i * dst_stride] = drawn[index[i]] where index[i] >= 0
+// (a refused draw, -1, gives token 0: what reads it is discarded), unchanged where -1. With
+// dst the first RowDesc's token and dst_stride kRowDescInts, it feeds a step's rows.
+//   drawn: in [*]; index: in [n]; dst: in/out [n, dst_stride], the first int of each
+void launch_gather_tokens(const int* drawn, const int* index, int* dst, int dst_stride, int n, cudaStream_t stream);
+inline constexpr int kRowDescInts = static_cast<int>(sizeof(RowDesc) / sizeof(int));
+static_assert(offsetof(RowDesc, token) == 0);
 
 // dst[r] = src[gather ? gather[r] : r] for n rows of `dim` floats (a gather, or one half of a
-// concatenation when dst_stride is wider than dim).
+// concatenation when dst_stride is wider than dim); a row whose gather is negative is left.
 //   src: in [*, src_stride]; gather: in [n] or null; dst: out [n, dst_stride], the first dim of each row
 void launch_copy_rows(const float* src, int src_stride, const int* gather, float* dst, int dst_stride, int n, int dim,
                       cudaStream_t stream);

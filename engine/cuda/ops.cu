@@ -101,18 +101,19 @@ __global__ void silu_mul_kernel(const float* gu, float* act, int ffn) {
     act[static_cast<std::size_t>(r) * ffn + i] = g[i] / (1.0f + expf(-g[i])) * g[ffn + i];
 }
 
-__global__ void feed_tokens_kernel(const int* drawn, const int* feeds, RowDesc* rows, int n) {
+__global__ void gather_tokens_kernel(const int* drawn, const int* index, int* dst, int dst_stride, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n || feeds[i] < 0) return;
-  const int token = drawn[feeds[i]];
-  rows[i].token = token < 0 ? 0 : token;
+  if (i >= n || index[i] < 0) return;
+  const int token = drawn[index[i]];
+  dst[static_cast<std::size_t>(i) * dst_stride] = token < 0 ? 0 : token;
 }
 
-// dst row r = src row (gather ? gather[r] : r), each row `dim` floats, rows `src_stride` and
-// `dst_stride` floats apart.
+// dst row r = src row (gather ? gather[r] : r), left where gather[r] < 0; each row `dim`
+// floats, rows `src_stride` and `dst_stride` floats apart.
 __global__ void copy_rows_kernel(const float* src, int src_stride, const int* gather, float* dst, int dst_stride,
                                  int dim) {
   const int r = blockIdx.y;
+  if (gather && gather[r] < 0) return;
   const float* s = src + static_cast<std::size_t>(gather ? gather[r] : r) * src_stride;
   float* d = dst + static_cast<std::size_t>(r) * dst_stride;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < dim; i += gridDim.x * blockDim.x) d[i] = s[i];
@@ -202,9 +203,10 @@ void launch_copy_rows(const float* src, int src_stride, const int* gather, float
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_feed_tokens(const int* drawn, const int* feeds, RowDesc* rows, int n, cudaStream_t stream) {
+void launch_gather_tokens(const int* drawn, const int* index, int* dst, int dst_stride, int n, cudaStream_t stream) {
   if (n == 0) return;
-  SPECULA_LAUNCH(feed_tokens_kernel, (n + kRowThreads - 1) / kRowThreads, kRowThreads, 0, stream, drawn, feeds, rows, n);
+  SPECULA_LAUNCH(gather_tokens_kernel, (n + kRowThreads - 1) / kRowThreads, kRowThreads, 0, stream, drawn, index, dst,
+                 dst_stride, n);
   CUDA_CHECK_LAUNCH();
 }
 
