@@ -35,7 +35,8 @@ void TreeGrowth::begin(DraftBound bound, Philox& rng) {
   confidence_ = 1;
   fed_nodes_ = 0;
   pending_.reset();
-  proposal_ = Proposal{TokenTree(draw_mode(stochastic_, shape_)), {}};
+  proposal_ = Proposal();
+  proposal_.tree = TokenTree(draw_mode(stochastic_, shape_));
 }
 
 void TreeGrowth::root_ready(int vocab) {

@@ -667,7 +667,6 @@ std::vector<DeviceRounds> Scheduler::draft_phase(const std::vector<Sequence*>& p
   const auto mark = Clock::now();
   std::vector<SpeculativeSequence*> specs;
   std::vector<DraftBound> drafting;
-  const auto leave = std::make_unique<bool[]>(plan.size());
   for (std::size_t i = 0; i < plan.size(); ++i) {
     SpeculativeSequence* spec = plan[i]->spec.get();
     if (!spec) continue;
@@ -675,14 +674,12 @@ std::vector<DeviceRounds> Scheduler::draft_phase(const std::vector<Sequence*>& p
       spec->start_plain();
       continue;
     }
-    leave[specs.size()] = spec->verifies_on_device();
     specs.push_back(spec);
     drafting.push_back(*bounds[i]);
     outcome.deepest = std::max(outcome.deepest, bounds[i]->max_depth);
   }
   DeviceDrafting device;
-  if (!specs.empty())
-    device = run_drafts(specs, drafting, &outcome.draft_calls, std::span<const bool>(leave.get(), specs.size()));
+  if (!specs.empty()) device = run_drafts(specs, drafting, &outcome.draft_calls, /*device_verify=*/true);
   stats_.device_drafted += device.chains;
   outcome.drafting = static_cast<int>(specs.size());
   outcome.draft_s = seconds(mark, Clock::now());

@@ -1,6 +1,7 @@
 #include "runtime/speculative_sequence.h"
 
 #include <map>
+#include <memory>
 
 #include "base/error.h"
 #include "runtime/lap_timer.h"
@@ -12,15 +13,17 @@ static_assert(kDrawWithoutReplacement == static_cast<int>(SiblingDraw::kWithoutR
 static_assert(kDrawTopK == static_cast<int>(SiblingDraw::kTopK));
 
 DeviceDrafting run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
-                          std::vector<DraftCall>* calls, std::span<const bool> leave_on_device) {
+                          std::vector<DraftCall>* calls, bool device_verify) {
   std::vector<Drafter*> drafters;
+  const auto leave = std::make_unique<bool[]>(seqs.size());
   DeviceDrafting out;
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     seqs[i]->start_draft(bounds[i]);
     drafters.push_back(&seqs[i]->drafter());
     if (drafters.back()->device_chain()) ++out.chains;
+    leave[i] = device_verify && seqs[i]->verifies_on_device();
   }
-  out.left = run_draft_forwards(drafters, calls, leave_on_device);
+  out.left = run_draft_forwards(drafters, calls, std::span<const bool>(leave.get(), seqs.size()));
   return out;
 }
 
@@ -57,7 +60,12 @@ SequenceRows TreeVerifyRows::build(KvCache::SeqId seq, std::span<const int> comm
 }
 
 const SequenceRows& SpeculativeSequence::verify_rows() {
-  proposal_ = plain_ ? Proposal{TokenTree::chain({}, SiblingDraw::kTopK), {}} : drafter_->take_proposal();
+  if (plain_) {
+    proposal_ = Proposal();
+    proposal_.tree = TokenTree::chain({}, SiblingDraw::kTopK);
+  } else {
+    proposal_ = drafter_->take_proposal();
+  }
   prefix_ = target_.cache.length(seq_);
   verify_rows_ = rows_.build(seq_, committed_, proposal_.tree);
   return verify_rows_;

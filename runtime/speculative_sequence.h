@@ -155,11 +155,11 @@ struct DeviceDrafting {
 // Starts a proposal within bounds[i] for every sequence of `seqs` and runs their drafters'
 // forwards (run_draft_forwards: chains drawn whole on a draft device, then round by round,
 // those sharing a forward context (one draft cache) as one batched call; each appended to
-// `calls` when given); afterwards every verify_rows() is ready. The device chains of the
-// sequences `leave_on_device` marks (empty: none; only those the target verifies on the same
-// device, verifies_on_device()) stay there for device_verify.
+// `calls` when given); afterwards every verify_rows() is ready. With `device_verify` (the
+// caller verifies on the target's device where verifies_on_device()), the device chains of
+// those sequences stay on the device for device_verify.
 DeviceDrafting run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
-                          std::vector<DraftCall>* calls = nullptr, std::span<const bool> leave_on_device = {});
+                          std::vector<DraftCall>* calls = nullptr, bool device_verify = false);
 
 // The verify forward of a speculative step: `target`'s logits of `parts` (returned, [logit
 // rows of parts, vocab]), counted in `stats` (a target forward, its rows, and the seconds

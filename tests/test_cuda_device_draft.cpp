@@ -146,10 +146,8 @@ struct Side {
 std::vector<DeviceVerdict> device_step(Side& side, bool leave, const SamplingOptions& sampling) {
   const std::vector<SpeculativeSequence*> seqs = side.pointers();
   const std::vector<DraftBound> bounds(seqs.size(), DraftBound{8});
-  const auto flags = std::make_unique<bool[]>(seqs.size());
-  std::fill_n(flags.get(), seqs.size(), leave);
   std::vector<DraftCall> calls;
-  const DeviceDrafting drafting = run_drafts(seqs, bounds, &calls, std::span<const bool>(flags.get(), seqs.size()));
+  const DeviceDrafting drafting = run_drafts(seqs, bounds, &calls, leave);
   CHECK(drafting.chains == static_cast<int>(seqs.size()));
   CHECK(drafting.left.size() == (leave ? 1u : 0u));
   std::vector<SequenceRows> parts;
@@ -215,8 +213,7 @@ TEST_CASE("cuda backend: chains left on the draft device verify as the chains re
     // Draws a later draft on their workspace overwrote are refused, not read.
     const std::vector<SpeculativeSequence*> seqs = left.pointers();
     const std::vector<DraftBound> bounds(seqs.size(), DraftBound{8});
-    const bool leave[] = {true, true, true};
-    const DeviceDrafting drafting = run_drafts(seqs, bounds, nullptr, leave);
+    const DeviceDrafting drafting = run_drafts(seqs, bounds, nullptr, true);
     REQUIRE(drafting.left.size() == 1);
     std::vector<SequenceRows> parts;
     for (SpeculativeSequence* s : seqs) parts.push_back(s->verify_rows());

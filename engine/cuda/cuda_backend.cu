@@ -371,7 +371,6 @@ class CudaBackend : public Backend {
       SPECULA_CHECK(ws_.draft_generation == generation_,
                     "device draws: a later forward_draft on their workspace has overwritten them");
     }
-    cudaStream_t stream() const { return ws_.stream; }
     cudaEvent_t done() const { return ws_.draft_marks[static_cast<std::size_t>(rounds_)]; }
     const int* tokens() const { return tokens_; }
     const float* probs() const { return probs_; }
@@ -563,9 +562,10 @@ class CudaBackend : public Backend {
   }
 
   // The verification of `up` on ws.stream, after the forward's logits: its upload (from the
-  // pinned staging), the tokens and q of device draws gathered in (`feeds`), the sampling kernel per run of verified logit rows (p for stochastic
-  // contexts, the argmax for greedy ones, a draw with uniform 0 whose -1 marks a row the CPU
-  // refuses), the greedy and the stochastic verification kernels, the result into verify_back.
+  // pinned staging), the tokens and q of device draws gathered in (`feeds`), the sampling
+  // kernel per run of verified logit rows (p for stochastic contexts, the argmax for greedy
+  // ones, a draw with uniform 0 whose -1 marks a row the CPU refuses), the greedy and the
+  // stochastic verification kernels, the result into verify_back.
   void enqueue_verify(const VerifyUpload& up, CudaWorkspace& ws, const DrawFeeds& feeds) const {
     const int vocab = config().vocab_size;
     const cudaStream_t s = ws.stream;
