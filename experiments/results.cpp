@@ -1,6 +1,7 @@
 #include "experiments/results.h"
 
 #include <algorithm>
+#include <climits>
 #include <filesystem>
 #include <utility>
 
@@ -53,11 +54,14 @@ void check_line_shape(const nlohmann::json& j, const std::string& where) {
       SPECULA_CHECK(value.is_number(), where, ": results line stats.time_breakdown.", name, " = ", value.dump(),
                     " must be a number");
   }
-  for (const char* number : {"cpu_s", "wall_s", "threads"}) {
-    const auto& machine = j.at("machine");
+  const auto& machine = j.at("machine");
+  for (const char* number : {"cpu_s", "wall_s"}) {
     if (const auto it = machine.find(number); it != machine.end())
       SPECULA_CHECK(it->is_number(), where, ": results line machine.", number, " = ", it->dump(), " must be a number");
   }
+  if (const auto it = machine.find("threads"); it != machine.end())  // the summaries read it as an int
+    SPECULA_CHECK(it->is_number_integer() && it->get<long long>() >= 0 && it->get<long long>() <= INT_MAX, where,
+                  ": results line machine.threads = ", it->dump(), " must be a whole number in [0, ", INT_MAX, "]");
   const auto& settings = j.at("settings");  // what the summary tables show of the run
   if (const auto it = settings.find("target"); it != settings.end())
     SPECULA_CHECK(it->is_string(), where, ": results line settings.target = ", it->dump(), " must be a string");
@@ -78,6 +82,9 @@ void check_line_shape(const nlohmann::json& j, const std::string& where) {
     }
   }
   if (const auto it = j.find("requests"); it != j.end()) {  // a batched job: each request's object
+    if (const auto size = settings.find("batch_size"); size != settings.end())
+      SPECULA_CHECK(size->is_number_integer() && size->get<long long>() >= 0 && size->get<long long>() <= INT_MAX, where,
+                    ": results line settings.batch_size = ", size->dump(), " must be a whole number in [0, ", INT_MAX, "]");
     SPECULA_CHECK(it->is_array() && !it->empty(), where, ": results line field 'requests' must be a non-empty list");
     for (const nlohmann::json& r : *it)
       SPECULA_CHECK(r.is_object() && r.contains("latency") && r["latency"].is_object() && r.contains("stats") &&

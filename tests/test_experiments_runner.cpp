@@ -350,6 +350,12 @@ TEST_CASE("a results file with a corrupt complete line is refused, naming the li
   wrong["stats"] = "fast";
   CHECK_THROWS_WITH(read_lines(dir.write("type.jsonl", wrong.dump() + "\n")),
                     Contains("type.jsonl:1: results line field 'stats' = \"fast\" has the wrong type"));
+  // A count the summaries read as an int is refused out of an int's range (a float as large
+  // would not convert).
+  wrong = e.lines().front();
+  wrong["machine"]["threads"] = 1e300;
+  CHECK_THROWS_WITH(read_lines(dir.write("threads.jsonl", wrong.dump() + "\n")),
+                    Contains("threads.jsonl:1: results line machine.threads = 1e+300 must be a whole number"));
   // The list-valued sampling settings read back; a list of the wrong elements is refused.
   nlohmann::json lists = e.lines().front();
   lists["settings"]["sampling"].update(nlohmann::json::parse(
@@ -416,7 +422,7 @@ TEST_CASE("the streamed summaries: any line order, a planted suspect pair's keys
 
   // A malformed complete line is refused naming path:line, and the tables are left as they were;
   // so is a field of the wrong type the shape check leaves to the summaries (a batched line's
-  // settings.batch_size).
+  // settings.request_rate).
   std::vector<nlohmann::json> broken = lines;
   broken[6] = "not an object";
   write_lines(broken, "");
@@ -426,7 +432,7 @@ TEST_CASE("the streamed summaries: any line order, a planted suspect pair's keys
   broken[4]["stats"].update({{"throughput_tokens_per_s", 1}, {"mean_occupancy", 1}, {"rows_per_forward", 1},
                              {"latency_s", nlohmann::json::object()}, {"ttft_s", nlohmann::json::object()},
                              {"inter_token_s", nlohmann::json::object()}});
-  broken[4]["settings"]["batch_size"] = "four";
+  broken[4]["settings"]["request_rate"] = "fast";
   write_lines(broken, "");
   CHECK_THROWS_WITH(report_experiment(e.out.string(), out, log),
                     Contains(results.string() + ":5: a results line has a field of the wrong shape"));
