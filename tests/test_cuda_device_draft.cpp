@@ -7,8 +7,8 @@
 //   several lengths in one call, two proposals each (the second after a commit and catch-up);
 // - [gpu] chains left on the draft device (ForwardContext::enqueue_chains) and verified there
 //   in the target's forward (one synchronisation) give the verdicts, drafted tokens and
-//   committed tokens of the same chains read back first; draws a later draft overwrote are
-//   refused;
+//   committed tokens of the same chains read back first, the verification captured as a graph
+//   as theirs is; draws a later draft overwrote are refused;
 // - without a GPU: the refusals of malformed rounds and chains (the cache unchanged after a
 //   refused call), the CPU backend's refusal, and pack_draft's layout.
 #include <algorithm>
@@ -21,6 +21,7 @@
 #include "draft/model_drafter.h"
 #include "draft/tree_topology.h"
 #include "engine/backend.h"
+#include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/draft_plan.h"
 #include "engine/forward.h"
 #include "runtime/decoders.h"
@@ -202,8 +203,14 @@ TEST_CASE("cuda backend: chains left on the draft device verify as the chains re
       }
     for (int step = 0; step < 2; ++step) {
       INFO("step " << step);
+      const std::size_t before = cuda::cuda_live_graphs();
       const std::vector<DeviceVerdict> expected = device_step(read_back, false, sampling);
+      const std::size_t between = cuda::cuda_live_graphs();
       const std::vector<DeviceVerdict> got = device_step(left, true, sampling);
+      // Gathering draws leaves the graphs as they are without: the verification's captured at
+      // the second step of its shape.
+      CHECK(cuda::cuda_live_graphs() - between == between - before);
+      if (step == 1) CHECK(between > before);
       for (std::size_t i = 0; i < lengths.size(); ++i) {
         INFO("sequence " << i);
         CHECK(expected[i].drafted.empty());

@@ -282,6 +282,9 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
 // Speculative sampling verified on the device keeps the target's law: sequences forked from
 // one prompt (draft-1m, T = 1) each propose one token drawn from q, the same logits at T = 2,
 // and forward_verify accepts or corrects it from the device's p and the sequence's uniforms;
+// the proposals drawn on the host from its q (uploaded), then drawn by a draft forward on the
+// device and left there (enqueue_chains on a second cache and workspace: the verification
+// gathers the tokens and q), whose drafted tokens must follow q as well. Each time,
 // the first emitted token's counts against p (the CPU sampler's distribution of the same
 // logits, a plain forward on the same backend) by Pearson chi-square at alpha = 1e-3. The
 // prompt is the 24-token start of a reference prompt with the most effective cells exp(H(p)). A wiring error
@@ -297,8 +300,10 @@ TEST_CASE("cuda backend: speculative sampling verified on the device follows the
   const auto backend = make_backend(BackendKind::kCuda, model, std::nullopt);
   const auto workspace = backend->make_workspace();
   const int vocab = model.config().vocab_size;
-  KvCache cache(backend->kv_layout(16), 64 + 2 * per_batch);
+  KvCache cache(backend->kv_layout(16), 64 + 2 * per_batch), draft_cache(backend->kv_layout(16), 64 + 2 * per_batch);
   const ForwardContext ctx{*backend, cache, *workspace};
+  const auto draft_workspace = backend->make_workspace();
+  const ForwardContext draft_ctx{*backend, draft_cache, *draft_workspace};
   const auto target = make_sampler(SamplingOptions::sample(1.0f));
   const auto draft = make_sampler(SamplingOptions::sample(2.0f));
 
@@ -329,61 +334,96 @@ TEST_CASE("cuda backend: speculative sampling verified on the device follows the
 
   std::vector<int> prefix_positions(prompt.size() - 1);
   std::iota(prefix_positions.begin(), prefix_positions.end(), 0);
-  const int prefix = cache.create();
-  ctx.run(SequenceRows{prefix, std::span(prompt).first(prompt.size() - 1), prefix_positions, {}, RowLogits::kNone}, {});
-  std::vector<long> counts(static_cast<std::size_t>(vocab), 0);
-  long accepted = 0;
-  Philox rng(41, 0);
+  const std::span<const int> body = std::span(prompt).first(prompt.size() - 1), last = std::span(prompt).last(1);
+  const std::vector<int> last_position{static_cast<int>(prompt.size()) - 1};
+  const int prefix = cache.create(), draft_prefix = draft_cache.create();
+  ctx.run(SequenceRows{prefix, body, prefix_positions, {}, RowLogits::kNone}, {});
+  draft_ctx.run(SequenceRows{draft_prefix, body, prefix_positions, {}, RowLogits::kNone}, {});
+  const std::vector<double> law(p.begin(), p.end()), proposal(q.begin(), q.end());
   const std::vector<int> draw{kDrawSampled, kDrawSampled};
   std::vector<float> q_rows(q);
   q_rows.insert(q_rows.end(), q.begin(), q.end());  // [2, vocab]: the leaf's row is not read
-  for (int b = 0; b < batches; ++b) {
-    std::vector<TokenTree> trees(static_cast<std::size_t>(per_batch));
-    std::vector<TreeVerifyRows> rows(trees.size());
-    std::vector<std::vector<double>> uniforms(trees.size());
-    std::vector<SequenceRows> parts;
-    std::vector<DeviceVerify> verify;
-    for (std::size_t i = 0; i < trees.size(); ++i) {
-      const double u = rng.uniform() * q_cumulative.back();
-      const int token = static_cast<int>(std::upper_bound(q_cumulative.begin(), q_cumulative.end(), u) - q_cumulative.begin());
-      trees[i] = TokenTree::chain(std::span(&token, 1), SiblingDraw::kSampled);
-      for (int k = 0; k < verify_uniform_count(trees[i]); ++k) uniforms[i].push_back(rng.uniform());
-      parts.push_back(rows[i].build(cache.fork(prefix), prompt, trees[i]));
-      DeviceVerify v = tree_request(static_cast<int>(i), trees[i].tokens, trees[i].parent);
-      v.temperature = 1.0f;
-      v.draw = draw;
-      v.q = q_rows;
-      v.uniforms = uniforms[i];
-      verify.push_back(v);
+  const int placeholder = 0;
+  for (const bool on_device : {false, true}) {
+    INFO((on_device ? "proposals drawn on the draft device and left there" : "proposals and q from the host"));
+    std::vector<long> counts(static_cast<std::size_t>(vocab), 0), drafted(static_cast<std::size_t>(vocab), 0);
+    long accepted = 0;
+    Philox rng(41, on_device ? 1 : 0);
+    for (int b = 0; b < batches; ++b) {
+      std::vector<TokenTree> trees(static_cast<std::size_t>(per_batch));
+      std::vector<TreeVerifyRows> rows(trees.size());
+      std::vector<std::vector<double>> uniforms(trees.size());
+      std::vector<double> draft_uniforms(trees.size());
+      std::vector<SequenceRows> parts;
+      std::vector<DeviceChain> chains;
+      for (std::size_t i = 0; i < trees.size(); ++i) {
+        const double u = rng.uniform();
+        int token = placeholder;
+        if (on_device) {
+          draft_uniforms[i] = u;
+          chains.push_back({SequenceRows{draft_cache.fork(draft_prefix), last, last_position, {}, RowLogits::kLast}, 1,
+                            DrawOptions{2.0f, 0, 1.0f, 0.0f}, std::span(draft_uniforms).subspan(i, 1)});
+        } else {
+          token = static_cast<int>(std::upper_bound(q_cumulative.begin(), q_cumulative.end(), u * q_cumulative.back()) -
+                                   q_cumulative.begin());
+        }
+        trees[i] = TokenTree::chain(std::span(&token, 1), SiblingDraw::kSampled);
+        for (int k = 0; k < verify_uniform_count(trees[i]); ++k) uniforms[i].push_back(rng.uniform());
+        parts.push_back(rows[i].build(cache.fork(prefix), prompt, trees[i]));
+      }
+      const EnqueuedChains left = on_device ? draft_ctx.enqueue_chains(chains) : EnqueuedChains{};
+      std::vector<DeviceVerify> verify;
+      for (std::size_t i = 0; i < trees.size(); ++i) {
+        DeviceVerify v = tree_request(static_cast<int>(i), trees[i].tokens, trees[i].parent);
+        v.temperature = 1.0f;
+        v.draw = draw;
+        v.uniforms = uniforms[i];
+        if (on_device) {
+          v.draws = left.draws.get();
+          v.node_draws = left.draw_of[i];
+        } else {
+          v.q = q_rows;
+        }
+        verify.push_back(v);
+      }
+      std::vector<DeviceVerdict> verdicts(verify.size());
+      std::vector<float> unread(static_cast<std::size_t>(logit_rows(parts)) * vocab);  // every row is verified
+      ctx.run(parts, unread, verify, verdicts);
+      for (std::size_t i = 0; i < verdicts.size(); ++i) {
+        ++counts[static_cast<std::size_t>(verdicts[i].tokens.at(0))];
+        if (on_device) ++drafted[static_cast<std::size_t>(verdicts[i].drafted.at(0))];
+        accepted += static_cast<long>(verdicts[i].accepted_nodes.size());
+        cache.free(parts[i].seq);
+      }
+      for (const DeviceChain& chain : chains) draft_cache.free(chain.first.seq);
     }
-    std::vector<DeviceVerdict> verdicts(verify.size());
-    std::vector<float> unread(static_cast<std::size_t>(logit_rows(parts)) * vocab);  // every row is verified
-    ctx.run(parts, unread, verify, verdicts);
-    for (std::size_t i = 0; i < verdicts.size(); ++i) {
-      ++counts[static_cast<std::size_t>(verdicts[i].tokens.at(0))];
-      accepted += static_cast<long>(verdicts[i].accepted_nodes.size());
-      cache.free(parts[i].seq);
+    const long samples = static_cast<long>(batches) * per_batch;
+    const test::ChiSquare chi = test::chi_square(counts, law);
+    INFO("prompt of " << prompt.size() << " tokens, exp(H(p)) " << best << "; " << samples << " samples, " << accepted
+                      << " drafts accepted; chi2 " << chi.statistic << " df " << chi.df << " p-value " << chi.p_value);
+    CHECK(accepted > samples / 10);  // the acceptance rule ran both ways
+    CHECK(accepted < samples - samples / 10);
+    CHECK(chi.impossible == 0);
+    CHECK(chi.p_value > kAlpha);
+    if (on_device) {  // the drafted tokens follow q
+      const test::ChiSquare draft_chi = test::chi_square(drafted, proposal);
+      INFO("drafted tokens against q: chi2 " << draft_chi.statistic << " df " << draft_chi.df << " p-value "
+                                             << draft_chi.p_value);
+      CHECK(draft_chi.impossible == 0);
+      CHECK(draft_chi.p_value > kAlpha);
     }
-  }
-  const long samples = static_cast<long>(batches) * per_batch;
-  const std::vector<double> law(p.begin(), p.end()), proposal(q.begin(), q.end());
-  const test::ChiSquare chi = test::chi_square(counts, law);
-  INFO("prompt of " << prompt.size() << " tokens, exp(H(p)) " << best << "; " << samples << " samples, " << accepted
-                    << " drafts accepted; chi2 " << chi.statistic << " df " << chi.df << " p-value " << chi.p_value);
-  CHECK(accepted > samples / 10);            // the acceptance rule ran both ways
-  CHECK(accepted < samples - samples / 10);
-  CHECK(chi.impossible == 0);
-  CHECK(chi.p_value > kAlpha);
-  if (!test::kSanitized) {
-    const double detected = test::tv_at_power(law, proposal, samples, kAlpha, 0.9, 200, 5);
-    const double at_one_percent =
-        test::chi_square_power(law, test::toward(law, proposal, 0.01), samples, kAlpha, 200, 6);
-    INFO("power 0.9 from a shift towards q of total variation " << detected << " (TV(p, q) "
-                                                                << test::total_variation(law, proposal)
-                                                                << "); power at 0.01: " << at_one_percent);
-    CHECK(detected <= kDetectedShift);
+    if (!test::kSanitized && !on_device) {  // the power: the same sample size, the same p and q
+      const double detected = test::tv_at_power(law, proposal, samples, kAlpha, 0.9, 200, 5);
+      const double at_one_percent =
+          test::chi_square_power(law, test::toward(law, proposal, 0.01), samples, kAlpha, 200, 6);
+      INFO("power 0.9 from a shift towards q of total variation " << detected << " (TV(p, q) "
+                                                                  << test::total_variation(law, proposal)
+                                                                  << "); power at 0.01: " << at_one_percent);
+      CHECK(detected <= kDetectedShift);
+    }
   }
   cache.free(prefix);
+  draft_cache.free(draft_prefix);
 }
 
 // The greedy chains, trees and n-grams of the scheduler, with every sequence step verified on

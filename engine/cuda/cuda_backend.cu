@@ -252,13 +252,14 @@ class CudaBackend : public Backend {
       ws.verify_back.reserve(align_up(result_bytes, 1 << 16));
     }
     std::memcpy(ws.verify_staging.ptr, up.data.data(), up.upload_bytes);  // the stream reads it only after this
-    if (options_.graphs && feeds.gathers.empty()) {
+    enqueue_verify_inputs(up, ws, feeds);
+    if (options_.graphs) {
       const std::vector<std::size_t> shape = up.shape();
       auto it = ws.verify_graphs.find(shape);
       if (it == ws.verify_graphs.end() && !ws.verify_seen.insert(shape).second) {
         CUDA_CHECK(cudaStreamSynchronize(s));  // no graph dropped below is still queued
         ws.make_verify_room();
-        const cudaGraphExec_t exec = capture_graph(s, [&] { enqueue_verify(up, ws, feeds); });
+        const cudaGraphExec_t exec = capture_graph(s, [&] { enqueue_verify(up, ws); });
         it = ws.verify_graphs.emplace(shape, VerifyGraph{exec, 0}).first;
         ++live_graphs;
       }
@@ -267,10 +268,10 @@ class CudaBackend : public Backend {
         it->second.last_used = ws.steps;
         CUDA_CHECK(cudaGraphLaunch(it->second.exec, s));
       } else {
-        enqueue_verify(up, ws, feeds);
+        enqueue_verify(up, ws);
       }
     } else {
-      enqueue_verify(up, ws, feeds);
+      enqueue_verify(up, ws);
     }
     CUDA_CHECK(cudaEventRecord(ws.marks[2], s));
     const float* device_logits = ws.logits.as<float>();
@@ -566,7 +567,27 @@ class CudaBackend : public Backend {
   // kernel per run of verified logit rows (p for stochastic contexts, the argmax for greedy
   // ones, a draw with uniform 0 whose -1 marks a row the CPU refuses), the greedy and the
   // stochastic verification kernels, the result into verify_back.
-  void enqueue_verify(const VerifyUpload& up, CudaWorkspace& ws, const DrawFeeds& feeds) const {
+  // The verification's upload, then the device draws gathered into its nodes and q rows: what
+  // changes from one step of a shape to the next outside the verification's graph (the draws
+  // sit in the draft workspace, whose buffers move).
+  void enqueue_verify_inputs(const VerifyUpload& up, CudaWorkspace& ws, const DrawFeeds& feeds) const {
+    const int vocab = config().vocab_size;
+    const cudaStream_t s = ws.stream;
+    unsigned char* base = ws.verify.as<unsigned char>();
+    CUDA_CHECK(cudaMemcpyAsync(base, ws.verify_staging.ptr, up.upload_bytes, cudaMemcpyHostToDevice, s));
+    const int* feed_index = ws.draw_feeds.as<int>();
+    for (const DrawGather& g : feeds.gathers) {
+      launch_gather_tokens(g.draws->tokens(), feed_index + g.nodes_at, reinterpret_cast<int*>(base + up.at.tokens), 1,
+                           up.nodes, s);
+      if (g.draws->keeps_q())
+        launch_copy_rows(g.draws->probs(), vocab, feed_index + g.q_at, reinterpret_cast<float*>(base + up.at.q), vocab,
+                         up.contexts - up.greedy_contexts, vocab, s);
+    }
+  }
+
+  // The verification of the uploaded inputs (captured as a graph per shape): sampling, the
+  // greedy and stochastic kernels, the results back to the pinned buffer.
+  void enqueue_verify(const VerifyUpload& up, CudaWorkspace& ws) const {
     const int vocab = config().vocab_size;
     const cudaStream_t s = ws.stream;
     unsigned char* base = ws.verify.as<unsigned char>();
@@ -574,15 +595,7 @@ class CudaBackend : public Backend {
     const auto ints = [&](std::size_t offset) { return static_cast<int*>(at(offset)); };
     const auto floats = [&](std::size_t offset) { return static_cast<float*>(at(offset)); };
     const auto doubles = [&](std::size_t offset) { return static_cast<double*>(at(offset)); };
-    CUDA_CHECK(cudaMemcpyAsync(base, ws.verify_staging.ptr, up.upload_bytes, cudaMemcpyHostToDevice, s));
     const std::size_t v = static_cast<std::size_t>(vocab);
-    const int* feed_index = ws.draw_feeds.as<int>();
-    for (const DrawGather& g : feeds.gathers) {
-      launch_gather_tokens(g.draws->tokens(), feed_index + g.nodes_at, ints(up.at.tokens), 1, up.nodes, s);
-      if (g.draws->keeps_q())
-        launch_copy_rows(g.draws->probs(), vocab, feed_index + g.q_at, floats(up.at.q), vocab,
-                         up.contexts - up.greedy_contexts, vocab, s);
-    }
     int* sampled = ints(up.at.result);
     float* probs = floats(up.at.probs);
     for (const VerifyUpload::Run& run : up.sample_runs)
