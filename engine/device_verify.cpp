@@ -56,6 +56,12 @@ void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
     SPECULA_CHECK(v.top_k >= 0, where(), "top_k ", v.top_k, " is negative");
     SPECULA_CHECK(v.top_p > 0 && v.top_p <= 1, where(), "top_p ", v.top_p, " is outside (0, 1]");
     SPECULA_CHECK(v.min_p >= 0 && v.min_p <= 1, where(), "min_p ", v.min_p, " is outside [0, 1]");
+    if (v.block) {
+      SPECULA_CHECK(!v.greedy(), where(), "block verification takes a sampled tree (temperature > 0)");
+      for (int j = 0; j < n; ++j)
+        SPECULA_CHECK(v.parents[static_cast<std::size_t>(j)] == j - 1, where(), "block verification takes a chain; node ",
+                      j, " has parent ", v.parents[static_cast<std::size_t>(j)]);
+    }
     if (v.greedy()) continue;
     SPECULA_CHECK(static_cast<int>(v.draw.size()) == n + 1, where(), "draw has ", v.draw.size(), " codes; need ",
                   n + 1);

@@ -121,7 +121,7 @@ const VerifyResult& SpeculativeSequence::verify_and_commit(std::span<const float
 
 bool SpeculativeSequence::verifies_on_device() const {
   return target_.backend.verifies_on_device() && !controls_.active() && logprob_top_ < 0 &&
-         (sampler_.is_greedy() || rule_ == VerifyRule::kToken);
+         (sampler_.is_greedy() || rule_ != VerifyRule::kTraversal);
 }
 
 DeviceVerify SpeculativeSequence::device_verify(int part, const SamplingOptions& sampling) {
@@ -143,6 +143,7 @@ DeviceVerify SpeculativeSequence::device_verify(int part, const SamplingOptions&
   v.draw = draw_codes_;
   v.q = proposal_.q;
   v.uniforms = uniforms_;
+  v.block = rule_ == VerifyRule::kBlock;
   return v;
 }
 

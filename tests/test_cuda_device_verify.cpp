@@ -1,7 +1,7 @@
 // Verification on the device (Backend::forward_verify, engine/device_verify.h):
 // - [gpu] (the host execution of the CUDA sources runs these in CI): on the CUDA backend its
-//   verdicts equal verify_greedy / verify_stochastic's over the sampler's p of the same rows'
-//   logits (a plain forward of the same batch on other forks: bitwise equal by batch
+//   verdicts equal verify_greedy / verify_stochastic's (verify_block's for chains marked block)
+//   over the sampler's p of the same rows' logits (a plain forward of the same batch on other forks: bitwise equal by batch
 //   invariance), for trees of several shapes, every sibling-draw mode, every sampling transform,
 //   with and without q, beside spans it does not verify (whose logits still come back while the
 //   verified spans' rows stay unwritten); speculative sampling verified on the device follows
@@ -25,6 +25,7 @@
 #include "tests/test_gpu_support.h"
 #include "tests/test_runtime_support.h"
 #include "tests/test_verify_support.h"
+#include "verify/block_verifier.h"
 #include "verify/verifier.h"
 
 namespace specula {
@@ -48,6 +49,7 @@ struct Case {
   std::vector<int> draw;
   std::vector<float> q;
   std::vector<double> uniforms;
+  bool block = false;  // a chain verified by verify_block
   DeviceVerify request(int part) const {
     DeviceVerify v = tree_request(part, tree.tokens, tree.parent);
     if (sampling.strategy == Strategy::kGreedy) return v;
@@ -58,6 +60,7 @@ struct Case {
     v.draw = draw;
     v.q = q;
     v.uniforms = uniforms;
+    v.block = block;
     return v;
   }
 };
@@ -147,8 +150,8 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
   const std::vector<int> wrong_first{(bases[1].chain[0] + 1) % vocab, bases[1].chain[1]};
   std::vector<Case> cases;
   const auto add = [&](SamplingOptions o, std::span<const int> chain, int siblings,
-                       const std::function<SiblingDraw(int)>& draw_of, bool with_q) {
-    Case c{o, make_tree(rng, chain, siblings, vocab, draw_of), {}, {}, {}};
+                       const std::function<SiblingDraw(int)>& draw_of, bool with_q, bool block = false) {
+    Case c{o, make_tree(rng, chain, siblings, vocab, draw_of), {}, {}, {}, block};
     for (const SiblingDraw d : c.tree.draw) c.draw.push_back(static_cast<int>(d));
     if (with_q) c.q = make_q(rng, c.tree, vocab);
     std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -165,13 +168,16 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
   add(SamplingOptions::sample(0.9f, 50, 0.8f, 0.02f), {}, 0, all(SiblingDraw::kSampled), false);
   add(SamplingOptions{}, wrong_first, 1, all(SiblingDraw::kTopK), false);
   add(SamplingOptions::sample(1.5f), chain1, 0, all(SiblingDraw::kSampled), true);
+  add(SamplingOptions::sample(1.0f), chain0, 0, all(SiblingDraw::kSampled), true, true);  // block verification
+  add(SamplingOptions::sample(1.2f, 0, 0.9f), chain1, 0, all(SiblingDraw::kTopK), false, true);
 
   // The batch: the verified spans with two spans beside them (a decode row, a prefill chunk).
   struct Part {
     int verified = -1;  // index into cases, or -1
     int base = 0;
   };
-  std::vector<Part> layout{{0, 0}, {-1, 1}, {2, 1}, {3, 0}, {-1, 0}, {1, 0}, {4, 1}, {5, 0}, {6, 1}, {7, 1}, {8, 1}};
+  std::vector<Part> layout{{0, 0}, {-1, 1}, {2, 1}, {3, 0}, {-1, 0}, {1, 0}, {4, 1},
+                           {5, 0}, {6, 1}, {7, 1}, {8, 1}, {9, 0}, {10, 1}};
   // Builds the batch on fresh forks; the prefill chunk (the second unverified span) is a new sequence.
   struct Batch {
     std::vector<SequenceRows> parts;
@@ -251,7 +257,8 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
         std::vector<float> p(mine.size());
         for (std::size_t ctx_row = 0; ctx_row < n; ++ctx_row)
           sampler->distribution(mine.subspan(ctx_row * vocab, vocab), std::span(p).subspan(ctx_row * vocab, vocab));
-        want = verify_stochastic(c.tree, p, c.q, vocab, c.uniforms);
+        want = c.block ? verify_block(c.tree, p, c.q, vocab, c.uniforms)
+                       : verify_stochastic(c.tree, p, c.q, vocab, c.uniforms);
       }
       const DeviceVerdict& got = verdicts[k++];
       CHECK(got.accepted_nodes == want.accepted_nodes);
@@ -405,7 +412,7 @@ TEST_CASE("cuda backend: speculative sampling verified on the device follows the
     CHECK(accepted < samples - samples / 10);
     CHECK(chi.impossible == 0);
     CHECK(chi.p_value > kAlpha);
-    if (on_device) {  // the drafted tokens follow q
+    if (on_device && !test::kSanitized) {  // the drafted tokens follow q (64 samples pool into one cell)
       const test::ChiSquare draft_chi = test::chi_square(drafted, proposal);
       INFO("drafted tokens against q: chi2 " << draft_chi.statistic << " df " << draft_chi.df << " p-value "
                                              << draft_chi.p_value);
@@ -526,6 +533,15 @@ TEST_CASE("device verification: malformed requests are refused naming the entry 
   v = sampled;
   v.q = {};
   refused(v, "context 0 has children drawn from q");
+  v = sampled;
+  v.block = true;
+  CHECK_NOTHROW(check_device_verify(batch, std::vector{v}, vocab));
+  const std::vector<int> branching{-1, -1};
+  v.parents = branching;
+  refused(v, "block verification takes a chain; node 1 has parent -1");
+  v = greedy;
+  v.block = true;
+  refused(v, "block verification takes a sampled tree");
   CHECK_THROWS_WITH(check_device_verify(batch, std::vector{greedy, greedy}, vocab),
                     Contains("entry 1") && Contains("verified twice"));
 
@@ -554,6 +570,7 @@ TEST_CASE("device verification: pack_verify puts greedy sequences first and runs
   sampled.top_k = 3;
   sampled.draw = draw;
   sampled.uniforms = uniforms;
+  sampled.block = true;
   const std::vector<DeviceVerify> verify{sampled, tree_request(2, one, one_parent),
                                          tree_request(3, {}, {})};
   const cuda::VerifyUpload up = cuda::pack_verify(batch, verify, vocab);
@@ -581,8 +598,11 @@ TEST_CASE("device verification: pack_verify puts greedy sequences first and runs
   };
   CHECK(floats(up.at.temperature, 0) == 0.0f);
   CHECK(floats(up.at.temperature, 3) == 0.5f);
+  int block = 0;  // the stochastic sequence's rule
+  std::memcpy(&block, up.data.data() + up.at.block, sizeof(int));
+  CHECK(block == 1);
   CHECK(up.at.result + up.result_ints() * sizeof(int) <= up.device_bytes);
-  // Its shape: the same for other tokens, options and uniforms, not for another tree or order.
+  // Its shape: the same for other tokens, options, uniforms and rule, not for another tree or order.
   const std::vector<int> other_two{7, 8}, other_one{9};
   const std::vector<double> other_uniforms{0.9, 0.8, 0.7, 0.6, 0.5};
   DeviceVerify resampled = tree_request(0, other_two, two_parents);
@@ -597,6 +617,7 @@ TEST_CASE("device verification: pack_verify puts greedy sequences first and runs
         up.shape());
   DeviceVerify greedy_first = sampled;
   greedy_first.temperature = 0;
+  greedy_first.block = false;
   CHECK(cuda::pack_verify(batch, std::vector<DeviceVerify>{greedy_first, tree_request(2, one, one_parent),
                                                            tree_request(3, {}, {})},
                           vocab)

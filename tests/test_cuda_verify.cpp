@@ -1,5 +1,6 @@
 // The tree-verification kernels (engine/cuda/verify_tree.cu) against verify_greedy and
-// verify_stochastic ([gpu]: on a GPU, and on the host execution in CI): random trees of every
+// verify_stochastic, and verify_block on half of the chains ([gpu]: on a GPU, and on the host
+// execution in CI): random trees of every
 // shape (empty, chains, static trees, bushes, random topologies) and draw mode (each of the
 // three, and mixed per context; duplicate siblings under kSampled), random p, q and uniforms
 // (zeros, ties, one-hot rows, subnormal entries, vocabularies of 2-512; uniforms at and beside
@@ -24,6 +25,8 @@
 #include "tests/test_gpu_support.h"
 #include "tests/test_support.h"
 #include "verify/token_tree.h"
+#include "verify/block_verifier.h"
+#include "verify/verify_rule.h"
 #include "verify/verifier.h"
 
 namespace specula {
@@ -90,7 +93,14 @@ struct Case {
   std::vector<double> uniforms;
   std::vector<int> argmax;
   std::string shape;
+  bool block = false;  // a chain verified by verify_block rather than verify_stochastic
 };
+
+// What the CPU's stochastic rule for `c` emits.
+VerifyResult cpu_stochastic(const Case& c) {
+  return c.block ? verify_block(c.tree, c.p, c.q, c.vocab, c.uniforms)
+                 : verify_stochastic(c.tree, c.p, c.q, c.vocab, c.uniforms);
+}
 
 // Parents of a tree of one of the shapes (nodes in topological order).
 std::vector<int> random_parents(Rng& rng, std::string& shape) {
@@ -137,21 +147,27 @@ std::vector<int> random_parents(Rng& rng, std::string& shape) {
   return parent;
 }
 
-// Moves one uniform that verify_stochastic reads (an acceptance test along its walk, or the
-// final draw) to one side of the point where the CPU's verdict changes, found by bisection
+// Moves one uniform that the case's rule reads (verify_stochastic: an acceptance test along its
+// walk; verify_block: a stop test from the leaf down to the kept length; either: the final
+// draw) to one side of the point where the CPU's verdict changes, found by bisection
 // over the doubles in [0, 1): a kernel whose arithmetic differs from the CPU's by one
 // rounding there gives another verdict.
 void place_on_boundary(Rng& rng, Case& c) {
   const int n = c.tree.size();
   auto verdict_at = [&](int k, double u) {
     c.uniforms[k] = u;
-    return verify_stochastic(c.tree, c.p, c.q, c.vocab, c.uniforms);
+    return cpu_stochastic(c);
   };
-  const VerifyResult now = verify_stochastic(c.tree, c.p, c.q, c.vocab, c.uniforms);
-  // The uniforms read: each visited context's children up to the accepted one, then the draw.
+  const VerifyResult now = cpu_stochastic(c);
+  // The uniforms read: each visited context's children up to the accepted one, then the draw
+  // (block: the stop tests of depths n down to the kept length, then the draw).
   std::vector<int> read;
   int context = 0;
-  for (std::size_t d = 0;; ++d) {
+  if (c.block) {
+    context = static_cast<int>(now.accepted_nodes.size());
+    for (int i = std::max(context, 1); i <= n; ++i) read.push_back(i - 1);
+  }
+  for (std::size_t d = 0; !c.block; ++d) {
     const int accepted = d < now.accepted_nodes.size() ? now.accepted_nodes[d] : -1;
     for (int child = c.tree.first_child(context); child >= 0; child = c.tree.next_sibling(child)) {
       read.push_back(child);
@@ -230,6 +246,11 @@ Case random_case(Rng& rng) {
   for (int i = 0; i < n; ++i) c.tree.add_node(parent[i], tokens[i]);
   c.tree.draw = draw;
   c.tree.validate(c.vocab);
+  // Half of the chains (empty trees included) verified by the block rule.
+  if (rule_takes(VerifyRule::kBlock, c.tree) && coin(rng, 0.5)) {
+    c.block = true;
+    c.shape += " block";
+  }
   // Uniforms: random, or 0, or at / beside a boundary: the first acceptance test of a node
   // (p(x) / q(x), r = p and q_1 = q), the residual's CDF at a random token (prefix sums of p
   // over its lane_sum-order total).
@@ -280,6 +301,7 @@ cuda::harness::TreeBatch flatten(const std::vector<Case>& cases, int vocab) {
     b.p.insert(b.p.end(), c.p.begin(), c.p.end());
     b.q.insert(b.q.end(), c.q.begin(), c.q.end());
     b.uniforms.insert(b.uniforms.end(), c.uniforms.begin(), c.uniforms.end());
+    b.block.push_back(c.block ? 1 : 0);
   }
   return b;
 }
@@ -321,7 +343,7 @@ TEST_CASE("cuda kernels: tree verification emits exactly what verify_greedy and 
   constexpr int kPerLaunch = 1000;
   Rng rng(38);
   const auto start = std::chrono::steady_clock::now();
-  int trees = 0, mismatches = 0, deep = 0, corrected = 0, empty = 0;
+  int trees = 0, mismatches = 0, deep = 0, corrected = 0, empty = 0, block = 0, block_deep = 0;
   int kernel_launches = 0;
   std::map<int, std::vector<Case>> pending;  // by vocabulary
   auto run = [&](std::vector<Case>& cases) {
@@ -332,8 +354,7 @@ TEST_CASE("cuda kernels: tree verification emits exactly what verify_greedy and 
       ++kernel_launches;
       for (std::size_t s = 0; s < cases.size(); ++s) {
         const Case& c = cases[s];
-        const VerifyResult cpu = greedy ? verify_greedy(c.tree, c.argmax)
-                                        : verify_stochastic(c.tree, c.p, c.q, c.vocab, c.uniforms);
+        const VerifyResult cpu = greedy ? verify_greedy(c.tree, c.argmax) : cpu_stochastic(c);
         const VerifyResult gpu = verdict(out, batch, static_cast<int>(s));
         if (cpu.accepted_nodes != gpu.accepted_nodes || cpu.tokens != gpu.tokens) {
           if (++mismatches <= 5) {
@@ -345,6 +366,8 @@ TEST_CASE("cuda kernels: tree verification emits exactly what verify_greedy and 
           deep += cpu.accepted_nodes.size() >= 2;
           empty += c.tree.size() == 0;
           corrected += c.tree.size() > 0 && cpu.accepted_nodes.empty();
+          block += c.block;
+          block_deep += c.block && cpu.accepted_nodes.size() >= 2;
         }
       }
     }
@@ -361,7 +384,8 @@ TEST_CASE("cuda kernels: tree verification emits exactly what verify_greedy and 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   WARN("tree verification: " << trees << " trees, " << kernel_launches << " launches, " << mismatches
                              << " mismatches; " << deep << " accepted 2+ nodes, " << corrected
-                             << " rejected every root child, " << empty << " empty; " << seconds << " s"
+                             << " rejected every root child, " << empty << " empty, " << block << " block-verified ("
+                             << block_deep << " kept 2+); " << seconds << " s"
                              << (test::host_execution() ? " (host execution)" : ""));
   CHECK(trees == total);
   CHECK(mismatches == 0);
@@ -369,6 +393,8 @@ TEST_CASE("cuda kernels: tree verification emits exactly what verify_greedy and 
   CHECK(deep > total / 20);
   CHECK(corrected > total / 20);
   CHECK(empty > total / 20);
+  CHECK(block > total / 20);
+  CHECK(block_deep > total / 100);
 }
 
 }  // namespace specula

@@ -216,10 +216,11 @@ TreeVerdicts verify_tree(const TreeBatch& batch, bool greedy) {
   Device<int> draw(view(batch.draw), s);
   Device<float> p(view(batch.p), s), q(view(batch.q), s);
   Device<double> uniforms(view(batch.uniforms), s);
+  Device<int> block(view(batch.block), s);
   Device<double> workspace(static_cast<std::size_t>(sequences) * 2 * batch.vocab, s);
   launch_verify_stochastic(indptr.ptr, tokens.ptr, parent.ptr, draw.ptr, p.ptr, batch.q.empty() ? nullptr : q.ptr,
-                           uniforms.ptr, batch.vocab, sequences, workspace.ptr, count.ptr, accepted.ptr,
-                           out_tokens.ptr, s.s);
+                           uniforms.ptr, batch.block.empty() ? nullptr : block.ptr, batch.vocab, sequences,
+                           workspace.ptr, count.ptr, accepted.ptr, out_tokens.ptr, s.s);
   return {count.get(), accepted.get(), out_tokens.get()};
 }
 

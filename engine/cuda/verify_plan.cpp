@@ -36,6 +36,7 @@ std::vector<std::size_t> VerifyUpload::shape() const {
                                at.tokens,
                                at.parents,
                                at.draw,
+                               at.block,
                                at.top_k,
                                at.temperature,
                                at.top_p,
@@ -69,7 +70,7 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   up.sequence.assign(verify.size(), 0);
   up.first_node.assign(verify.size(), 0);
   up.first_context.assign(verify.size(), 0);
-  std::vector<int> greedy_indptr{0}, stochastic_indptr{0}, tokens, parents, draw, top_k;
+  std::vector<int> greedy_indptr{0}, stochastic_indptr{0}, tokens, parents, draw, block, top_k;
   std::vector<float> temperature, top_p, min_p;
   std::vector<double> uniforms;
   for (std::size_t k = 0; k < order.size(); ++k) {
@@ -91,6 +92,7 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
     min_p.insert(min_p.end(), static_cast<std::size_t>(n + 1), v.min_p);
     if (!v.greedy()) {
       draw.insert(draw.end(), v.draw.begin(), v.draw.end());
+      block.push_back(v.block ? 1 : 0);
       uniforms.insert(uniforms.end(), v.uniforms.begin(), v.uniforms.end());
     }
   }
@@ -108,6 +110,7 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   up.at.tokens = take(tokens.size() * sizeof(int));
   up.at.parents = take(parents.size() * sizeof(int));
   up.at.draw = take(draw.size() * sizeof(int));
+  up.at.block = take(block.size() * sizeof(int));
   up.at.top_k = take(contexts * sizeof(int));
   up.at.temperature = take(contexts * sizeof(float));
   up.at.top_p = take(contexts * sizeof(float));
@@ -127,6 +130,7 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   put(up.data, up.at.tokens, std::span<const int>(tokens));
   put(up.data, up.at.parents, std::span<const int>(parents));
   put(up.data, up.at.draw, std::span<const int>(draw));
+  put(up.data, up.at.block, std::span<const int>(block));
   put(up.data, up.at.top_k, std::span<const int>(top_k));
   put(up.data, up.at.temperature, std::span<const float>(temperature));
   put(up.data, up.at.top_p, std::span<const float>(top_p));

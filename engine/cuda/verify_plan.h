@@ -28,6 +28,7 @@ struct VerifyUpload {
     std::size_t stochastic_indptr = 0;  // [stochastic + 1] int, from 0 within the stochastic batch
     std::size_t tokens = 0, parents = 0;  // [nodes] int (parents local to their sequence)
     std::size_t draw = 0;               // [stochastic contexts] int, kDraw* codes
+    std::size_t block = 0;              // [stochastic] int, 1: the sequence is block-verified (DeviceVerify::block)
     std::size_t top_k = 0;              // [contexts] int
     std::size_t temperature = 0, top_p = 0, min_p = 0;  // [contexts] float (greedy contexts: temperature 0)
     std::size_t draw_uniforms = 0;      // [contexts] double, zeros: the sampling kernel's draws mark refused rows

@@ -1,6 +1,7 @@
 // The tree-verification kernels (verify_tree.h's flat batch, one block per sequence) and their
 // launchers. Each emits exactly what verify/verifier.cpp's verify_greedy / verify_stochastic
-// emit for the same inputs: the stochastic kernel repeats verify/residual.cpp's double
+// (and verify/block_verifier.cpp's verify_block, for the chains marked block) emit for the
+// same inputs: the stochastic kernel repeats verify/residual.cpp's double
 // arithmetic operation for operation, in the same order, through the round-to-nearest
 // intrinsics (so nvcc contracts nothing), and every sum the CPU takes serially is taken
 // serially by thread 0; only elementwise work is spread over the block. It relies on nvcc's
@@ -63,6 +64,19 @@ __device__ int sample_scan(const T* weights, int vocab, double target) {
   return chosen;
 }
 
+// values[0] + values[1] + ... in order, one add at a time (a CPU loop's `sum += w`), taken by
+// thread 0 after a barrier and returned to every thread through `shared`.
+__device__ double serial_sum(const double* values, int size, double& shared) {
+  __syncthreads();  // every thread's writes of values are done
+  if (threadIdx.x == 0) {
+    double sum = 0.0;
+    for (int i = 0; i < size; ++i) sum = __dadd_rn(sum, values[i]);
+    shared = sum;
+  }
+  __syncthreads();
+  return shared;
+}
+
 // The same scan over a probability row read as double (a fresh Residual of the row).
 __device__ int sample_row(const float* row, int vocab, double u) {
   const double total = lane_sum(row, vocab);
@@ -83,6 +97,81 @@ __device__ void write_result(const int* tokens, const int* parent, int last, int
     out_tokens[at] = tokens[i];
   }
   out_tokens[depth] = final_token;
+}
+
+// q_c(x) as verify/block_verifier.cpp's draft_prob reads it: the draft row at context c, or
+// the point mass on the chain's next token where the context's draw is kTopK.
+__device__ __forceinline__ double block_draft_prob(const int* tok, int mode, const float* q_row, int c, int x) {
+  if (mode == kDrawTopK) return x == tok[c] ? 1.0 : 0.0;
+  return static_cast<double>(q_row[x]);
+}
+
+// block_weights' keep_i for the chain's first i tokens (keep_0 = 1), recomputed from the start
+// so that no per-depth storage is needed. Every thread.
+__device__ double block_keep(const int* tok, const int* draw, const float* p, const float* q, int vocab, int i) {
+  double keep = 1.0;
+  for (int k = 1; k <= i; ++k) {
+    const int c = k - 1, x = tok[c];
+    const std::size_t row = static_cast<std::size_t>(c) * vocab;
+    const double px = static_cast<double>(p[row + x]);
+    const double qx = block_draft_prob(tok, draw[c], draw[c] == kDrawTopK ? nullptr : q + row, c, x);
+    if (keep <= 0.0 || px <= 0.0) {
+      keep = 0.0;
+    } else if (qx <= 0.0) {
+      keep = 1.0;
+    } else {
+      const double ratio = __ddiv_rn(__dmul_rn(keep, px), qx);
+      keep = ratio < 1.0 ? ratio : 1.0;  // std::min(1.0, ratio)
+    }
+  }
+  return keep;
+}
+
+// r[x] = max(keep p_c(x) - q_c(x), 0) for every token, spread over the block (block_weights'
+// rho terms, block_residual's weights).
+__device__ void block_residual_weights(const int* tok, const int* draw, const float* p, const float* q, int vocab,
+                                       int c, double keep, double* r) {
+  const std::size_t row = static_cast<std::size_t>(c) * vocab;
+  const float* q_row = draw[c] == kDrawTopK ? nullptr : q + row;
+  for (int x = threadIdx.x; x < vocab; x += blockDim.x)
+    r[x] = max_zero(__dsub_rn(__dmul_rn(keep, static_cast<double>(p[row + x])), block_draft_prob(tok, draw[c], q_row, c, x)));
+}
+
+// verify_block for one chain of n nodes (verify/block_verifier.cpp, operation for operation):
+// from i = n down, stop_i (keep_n at the leaf; else rho_i / (rho_i + 1 - keep_i), rho_i's
+// terms spread over the block and summed serially in token order by thread 0) against
+// uniform i - 1; then the residual max(keep_tau p_tau - q_tau, 0) (p_n itself at tau = n)
+// drawn with uniform n + tau, p_tau where the residual is empty. p, q, draw, u start at the
+// sequence's first context / uniform; r: [vocab] scratch. Every thread; thread 0 writes.
+__device__ void verify_block_chain(const int* tok, const int* par, const int* draw, const float* p, const float* q,
+                                   const double* u, int n, int vocab, double* r, double& shared_sum, int* count,
+                                   int* accepted_nodes, int* out_tokens) {
+  int tau = 0;
+  for (int i = n; i >= 1 && tau == 0; --i) {
+    const double keep = block_keep(tok, draw, p, q, vocab, i);
+    double stop = keep;
+    if (i < n) {  // r is free: the last serial_sum's reads ended at its barrier
+      block_residual_weights(tok, draw, p, q, vocab, i, keep, r);
+      const double rho = serial_sum(r, vocab, shared_sum);
+      const double denominator = __dsub_rn(__dadd_rn(rho, 1.0), keep);
+      stop = denominator > 0.0 ? __ddiv_rn(rho, denominator) : 0.0;
+    }
+    if (u[i - 1] < stop) tau = i;
+  }
+  const float* p_row = p + static_cast<std::size_t>(tau) * vocab;
+  const double uc = u[n + tau];
+  if (tau < n) {
+    block_residual_weights(tok, draw, p, q, vocab, tau, block_keep(tok, draw, p, q, vocab, tau), r);
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  int token = -1;
+  if (tau < n) {
+    const double total = lane_sum(r, vocab);
+    token = total <= 0.0 ? -1 : sample_scan(r, vocab, __dmul_rn(uc, total));
+  }
+  if (token < 0) token = sample_row(p_row, vocab, uc);
+  write_result(tok, par, tau - 1, token, count, accepted_nodes, out_tokens);
 }
 
 // ---- kernels ----
@@ -130,8 +219,8 @@ __global__ void verify_greedy_kernel(const int* node_indptr, const int* tokens, 
 // same walk (its decisions read only values made visible by a barrier); thread 0 takes the
 // serial sums and writes the result.
 __global__ void verify_stochastic_kernel(const int* node_indptr, const int* tokens, const int* parent, const int* draw,
-                                         const float* p, const float* q, const double* uniforms, int vocab,
-                                         double* workspace, int* accepted_count, int* accepted_nodes,
+                                         const float* p, const float* q, const double* uniforms, const int* block,
+                                         int vocab, double* workspace, int* accepted_count, int* accepted_nodes,
                                          int* out_tokens) {
   __shared__ double shared_mass;
   const int s = blockIdx.x;
@@ -142,6 +231,12 @@ __global__ void verify_stochastic_kernel(const int* node_indptr, const int* toke
   const double* u = uniforms + 2 * first + s;
   double* r = workspace + static_cast<std::size_t>(s) * 2 * vocab;
   double* qj = r + vocab;
+  if (block != nullptr && block[s] != 0) {
+    const std::size_t row = static_cast<std::size_t>(contexts) * vocab;
+    verify_block_chain(tok, par, draw + contexts, p + row, q == nullptr ? nullptr : q + row, u, n, vocab, r,
+                       shared_mass, accepted_count + s, accepted_nodes + first, out_tokens + contexts);
+    return;
+  }
   int context = 0, last = -1;
   for (;;) {
     const int mode = draw[contexts + context];
@@ -177,14 +272,7 @@ __global__ void verify_stochastic_kernel(const int* node_indptr, const int* toke
         if (!(r_mass <= 0.0 || q_mass <= 0.0)) {
           for (int v = threadIdx.x; v < vocab; v += blockDim.x)
             r[v] = max_zero(__dsub_rn(__ddiv_rn(r[v], r_mass), __ddiv_rn(qj[v], q_mass)));
-          __syncthreads();
-          if (threadIdx.x == 0) {
-            double mass = 0.0;
-            for (int v = 0; v < vocab; ++v) mass = __dadd_rn(mass, r[v]);
-            shared_mass = mass;
-          }
-          __syncthreads();
-          r_mass = shared_mass;
+          r_mass = serial_sum(r, vocab, shared_mass);
           dense = true;
         }
         // q_j.remove(x)
@@ -236,12 +324,12 @@ void launch_verify_greedy(const int* node_indptr, const int* tokens, const int* 
 }
 
 void launch_verify_stochastic(const int* node_indptr, const int* tokens, const int* parent, const int* draw,
-                              const float* p, const float* q, const double* uniforms, int vocab, int num_sequences,
-                              double* workspace, int* accepted_count, int* accepted_nodes, int* out_tokens,
-                              cudaStream_t stream) {
+                              const float* p, const float* q, const double* uniforms, const int* block, int vocab,
+                              int num_sequences, double* workspace, int* accepted_count, int* accepted_nodes,
+                              int* out_tokens, cudaStream_t stream) {
   if (num_sequences == 0) return;
   SPECULA_LAUNCH(verify_stochastic_kernel, dim3(num_sequences), dim3(kVerifyThreads), 0, stream, node_indptr, tokens,
-                 parent, draw, p, q, uniforms, vocab, workspace, accepted_count, accepted_nodes, out_tokens);
+                 parent, draw, p, q, uniforms, block, vocab, workspace, accepted_count, accepted_nodes, out_tokens);
   CUDA_CHECK_LAUNCH();
 }
 
