@@ -1,12 +1,13 @@
 // Verification on the device (Backend::forward_verify, engine/device_verify.h):
 // - [gpu] (the host execution of the CUDA sources runs these in CI): on the CUDA backend its
 //   verdicts equal verify_greedy / verify_stochastic's (verify_block's for chains marked block)
-//   over the sampler's p of the same rows' logits (a plain forward of the same batch on other forks: bitwise equal by batch
-//   invariance), for trees of several shapes, every sibling-draw mode, every sampling transform,
+//   over the sampler's p of the same rows' logits (a plain forward of the same batch on other
+//   forks: bitwise equal by batch invariance), for trees of several shapes, every sibling-draw mode, every sampling transform,
 //   with and without q, beside spans it does not verify (whose logits still come back while the
 //   verified spans' rows stay unwritten); speculative sampling verified on the device follows
 //   the target's law (chi-square); greedy speculation through the scheduler, verified on the
 //   device (a draft model's chains drawn on its device too), emits plain greedy decoding's tokens;
+//   sampled steps under the token and block rules verify on the device, traversal's on the host;
 // - without a GPU: the refusals of malformed requests, the CPU backend's refusal, and
 //   pack_verify's layout (greedy sequences first, runs of logit rows, where verdicts land).
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include "tests/test_verify_support.h"
 #include "verify/block_verifier.h"
 #include "verify/verifier.h"
+#include "verify/verify_rule.h"
 
 namespace specula {
 namespace {
@@ -472,6 +474,43 @@ TEST_CASE("cuda backend: greedy speculation verified on the device emits plain g
       INFO(name << ", batch " << size);
       test::check_device_verified_greedy(request, draft, size, plain);
     }
+  }
+}
+
+// Which sampled steps the scheduler verifies on the device: every step under the token and
+// block rules (a draft model's chain drawn there too), none under traversal (on the host).
+TEST_CASE("cuda backend: sampled steps under the token and block rules verify on the device", "[gpu]") {
+  REQUIRE_GPU();
+  const auto prompts = test::reference_prompts();
+  std::vector<VerifyRule> rules{VerifyRule::kBlock};
+  if (!test::kSanitized) rules = {VerifyRule::kToken, VerifyRule::kBlock, VerifyRule::kTraversal};
+  for (const VerifyRule rule : rules) {
+    INFO("verify.rule " << name_of(rule));
+    SchedulerLimits limits;
+    limits.max_sequences = 2;
+    limits.kv_blocks = 128;
+    GenerateOptions o = test::base_options(prompts[0], 4);
+    o.model_dir = test::model_dir("draft-1m");
+    o.backend = BackendKind::kCuda;
+    o.sampling = SamplingOptions::sample(1.0f);
+    o.draft = test::model_draft("draft-1m", 3, {}, 0);
+    o.verify_rule = rule;
+    Scheduler scheduler(test::store(), o, limits);
+    for (int r = 0; r < 2; ++r) {
+      GenerateOptions request = o;
+      request.prompt_ids = prompts[static_cast<std::size_t>(r)];
+      scheduler.submit(request, static_cast<uint64_t>(r));
+    }
+    scheduler.run();
+    long steps = 0;
+    for (int r = 0; r < 2; ++r) {
+      CHECK(scheduler.outcome(r).samples.front().size() == 4);
+      steps += scheduler.outcome(r).spec.steps;
+    }
+    CHECK(steps > 0);
+    const bool device = rule != VerifyRule::kTraversal;
+    CHECK(scheduler.stats().device_verified == (device ? steps : 0));
+    CHECK(scheduler.stats().device_chained == (device ? steps : 0));
   }
 }
 
