@@ -26,7 +26,8 @@ void NgramDrafter::start(std::span<const int> committed, DraftBound bound, Philo
   learn(committed);
   const TokenTree& chain = lookup();
   const int keep = std::min(chain.size(), std::max(bound.max_depth, 0));
-  proposal_ = {TokenTree::chain(std::span(chain.tokens).first(keep), SiblingDraw::kTopK), {}};
+  proposal_ = Proposal();
+  proposal_.tree = TokenTree::chain(std::span(chain.tokens).first(keep), SiblingDraw::kTopK);
 }
 
 }  // namespace specula

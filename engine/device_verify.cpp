@@ -56,8 +56,11 @@ void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
     SPECULA_CHECK(v.top_k >= 0, where(), "top_k ", v.top_k, " is negative");
     SPECULA_CHECK(v.top_p > 0 && v.top_p <= 1, where(), "top_p ", v.top_p, " is outside (0, 1]");
     SPECULA_CHECK(v.min_p >= 0 && v.min_p <= 1, where(), "min_p ", v.min_p, " is outside [0, 1]");
-    if (v.block) {
-      SPECULA_CHECK(!v.greedy(), where(), "block verification takes a sampled tree (temperature > 0)");
+    SPECULA_CHECK(v.rule == kRuleToken || v.rule == kRuleBlock || v.rule == kRuleTraversal, where(), "rule code ",
+                  v.rule, " is not 0, 1 or 2");
+    SPECULA_CHECK(v.rule == kRuleToken || !v.greedy(), where(), "rule ", v.rule,
+                  " verifies sampled trees; a greedy one (temperature 0) has one rule");
+    if (v.rule == kRuleBlock) {
       for (int j = 0; j < n; ++j)
         SPECULA_CHECK(v.parents[static_cast<std::size_t>(j)] == j - 1, where(), "block verification takes a chain; node ",
                       j, " has parent ", v.parents[static_cast<std::size_t>(j)]);

@@ -19,12 +19,17 @@ inline constexpr int kDrawSampled = 0;             // i.i.d. from q
 inline constexpr int kDrawWithoutReplacement = 1;  // from q without the earlier siblings
 inline constexpr int kDrawTopK = 2;                // deterministic distinct proposals
 
+// How a sampled tree is verified: the values of verify/verify_rule.h's VerifyRule.
+inline constexpr int kRuleToken = 0;      // verify_stochastic (verify/verifier.h)
+inline constexpr int kRuleBlock = 1;      // verify_block (verify/block_verifier.h): chains
+inline constexpr int kRuleTraversal = 2;  // verify_traversal (verify/traversal_verifier.h)
+
 // Batch span `part` holds the tree's root and its n nodes, logits of every row: row c of the
 // span is context c (0 the root, c > 0 after node c - 1). Temperature 0 verifies greedily
 // (verify_greedy over each context's argmax, ties to the lowest id); otherwise p at each
 // context is sampling/'s chain (temperature, then top-k when top_k > 0, top-p when top_p < 1,
-// min-p when min_p > 0) and verification is verify_stochastic's recursive rejection rule, or
-// for a chain with `block` set, verify_block's (verify/block_verifier.h; the same uniforms).
+// min-p when min_p > 0) and verification is `rule`'s (kRule*: verify_stochastic's recursive
+// rejection rule, verify_block's for a chain, or verify_traversal's; the same uniforms).
 struct DeviceVerify {
   int part = -1;
   std::span<const int> tokens;   // in [n] drafted token of each node
@@ -37,7 +42,7 @@ struct DeviceVerify {
   std::span<const int> draw;         // in [n + 1] kDraw* code of each context's children
   std::span<const float> q;          // in [n + 1, vocab] draft distributions; empty when no context's children are drawn from q
   std::span<const double> uniforms;  // in [2 n + 1] verify/verifier.h's layout
-  bool block = false;                // block verification (a chain: parents[i] = i - 1)
+  int rule = kRuleToken;             // kRule* code (kRuleBlock: a chain, parents[i] = i - 1)
   // A tree drawn on the device and left there (Backend::enqueue_draft): node i's token is
   // draw node_draws[i] of `draws` (`tokens` holds placeholders), and where stochastic, q at
   // each context is the distribution of its first child's draw (`q` empty).
@@ -68,8 +73,8 @@ int first_logit_row(const RaggedBatch& batch, int part);
 // a model of `vocab` tokens: distinct parts of the batch whose every row is a logit row and
 // whose row count is its tree's n + 1, parents local and topological, tokens in the
 // vocabulary, options in range (temperature finite and >= 0, top_k >= 0, top_p in (0, 1],
-// min_p in [0, 1]), block only where stochastic and a chain, and for stochastic entries n + 1
-// draw codes, 2 n + 1 uniforms in [0, 1),
+// min_p in [0, 1]), a rule code, not the token rule's where greedy, block's only for a chain,
+// and for stochastic entries n + 1 draw codes, 2 n + 1 uniforms in [0, 1),
 // and q empty or [n + 1, vocab] (present when a context's children are drawn from q, unless
 // the draws hold it); with draws, n draw indices within them, and q kept where stochastic.
 void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify> verify, int vocab);

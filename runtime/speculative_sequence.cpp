@@ -120,8 +120,7 @@ const VerifyResult& SpeculativeSequence::verify_and_commit(std::span<const float
 }
 
 bool SpeculativeSequence::verifies_on_device() const {
-  return target_.backend.verifies_on_device() && !controls_.active() && logprob_top_ < 0 &&
-         (sampler_.is_greedy() || rule_ != VerifyRule::kTraversal);
+  return target_.backend.verifies_on_device() && !controls_.active() && logprob_top_ < 0;
 }
 
 DeviceVerify SpeculativeSequence::device_verify(int part, const SamplingOptions& sampling) {
@@ -143,7 +142,9 @@ DeviceVerify SpeculativeSequence::device_verify(int part, const SamplingOptions&
   v.draw = draw_codes_;
   v.q = proposal_.q;
   v.uniforms = uniforms_;
-  v.block = rule_ == VerifyRule::kBlock;
+  static_assert(kRuleToken == static_cast<int>(VerifyRule::kToken) && kRuleBlock == static_cast<int>(VerifyRule::kBlock) &&
+                kRuleTraversal == static_cast<int>(VerifyRule::kTraversal));
+  v.rule = static_cast<int>(rule_);
   return v;
 }
 

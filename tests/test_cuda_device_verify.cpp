@@ -1,13 +1,13 @@
 // Verification on the device (Backend::forward_verify, engine/device_verify.h):
 // - [gpu] (the host execution of the CUDA sources runs these in CI): on the CUDA backend its
-//   verdicts equal verify_greedy / verify_stochastic's (verify_block's for chains marked block)
-//   over the sampler's p of the same rows' logits (a plain forward of the same batch on other
+//   verdicts equal verify_greedy / verify_with's (the token, block and traversal rules) over
+//   the sampler's p of the same rows' logits (a plain forward of the same batch on other
 //   forks: bitwise equal by batch invariance), for trees of several shapes, every sibling-draw mode, every sampling transform,
 //   with and without q, beside spans it does not verify (whose logits still come back while the
 //   verified spans' rows stay unwritten); speculative sampling verified on the device follows
 //   the target's law (chi-square); greedy speculation through the scheduler, verified on the
 //   device (a draft model's chains drawn on its device too), emits plain greedy decoding's tokens;
-//   sampled steps under the token and block rules verify on the device, traversal's on the host;
+//   sampled steps verify on the device under every rule;
 // - without a GPU: the refusals of malformed requests, the CPU backend's refusal, and
 //   pack_verify's layout (greedy sequences first, runs of logit rows, where verdicts land).
 #include <algorithm>
@@ -26,7 +26,6 @@
 #include "tests/test_gpu_support.h"
 #include "tests/test_runtime_support.h"
 #include "tests/test_verify_support.h"
-#include "verify/block_verifier.h"
 #include "verify/verifier.h"
 #include "verify/verify_rule.h"
 
@@ -51,7 +50,7 @@ struct Case {
   std::vector<int> draw;
   std::vector<float> q;
   std::vector<double> uniforms;
-  bool block = false;  // a chain verified by verify_block
+  VerifyRule rule = VerifyRule::kToken;
   DeviceVerify request(int part) const {
     DeviceVerify v = tree_request(part, tree.tokens, tree.parent);
     if (sampling.strategy == Strategy::kGreedy) return v;
@@ -62,7 +61,7 @@ struct Case {
     v.draw = draw;
     v.q = q;
     v.uniforms = uniforms;
-    v.block = block;
+    v.rule = static_cast<int>(rule);
     return v;
   }
 };
@@ -152,8 +151,8 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
   const std::vector<int> wrong_first{(bases[1].chain[0] + 1) % vocab, bases[1].chain[1]};
   std::vector<Case> cases;
   const auto add = [&](SamplingOptions o, std::span<const int> chain, int siblings,
-                       const std::function<SiblingDraw(int)>& draw_of, bool with_q, bool block = false) {
-    Case c{o, make_tree(rng, chain, siblings, vocab, draw_of), {}, {}, {}, block};
+                       const std::function<SiblingDraw(int)>& draw_of, bool with_q, VerifyRule rule = VerifyRule::kToken) {
+    Case c{o, make_tree(rng, chain, siblings, vocab, draw_of), {}, {}, {}, rule};
     for (const SiblingDraw d : c.tree.draw) c.draw.push_back(static_cast<int>(d));
     if (with_q) c.q = make_q(rng, c.tree, vocab);
     std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -170,8 +169,10 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
   add(SamplingOptions::sample(0.9f, 50, 0.8f, 0.02f), {}, 0, all(SiblingDraw::kSampled), false);
   add(SamplingOptions{}, wrong_first, 1, all(SiblingDraw::kTopK), false);
   add(SamplingOptions::sample(1.5f), chain1, 0, all(SiblingDraw::kSampled), true);
-  add(SamplingOptions::sample(1.0f), chain0, 0, all(SiblingDraw::kSampled), true, true);  // block verification
-  add(SamplingOptions::sample(1.2f, 0, 0.9f), chain1, 0, all(SiblingDraw::kTopK), false, true);
+  add(SamplingOptions::sample(1.0f), chain0, 0, all(SiblingDraw::kSampled), true, VerifyRule::kBlock);
+  add(SamplingOptions::sample(1.2f, 0, 0.9f), chain1, 0, all(SiblingDraw::kTopK), false, VerifyRule::kBlock);
+  add(SamplingOptions::sample(1.0f, 0, 1.0f, 0.05f), chain1, 4, mixed, true, VerifyRule::kTraversal);
+  add(SamplingOptions::sample(0.8f, 30), chain0, 3, all(SiblingDraw::kWithoutReplacement), true, VerifyRule::kTraversal);
 
   // The batch: the verified spans with two spans beside them (a decode row, a prefill chunk).
   struct Part {
@@ -179,7 +180,7 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
     int base = 0;
   };
   std::vector<Part> layout{{0, 0}, {-1, 1}, {2, 1}, {3, 0}, {-1, 0}, {1, 0}, {4, 1},
-                           {5, 0}, {6, 1}, {7, 1}, {8, 1}, {9, 0}, {10, 1}};
+                           {5, 0}, {6, 1}, {7, 1}, {8, 1}, {9, 0}, {10, 1}, {11, 1}, {12, 0}};
   // Builds the batch on fresh forks; the prefill chunk (the second unverified span) is a new sequence.
   struct Batch {
     std::vector<SequenceRows> parts;
@@ -259,8 +260,7 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
         std::vector<float> p(mine.size());
         for (std::size_t ctx_row = 0; ctx_row < n; ++ctx_row)
           sampler->distribution(mine.subspan(ctx_row * vocab, vocab), std::span(p).subspan(ctx_row * vocab, vocab));
-        want = c.block ? verify_block(c.tree, p, c.q, vocab, c.uniforms)
-                       : verify_stochastic(c.tree, p, c.q, vocab, c.uniforms);
+        want = verify_with(c.rule, c.tree, p, c.q, vocab, c.uniforms);
       }
       const DeviceVerdict& got = verdicts[k++];
       CHECK(got.accepted_nodes == want.accepted_nodes);
@@ -477,12 +477,12 @@ TEST_CASE("cuda backend: greedy speculation verified on the device emits plain g
   }
 }
 
-// Which sampled steps the scheduler verifies on the device: every step under the token and
-// block rules (a draft model's chain drawn there too), none under traversal (on the host).
-TEST_CASE("cuda backend: sampled steps under the token and block rules verify on the device", "[gpu]") {
+// The scheduler verifies every sampled step on the device under every rule (a draft model's
+// chain drawn there too).
+TEST_CASE("cuda backend: sampled steps verify on the device under every verification rule", "[gpu]") {
   REQUIRE_GPU();
   const auto prompts = test::reference_prompts();
-  std::vector<VerifyRule> rules{VerifyRule::kBlock};
+  std::vector<VerifyRule> rules{VerifyRule::kTraversal};
   if (!test::kSanitized) rules = {VerifyRule::kToken, VerifyRule::kBlock, VerifyRule::kTraversal};
   for (const VerifyRule rule : rules) {
     INFO("verify.rule " << name_of(rule));
@@ -508,9 +508,8 @@ TEST_CASE("cuda backend: sampled steps under the token and block rules verify on
       steps += scheduler.outcome(r).spec.steps;
     }
     CHECK(steps > 0);
-    const bool device = rule != VerifyRule::kTraversal;
-    CHECK(scheduler.stats().device_verified == (device ? steps : 0));
-    CHECK(scheduler.stats().device_chained == (device ? steps : 0));
+    CHECK(scheduler.stats().device_verified == steps);
+    CHECK(scheduler.stats().device_chained == steps);
   }
 }
 
@@ -573,14 +572,18 @@ TEST_CASE("device verification: malformed requests are refused naming the entry 
   v.q = {};
   refused(v, "context 0 has children drawn from q");
   v = sampled;
-  v.block = true;
+  v.rule = kRuleBlock;
   CHECK_NOTHROW(check_device_verify(batch, std::vector{v}, vocab));
   const std::vector<int> branching{-1, -1};
   v.parents = branching;
   refused(v, "block verification takes a chain; node 1 has parent -1");
+  v.rule = kRuleTraversal;
+  CHECK_NOTHROW(check_device_verify(batch, std::vector{v}, vocab));
+  v.rule = 3;
+  refused(v, "rule code 3 is not 0, 1 or 2");
   v = greedy;
-  v.block = true;
-  refused(v, "block verification takes a sampled tree");
+  v.rule = kRuleBlock;
+  refused(v, "rule 1 verifies sampled trees");
   CHECK_THROWS_WITH(check_device_verify(batch, std::vector{greedy, greedy}, vocab),
                     Contains("entry 1") && Contains("verified twice"));
 
@@ -609,7 +612,7 @@ TEST_CASE("device verification: pack_verify puts greedy sequences first and runs
   sampled.top_k = 3;
   sampled.draw = draw;
   sampled.uniforms = uniforms;
-  sampled.block = true;
+  sampled.rule = kRuleBlock;
   const std::vector<DeviceVerify> verify{sampled, tree_request(2, one, one_parent),
                                          tree_request(3, {}, {})};
   const cuda::VerifyUpload up = cuda::pack_verify(batch, verify, vocab);
@@ -637,9 +640,9 @@ TEST_CASE("device verification: pack_verify puts greedy sequences first and runs
   };
   CHECK(floats(up.at.temperature, 0) == 0.0f);
   CHECK(floats(up.at.temperature, 3) == 0.5f);
-  int block = 0;  // the stochastic sequence's rule
-  std::memcpy(&block, up.data.data() + up.at.block, sizeof(int));
-  CHECK(block == 1);
+  int rule = 0;  // the stochastic sequence's rule
+  std::memcpy(&rule, up.data.data() + up.at.rule, sizeof(int));
+  CHECK(rule == kRuleBlock);
   CHECK(up.at.result + up.result_ints() * sizeof(int) <= up.device_bytes);
   // Its shape: the same for other tokens, options, uniforms and rule, not for another tree or order.
   const std::vector<int> other_two{7, 8}, other_one{9};
@@ -656,7 +659,7 @@ TEST_CASE("device verification: pack_verify puts greedy sequences first and runs
         up.shape());
   DeviceVerify greedy_first = sampled;
   greedy_first.temperature = 0;
-  greedy_first.block = false;
+  greedy_first.rule = kRuleToken;
   CHECK(cuda::pack_verify(batch, std::vector<DeviceVerify>{greedy_first, tree_request(2, one, one_parent),
                                                            tree_request(3, {}, {})},
                           vocab)

@@ -1,6 +1,6 @@
 // The tree-verification kernels (engine/cuda/verify_tree.cu) against verify_greedy and
-// verify_stochastic, and verify_block on half of the chains ([gpu]: on a GPU, and on the host
-// execution in CI): random trees of every
+// verify_stochastic, verify_block on half of the chains and verify_traversal on a third of the
+// other trees ([gpu]: on a GPU, and on the host execution in CI): random trees of every
 // shape (empty, chains, static trees, bushes, random topologies) and draw mode (each of the
 // three, and mixed per context; duplicate siblings under kSampled), random p, q and uniforms
 // (zeros, ties, one-hot rows, subnormal entries, vocabularies of 2-512; uniforms at and beside
@@ -25,7 +25,6 @@
 #include "tests/test_gpu_support.h"
 #include "tests/test_support.h"
 #include "verify/token_tree.h"
-#include "verify/block_verifier.h"
 #include "verify/verify_rule.h"
 #include "verify/verifier.h"
 
@@ -93,14 +92,11 @@ struct Case {
   std::vector<double> uniforms;
   std::vector<int> argmax;
   std::string shape;
-  bool block = false;  // a chain verified by verify_block rather than verify_stochastic
+  VerifyRule rule = VerifyRule::kToken;  // of the stochastic verification
 };
 
-// What the CPU's stochastic rule for `c` emits.
-VerifyResult cpu_stochastic(const Case& c) {
-  return c.block ? verify_block(c.tree, c.p, c.q, c.vocab, c.uniforms)
-                 : verify_stochastic(c.tree, c.p, c.q, c.vocab, c.uniforms);
-}
+// What the CPU's stochastic verification of `c` emits.
+VerifyResult cpu_stochastic(const Case& c) { return verify_with(c.rule, c.tree, c.p, c.q, c.vocab, c.uniforms); }
 
 // Parents of a tree of one of the shapes (nodes in topological order).
 std::vector<int> random_parents(Rng& rng, std::string& shape) {
@@ -147,9 +143,9 @@ std::vector<int> random_parents(Rng& rng, std::string& shape) {
   return parent;
 }
 
-// Moves one uniform that the case's rule reads (verify_stochastic: an acceptance test along its
-// walk; verify_block: a stop test from the leaf down to the kept length; either: the final
-// draw) to one side of the point where the CPU's verdict changes, found by bisection
+// Moves one uniform that the case's rule reads (the token rule: an acceptance test along its
+// walk; block: a stop test from the leaf down to the kept length; traversal: any node's test;
+// each: the final draw) to one side of the point where the CPU's verdict changes, found by bisection
 // over the doubles in [0, 1): a kernel whose arithmetic differs from the CPU's by one
 // rounding there gives another verdict.
 void place_on_boundary(Rng& rng, Case& c) {
@@ -163,11 +159,14 @@ void place_on_boundary(Rng& rng, Case& c) {
   // (block: the stop tests of depths n down to the kept length, then the draw).
   std::vector<int> read;
   int context = 0;
-  if (c.block) {
+  if (c.rule == VerifyRule::kBlock) {
     context = static_cast<int>(now.accepted_nodes.size());
     for (int i = std::max(context, 1); i <= n; ++i) read.push_back(i - 1);
+  } else if (c.rule == VerifyRule::kTraversal) {
+    context = now.accepted_nodes.empty() ? 0 : now.accepted_nodes.back() + 1;
+    for (int i = 0; i < n; ++i) read.push_back(i);
   }
-  for (std::size_t d = 0; !c.block; ++d) {
+  for (std::size_t d = 0; c.rule == VerifyRule::kToken; ++d) {
     const int accepted = d < now.accepted_nodes.size() ? now.accepted_nodes[d] : -1;
     for (int child = c.tree.first_child(context); child >= 0; child = c.tree.next_sibling(child)) {
       read.push_back(child);
@@ -246,10 +245,11 @@ Case random_case(Rng& rng) {
   for (int i = 0; i < n; ++i) c.tree.add_node(parent[i], tokens[i]);
   c.tree.draw = draw;
   c.tree.validate(c.vocab);
-  // Half of the chains (empty trees included) verified by the block rule.
-  if (rule_takes(VerifyRule::kBlock, c.tree) && coin(rng, 0.5)) {
-    c.block = true;
-    c.shape += " block";
+  // Half of the chains (empty trees included) verified by the block rule, a third of the other
+  // trees by traversal.
+  if (rule_takes(VerifyRule::kBlock, c.tree) ? coin(rng, 0.5) : coin(rng, 1.0 / 3)) {
+    c.rule = rule_takes(VerifyRule::kBlock, c.tree) ? VerifyRule::kBlock : VerifyRule::kTraversal;
+    c.shape += std::string(" ") + name_of(c.rule);
   }
   // Uniforms: random, or 0, or at / beside a boundary: the first acceptance test of a node
   // (p(x) / q(x), r = p and q_1 = q), the residual's CDF at a random token (prefix sums of p
@@ -301,7 +301,7 @@ cuda::harness::TreeBatch flatten(const std::vector<Case>& cases, int vocab) {
     b.p.insert(b.p.end(), c.p.begin(), c.p.end());
     b.q.insert(b.q.end(), c.q.begin(), c.q.end());
     b.uniforms.insert(b.uniforms.end(), c.uniforms.begin(), c.uniforms.end());
-    b.block.push_back(c.block ? 1 : 0);
+    b.rule.push_back(static_cast<int>(c.rule));
   }
   return b;
 }
@@ -343,7 +343,8 @@ TEST_CASE("cuda kernels: tree verification emits exactly what verify_greedy and 
   constexpr int kPerLaunch = 1000;
   Rng rng(38);
   const auto start = std::chrono::steady_clock::now();
-  int trees = 0, mismatches = 0, deep = 0, corrected = 0, empty = 0, block = 0, block_deep = 0;
+  int trees = 0, mismatches = 0, deep = 0, corrected = 0, empty = 0, block = 0, block_deep = 0, traversal = 0,
+      traversal_deep = 0;
   int kernel_launches = 0;
   std::map<int, std::vector<Case>> pending;  // by vocabulary
   auto run = [&](std::vector<Case>& cases) {
@@ -366,8 +367,10 @@ TEST_CASE("cuda kernels: tree verification emits exactly what verify_greedy and 
           deep += cpu.accepted_nodes.size() >= 2;
           empty += c.tree.size() == 0;
           corrected += c.tree.size() > 0 && cpu.accepted_nodes.empty();
-          block += c.block;
-          block_deep += c.block && cpu.accepted_nodes.size() >= 2;
+          block += c.rule == VerifyRule::kBlock;
+          block_deep += c.rule == VerifyRule::kBlock && cpu.accepted_nodes.size() >= 2;
+          traversal += c.rule == VerifyRule::kTraversal;
+          traversal_deep += c.rule == VerifyRule::kTraversal && cpu.accepted_nodes.size() >= 2;
         }
       }
     }
@@ -385,7 +388,8 @@ TEST_CASE("cuda kernels: tree verification emits exactly what verify_greedy and 
   WARN("tree verification: " << trees << " trees, " << kernel_launches << " launches, " << mismatches
                              << " mismatches; " << deep << " accepted 2+ nodes, " << corrected
                              << " rejected every root child, " << empty << " empty, " << block << " block-verified ("
-                             << block_deep << " kept 2+); " << seconds << " s"
+                             << block_deep << " kept 2+), " << traversal << " by traversal (" << traversal_deep
+                             << " kept 2+); " << seconds << " s"
                              << (test::host_execution() ? " (host execution)" : ""));
   CHECK(trees == total);
   CHECK(mismatches == 0);
@@ -395,6 +399,8 @@ TEST_CASE("cuda kernels: tree verification emits exactly what verify_greedy and 
   CHECK(empty > total / 20);
   CHECK(block > total / 20);
   CHECK(block_deep > total / 100);
+  CHECK(traversal > total / 20);
+  CHECK(traversal_deep > total / 100);
 }
 
 }  // namespace specula

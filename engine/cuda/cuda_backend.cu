@@ -614,7 +614,8 @@ class CudaBackend : public Backend {
       launch_verify_stochastic(ints(up.at.stochastic_indptr), ints(up.at.tokens) + up.greedy_nodes,
                                ints(up.at.parents) + up.greedy_nodes, ints(up.at.draw),
                                probs + static_cast<std::size_t>(up.greedy_contexts) * v, floats(up.at.q),
-                               doubles(up.at.uniforms), ints(up.at.block), vocab, up.stochastic, doubles(up.at.scratch),
+                               doubles(up.at.uniforms), ints(up.at.rule), vocab, up.stochastic,
+                               static_cast<const long long*>(at(up.at.scratch_first)), doubles(up.at.scratch),
                                counts + up.greedy, accepted + up.greedy_nodes, emitted + up.greedy_contexts, s);
     CUDA_CHECK(cudaMemcpyAsync(ws.verify_back.ptr, sampled, up.result_ints() * sizeof(int), cudaMemcpyDeviceToHost, s));
   }

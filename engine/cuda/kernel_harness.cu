@@ -9,6 +9,7 @@
 #include "engine/cuda/cuda_check.cuh"
 #include "engine/cuda/kernel_harness.h"
 #include "engine/cuda/kernels.cuh"
+#include "engine/cuda/verify_tree.h"
 
 namespace specula::cuda::harness {
 namespace {
@@ -216,11 +217,22 @@ TreeVerdicts verify_tree(const TreeBatch& batch, bool greedy) {
   Device<int> draw(view(batch.draw), s);
   Device<float> p(view(batch.p), s), q(view(batch.q), s);
   Device<double> uniforms(view(batch.uniforms), s);
-  Device<int> block(view(batch.block), s);
-  Device<double> workspace(static_cast<std::size_t>(sequences) * 2 * batch.vocab, s);
+  Device<int> rule(view(batch.rule), s);
+  std::vector<long long> scratch_first;
+  std::size_t scratch_doubles = 0;
+  for (int seq = 0; seq < sequences; ++seq) {
+    const std::span<const int> parents =
+        std::span(batch.parent).subspan(static_cast<std::size_t>(batch.node_indptr[seq]),
+                                        static_cast<std::size_t>(batch.node_indptr[seq + 1] - batch.node_indptr[seq]));
+    scratch_first.push_back(static_cast<long long>(scratch_doubles));
+    scratch_doubles += static_cast<std::size_t>(scratch_levels(parents, batch.rule[static_cast<std::size_t>(seq)])) *
+                       scratch_level_doubles(batch.vocab);
+  }
+  Device<long long> first(view(scratch_first), s);
+  Device<double> workspace(scratch_doubles, s);
   launch_verify_stochastic(indptr.ptr, tokens.ptr, parent.ptr, draw.ptr, p.ptr, batch.q.empty() ? nullptr : q.ptr,
-                           uniforms.ptr, batch.block.empty() ? nullptr : block.ptr, batch.vocab, sequences,
-                           workspace.ptr, count.ptr, accepted.ptr, out_tokens.ptr, s.s);
+                           uniforms.ptr, rule.ptr, batch.vocab, sequences, first.ptr, workspace.ptr, count.ptr,
+                           accepted.ptr, out_tokens.ptr, s.s);
   return {count.get(), accepted.get(), out_tokens.get()};
 }
 

@@ -56,7 +56,7 @@ struct TreeBatch {
   std::vector<float> p;           // [contexts, vocab] (stochastic)
   std::vector<float> q;           // [contexts, vocab] or empty (stochastic)
   std::vector<double> uniforms;   // [2 nodes + sequences] (stochastic)
-  std::vector<int> block;         // [sequences] 1: block verification (a chain), or empty (stochastic)
+  std::vector<int> rule;          // [sequences] kRule* codes (stochastic)
   int vocab = 0;
 };
 // What the kernels wrote; entries past a sequence's own stay -1 (the poison).
@@ -65,7 +65,7 @@ struct TreeVerdicts {
   std::vector<int> accepted_nodes;  // [nodes]
   std::vector<int> tokens;          // [contexts]
 };
-// launch_verify_greedy (argmax) or launch_verify_stochastic (draw, p, q, uniforms, block) on `batch`.
+// launch_verify_greedy (argmax) or launch_verify_stochastic (draw, p, q, uniforms, rule) on `batch`.
 TreeVerdicts verify_tree(const TreeBatch& batch, bool greedy);
 
 // A batch of rows to sample (launch_sample): logits and each row's options.

@@ -105,14 +105,15 @@ void launch_verify_greedy(const int* node_indptr, const int* tokens, const int* 
 // Stochastic: draw: in [contexts] (kDraw* codes); p: in [contexts, vocab]; q: in [contexts,
 // vocab], read only at contexts with children drawn kDrawSampled / kDrawWithoutReplacement
 // (null when there is none); uniforms: in [2 nodes + num_sequences], each sequence's
-// verify_uniform_count in verify/verifier.h's layout; block: in [num_sequences] 1 where the
-// sequence (a chain) is verified by verify/block_verifier.h's rule, else 0 (null: none is);
-// workspace: [num_sequences, 2, vocab] scratch. A context whose target row has no mass emits
+// verify_uniform_count in verify/verifier.h's layout; rule: in [num_sequences] kRule* codes
+// (verify_stochastic, verify_block for a chain, verify_traversal); scratch_first: in
+// [num_sequences] where each sequence's scratch starts in workspace (verify_tree.h:
+// scratch_levels of scratch_level_doubles each). A context whose target row has no mass emits
 // token -1 (the CPU throws).
 void launch_verify_stochastic(const int* node_indptr, const int* tokens, const int* parent, const int* draw,
-                              const float* p, const float* q, const double* uniforms, const int* block, int vocab,
-                              int num_sequences, double* workspace, int* accepted_count, int* accepted_nodes,
-                              int* out_tokens, cudaStream_t stream);
+                              const float* p, const float* q, const double* uniforms, const int* rule, int vocab,
+                              int num_sequences, const long long* scratch_first, double* workspace,
+                              int* accepted_count, int* accepted_nodes, int* out_tokens, cudaStream_t stream);
 
 // Sampling of a batch of rows (sample.cu, one block per row): the distribution of
 // sampling/logit_transforms.h's chain for the row's options (temperature, then top-k when

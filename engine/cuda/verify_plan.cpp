@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "engine/cuda/verify_tree.h"
 
 namespace specula::cuda {
 namespace {
@@ -36,7 +37,8 @@ std::vector<std::size_t> VerifyUpload::shape() const {
                                at.tokens,
                                at.parents,
                                at.draw,
-                               at.block,
+                               at.rule,
+                               at.scratch_first,
                                at.top_k,
                                at.temperature,
                                at.top_p,
@@ -70,7 +72,9 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   up.sequence.assign(verify.size(), 0);
   up.first_node.assign(verify.size(), 0);
   up.first_context.assign(verify.size(), 0);
-  std::vector<int> greedy_indptr{0}, stochastic_indptr{0}, tokens, parents, draw, block, top_k;
+  std::vector<int> greedy_indptr{0}, stochastic_indptr{0}, tokens, parents, draw, rule, top_k;
+  std::vector<long long> scratch_first;
+  std::size_t scratch_doubles = 0;
   std::vector<float> temperature, top_p, min_p;
   std::vector<double> uniforms;
   for (std::size_t k = 0; k < order.size(); ++k) {
@@ -92,7 +96,9 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
     min_p.insert(min_p.end(), static_cast<std::size_t>(n + 1), v.min_p);
     if (!v.greedy()) {
       draw.insert(draw.end(), v.draw.begin(), v.draw.end());
-      block.push_back(v.block ? 1 : 0);
+      rule.push_back(v.rule);
+      scratch_first.push_back(static_cast<long long>(scratch_doubles));
+      scratch_doubles += static_cast<std::size_t>(scratch_levels(v.parents, v.rule)) * scratch_level_doubles(vocab);
       uniforms.insert(uniforms.end(), v.uniforms.begin(), v.uniforms.end());
     }
   }
@@ -110,7 +116,8 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   up.at.tokens = take(tokens.size() * sizeof(int));
   up.at.parents = take(parents.size() * sizeof(int));
   up.at.draw = take(draw.size() * sizeof(int));
-  up.at.block = take(block.size() * sizeof(int));
+  up.at.rule = take(rule.size() * sizeof(int));
+  up.at.scratch_first = take(scratch_first.size() * sizeof(long long));
   up.at.top_k = take(contexts * sizeof(int));
   up.at.temperature = take(contexts * sizeof(float));
   up.at.top_p = take(contexts * sizeof(float));
@@ -120,7 +127,7 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   up.at.q = take(stochastic_contexts * v * sizeof(float));
   up.upload_bytes = at;
   up.at.probs = take(contexts * v * sizeof(float));
-  up.at.scratch = take(static_cast<std::size_t>(up.stochastic) * 2 * v * sizeof(double));
+  up.at.scratch = take(scratch_doubles * sizeof(double));
   up.at.result = take(up.result_ints() * sizeof(int));
   up.device_bytes = at;
 
@@ -130,7 +137,8 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   put(up.data, up.at.tokens, std::span<const int>(tokens));
   put(up.data, up.at.parents, std::span<const int>(parents));
   put(up.data, up.at.draw, std::span<const int>(draw));
-  put(up.data, up.at.block, std::span<const int>(block));
+  put(up.data, up.at.rule, std::span<const int>(rule));
+  put(up.data, up.at.scratch_first, std::span<const long long>(scratch_first));
   put(up.data, up.at.top_k, std::span<const int>(top_k));
   put(up.data, up.at.temperature, std::span<const float>(temperature));
   put(up.data, up.at.top_p, std::span<const float>(top_p));

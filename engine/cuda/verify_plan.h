@@ -28,14 +28,15 @@ struct VerifyUpload {
     std::size_t stochastic_indptr = 0;  // [stochastic + 1] int, from 0 within the stochastic batch
     std::size_t tokens = 0, parents = 0;  // [nodes] int (parents local to their sequence)
     std::size_t draw = 0;               // [stochastic contexts] int, kDraw* codes
-    std::size_t block = 0;              // [stochastic] int, 1: the sequence is block-verified (DeviceVerify::block)
+    std::size_t rule = 0;               // [stochastic] int, kRule* codes (DeviceVerify::rule)
+    std::size_t scratch_first = 0;      // [stochastic] int64, each sequence's first scratch double (verify_tree.h)
     std::size_t top_k = 0;              // [contexts] int
     std::size_t temperature = 0, top_p = 0, min_p = 0;  // [contexts] float (greedy contexts: temperature 0)
     std::size_t draw_uniforms = 0;      // [contexts] double, zeros: the sampling kernel's draws mark refused rows
     std::size_t uniforms = 0;           // [2 stochastic nodes + stochastic] double
     std::size_t q = 0;                  // [stochastic contexts, vocab] float (zeros where a sequence has none)
     std::size_t probs = 0;              // [contexts, vocab] float, the sampling kernel's output
-    std::size_t scratch = 0;            // [stochastic, 2, vocab] double, the stochastic kernel's workspace
+    std::size_t scratch = 0;            // double, the stochastic kernel's workspace: each sequence's levels
     std::size_t result = 0;             // [result_ints()] int, what comes back
   } at;
   std::size_t upload_bytes = 0, device_bytes = 0;

@@ -1,7 +1,7 @@
 // The tree-verification kernels (verify_tree.h's flat batch, one block per sequence) and their
 // launchers. Each emits exactly what verify/verifier.cpp's verify_greedy / verify_stochastic
-// (and verify/block_verifier.cpp's verify_block, for the chains marked block) emit for the
-// same inputs: the stochastic kernel repeats verify/residual.cpp's double
+// (and verify/block_verifier.cpp's verify_block, verify/traversal_verifier.cpp's
+// verify_traversal, for the sequences of those rules) emit for the same inputs: the stochastic kernel repeats verify/residual.cpp's double
 // arithmetic operation for operation, in the same order, through the round-to-nearest
 // intrinsics (so nvcc contracts nothing), and every sum the CPU takes serially is taken
 // serially by thread 0; only elementwise work is spread over the block. It relies on nvcc's
@@ -174,6 +174,129 @@ __device__ void verify_block_chain(const int* tok, const int* par, const int* dr
   write_result(tok, par, tau - 1, token, count, accepted_nodes, out_tokens);
 }
 
+// One open context of verify_traversal's walk (verify/traversal_verifier.cpp's OpenContext):
+// m(v) = alpha * weight(v) / mass, the weights being the context's p row until a child is
+// deleted (dense: the level's residual array), and the proposal q less the deleted siblings
+// (kWithoutReplacement; the level's proposal array, of mass proposal_mass). Every thread holds
+// the same copy; a pushed context's parent waits in its level's slot.
+struct OpenContext {
+  int context, next_child, mode;
+  double alpha, mass, proposal_mass;
+  bool dense;
+};
+
+__device__ void save_context(const OpenContext& c, double* slot) {
+  slot[0] = c.context, slot[1] = c.next_child, slot[2] = c.mode;
+  slot[3] = c.alpha, slot[4] = c.mass, slot[5] = c.proposal_mass, slot[6] = c.dense ? 1.0 : 0.0;
+}
+
+__device__ OpenContext load_context(const double* slot) {
+  return {static_cast<int>(slot[0]), static_cast<int>(slot[1]), static_cast<int>(slot[2]), slot[3], slot[4], slot[5],
+          slot[6] != 0.0};
+}
+
+// OpenContext::m(v).
+__device__ __forceinline__ double walk_m(const OpenContext& c, const double* weights, const float* p_row, int v) {
+  if (c.mass <= 0.0) return 0.0;
+  const double w = c.dense ? weights[v] : static_cast<double>(p_row[v]);
+  return __ddiv_rn(__dmul_rn(c.alpha, w), c.mass);
+}
+
+// OpenContext::q(v, x): the point mass on x (kTopK), else proposal weight over its mass.
+__device__ __forceinline__ double walk_q(const OpenContext& c, const double* proposal, int v, int x) {
+  if (c.mode == kDrawTopK) return v == x ? 1.0 : 0.0;
+  return __ddiv_rn(proposal[v], c.proposal_mass);
+}
+
+// Traversal::open: the context's p row as weights, its q row copied into the level's proposal
+// where its children were drawn from q.
+__device__ OpenContext open_context(const int* par, const int* draw, const float* q, int n, int vocab, int context,
+                                    double alpha, double* proposal) {
+  const OpenContext c{context, first_child(par, n, context), draw[context], alpha, 1.0, 1.0, false};
+  if (c.next_child >= 0 && c.mode != kDrawTopK) {
+    const float* q_row = q + static_cast<std::size_t>(context) * vocab;
+    for (int v = threadIdx.x; v < vocab; v += blockDim.x) proposal[v] = static_cast<double>(q_row[v]);
+  }
+  return c;
+}
+
+// Traversal::delete_child: m <- max(m - q_j, 0) in place, a(Y) <- rho / (rho + 1 - a(Y)) with
+// rho their serial sum, the mass rho; the child's token leaves a kWithoutReplacement proposal;
+// on to the next sibling. The caller's reads of weights are done (a barrier).
+__device__ void delete_child(OpenContext& c, const int* tok, const int* par, int n, int vocab, const float* p_row,
+                             double* weights, double* proposal, double& shared_sum, int child) {
+  const int x = tok[child];
+  const double proposal_x = c.mode == kDrawTopK ? 0.0 : proposal[x];
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x)
+    weights[v] = max_zero(__dsub_rn(walk_m(c, weights, p_row, v), walk_q(c, proposal, v, x)));
+  const double rho = serial_sum(weights, vocab, shared_sum);
+  const double denominator = __dsub_rn(__dadd_rn(rho, 1.0), c.alpha);
+  c.alpha = denominator > 0.0 ? __ddiv_rn(rho, denominator) : 0.0;
+  c.mass = rho;
+  c.dense = true;
+  if (c.mode == kDrawWithoutReplacement && proposal_x != 0.0) {  // Residual::remove(x)
+    c.proposal_mass = max_zero(__dsub_rn(c.proposal_mass, proposal_x));
+    if (threadIdx.x == 0) proposal[x] = 0.0;
+  }
+  c.next_child = next_sibling(par, n, child);
+}
+
+// verify_traversal for one tree (verify/traversal_verifier.cpp, operation for operation): the
+// walk from the root, each child tested by alpha = min(1, m(x) / q(x)) and opened (pushed) or
+// deleted, a context out of children kept where its uniform is below its alpha (or at the
+// root) else popped and deleted from its parent; then the kept context's measure drawn with
+// its uniform, its p row where the measure is empty. scratch: the sequence's levels
+// (verify_tree.h). Every thread; thread 0 writes.
+__device__ void verify_traversal_tree(const int* tok, const int* par, const int* draw, const float* p, const float* q,
+                                      const double* u, int n, int vocab, double* scratch, double& shared_sum,
+                                      int* count, int* accepted_nodes, int* out_tokens) {
+  const std::size_t level_doubles = 2 * static_cast<std::size_t>(vocab) + kScratchSlot;  // scratch_level_doubles
+  int level = 0;
+  OpenContext c = open_context(par, draw, q, n, vocab, 0, 1.0, scratch + vocab);
+  for (;;) {
+    __syncthreads();  // the last step's writes are visible, its reads of this level done
+    double* weights = scratch + level * level_doubles;
+    double* proposal = weights + vocab;
+    const float* p_row = p + static_cast<std::size_t>(c.context) * vocab;
+    if (c.next_child >= 0) {
+      const int child = c.next_child, x = tok[child];
+      const double mx = walk_m(c, weights, p_row, x), qx = walk_q(c, proposal, x, x);
+      const double ratio = qx <= 0.0 ? 1.0 : __ddiv_rn(mx, qx);
+      const double alpha = mx <= 0.0 ? 0.0 : ratio < 1.0 ? ratio : 1.0;  // std::min(1.0, mx / qx)
+      if (alpha <= 0.0) {
+        __syncthreads();  // every thread has read weights[x] and proposal[x]
+        delete_child(c, tok, par, n, vocab, p_row, weights, proposal, shared_sum, child);
+      } else {
+        if (threadIdx.x == 0) save_context(c, proposal + vocab);
+        ++level;
+        c = open_context(par, draw, q, n, vocab, child + 1, alpha, weights + level_doubles + vocab);
+      }
+      continue;
+    }
+    if (c.context == 0 || u[c.context - 1] < c.alpha) break;
+    const int node = c.context - 1;
+    --level;
+    weights = scratch + level * level_doubles;
+    proposal = weights + vocab;
+    c = load_context(proposal + vocab);
+    delete_child(c, tok, par, n, vocab, p + static_cast<std::size_t>(c.context) * vocab, weights, proposal,
+                 shared_sum, node);
+  }
+  if (threadIdx.x != 0) return;
+  const double* weights = scratch + level * level_doubles;
+  const float* p_row = p + static_cast<std::size_t>(c.context) * vocab;
+  const double uc = u[n + c.context];
+  int token = -1;
+  if (c.dense) {
+    const double total = lane_sum(weights, vocab);
+    token = total <= 0.0 ? -1 : sample_scan(weights, vocab, __dmul_rn(uc, total));
+  } else {
+    token = sample_row(p_row, vocab, uc);
+  }
+  if (token < 0) token = sample_row(p_row, vocab, uc);
+  write_result(tok, par, c.context - 1, token, count, accepted_nodes, out_tokens);
+}
+
 // ---- kernels ----
 
 // verify_greedy per sequence: every thread takes nodes i = t, t + blockDim.x, ... and walks
@@ -219,9 +342,9 @@ __global__ void verify_greedy_kernel(const int* node_indptr, const int* tokens, 
 // same walk (its decisions read only values made visible by a barrier); thread 0 takes the
 // serial sums and writes the result.
 __global__ void verify_stochastic_kernel(const int* node_indptr, const int* tokens, const int* parent, const int* draw,
-                                         const float* p, const float* q, const double* uniforms, const int* block,
-                                         int vocab, double* workspace, int* accepted_count, int* accepted_nodes,
-                                         int* out_tokens) {
+                                         const float* p, const float* q, const double* uniforms, const int* rule,
+                                         int vocab, const long long* scratch_first, double* workspace,
+                                         int* accepted_count, int* accepted_nodes, int* out_tokens) {
   __shared__ double shared_mass;
   const int s = blockIdx.x;
   const int first = node_indptr[s], n = node_indptr[s + 1] - first;
@@ -229,12 +352,17 @@ __global__ void verify_stochastic_kernel(const int* node_indptr, const int* toke
   const int* tok = tokens + first;
   const int* par = parent + first;
   const double* u = uniforms + 2 * first + s;
-  double* r = workspace + static_cast<std::size_t>(s) * 2 * vocab;
+  double* r = workspace + scratch_first[s];
   double* qj = r + vocab;
-  if (block != nullptr && block[s] != 0) {
+  if (rule[s] != kRuleToken) {
     const std::size_t row = static_cast<std::size_t>(contexts) * vocab;
-    verify_block_chain(tok, par, draw + contexts, p + row, q == nullptr ? nullptr : q + row, u, n, vocab, r,
-                       shared_mass, accepted_count + s, accepted_nodes + first, out_tokens + contexts);
+    const float* q_rows = q == nullptr ? nullptr : q + row;
+    if (rule[s] == kRuleBlock)
+      verify_block_chain(tok, par, draw + contexts, p + row, q_rows, u, n, vocab, r, shared_mass, accepted_count + s,
+                         accepted_nodes + first, out_tokens + contexts);
+    else
+      verify_traversal_tree(tok, par, draw + contexts, p + row, q_rows, u, n, vocab, r, shared_mass,
+                            accepted_count + s, accepted_nodes + first, out_tokens + contexts);
     return;
   }
   int context = 0, last = -1;
@@ -324,12 +452,13 @@ void launch_verify_greedy(const int* node_indptr, const int* tokens, const int* 
 }
 
 void launch_verify_stochastic(const int* node_indptr, const int* tokens, const int* parent, const int* draw,
-                              const float* p, const float* q, const double* uniforms, const int* block, int vocab,
-                              int num_sequences, double* workspace, int* accepted_count, int* accepted_nodes,
-                              int* out_tokens, cudaStream_t stream) {
+                              const float* p, const float* q, const double* uniforms, const int* rule, int vocab,
+                              int num_sequences, const long long* scratch_first, double* workspace,
+                              int* accepted_count, int* accepted_nodes, int* out_tokens, cudaStream_t stream) {
   if (num_sequences == 0) return;
   SPECULA_LAUNCH(verify_stochastic_kernel, dim3(num_sequences), dim3(kVerifyThreads), 0, stream, node_indptr, tokens,
-                 parent, draw, p, q, uniforms, block, vocab, workspace, accepted_count, accepted_nodes, out_tokens);
+                 parent, draw, p, q, uniforms, rule, vocab, scratch_first, workspace, accepted_count, accepted_nodes,
+                 out_tokens);
   CUDA_CHECK_LAUNCH();
 }
 
