@@ -562,14 +562,10 @@ class CudaBackend : public Backend {
                   max_attention_keys(static_cast<std::size_t>(max_smem_), config().head_dim()), " at most");
   }
 
-  // The verification of `up` on ws.stream, after the forward's logits: its upload (from the
-  // pinned staging), the tokens and q of device draws gathered in (`feeds`), the sampling
-  // kernel per run of verified logit rows (p for stochastic contexts, the argmax for greedy
-  // ones, a draw with uniform 0 whose -1 marks a row the CPU refuses), the greedy and the
-  // stochastic verification kernels, the result into verify_back.
-  // The verification's upload, then the device draws gathered into its nodes and q rows: what
-  // changes from one step of a shape to the next outside the verification's graph (the draws
-  // sit in the draft workspace, whose buffers move).
+  // The inputs of `up`'s verification on ws.stream, after the forward's logits: its upload
+  // (from the pinned staging), then the tokens and q of device draws gathered into its nodes and
+  // q rows (`feeds`): what changes from one step of a shape to the next outside the
+  // verification's graph (the draws sit in the draft workspace, whose buffers move).
   void enqueue_verify_inputs(const VerifyUpload& up, CudaWorkspace& ws, const DrawFeeds& feeds) const {
     const int vocab = config().vocab_size;
     const cudaStream_t s = ws.stream;
@@ -585,8 +581,10 @@ class CudaBackend : public Backend {
     }
   }
 
-  // The verification of the uploaded inputs (captured as a graph per shape): sampling, the
-  // greedy and stochastic kernels, the results back to the pinned buffer.
+  // The verification of the uploaded inputs (captured as a graph per shape): the sampling
+  // kernel per run of verified logit rows (p for stochastic contexts, the argmax for greedy
+  // ones, a draw with uniform 0 whose -1 marks a row the CPU refuses), the greedy and the
+  // stochastic verification kernels, the result into verify_back.
   void enqueue_verify(const VerifyUpload& up, CudaWorkspace& ws) const {
     const int vocab = config().vocab_size;
     const cudaStream_t s = ws.stream;

@@ -219,17 +219,16 @@ TreeVerdicts verify_tree(const TreeBatch& batch, bool greedy) {
   Device<double> uniforms(view(batch.uniforms), s);
   Device<int> rule(view(batch.rule), s);
   std::vector<long long> scratch_first;
-  std::size_t scratch_doubles = 0;
+  std::size_t scratch = 0;
   for (int seq = 0; seq < sequences; ++seq) {
     const std::span<const int> parents =
         std::span(batch.parent).subspan(static_cast<std::size_t>(batch.node_indptr[seq]),
                                         static_cast<std::size_t>(batch.node_indptr[seq + 1] - batch.node_indptr[seq]));
-    scratch_first.push_back(static_cast<long long>(scratch_doubles));
-    scratch_doubles += static_cast<std::size_t>(scratch_levels(parents, batch.rule[static_cast<std::size_t>(seq)])) *
-                       scratch_level_doubles(batch.vocab);
+    scratch_first.push_back(static_cast<long long>(scratch));
+    scratch += scratch_doubles(parents, batch.rule[static_cast<std::size_t>(seq)], batch.vocab);
   }
   Device<long long> first(view(scratch_first), s);
-  Device<double> workspace(scratch_doubles, s);
+  Device<double> workspace(scratch, s);
   launch_verify_stochastic(indptr.ptr, tokens.ptr, parent.ptr, draw.ptr, p.ptr, batch.q.empty() ? nullptr : q.ptr,
                            uniforms.ptr, rule.ptr, batch.vocab, sequences, first.ptr, workspace.ptr, count.ptr,
                            accepted.ptr, out_tokens.ptr, s.s);

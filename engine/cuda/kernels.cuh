@@ -107,8 +107,8 @@ void launch_verify_greedy(const int* node_indptr, const int* tokens, const int* 
 // (null when there is none); uniforms: in [2 nodes + num_sequences], each sequence's
 // verify_uniform_count in verify/verifier.h's layout; rule: in [num_sequences] kRule* codes
 // (verify_stochastic, verify_block for a chain, verify_traversal); scratch_first: in
-// [num_sequences] where each sequence's scratch starts in workspace (verify_tree.h:
-// scratch_levels of scratch_level_doubles each). A context whose target row has no mass emits
+// [num_sequences] where each sequence's scratch starts in workspace (verify_tree.h's
+// scratch_doubles). A context whose target row has no mass emits
 // token -1 (the CPU throws).
 void launch_verify_stochastic(const int* node_indptr, const int* tokens, const int* parent, const int* draw,
                               const float* p, const float* q, const double* uniforms, const int* rule, int vocab,

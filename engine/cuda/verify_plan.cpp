@@ -74,7 +74,7 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   up.first_context.assign(verify.size(), 0);
   std::vector<int> greedy_indptr{0}, stochastic_indptr{0}, tokens, parents, draw, rule, top_k;
   std::vector<long long> scratch_first;
-  std::size_t scratch_doubles = 0;
+  std::size_t scratch = 0;
   std::vector<float> temperature, top_p, min_p;
   std::vector<double> uniforms;
   for (std::size_t k = 0; k < order.size(); ++k) {
@@ -97,8 +97,8 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
     if (!v.greedy()) {
       draw.insert(draw.end(), v.draw.begin(), v.draw.end());
       rule.push_back(v.rule);
-      scratch_first.push_back(static_cast<long long>(scratch_doubles));
-      scratch_doubles += static_cast<std::size_t>(scratch_levels(v.parents, v.rule)) * scratch_level_doubles(vocab);
+      scratch_first.push_back(static_cast<long long>(scratch));
+      scratch += scratch_doubles(v.parents, v.rule, vocab);
       uniforms.insert(uniforms.end(), v.uniforms.begin(), v.uniforms.end());
     }
   }
@@ -127,7 +127,7 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   up.at.q = take(stochastic_contexts * v * sizeof(float));
   up.upload_bytes = at;
   up.at.probs = take(contexts * v * sizeof(float));
-  up.at.scratch = take(scratch_doubles * sizeof(double));
+  up.at.scratch = take(scratch * sizeof(double));
   up.at.result = take(up.result_ints() * sizeof(int));
   up.device_bytes = at;
 

@@ -250,7 +250,7 @@ __device__ void delete_child(OpenContext& c, const int* tok, const int* par, int
 __device__ void verify_traversal_tree(const int* tok, const int* par, const int* draw, const float* p, const float* q,
                                       const double* u, int n, int vocab, double* scratch, double& shared_sum,
                                       int* count, int* accepted_nodes, int* out_tokens) {
-  const std::size_t level_doubles = 2 * static_cast<std::size_t>(vocab) + kScratchSlot;  // scratch_level_doubles
+  const std::size_t level_doubles = 2 * static_cast<std::size_t>(vocab) + kScratchSlot;  // verify_tree.h
   int level = 0;
   OpenContext c = open_context(par, draw, q, n, vocab, 0, 1.0, scratch + vocab);
   for (;;) {
@@ -290,10 +290,8 @@ __device__ void verify_traversal_tree(const int* tok, const int* par, const int*
   if (c.dense) {
     const double total = lane_sum(weights, vocab);
     token = total <= 0.0 ? -1 : sample_scan(weights, vocab, __dmul_rn(uc, total));
-  } else {
-    token = sample_row(p_row, vocab, uc);
   }
-  if (token < 0) token = sample_row(p_row, vocab, uc);
+  if (token < 0) token = sample_row(p_row, vocab, uc);  // the p row itself, or where the measure is empty
   write_result(tok, par, c.context - 1, token, count, accepted_nodes, out_tokens);
 }
 
