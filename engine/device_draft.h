@@ -15,6 +15,11 @@
 
 namespace specula {
 
+// A child that is not there (Backend::forward_draft's tokens): its context's distribution ran
+// out of tokens before it (draw_siblings would have returned fewer children), or its parent is
+// absent. Fed to a later round as a valid token whose rows nothing reads.
+inline constexpr int kAbsentDraw = -2;
+
 // sampling/'s chain over a logit row (temperature, then top-k when top_k > 0, top-p when
 // top_p < 1, min-p when min_p > 0); temperature 0 is greedy: one-hot at the first index of the
 // largest logit.

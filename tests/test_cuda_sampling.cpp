@@ -29,6 +29,9 @@
 #include "base/error.h"
 #include "base/exp_shifted.h"
 #include "base/lane_sum.h"
+#include "base/rng.h"
+#include "draft/sibling_draw.h"
+#include "engine/device_verify.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/kernel_harness.h"
 #include "sampling/logit_transforms.h"
@@ -371,6 +374,121 @@ TEST_CASE("cuda kernels: sampling matches sampling/'s chain and draw", "[gpu]") 
   CHECK(refused > 0);
   CHECK(greedy > 0);
   CHECK(cut_rows > rows / 4);
+}
+
+// The children kernel (launch_draw_children) against draw_siblings: draft distributions from
+// the rows above (a NaN row where the CPU refuses), every draw mode, 0 to 6 children (more than
+// the support, so some come back absent), the uniforms draw_siblings reads from its Philox; a
+// third of the contexts name a source draw that is a token, absent or refused. SiblingDraw's
+// values are the kDraw* codes. Draws must equal the CPU's, except without replacement where the
+// mass left (the row less the earlier children) is below kTailMass: there the Residual's total,
+// the row's sum less the removed weights, is cancellation (its error about 2^-53, the mass
+// itself smaller), while the kernel sums the weights left. Elsewhere the two totals differ by
+// about vocab * 2^-53 relative, and a random uniform lands that near a CDF boundary with
+// probability about 1e-12. Excused contexts are counted: at most 1% of those drawn without
+// replacement.
+constexpr long double kTailMass = 1e-12L;
+
+// Whether the first child where `device` and `cpu` differ was drawn without replacement from
+// `q` with less than kTailMass left.
+bool tail_draw(std::span<const float> q, int mode, const std::vector<int>& device, const std::vector<int>& cpu) {
+  if (mode != kDrawWithoutReplacement) return false;
+  std::size_t j = 0;
+  while (device[j] == cpu[j]) ++j;
+  long double left = 0.0L;
+  for (std::size_t v = 0; v < q.size(); ++v)
+    if (std::find(cpu.begin(), cpu.begin() + static_cast<std::ptrdiff_t>(j), static_cast<int>(v)) ==
+        cpu.begin() + static_cast<std::ptrdiff_t>(j))
+      left += q[v];
+  return left < kTailMass;
+}
+
+TEST_CASE("cuda kernels: children drawn as draw_siblings draws them", "[gpu]") {
+  REQUIRE_GPU();
+  const std::vector<std::pair<int, int>> plan =
+      test::kSanitized ? std::vector<std::pair<int, int>>{{1, 40}, {2, 100}, {7, 200}, {64, 200}, {1000, 40}}
+                       : std::vector<std::pair<int, int>>{{1, 200}, {2, 800}, {7, 1500}, {64, 1500}, {1000, 400},
+                                                          {4096, 150}};
+  constexpr int kSources = 3;  // draws before the children: a token, an absent child, a refused draw
+  Rng rng(3802);
+  int contexts_drawn = 0, mismatches = 0, tail = 0, absent = 0, inherited = 0, refused = 0;
+  std::ostringstream shown;  // the first mismatches
+  std::map<int, int> by_mode;
+  for (const auto& [vocab, count] : plan) {
+    cuda::harness::ChildrenBatch in;
+    in.vocab = vocab;
+    in.tokens = {std::min(1, vocab - 1), kAbsentDraw, -1};
+    in.child_first.push_back(kSources);
+    std::vector<std::vector<int>> expected;  // [contexts] each context's children, padded
+    for (int c = 0; c < count; ++c) {
+      std::string kind;
+      const std::vector<float> logits = random_logits(rng, vocab, kind);
+      std::vector<float> q(static_cast<std::size_t>(vocab));
+      bool row_refused = false;
+      try {
+        make_sampler(random_options(rng, vocab, kind))->distribution(logits, q);
+      } catch (const SpeculaError&) {
+        row_refused = true;
+        std::fill(q.begin(), q.end(), std::numeric_limits<float>::quiet_NaN());
+      }
+      const int mode = uniform_int(rng, 0, 2);
+      const int k = uniform_int(rng, 0, 6);
+      const int source = coin(rng, 1.0 / 3) ? uniform_int(rng, 0, kSources - 1) : -1;
+      // draw_siblings reads its uniforms from a Philox: the kernel gets the same stream's.
+      const std::uint64_t seed = rng();
+      Philox uniforms(seed), reference(seed);
+      for (int j = 0; j < k; ++j) in.uniforms.push_back(uniforms.uniform());
+      std::vector<int> want;
+      if (source >= 0 && in.tokens[static_cast<std::size_t>(source)] < 0) {
+        want.assign(static_cast<std::size_t>(k), in.tokens[static_cast<std::size_t>(source)]);
+        inherited += k > 0;
+      } else if (row_refused) {
+        want.assign(static_cast<std::size_t>(k), -1);
+        refused += k > 0;
+      } else {
+        want = draw_siblings(q, k, static_cast<SiblingDraw>(mode), reference);
+        absent += k - static_cast<int>(want.size());
+        want.resize(static_cast<std::size_t>(k), kAbsentDraw);
+      }
+      expected.push_back(want);
+      in.probs.insert(in.probs.end(), q.begin(), q.end());
+      in.mode.push_back(mode);
+      in.source.push_back(source);
+      in.child_first.push_back(in.child_first.back() + k);
+      ++by_mode[mode];
+      ++contexts_drawn;
+    }
+    in.uniforms.insert(in.uniforms.begin(), kSources, 0.0);
+    in.tokens.resize(static_cast<std::size_t>(in.child_first.back()), std::numeric_limits<int>::min());
+    const std::vector<int> got = cuda::harness::draw_children(in);
+    REQUIRE(std::equal(got.begin(), got.begin() + kSources, in.tokens.begin()));
+    for (int c = 0; c < count; ++c) {
+      const std::size_t cu = static_cast<std::size_t>(c);
+      const auto first = got.begin() + in.child_first[cu];
+      const std::vector<int> children(first, first + static_cast<std::ptrdiff_t>(expected[cu].size()));
+      if (children == expected[cu]) continue;
+      const auto q = std::span<const float>(in.probs).subspan(cu * static_cast<std::size_t>(vocab),
+                                                              static_cast<std::size_t>(vocab));
+      if (tail_draw(q, in.mode[cu], children, expected[cu])) {
+        ++tail;
+        continue;
+      }
+      if (++mismatches <= 5)
+        shown << "; vocab " << vocab << " context " << c << " mode " << in.mode[cu] << ": device "
+              << ::Catch::Detail::stringify(children) << ", cpu " << ::Catch::Detail::stringify(expected[cu]);
+    }
+  }
+  WARN("children: " << contexts_drawn << " contexts (" << by_mode[kDrawSampled] << " sampled, "
+                    << by_mode[kDrawWithoutReplacement] << " without replacement, " << by_mode[kDrawTopK]
+                    << " top-k), " << absent << " children absent, " << inherited << " contexts inheriting, "
+                    << refused << " refused; " << mismatches << " mismatches, " << tail
+                    << " differing with under " << static_cast<double>(kTailMass) << " of mass left");
+  INFO(shown.str());
+  CHECK(mismatches == 0);
+  CHECK(tail <= by_mode[kDrawWithoutReplacement] / 100);
+  CHECK(absent > 0);
+  CHECK(inherited > 0);
+  CHECK(refused > 0);
 }
 
 }  // namespace specula

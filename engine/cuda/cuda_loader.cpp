@@ -141,6 +141,7 @@ void kv_copies(std::span<const KvCopy> copies, PageStorage& pages, DType page_dt
 }
 TreeVerdicts verify_tree(const TreeBatch& batch, bool greedy) { return harness_module().verify_tree(batch, greedy); }
 SampledRows sample(const SamplingBatch& batch) { return harness_module().sample(batch); }
+std::vector<int> draw_children(const ChildrenBatch& batch) { return harness_module().draw_children(batch); }
 
 }  // namespace cuda::harness
 }  // namespace specula

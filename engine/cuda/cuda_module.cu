@@ -26,6 +26,7 @@ constexpr specula::cuda::CudaModule kModule = {
     &specula::cuda::harness::kv_copies,
     &specula::cuda::harness::verify_tree,
     &specula::cuda::harness::sample,
+    &specula::cuda::harness::draw_children,
 };
 
 }  // namespace

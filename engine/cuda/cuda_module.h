@@ -22,7 +22,7 @@
 
 namespace specula::cuda {
 
-inline constexpr int kCudaModuleAbi = 10;
+inline constexpr int kCudaModuleAbi = 11;
 inline constexpr const char* kCudaModuleSymbol = "specula_cuda_module";
 
 // Each member is the function of the same name in device.h, cuda_backend.h, head_cuda.h or
@@ -54,6 +54,7 @@ struct CudaModule {
   void (*kv_copies)(std::span<const KvCopy> copies, PageStorage& pages, DType page_dtype);
   harness::TreeVerdicts (*verify_tree)(const harness::TreeBatch& batch, bool greedy);
   harness::SampledRows (*sample)(const harness::SamplingBatch& batch);
+  std::vector<int> (*draw_children)(const harness::ChildrenBatch& batch);
 };
 
 // The module's one exported function (extern "C", named kCudaModuleSymbol).

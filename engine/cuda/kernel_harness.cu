@@ -249,4 +249,16 @@ SampledRows sample(const SamplingBatch& batch) {
   return {probs.get(), tokens.get()};
 }
 
+std::vector<int> draw_children(const ChildrenBatch& batch) {
+  const int contexts = static_cast<int>(batch.mode.size());
+  const Stream s;
+  Device<float> probs(view(batch.probs), s);
+  Device<int> first(view(batch.child_first), s), mode(view(batch.mode), s), source(view(batch.source), s),
+      tokens(view(batch.tokens), s);
+  Device<double> uniforms(view(batch.uniforms), s);
+  launch_draw_children(probs.ptr, batch.vocab, contexts, first.ptr, mode.ptr,
+                       batch.source.empty() ? nullptr : source.ptr, uniforms.ptr, tokens.ptr, s.s);
+  return tokens.get();
+}
+
 }  // namespace specula::cuda::harness

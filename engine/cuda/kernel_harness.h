@@ -85,4 +85,17 @@ struct SampledRows {
 // launch_sample on `batch`.
 SampledRows sample(const SamplingBatch& batch);
 
+// Draft contexts whose children to draw (launch_draw_children).
+struct ChildrenBatch {
+  std::vector<float> probs;        // [contexts, vocab]
+  std::vector<int> child_first;    // [contexts + 1]
+  std::vector<int> mode;           // [contexts] kDraw* codes
+  std::vector<int> source;         // [contexts] or empty (none)
+  std::vector<double> uniforms;    // [draws]
+  std::vector<int> tokens;         // [draws] in: the source draws' tokens (the rest is overwritten)
+  int vocab = 0;
+};
+// launch_draw_children on `batch`: the tokens after it.
+std::vector<int> draw_children(const ChildrenBatch& batch);
+
 }  // namespace specula::cuda::harness

@@ -130,6 +130,19 @@ void launch_sample(const float* logits, const float* temperature, const int* top
                    const float* min_p, const double* uniforms, int rows, int vocab, float* probs, int* tokens,
                    cudaStream_t stream);
 
+// The children of draft contexts drawn from their distributions (sample.cu, one block per
+// context), as draw_siblings (draft/sibling_draw.h) draws them with the same uniforms: context
+// c's children are draws [child_first[c], child_first[c + 1]) of `tokens`, drawn by mode[c]
+// (kDraw*, engine/device_verify.h) from row c of `probs`, child j with uniforms[child_first[c]
+// + j] (unread for kDrawTopK). A child draw_siblings would not give (q exhausted) is
+// kAbsentDraw. Every child of a context whose row is invalid (launch_sample's NaN row) is -1,
+// and of a context whose source draw (source[c] >= 0, an earlier draw: the token its row was
+// fed) is negative, that draw's code.
+//   probs: in [contexts, vocab]; child_first: in [contexts + 1]; mode: in [contexts];
+//   source: in [contexts] or null; uniforms: in [draws]; tokens: in/out [draws]
+void launch_draw_children(const float* probs, int vocab, int contexts, const int* child_first, const int* mode,
+                          const int* source, const double* uniforms, int* tokens, cudaStream_t stream);
+
 // y = x W^T + bias, or y += (x W^T + bias) when `accumulate` (cpu::matmul, add_bias,
 // add_inplace): the batch-invariant kernel (each output element reduced over k in one fixed
 // order whatever n), or, for more than kSmallRows rows when scratch.cublas_prefill,

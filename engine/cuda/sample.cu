@@ -1,7 +1,9 @@
 // The sampling kernel (launch_sample, kernels.cuh): one block per row, the chain of
 // sampling/logit_transforms.h (temperature, top-k, top-p, min-p, in that order) or greedy,
-// the row's distribution and optionally one inverse-CDF draw. Kernels of our own, not Thrust:
-// every step is a block-wide count or sum, and a sort is never needed.
+// the row's distribution and optionally one inverse-CDF draw; and the children kernel
+// (launch_draw_children): one block per draft context, draw_siblings' children of its
+// distribution. Kernels of our own, not Thrust: every step is a block-wide count or sum, and a
+// sort is never needed.
 //
 // The rules, each as sampling/ states it:
 //   scores       s = x / t (__fdiv_rn, the CPU's float division); a NaN or +inf score, or every
@@ -21,6 +23,12 @@
 //   greedy       t = 0: one-hot at the first index of the largest logit; NaN or +inf invalid.
 //   draw         the smallest token whose prefix sum of probs exceeds u * total (prefix sums in
 //                double over per-thread chunks), else the last token of positive mass.
+//   children     kDrawSampled: a draw per child; kDrawWithoutReplacement: a draw per child with
+//                the earlier children's weights 0 (total: the sum of the weights left, where
+//                the CPU's Residual takes the row's sum less the removed ones: the two part
+//                where that cancels to less than its rounding), absent once no weight is left;
+//                kDrawTopK: the most probable token with q > 0 not yet a child, ties to the
+//                lowest id.
 // Sums are in double in this kernel's fixed order (per-thread strided partials added by thread
 // 0 in thread order), not the CPU's (lane_sum, or list order after a transform lists): a mass
 // differs from the CPU's by at most about vocab * 2^-53 relative. So the support equals the
@@ -33,6 +41,7 @@
 // probs row holds the numerators (-1 marks a dropped token) until it is normalised.
 #include "engine/cuda/cuda_check.cuh"
 #include "engine/cuda/kernels.cuh"
+#include "engine/device_verify.h"
 
 namespace specula::cuda {
 namespace {
@@ -238,12 +247,26 @@ __device__ void top_p(const float* x, float t, float* e, int vocab, float p, Sha
   }
 }
 
-// inverse_cdf over the finished probs row: thread t sums its chunk in double, thread 0 adds
-// the chunks in order to find the one where the prefix exceeds u * total and walks it.
-__device__ void draw(const float* probs, int vocab, double u, int* token, Shared& sh) {
+// The tokens a draw skips (weight 0): `count` ids at `ids` (global memory the block wrote before
+// its last barrier); none when count is 0.
+struct Removed {
+  const int* ids = nullptr;
+  int count = 0;
+  __device__ bool has(int v) const {
+    for (int i = 0; i < count; ++i)
+      if (ids[i] == v) return true;
+    return false;
+  }
+};
+
+// inverse_cdf over the finished probs row less `removed` (Residual::sample over a view with
+// those tokens removed): thread t sums its chunk in double, thread 0 adds the chunks in order to
+// find the one where the prefix exceeds u * total and walks it. -1 when no token has weight.
+__device__ void draw(const float* probs, int vocab, double u, Removed removed, int* token, Shared& sh) {
+  const auto weight = [&](int v) { return removed.has(v) ? 0.0f : probs[v]; };
   const Chunk mine = chunk_of(threadIdx.x, vocab);
   double sum = 0.0;
-  for (int v = mine.begin; v < mine.end; ++v) sum = __dadd_rn(sum, static_cast<double>(probs[v]));
+  for (int v = mine.begin; v < mine.end; ++v) sum = __dadd_rn(sum, static_cast<double>(weight(v)));
   sh.d[threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.x != 0) return;
@@ -261,18 +284,39 @@ __device__ void draw(const float* probs, int vocab, double u, int* token, Shared
     }
     const Chunk walk = chunk_of(c, vocab);  // the prefix crosses here: its first token past target
     for (int v = walk.begin; v < walk.end; ++v) {
-      if (!(probs[v] > 0.0f)) continue;
-      cumulative = __dadd_rn(cumulative, static_cast<double>(probs[v]));
+      if (!(weight(v) > 0.0f)) continue;
+      cumulative = __dadd_rn(cumulative, static_cast<double>(weight(v)));
       chosen = v;
       if (cumulative > target) break;
     }
   }
-  if (chosen < 0 && last_chunk >= 0) {  // rounding left none: the last token of positive mass
+  if (chosen < 0 && last_chunk >= 0) {  // rounding left none: the last token of positive weight
     const Chunk walk = chunk_of(last_chunk, vocab);
     for (int v = walk.end - 1; v >= walk.begin && chosen < 0; --v)
-      if (probs[v] > 0.0f) chosen = v;
+      if (weight(v) > 0.0f) chosen = v;
   }
   *token = chosen;
+}
+
+// The most probable token of the row less `removed` with probability > 0, ties to the lowest
+// id; -1 when there is none. Every thread gets it.
+__device__ int most_probable(const float* probs, int vocab, Removed removed, Shared& sh) {
+  float best = 0.0f;
+  int at = -1;
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x)
+    if (probs[v] > best && !removed.has(v)) best = probs[v], at = v;  // ids ascend: a tie keeps the first
+  sh.f[threadIdx.x] = best;
+  sh.i[threadIdx.x] = at;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int t = 1; t < static_cast<int>(blockDim.x); ++t) {
+      const int other = sh.i[t];
+      if (other >= 0 && (at < 0 || sh.f[t] > best || (sh.f[t] == best && other < at))) best = sh.f[t], at = other;
+    }
+    sh.i_out = at;
+  }
+  __syncthreads();
+  return sh.i_out;
 }
 
 __global__ void sample_kernel(const float* logits, const float* temperature, const int* top_k_of,
@@ -328,7 +372,37 @@ __global__ void sample_kernel(const float* logits, const float* temperature, con
   }
   if (uniforms == nullptr || token == nullptr) return;
   __syncthreads();  // the draw's chunks read tokens other threads normalised
-  draw(e, vocab, uniforms[row], token, sh);
+  draw(e, vocab, uniforms[row], Removed{}, token, sh);
+}
+
+// draw_siblings for context blockIdx.x: its children are draws [child_first[c],
+// child_first[c + 1]) of `tokens`, in draw order.
+__global__ void draw_children_kernel(const float* probs, int vocab, const int* child_first, const int* mode,
+                                     const int* source, const double* uniforms, int* tokens) {
+  __shared__ Shared sh;
+  const int c = blockIdx.x;
+  const float* q = probs + static_cast<std::size_t>(c) * vocab;
+  const int first = child_first[c], count = child_first[c + 1] - first;
+  int* out = tokens + first;
+  // A context after an absent or refused draw inherits its code; a refused row refuses.
+  const int inherited = source != nullptr && source[c] >= 0 && tokens[source[c]] < 0 ? tokens[source[c]] : 0;
+  if (inherited < 0 || q[0] != q[0]) {
+    for (int j = threadIdx.x; j < count; j += blockDim.x) out[j] = inherited < 0 ? inherited : -1;
+    return;
+  }
+  const int how = mode[c];
+  for (int j = 0; j < count; ++j) {
+    const Removed removed{out, how == kDrawSampled ? 0 : j};
+    if (how == kDrawTopK) {
+      const int best = most_probable(q, vocab, removed, sh);
+      if (threadIdx.x == 0) out[j] = best < 0 ? kAbsentDraw : best;
+    } else {
+      draw(q, vocab, uniforms[first + j], removed, &sh.i_out, sh);
+      __syncthreads();
+      if (threadIdx.x == 0) out[j] = sh.i_out < 0 ? kAbsentDraw : sh.i_out;
+    }
+    __syncthreads();  // the next child's removed list reads this one
+  }
 }
 
 }  // namespace
@@ -341,6 +415,15 @@ void launch_sample(const float* logits, const float* temperature, const int* top
   const int threads = vocab >= kSampleThreads ? kSampleThreads : (vocab + 31) / 32 * 32;
   SPECULA_LAUNCH(sample_kernel, dim3(rows), dim3(threads), 0, stream, logits, temperature, top_k, top_p, min_p,
                  uniforms, vocab, probs, tokens);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_draw_children(const float* probs, int vocab, int contexts, const int* child_first, const int* mode,
+                          const int* source, const double* uniforms, int* tokens, cudaStream_t stream) {
+  if (contexts == 0) return;
+  const int threads = vocab >= kSampleThreads ? kSampleThreads : (vocab + 31) / 32 * 32;
+  SPECULA_LAUNCH(draw_children_kernel, dim3(contexts), dim3(threads), 0, stream, probs, vocab, child_first, mode,
+                 source, uniforms, tokens);
   CUDA_CHECK_LAUNCH();
 }
 
