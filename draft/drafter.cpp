@@ -65,7 +65,7 @@ void run_device_chains(const ForwardContext& context, std::span<Drafter* const> 
   for (Drafter* d : group) {
     chains.push_back(*d->device_chain());
     total += static_cast<std::size_t>(chains.back().length);
-    sampled = sampled || !chains.back().options.greedy();
+    sampled = sampled || chains.back().sampled();
   }
   const std::size_t vocab = static_cast<std::size_t>(context.backend.config().vocab_size);
   std::vector<int> tokens(total);
@@ -77,7 +77,7 @@ void run_device_chains(const ForwardContext& context, std::span<Drafter* const> 
   for (std::size_t i = 0; i < group.size(); ++i) {
     const std::size_t n = static_cast<std::size_t>(chains[i].length);
     const std::span<const float> rows =
-        chains[i].options.greedy() ? std::span<const float>() : std::span<const float>(q).subspan(at * vocab, n * vocab);
+        chains[i].sampled() ? std::span<const float>(q).subspan(at * vocab, n * vocab) : std::span<const float>();
     group[i]->chain_drawn(std::span<const int>(tokens).subspan(at, n), rows);
     at += n;
   }
@@ -106,7 +106,7 @@ std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters,
   for (std::size_t i = 0; i < drafters.size(); ++i) {
     Drafter* d = drafters[i];
     if (!d->device_chain()) continue;
-    const bool leave = !leave_on_device.empty() && leave_on_device[i];
+    const bool leave = !leave_on_device.empty() && leave_on_device[i] && !d->device_chain()->is_tree();
     (leave ? left : chains)[&d->forward_context()->cache].push_back(d);
   }
   for (const auto& [cache, group] : chains) run_device_chains(*group.front()->forward_context(), group, calls);

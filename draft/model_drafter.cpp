@@ -38,30 +38,46 @@ void ModelDrafter::start(std::span<const int> committed, DraftBound bound, Philo
   catching_up_ = true;
 
   device_chain_.reset();
-  const int length = growth_.plain_chain_length();
-  if (device_options_ && length > 0 && !controls_.active() && draft_.backend.drafts_on_device() &&
-      draft_.cache.state_width() == 0) {
-    chain_uniforms_.clear();
+  device_nodes_.clear();
+  if (!device_options_ || controls_.active() || !draft_.backend.drafts_on_device() || draft_.cache.state_width() != 0)
+    return;
+  chain_uniforms_.clear();
+  if (const int length = growth_.plain_chain_length(); length > 0) {
     if (!device_options_->greedy())
       for (int i = 0; i < length; ++i) chain_uniforms_.push_back(rng.uniform());
     device_chain_ = DeviceChain{*pending_, length, *device_options_, chain_uniforms_};
+    return;
   }
+  tree_parents_ = growth_.device_tree_parents();
+  if (tree_parents_.empty()) return;
+  const int nodes = static_cast<int>(tree_parents_.size());
+  const int mode = static_cast<int>(growth_.draw_mode());
+  if (mode != kDrawTopK)
+    for (int i = 0; i < nodes; ++i) chain_uniforms_.push_back(rng.uniform());
+  // Greedy drafting ranks a tree's children by the draft's softmax (draft_distribution).
+  const DrawOptions options = device_options_->greedy() ? DrawOptions{1.0f} : *device_options_;
+  device_chain_ = DeviceChain{*pending_, nodes, options, chain_uniforms_, tree_parents_, mode};
 }
 
 void ModelDrafter::chain_drawn(std::span<const int> tokens, std::span<const float> q) {
   assert(device_chain_ && static_cast<int>(tokens.size()) == device_chain_->length);
-  end_device_chain();
-  growth_.chain_drawn(tokens, q);
+  if (!device_chain_->is_tree()) {
+    end_device_chain(device_chain_->length);
+    growth_.chain_drawn(tokens, q);
+    return;
+  }
+  device_nodes_ = growth_.tree_drawn(tree_parents_, tokens, q, vocab());
+  end_device_chain(growth_.levels());
 }
 
 void ModelDrafter::chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) {
-  assert(device_chain_ && static_cast<int>(node_draws.size()) == device_chain_->length);
-  end_device_chain();
+  assert(device_chain_ && !device_chain_->is_tree() && static_cast<int>(node_draws.size()) == device_chain_->length);
+  end_device_chain(device_chain_->length);
   growth_.chain_left_on_device(std::move(draws), node_draws);
 }
 
-void ModelDrafter::end_device_chain() {
-  forwards_ += device_chain_->length;
+void ModelDrafter::end_device_chain(int forwards) {
+  forwards_ += forwards;
   device_chain_.reset();
   pending_.reset();
   catching_up_ = false;
@@ -112,9 +128,10 @@ Proposal ModelDrafter::take_proposal() {
 }
 
 void ModelDrafter::accept(const TokenTree& tree, std::span<const int> accepted_nodes, std::span<const int>) {
-  std::vector<int> fed_path;
+  std::vector<int> fed_path;  // the accepted nodes' rows in the draft cache
   for (int node : accepted_nodes)
-    if (node < growth_.fed_nodes()) fed_path.push_back(node);
+    if (node < growth_.fed_nodes())
+      fed_path.push_back(device_nodes_.empty() ? node : device_nodes_[static_cast<std::size_t>(node)]);
   draft_.cache.commit(seq_, prefix_end_, fed_path);
   growth_.accepted(tree.size(), static_cast<int>(accepted_nodes.size()));
 }

@@ -34,8 +34,10 @@ class ModelDrafter : public Drafter {
   // row over the committed tokens and the row's own path before `distribution` reads it.
   // `device`: the options `distribution` applies, as the draft backend's device draws with
   // them (greedy when !stochastic); where given and the backend drafts on its device, a plain
-  // chain (TreeGrowth::plain_chain_length) without controls is drawn there whole
-  // (device_chain()), its uniforms drawn from the rng up front in the host's order.
+  // chain (TreeGrowth::plain_chain_length) or a static tree (TreeGrowth::device_tree_parents)
+  // without controls is drawn there whole (device_chain()), its uniforms drawn from the rng up
+  // front (a chain's in the host's order; a tree's one a node, in node order, where the host
+  // would skip those of children a distribution cannot give).
   ModelDrafter(const ForwardContext& draft, KvCache::SeqId seq, DistributionFn distribution, bool stochastic,
                TreeShape shape, RowControls controls = {}, std::optional<DrawOptions> device = std::nullopt);
   ~ModelDrafter() override;
@@ -59,8 +61,8 @@ class ModelDrafter : public Drafter {
 
  private:
   int vocab() const { return draft_.backend.config().vocab_size; }
-  // The device chain's forwards done: the proposal is complete.
-  void end_device_chain();
+  // The device chain's `forwards` done: the proposal is complete.
+  void end_device_chain(int forwards);
   // Asks for the forward of the growth's pending feed, if any.
   void request_feed();
   // q of `context` (0: the root, 1 + i: after node i) from its draft logits, edited by
@@ -86,6 +88,8 @@ class ModelDrafter : public Drafter {
   std::optional<DrawOptions> device_options_;
   std::optional<DeviceChain> device_chain_;  // this proposal's, when its device draws it
   std::vector<double> chain_uniforms_;       // [its length] where sampled
+  std::vector<int> tree_parents_;            // [its nodes] where it is a tree
+  std::vector<int> device_nodes_;            // [proposal nodes] each node's row in a device tree's rows, else empty
 };
 
 }  // namespace specula

@@ -11,7 +11,7 @@ namespace specula {
 namespace {
 
 // How the children of every context are drawn, given the proposer's configuration.
-SiblingDraw draw_mode(bool stochastic, const TreeShape& shape) {
+SiblingDraw mode_of(bool stochastic, const TreeShape& shape) {
   if (!stochastic || shape.dynamic_budget > 0) return SiblingDraw::kTopK;
   return shape.topology.is_chain() ? SiblingDraw::kSampled : SiblingDraw::kWithoutReplacement;
 }
@@ -36,7 +36,7 @@ void TreeGrowth::begin(DraftBound bound, Philox& rng) {
   fed_nodes_ = 0;
   pending_.reset();
   proposal_ = Proposal();
-  proposal_.tree = TokenTree(draw_mode(stochastic_, shape_));
+  proposal_.tree = TokenTree(draw_mode());
 }
 
 void TreeGrowth::root_ready(int vocab) {
@@ -149,6 +149,61 @@ int TreeGrowth::plain_chain_length() const {
   const bool chain = shape_.dynamic_budget == 0 && (shape_.adaptive || shape_.topology.is_chain());
   if (!chain || stop_below_ > 0 || siblings_ > 0) return 0;
   return std::max(0, std::min(max_depth_, gamma_));
+}
+
+SiblingDraw TreeGrowth::draw_mode() const { return mode_of(stochastic_, shape_); }
+
+std::vector<int> TreeGrowth::device_tree_parents() const {
+  std::vector<int> parents;
+  const bool tree = shape_.dynamic_budget == 0 && !shape_.adaptive && !shape_.topology.is_chain();
+  if (!tree || stop_below_ > 0 || siblings_ > 0) return parents;
+  // advance_static's levels with every child drawn: (node, topology context) per frontier entry.
+  std::vector<std::pair<int, int>> frontier{{-1, 0}};
+  for (int level = 0; level < max_depth_ && !frontier.empty(); ++level) {
+    std::vector<std::pair<int, int>> next;
+    for (const auto& [node, shape_context] : frontier)
+      for (const int child : topology_children_[static_cast<std::size_t>(shape_context)]) {
+        next.emplace_back(static_cast<int>(parents.size()), child + 1);
+        parents.push_back(node);
+      }
+    frontier = std::move(next);
+  }
+  return parents;
+}
+
+std::vector<int> TreeGrowth::tree_drawn(std::span<const int> parents, std::span<const int> tokens,
+                                        std::span<const float> q, int vocab) {
+  assert(proposal_.tree.size() == 0 && parents.size() == tokens.size());
+  assert(stochastic_ ? q.size() == tokens.size() * static_cast<std::size_t>(vocab) : q.empty());
+  const std::size_t v = static_cast<std::size_t>(vocab), n = tokens.size();
+  std::vector<int> kept, compact(n, -1);
+  std::vector<int> depth(n);
+  int deepest = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const int parent = parents[i];
+    depth[i] = parent < 0 ? 1 : depth[static_cast<std::size_t>(parent)] + 1;
+    deepest = std::max(deepest, depth[i]);
+    if (tokens[i] == kAbsentDraw) continue;
+    assert(parent < 0 || compact[static_cast<std::size_t>(parent)] >= 0);
+    compact[i] = proposal_.tree.add_node(parent < 0 ? -1 : compact[static_cast<std::size_t>(parent)], tokens[i]);
+    kept.push_back(static_cast<int>(i));
+  }
+  fed_nodes_ = static_cast<int>(
+      std::count_if(kept.begin(), kept.end(), [&](int i) { return depth[static_cast<std::size_t>(i)] < deepest; }));
+  level_ = deepest;
+  frontier_.clear();
+  pending_.reset();
+  if (!stochastic_) return kept;
+  // A context's distribution is the one its children were drawn from; a context without
+  // children keeps a zero row.
+  proposal_.q.assign((kept.size() + 1) * v, 0.0f);
+  for (std::size_t i = 0; i < n; ++i) {
+    const int parent = parents[i];
+    if (parent >= 0 && compact[static_cast<std::size_t>(parent)] < 0) continue;
+    const std::size_t context = parent < 0 ? 0 : static_cast<std::size_t>(compact[static_cast<std::size_t>(parent)]) + 1;
+    std::copy_n(q.begin() + static_cast<std::ptrdiff_t>(i * v), v, proposal_.q.begin() + static_cast<std::ptrdiff_t>(context * v));
+  }
+  return kept;
 }
 
 void TreeGrowth::chain_drawn(std::span<const int> tokens, std::span<const float> q) {

@@ -77,6 +77,19 @@ class TreeGrowth {
   // [length, vocab] (empty when greedy). The proposal is then complete, every node but the
   // last fed.
   void chain_drawn(std::span<const int> tokens, std::span<const float> q);
+  // The parents of this proposal's whole static tree in growth order (each level after the
+  // one above, its nodes in their parents' order, each context's children in rank order),
+  // within its bound's max_depth, when it is a tree a device may draw whole (a static
+  // topology that is not a chain, no stop_below, no siblings); else empty.
+  std::vector<int> device_tree_parents() const;
+  // The draw mode of this proposal's children (verify/token_tree.h's SiblingDraw).
+  SiblingDraw draw_mode() const;
+  // That tree drawn elsewhere (one uniform a node, where sampled): each node's token, in
+  // [nodes] (kAbsentDraw: not there, nor anything under it), and the distribution it was drawn
+  // from, in [nodes, vocab] (empty unless sampled). The proposal is then the tree of the nodes
+  // there, every node above the deepest level fed. Returns the drawn node of each proposal node.
+  std::vector<int> tree_drawn(std::span<const int> parents, std::span<const int> tokens, std::span<const float> q,
+                              int vocab);
   // That chain drawn on a device and left there: node i's token is draw node_draws[i] of
   // `draws` (the tree holds placeholders until verification gives them, Proposal::draws).
   void chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws);
@@ -84,6 +97,7 @@ class TreeGrowth {
   void accepted(int drafted, int accepted);
 
   int gamma() const { return gamma_; }  // the chain length the next proposal starts from
+  int levels() const { return level_; }  // levels of the proposal grown so far
 
   static constexpr int kMaxAdaptiveGamma = 16;  // adaptive chains grow up to this length
 

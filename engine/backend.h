@@ -94,15 +94,18 @@ class Backend {
   // The rounds of `draft` (check_draft_rounds) back to back on the device, each a forward of
   // its batch into `pages` (pending copies run first), each of its logit rows then drawn under
   // its DrawOptions with its uniform (sampling/'s distribution and Residual::sample's
-  // inverse-CDF rule) and the token fed to the later rows that name its draw. Throws
-  // SpeculaError where the sampler would refuse a row (a NaN or +inf logit, every logit -inf),
-  // and where !drafts_on_device(). Returns each round's device time in seconds.
-  //   tokens: out [draws]; q: out [draws, vocab] each draw's distribution when keep_q, else empty
+  // inverse-CDF rule), or its children drawn from that distribution (draw_siblings' rules), and
+  // each token fed to the later rows that name its draw. Throws SpeculaError where the sampler
+  // would refuse a row (a NaN or +inf logit, every logit -inf), and where !drafts_on_device().
+  // Returns each round's device time in seconds.
+  //   tokens: out [draws] (kAbsentDraw: a child that is not there); q: out [logit rows, vocab]
+  //   each logit row's distribution when keep_q, else empty
   virtual std::vector<double> forward_draft(const DraftRounds& draft, PageStorage& pages, Workspace& workspace,
                                             std::span<int> tokens, std::span<float> q) const;
   // The same rounds enqueued and left on the device, nothing read back and no
   // synchronisation: a forward_verify of this device reads their draws (DeviceVerify::draws),
-  // and refuses them, as forward_draft would, where a draw was refused.
+  // and refuses them, as forward_draft would, where a draw was refused. Rounds with children
+  // are refused.
   virtual std::shared_ptr<const DeviceDraws> enqueue_draft(const DraftRounds& draft, PageStorage& pages,
                                                            Workspace& workspace) const;
 

@@ -12,9 +12,16 @@ int DraftRounds::rows() const {
   return n;
 }
 
-int DraftRounds::draws() const {
+int DraftRounds::logit_rows() const {
   int n = 0;
   for (const RaggedBatch& b : batches) n += b.num_logits();
+  return n;
+}
+
+int DraftRounds::draws() const {
+  if (children.empty()) return logit_rows();
+  int n = 0;
+  for (const int k : children) n += k;
   return n;
 }
 
@@ -24,11 +31,23 @@ void check_draft_rounds(const DraftRounds& draft, int vocab) {
                 draft.batches.size(), " rounds");
   SPECULA_CHECK(static_cast<int>(draft.feeds.size()) == draft.rows(), "device draft: ", draft.feeds.size(),
                 " feeds for ", draft.rows(), " rows");
+  const int logit_rows = draft.logit_rows();
+  SPECULA_CHECK(static_cast<int>(draft.options.size()) == logit_rows, "device draft: ", draft.options.size(),
+                " options for ", logit_rows, " logit rows");
+  SPECULA_CHECK(draft.children.empty() || static_cast<int>(draft.children.size()) == logit_rows, "device draft: ",
+                draft.children.size(), " children counts for ", logit_rows, " logit rows");
+  SPECULA_CHECK(draft.child_modes.size() == draft.children.size(), "device draft: ", draft.child_modes.size(),
+                " child modes for ", draft.children.size(), " children counts");
+  for (std::size_t l = 0; l < draft.children.size(); ++l) {
+    SPECULA_CHECK(draft.children[l] >= 0, "device draft: logit row ", l, " has ", draft.children[l], " children");
+    const int mode = draft.child_modes[l];
+    SPECULA_CHECK(mode == kDrawSampled || mode == kDrawWithoutReplacement || mode == kDrawTopK, "device draft: logit row ",
+                  l, " has child mode ", mode, "; the modes are 0, 1 and 2 (kDraw*)");
+  }
   const int draws = draft.draws();
-  SPECULA_CHECK(static_cast<int>(draft.options.size()) == draws && static_cast<int>(draft.uniforms.size()) == draws,
-                "device draft: ", draft.options.size(), " options and ", draft.uniforms.size(), " uniforms for ", draws,
-                " draws");
-  int row = 0, drawn_before = 0;
+  SPECULA_CHECK(static_cast<int>(draft.uniforms.size()) == draws, "device draft: ", draft.uniforms.size(),
+                " uniforms for ", draws, " draws");
+  int row = 0, logit_row = 0, drawn_before = 0;
   for (int r = 0; r < draft.rounds(); ++r) {
     const RaggedBatch& batch = draft.batches[static_cast<std::size_t>(r)];
     SPECULA_CHECK(static_cast<int>(draft.plans[static_cast<std::size_t>(r)].row_slots.size()) == batch.num_rows(),
@@ -39,16 +58,19 @@ void check_draft_rounds(const DraftRounds& draft, int vocab) {
       SPECULA_CHECK(feed >= -1 && feed < drawn_before, "device draft: round ", r, " row ", i, " is fed draw ", feed,
                     "; an earlier round's draws are [0, ", drawn_before, ")");
     }
-    drawn_before += batch.num_logits();
+    for (int l = 0; l < batch.num_logits(); ++l, ++logit_row)
+      drawn_before += draft.children.empty() ? 1 : draft.children[static_cast<std::size_t>(logit_row)];
+  }
+  for (int l = 0; l < logit_rows; ++l) {
+    const DrawOptions& o = draft.options[static_cast<std::size_t>(l)];
+    SPECULA_CHECK(std::isfinite(o.temperature) && o.temperature >= 0, "device draft: logit row ", l, ": temperature ",
+                  o.temperature, " is not finite and >= 0");
+    SPECULA_CHECK(o.top_k >= 0, "device draft: logit row ", l, ": top_k ", o.top_k, " is negative");
+    SPECULA_CHECK(o.top_p > 0 && o.top_p <= 1, "device draft: logit row ", l, ": top_p ", o.top_p, " is outside (0, 1]");
+    SPECULA_CHECK(o.min_p >= 0 && o.min_p <= 1, "device draft: logit row ", l, ": min_p ", o.min_p, " is outside [0, 1]");
   }
   for (int d = 0; d < draws; ++d) {
-    const DrawOptions& o = draft.options[static_cast<std::size_t>(d)];
     const double u = draft.uniforms[static_cast<std::size_t>(d)];
-    SPECULA_CHECK(std::isfinite(o.temperature) && o.temperature >= 0, "device draft: draw ", d, ": temperature ",
-                  o.temperature, " is not finite and >= 0");
-    SPECULA_CHECK(o.top_k >= 0, "device draft: draw ", d, ": top_k ", o.top_k, " is negative");
-    SPECULA_CHECK(o.top_p > 0 && o.top_p <= 1, "device draft: draw ", d, ": top_p ", o.top_p, " is outside (0, 1]");
-    SPECULA_CHECK(o.min_p >= 0 && o.min_p <= 1, "device draft: draw ", d, ": min_p ", o.min_p, " is outside [0, 1]");
     SPECULA_CHECK(u >= 0 && u < 1, "device draft: draw ", d, ": uniform ", u, " is outside [0, 1)");
   }
 }

@@ -31,26 +31,39 @@ struct DrawOptions {
   bool greedy() const { return temperature == 0; }
 };
 
-// Draws are numbered in round order, then logit-row order within a round. Round r's row i
-// (rows numbered across rounds in order) takes as its token the token of draw feeds[i], which
+// How the children of a context were drawn: the values of verify/token_tree.h's SiblingDraw.
+inline constexpr int kDrawSampled = 0;             // i.i.d. from q
+inline constexpr int kDrawWithoutReplacement = 1;  // from q without the earlier siblings
+inline constexpr int kDrawTopK = 2;                // deterministic distinct proposals
+
+// Logit rows are numbered in round order, then row order within a round; so are draws. Each
+// logit row's distribution is its DrawOptions' chain. Without `children`, each logit row gives
+// one draw under its options (greedy: the argmax). With them, logit row l gives children[l]
+// draws from its distribution by child_modes[l] (draw_siblings: i.i.d., without replacement,
+// or its top-k), a draw the distribution cannot give being kAbsentDraw. Round r's row i (rows
+// numbered across rounds in order) takes as its token the token of draw feeds[i], which
 // belongs to an earlier round; -1 keeps the batch's own token.
 struct DraftRounds {
   std::vector<RaggedBatch> batches;  // [rounds]
   std::vector<KvPlan> plans;         // [rounds] each batch's plan, prepared in round order
   std::vector<int> feeds;            // [rows of every round]
-  std::vector<DrawOptions> options;  // [draws]
-  std::vector<double> uniforms;      // [draws] each draw's inverse-CDF uniform (unread where greedy)
-  bool keep_q = false;               // every draw's distribution comes back
+  std::vector<DrawOptions> options;  // [logit rows]
+  std::vector<int> children;         // [logit rows] or empty (one draw each)
+  std::vector<int> child_modes;      // [logit rows] kDraw* codes where children is given, else empty
+  std::vector<double> uniforms;      // [draws] each draw's inverse-CDF uniform (unread where greedy or kDrawTopK)
+  bool keep_q = false;               // every logit row's distribution comes back
 
   int rounds() const { return static_cast<int>(batches.size()); }
   int rows() const;
+  int logit_rows() const;
   int draws() const;
 };
 
 // Throws SpeculaError naming the round, row or draw unless `draft` is well formed for a model of
 // `vocab` tokens: a plan per batch (its row slots one per row), feeds of an earlier round's
 // draw or -1 (every row of the first round -1), options in range (temperature finite and >= 0,
-// top_k >= 0, top_p in (0, 1], min_p in [0, 1]), uniforms in [0, 1).
+// top_k >= 0, top_p in (0, 1], min_p in [0, 1]), children >= 0 with a kDraw* mode each,
+// uniforms in [0, 1).
 void check_draft_rounds(const DraftRounds& draft, int vocab);
 
 // The draws of rounds enqueued on a device and not read back (Backend::enqueue_draft): each

@@ -14,11 +14,6 @@
 
 namespace specula {
 
-// How the children of a context were drawn: the values of verify/token_tree.h's SiblingDraw.
-inline constexpr int kDrawSampled = 0;             // i.i.d. from q
-inline constexpr int kDrawWithoutReplacement = 1;  // from q without the earlier siblings
-inline constexpr int kDrawTopK = 2;                // deterministic distinct proposals
-
 // How a sampled tree is verified: the values of verify/verify_rule.h's VerifyRule.
 inline constexpr int kRuleToken = 0;      // verify_stochastic (verify/verifier.h)
 inline constexpr int kRuleBlock = 1;      // verify_block (verify/block_verifier.h): chains

@@ -59,10 +59,11 @@ DeviceTimes ForwardContext::run(std::span<const SequenceRows> parts, std::span<f
 namespace {
 
 // Every round of `chains` planned on `context`'s cache (their slots appended) as one
-// DraftRounds; draw_of[i] lists chain i's draws.
+// DraftRounds; draw_of[i] lists chain i's draws node by node, draw_row each draw's logit row.
 struct ChainRounds {
   DraftRounds draft;
   std::vector<std::vector<int>> draw_of;
+  std::vector<int> draw_row;
   std::vector<int> round_rows;
 };
 
@@ -74,47 +75,114 @@ std::size_t check_chains(std::span<const DeviceChain> chains) {
     SPECULA_CHECK(c.length >= 1, "device draft: chain ", i, " has length ", c.length, "; need >= 1");
     SPECULA_CHECK(!c.first.tokens.empty() && c.first.parents.empty() && c.first.logits == RowLogits::kLast,
                   "device draft: chain ", i, "'s first rows must be a causal run with the last row's logits");
-    SPECULA_CHECK(c.options.greedy() ? c.uniforms.empty() : static_cast<int>(c.uniforms.size()) == c.length,
-                  "device draft: chain ", i, " has ", c.uniforms.size(), " uniforms; need ",
-                  c.options.greedy() ? 0 : c.length);
+    SPECULA_CHECK(c.sampled() ? static_cast<int>(c.uniforms.size()) == c.length : c.uniforms.empty(),
+                  "device draft: chain ", i, " has ", c.uniforms.size(), " uniforms; need ", c.sampled() ? c.length : 0);
+    if (c.is_tree()) {
+      SPECULA_CHECK(static_cast<int>(c.tree_parents.size()) == c.length, "device draft: tree ", i, " has ",
+                    c.tree_parents.size(), " parents for ", c.length, " nodes");
+      SPECULA_CHECK(c.tree_mode == kDrawSampled || c.tree_mode == kDrawWithoutReplacement || c.tree_mode == kDrawTopK,
+                    "device draft: tree ", i, " has mode ", c.tree_mode, "; the modes are 0, 1 and 2 (kDraw*)");
+      // Growth order: parents before their nodes and in order, so each level follows the one
+      // above and each context's children are contiguous.
+      for (int n = 0; n < c.length; ++n) {
+        const int parent = c.tree_parents[static_cast<std::size_t>(n)];
+        const int before = n == 0 ? -1 : c.tree_parents[static_cast<std::size_t>(n - 1)];
+        SPECULA_CHECK(parent >= -1 && parent < n && parent >= before, "device draft: tree ", i, " node ", n,
+                      " has parent ", parent, "; nodes must follow their parents, in their parents' order");
+      }
+    }
     total += static_cast<std::size_t>(c.length);
   }
   return total;
 }
 
-ChainRounds plan_chain_rounds(const ForwardContext& context, std::span<const DeviceChain> chains, bool keep_q) {
-  int rounds = 0;
-  for (const DeviceChain& c : chains) rounds = std::max(rounds, c.length);
-  // Round r > 0 feeds chain i the token of its draw in round r - 1, at the root's position + r,
-  // under the nodes before it (parents -1, 0, .., r - 1).
-  std::vector<int> parents(static_cast<std::size_t>(rounds));
-  std::iota(parents.begin(), parents.end(), -1);
-  std::vector<std::vector<int>> positions(chains.size());
-  for (std::size_t i = 0; i < chains.size(); ++i) {
-    const int root = chains[i].first.positions.back();
-    for (int r = 1; r < chains[i].length; ++r) positions[i].push_back(root + r);
+// A chain as a tree: each node's parent and depth, each context's children (0 the root, 1 + n
+// after node n) and each node's position.
+struct ChainShape {
+  std::vector<int> parents, depth, positions;  // [nodes]
+  std::vector<std::vector<int>> children;      // [nodes + 1]
+  int depth_max = 0;
+};
+
+ChainShape shape_of(const DeviceChain& c) {
+  ChainShape shape;
+  const std::size_t n = static_cast<std::size_t>(c.length);
+  if (c.is_tree()) {
+    shape.parents.assign(c.tree_parents.begin(), c.tree_parents.end());
+  } else {
+    shape.parents.resize(n);
+    std::iota(shape.parents.begin(), shape.parents.end(), -1);
   }
-  const int placeholder = 0;
+  shape.children.resize(n + 1);
+  const int root = c.first.positions.back();
+  for (std::size_t i = 0; i < n; ++i) {
+    const int parent = shape.parents[i];
+    shape.depth.push_back(parent < 0 ? 1 : shape.depth[static_cast<std::size_t>(parent)] + 1);
+    shape.positions.push_back(root + shape.depth.back());
+    shape.children[static_cast<std::size_t>(parent + 1)].push_back(static_cast<int>(i));
+    shape.depth_max = std::max(shape.depth_max, shape.depth.back());
+  }
+  return shape;
+}
+
+// Round 0 is every chain's first rows; round r > 0 feeds a chain's nodes of depth r (a
+// contiguous run) when it is deeper than r, each its draw's token at its position under its
+// ancestors. A logit row's draws are its context's children, in node order. Where any chain is
+// a tree, every logit row draws through children (a chain's: one, kDrawTopK of the one-hot
+// greedy distribution or kDrawSampled).
+ChainRounds plan_chain_rounds(const ForwardContext& context, std::span<const DeviceChain> chains, bool keep_q) {
+  std::vector<ChainShape> shapes;
+  int rounds = 0;
+  std::size_t widest = 0;
+  for (const DeviceChain& c : chains) {
+    shapes.push_back(shape_of(c));
+    rounds = std::max(rounds, shapes.back().depth_max);
+    widest = std::max(widest, static_cast<std::size_t>(c.length));
+  }
+  const bool children = std::any_of(chains.begin(), chains.end(), [](const DeviceChain& c) { return c.is_tree(); });
+  const std::vector<int> placeholders(widest, 0);
   ChainRounds out;
   out.draft.keep_q = keep_q;
   out.draw_of.resize(chains.size());
+  for (std::size_t i = 0; i < chains.size(); ++i) out.draw_of[i].resize(static_cast<std::size_t>(chains[i].length));
+  int logit_row = 0;
   for (int r = 0; r < rounds; ++r) {
     std::vector<SequenceRows> parts;
     for (std::size_t i = 0; i < chains.size(); ++i) {
       const DeviceChain& c = chains[i];
-      if (c.length <= r) continue;
+      const ChainShape& shape = shapes[i];
+      if (shape.depth_max <= r) continue;
+      std::vector<int> contexts;  // 0 the root, 1 + n after node n
       if (r == 0) {
         parts.push_back(c.first);
         out.draft.feeds.insert(out.draft.feeds.end(), c.first.tokens.size(), -1);
+        contexts.push_back(0);
       } else {
-        parts.push_back(SequenceRows{c.first.seq, std::span(&placeholder, 1),
-                                     std::span(positions[i]).subspan(static_cast<std::size_t>(r - 1), 1),
-                                     std::span(parents).first(static_cast<std::size_t>(r)), RowLogits::kAll});
-        out.draft.feeds.push_back(out.draw_of[i].back());
+        const auto level = std::equal_range(shape.depth.begin(), shape.depth.end(), r);
+        const std::size_t lo = static_cast<std::size_t>(level.first - shape.depth.begin());
+        const std::size_t hi = static_cast<std::size_t>(level.second - shape.depth.begin());
+        parts.push_back(SequenceRows{c.first.seq, std::span(placeholders).first(hi - lo),
+                                     std::span(shape.positions).subspan(lo, hi - lo), std::span(shape.parents).first(hi),
+                                     RowLogits::kAll});
+        for (std::size_t n = lo; n < hi; ++n) {
+          out.draft.feeds.push_back(out.draw_of[i][n]);
+          contexts.push_back(static_cast<int>(n) + 1);
+        }
       }
-      out.draw_of[i].push_back(static_cast<int>(out.draft.options.size()));
-      out.draft.options.push_back(c.options);
-      out.draft.uniforms.push_back(c.options.greedy() ? 0.0 : c.uniforms[static_cast<std::size_t>(r)]);
+      for (const int context : contexts) {
+        const std::vector<int>& kids = shape.children[static_cast<std::size_t>(context)];
+        out.draft.options.push_back(c.options);
+        if (children) {
+          out.draft.children.push_back(static_cast<int>(kids.size()));
+          out.draft.child_modes.push_back(c.is_tree() ? c.tree_mode : c.options.greedy() ? kDrawTopK : kDrawSampled);
+        }
+        for (const int kid : kids) {
+          out.draw_of[i][static_cast<std::size_t>(kid)] = static_cast<int>(out.draw_row.size());
+          out.draw_row.push_back(logit_row);
+          out.draft.uniforms.push_back(c.sampled() ? c.uniforms[static_cast<std::size_t>(kid)] : 0.0);
+        }
+        ++logit_row;
+      }
     }
     RaggedBatch batch = plan_batch(parts, context.cache.tables(), context.backend.config());
     const std::vector<int> counts = batch.rows_per_seq();
@@ -150,8 +218,8 @@ std::vector<RoundTime> ForwardContext::run_chains(std::span<const DeviceChain> c
                 total * vocab);
   return with_rollback(cache, chains, [&] {
     const ChainRounds plan = plan_chain_rounds(*this, chains, !q.empty());
-    std::vector<int> drawn(plan.draft.options.size());
-    std::vector<float> probs(plan.draft.keep_q ? drawn.size() * vocab : 0);
+    std::vector<int> drawn(static_cast<std::size_t>(plan.draft.draws()));
+    std::vector<float> probs(plan.draft.keep_q ? static_cast<std::size_t>(plan.draft.logit_rows()) * vocab : 0);
     const std::vector<double> seconds = backend.forward_draft(plan.draft, cache.storage(), workspace, drawn, probs);
     std::vector<RoundTime> times;
     for (std::size_t r = 0; r < seconds.size(); ++r) times.push_back(RoundTime{plan.round_rows[r], seconds[r]});
@@ -159,9 +227,11 @@ std::vector<RoundTime> ForwardContext::run_chains(std::span<const DeviceChain> c
     for (const std::vector<int>& draws : plan.draw_of)
       for (const int d : draws) {
         tokens[out] = drawn[static_cast<std::size_t>(d)];
-        if (plan.draft.keep_q)
-          std::copy_n(probs.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(d) * vocab), vocab,
+        if (plan.draft.keep_q) {
+          const std::size_t row = static_cast<std::size_t>(plan.draw_row[static_cast<std::size_t>(d)]);
+          std::copy_n(probs.begin() + static_cast<std::ptrdiff_t>(row * vocab), vocab,
                       q.begin() + static_cast<std::ptrdiff_t>(out * vocab));
+        }
         ++out;
       }
     return times;
@@ -170,7 +240,9 @@ std::vector<RoundTime> ForwardContext::run_chains(std::span<const DeviceChain> c
 
 EnqueuedChains ForwardContext::enqueue_chains(std::span<const DeviceChain> chains) const {
   check_chains(chains);
-  const bool sampled = std::any_of(chains.begin(), chains.end(), [](const DeviceChain& c) { return !c.options.greedy(); });
+  for (std::size_t i = 0; i < chains.size(); ++i)
+    SPECULA_CHECK(!chains[i].is_tree(), "device draft: chain ", i, " is a tree; trees are read back (run_chains)");
+  const bool sampled = std::any_of(chains.begin(), chains.end(), [](const DeviceChain& c) { return c.sampled(); });
   return with_rollback(cache, chains, [&] {
     ChainRounds plan = plan_chain_rounds(*this, chains, sampled);
     EnqueuedChains out;

@@ -19,15 +19,27 @@ int logit_rows(std::span<const SequenceRows> parts);
 // Rows (tokens) of a batch of `parts` in all.
 int batch_rows(std::span<const SequenceRows> parts);
 
-// A chain drawn whole on the backend's device (ForwardContext::run_chains): the forward of
-// `first` (the sequence's rows up to the chain's root, its logits kLast) draws the first token,
-// then each token but the last is fed as one row (a tree node under the one before, at the
-// root's position + its depth) whose logits draw the next.
+// A chain, or a static tree, drawn whole on the backend's device (ForwardContext::run_chains).
+// The forward of `first` (the sequence's rows up to the root, its logits kLast) gives the root's
+// distribution. A chain draws each token under `options`, and each token but the last is fed
+// as one row (a tree node under the one before, at the root's position + its depth) whose
+// logits draw the next. A tree (tree_parents given) draws each context's children from its
+// distribution (options' chain) by tree_mode, draw_siblings' rules (a child the distribution
+// cannot give is kAbsentDraw, and so is every node under it), and feeds each level with nodes
+// below it as one row per node.
 struct DeviceChain {
   SequenceRows first;
-  int length = 0;                    // tokens drawn, >= 1
+  int length = 0;                        // tokens (a tree's nodes) drawn, >= 1
   DrawOptions options;
-  std::span<const double> uniforms;  // in [length] each draw's uniform; empty when greedy
+  std::span<const double> uniforms;      // in [length] each token's uniform; empty where none is read
+  // in [length] or empty (a chain): each node's parent, -1 the root, in growth order: a level's
+  // nodes after the level above, in their parents' order.
+  std::span<const int> tree_parents;
+  int tree_mode = kDrawTopK;             // kDraw* code of a tree's children
+
+  bool is_tree() const { return !tree_parents.empty(); }
+  // Whether its draws read uniforms and their distributions matter to verification.
+  bool sampled() const { return is_tree() ? tree_mode != kDrawTopK : !options.greedy(); }
 };
 
 // One forward of a run of rounds: its rows and its device time.
@@ -61,15 +73,15 @@ struct ForwardContext {
   DeviceTimes run(std::span<const SequenceRows> parts, std::span<float> logits, std::span<const DeviceVerify> verify,
                   std::span<DeviceVerdict> verdicts) const;
   // `chains` (distinct sequences of `cache`) drafted on the backend's device
-  // (Backend::forward_draft), round r one forward of every chain longer than r. Every round's
-  // slots are appended before the first runs; where anything throws, every sequence is as it
-  // was.
+  // (Backend::forward_draft), round r one forward of every chain (tree) deeper than r. Every
+  // round's slots are appended before the first runs; where anything throws, every sequence is
+  // as it was.
   //   tokens: out [sum of lengths] each chain's tokens, chains in order
-  //   q: out [sum of lengths, vocab] their distributions, or empty
+  //   q: out [sum of lengths, vocab] the distribution each token was drawn from, or empty
   std::vector<RoundTime> run_chains(std::span<const DeviceChain> chains, std::span<int> tokens,
                                     std::span<float> q) const;
   // The same rounds enqueued (Backend::enqueue_draft) with nothing read back: the draws stay
-  // on the device for a forward_verify there, q kept where a chain is sampled.
+  // on the device for a forward_verify there, q kept where a chain is sampled. Chains only.
   EnqueuedChains enqueue_chains(std::span<const DeviceChain> chains) const;
 };
 

@@ -153,9 +153,9 @@ struct DeviceDrafting {
 };
 
 // Starts a proposal within bounds[i] for every sequence of `seqs` and runs their drafters'
-// forwards (run_draft_forwards: chains drawn whole on a draft device, then round by round,
-// those sharing a forward context (one draft cache) as one batched call; each appended to
-// `calls` when given); afterwards every verify_rows() is ready. With `device_verify` (the
+// forwards (run_draft_forwards: chains and static trees drawn whole on a draft device, then
+// round by round, those sharing a forward context (one draft cache) as one batched call; each
+// appended to `calls` when given); afterwards every verify_rows() is ready. With `device_verify` (the
 // caller verifies on the target's device where verifies_on_device()), the device chains of
 // those sequences stay on the device for device_verify.
 DeviceDrafting run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,

@@ -5,6 +5,10 @@
 //   chains the host drafter draws round by round on the same backend: greedy bitwise, sampled
 //   with the same uniforms the same tokens and q within the sampling kernel's bound; chains of
 //   several lengths in one call, two proposals each (the second after a commit and catch-up);
+// - [gpu] static trees drawn whole on the device (the children kernel) are the trees the host
+//   drafter grows level by level: greedy and sampled without replacement, a chain beside
+//   them in one call; children a distribution cannot give are dropped, their device rows
+//   skipped when the accepted path is committed;
 // - [gpu] chains left on the draft device (ForwardContext::enqueue_chains) and verified there
 //   in the target's forward (one synchronisation) give the verdicts, drafted tokens and
 //   committed tokens of the same chains read back first, the verification captured as a graph
@@ -131,6 +135,165 @@ TEST_CASE("cuda backend: chains drawn on the device are the host drafter's chain
   }
 }
 
+// Two rounds over two fresh sequences of `cache`: their prompts, then one tree row each fed
+// the first round's draws.
+DraftRounds two_rounds(KvCache& cache, const ModelConfig& config) {
+  static const std::vector<int> prompt{5, 6, 7}, positions{0, 1, 2}, node{0}, node_position{3}, parents{-1};
+  const int a = cache.create(), b = cache.create();
+  DraftRounds draft;
+  const auto add = [&](std::vector<SequenceRows> parts) {
+    RaggedBatch batch = plan_batch(parts, cache.tables(), config);
+    draft.plans.push_back(cache.prepare(batch.seqs, batch.rows_per_seq()));
+    draft.batches.push_back(std::move(batch));
+  };
+  add({{a, prompt, positions, {}, RowLogits::kLast}, {b, std::span(prompt).first(2), std::span(positions).first(2), {}, RowLogits::kLast}});
+  add({{a, node, node_position, parents, RowLogits::kAll}, {b, node, std::span(positions).subspan(2, 1), parents, RowLogits::kAll}});
+  draft.feeds = {-1, -1, -1, -1, -1, 1, 0};
+  draft.options = {DrawOptions{}, DrawOptions{0.5f, 3, 0.9f, 0.1f}, DrawOptions{}, DrawOptions{}};
+  draft.uniforms = {0, 0.25, 0, 0};
+  return draft;
+}
+
+// A host drafter's proposal and a device drafter's of the same tree: the same nodes and draw
+// modes; q within the sampling kernel's bound at every context with children (the device's
+// other rows zero: only the rows children were drawn from come back).
+void check_same_tree(const Proposal& h, const Proposal& d, std::size_t vocab) {
+  CHECK(d.tree.tokens == h.tree.tokens);
+  CHECK(d.tree.parent == h.tree.parent);
+  CHECK(d.tree.draw == h.tree.draw);
+  REQUIRE(d.q.size() == h.q.size());
+  if (d.q.empty()) return;
+  std::vector<bool> has_children(static_cast<std::size_t>(d.tree.num_contexts()), false);
+  for (const int parent : d.tree.parent) has_children[static_cast<std::size_t>(parent + 1)] = true;
+  double worst = 0;
+  bool zero_elsewhere = true;
+  for (std::size_t c = 0; c < has_children.size(); ++c)
+    for (std::size_t k = c * vocab; k < (c + 1) * vocab; ++k) {
+      if (!has_children[c]) {
+        zero_elsewhere = zero_elsewhere && d.q[k] == 0.0f;
+        continue;
+      }
+      const double a = d.q[k], b = h.q[k], scale = std::max(std::fabs(a), std::fabs(b));
+      worst = std::max(worst, scale > 0 ? std::fabs(a - b) / scale : 0.0);
+    }
+  CHECK(worst <= std::ldexp(1.0, -22));
+  CHECK(zero_elsewhere);
+}
+
+// Static trees drawn whole on the device (ModelDrafter's device_tree_parents, run_chains with
+// tree_parents) against the host drafter growing the same trees level by level on the same
+// backend: a branching tree, an irregular one (leaves beside inner nodes on a level) cut to
+// depth 2, and a chain in the same call (drawn through the children kernel there); greedy
+// (top-k of the draft's softmax) and sampled at T = 1 (without replacement) with the same uniforms;
+// two proposals each, the second after a path of two nodes was committed. Then top-k 1
+// sampling under a 3, 1, 1 tree: every root child after the first is absent, and so is all
+// under it; the proposal is the host's chain, and committing it keeps the device rows of its
+// nodes (the next proposal's q is the host's).
+TEST_CASE("cuda backend: static trees drawn on the device are the host drafter's trees", "[gpu]") {
+  REQUIRE_GPU();
+  const Model model(test::model_dir("draft-1m"));
+  const auto backend = make_backend(BackendKind::kCuda, model, std::nullopt);
+  const std::size_t vocab = static_cast<std::size_t>(model.config().vocab_size);
+  const auto prompts = test::reference_prompts();
+  const std::vector<int> branching{3, 2};
+  const std::vector<TreeShape> shapes{TreeShape{branching_topology(branching)},
+                                      TreeShape{TreeTopology{{-1, -1, 0, 0, 1, 2}}}, TreeShape{chain_topology(4)}};
+  const std::vector<DraftBound> bounds{DraftBound{8}, DraftBound{2}, DraftBound{8}};
+  const std::vector<int> nodes{9, 5, 4};
+  const auto make_lanes = [&](test::Engine& engine, const SamplingOptions& sampling, std::span<const TreeShape> lane_shapes,
+                              bool device) {
+    const bool stochastic = sampling.strategy == Strategy::kSample;
+    std::vector<Lane> lanes;
+    for (std::size_t i = 0; i < lane_shapes.size(); ++i) {
+      const std::vector<int> prompt(prompts[i].begin(), prompts[i].begin() + std::min<std::size_t>(prompts[i].size(), 12));
+      lanes.push_back({std::make_unique<ModelDrafter>(engine.context(), engine.cache.create(),
+                                                      draft_distribution(sampling, DraftOptions{}), stochastic,
+                                                      lane_shapes[i], RowControls{},
+                                                      device ? std::optional(draw_options(sampling)) : std::nullopt),
+                       prompt, Philox(13, i)});
+    }
+    return lanes;
+  };
+  // Sampling without truncation: a child a distribution cannot give (the section below) leaves
+  // the host's later contexts other uniforms than the device's.
+  const std::pair<const char*, SamplingOptions> modes[] = {kModes[0], {"T = 1", SamplingOptions::sample()}};
+  for (const auto& [name, sampling] : modes) {
+    INFO(name);
+    test::Engine host_engine(*backend, 16, 256), device_engine(*backend, 16, 256);
+    std::vector<Lane> host = make_lanes(host_engine, sampling, shapes, false);
+    std::vector<Lane> on_device = make_lanes(device_engine, sampling, shapes, true);
+    for (int step = 0; step < 2; ++step) {
+      INFO("proposal " << step);
+      std::vector<Drafter*> host_drafters, device_drafters;
+      for (std::size_t i = 0; i < shapes.size(); ++i) {
+        host[i].drafter->start(host[i].committed, bounds[i], host[i].rng);
+        on_device[i].drafter->start(on_device[i].committed, bounds[i], on_device[i].rng);
+        REQUIRE(on_device[i].drafter->device_chain() != nullptr);
+        CHECK(on_device[i].drafter->device_chain()->is_tree() == (i < 2));
+        host_drafters.push_back(host[i].drafter.get());
+        device_drafters.push_back(on_device[i].drafter.get());
+      }
+      run_draft_forwards(host_drafters);
+      std::vector<DraftCall> calls;
+      run_draft_forwards(device_drafters, &calls);
+      REQUIRE(calls.size() == 4);
+      CHECK(calls[1].rows == 3 + 2 + 1);
+      CHECK(calls[3].rows == 1);
+      for (std::size_t i = 0; i < shapes.size(); ++i) {
+        INFO("tree " << i);
+        const Proposal h = host[i].drafter->take_proposal(), d = on_device[i].drafter->take_proposal();
+        REQUIRE(d.tree.size() == nodes[i]);
+        check_same_tree(h, d, vocab);
+        CHECK(on_device[i].drafter->draft_forwards() == host[i].drafter->draft_forwards());
+        Philox host_next = host[i].rng, device_next = on_device[i].rng;
+        CHECK(device_next.uniform() == host_next.uniform());
+        // The first node and its first child accepted, then a bonus token.
+        const std::vector<int> accepted{0, d.tree.children(1).front()};
+        for (Lane* lane : {&host[i], &on_device[i]}) {
+          for (const int node : accepted) lane->committed.push_back(h.tree.tokens[static_cast<std::size_t>(node)]);
+          lane->committed.push_back(static_cast<int>(i) + 5);
+        }
+        host[i].drafter->accept(h.tree, accepted, host[i].committed);
+        on_device[i].drafter->accept(d.tree, accepted, on_device[i].committed);
+      }
+    }
+  }
+  SECTION("rounds with children are read back") {
+    test::Engine engine(*backend, 16, 64);
+    DraftRounds draft = two_rounds(engine.cache, model.config());
+    draft.children = {1, 1, 1, 1};
+    draft.child_modes.assign(4, kDrawTopK);
+    CHECK_THROWS_WITH(backend->enqueue_draft(draft, engine.cache.storage(), engine.context().workspace),
+                      Contains("enqueue_draft: rounds whose logit rows have children are read back"));
+  }
+  SECTION("absent children") {
+    const SamplingOptions sampling = SamplingOptions::sample(1.0f, 1);
+    const std::vector<int> wide{3, 1, 1};
+    const std::vector<TreeShape> one{TreeShape{branching_topology(wide)}};
+    test::Engine host_engine(*backend, 16, 256), device_engine(*backend, 16, 256);
+    std::vector<Lane> host = make_lanes(host_engine, sampling, one, false);
+    std::vector<Lane> on_device = make_lanes(device_engine, sampling, one, true);
+    for (int step = 0; step < 2; ++step) {
+      INFO("proposal " << step);
+      for (Lane* lane : {&host[0], &on_device[0]}) {
+        lane->drafter->start(lane->committed, DraftBound{8}, lane->rng);
+        Drafter* const alone[] = {lane->drafter.get()};
+        run_draft_forwards(alone);
+      }
+      const Proposal h = host[0].drafter->take_proposal(), d = on_device[0].drafter->take_proposal();
+      REQUIRE(d.tree.size() == 3);  // a chain: 6 of the 9 nodes absent
+      check_same_tree(h, d, vocab);
+      const std::vector<int> accepted{0, 1, 2};
+      for (Lane* lane : {&host[0], &on_device[0]}) {
+        for (const int token : h.tree.tokens) lane->committed.push_back(token);
+        lane->committed.push_back(7);
+      }
+      host[0].drafter->accept(h.tree, accepted, host[0].committed);
+      on_device[0].drafter->accept(d.tree, accepted, on_device[0].committed);
+    }
+  }
+}
+
 // Sequences of one side of the comparison below: a target and a draft engine, and the
 // speculative sequences over them (destroyed first).
 struct Side {
@@ -242,25 +405,6 @@ TEST_CASE("cuda backend: chains left on the draft device verify as the chains re
   }
 }
 
-// Two rounds over two fresh sequences of `cache`: their prompts, then one tree row each fed
-// the first round's draws.
-DraftRounds two_rounds(KvCache& cache, const ModelConfig& config) {
-  static const std::vector<int> prompt{5, 6, 7}, positions{0, 1, 2}, node{0}, node_position{3}, parents{-1};
-  const int a = cache.create(), b = cache.create();
-  DraftRounds draft;
-  const auto add = [&](std::vector<SequenceRows> parts) {
-    RaggedBatch batch = plan_batch(parts, cache.tables(), config);
-    draft.plans.push_back(cache.prepare(batch.seqs, batch.rows_per_seq()));
-    draft.batches.push_back(std::move(batch));
-  };
-  add({{a, prompt, positions, {}, RowLogits::kLast}, {b, std::span(prompt).first(2), std::span(positions).first(2), {}, RowLogits::kLast}});
-  add({{a, node, node_position, parents, RowLogits::kAll}, {b, node, std::span(positions).subspan(2, 1), parents, RowLogits::kAll}});
-  draft.feeds = {-1, -1, -1, -1, -1, 1, 0};
-  draft.options = {DrawOptions{}, DrawOptions{0.5f, 3, 0.9f, 0.1f}, DrawOptions{}, DrawOptions{}};
-  draft.uniforms = {0, 0.25, 0, 0};
-  return draft;
-}
-
 TEST_CASE("device draft: malformed rounds and chains are refused naming the field", "[engine]") {
   const Model model(test::model_dir("draft-1m"));
   const ModelConfig& config = model.config();
@@ -287,16 +431,42 @@ TEST_CASE("device draft: malformed rounds and chains are refused naming the fiel
   refused(d, "1 plans for 2 rounds");
   d = good;
   d.options[1].top_p = 0;
-  refused(d, "draw 1: top_p 0");
+  refused(d, "logit row 1: top_p 0");
   d = good;
   d.options[1].temperature = -1;
-  refused(d, "draw 1: temperature -1");
+  refused(d, "logit row 1: temperature -1");
+  d = good;
+  d.options.pop_back();
+  refused(d, "3 options for 4 logit rows");
   d = good;
   d.uniforms[1] = 1;
   refused(d, "draw 1: uniform 1");
   d = good;
   d.uniforms.pop_back();
-  refused(d, "4 options and 3 uniforms");
+  refused(d, "3 uniforms for 4 draws");
+  // Children: round 0's logit rows draw 2 and 0, round 1's 1 each: 4 draws, the second round
+  // fed draws 1 and 0.
+  DraftRounds with_children = good;
+  with_children.children = {2, 0, 1, 1};
+  with_children.child_modes = {kDrawWithoutReplacement, kDrawTopK, kDrawSampled, kDrawTopK};
+  CHECK(with_children.draws() == 4);
+  CHECK_NOTHROW(check_draft_rounds(with_children, vocab));
+  d = with_children;
+  d.children[1] = -1;
+  refused(d, "logit row 1 has -1 children");
+  d = with_children;
+  d.child_modes[2] = 3;
+  refused(d, "logit row 2 has child mode 3");
+  d = with_children;
+  d.child_modes.pop_back();
+  refused(d, "3 child modes for 4 children counts");
+  d = with_children;
+  d.children.pop_back();
+  d.child_modes.pop_back();
+  refused(d, "3 children counts for 4 logit rows");
+  d = with_children;
+  d.children = {1, 0, 2, 1};  // round 0 draws one: draw 1 is round 1's
+  refused(d, "round 1 row 0 is fed draw 1");
 
   // The CPU backend draws on the host: it refuses forward_draft by name, and run_chains leaves
   // every sequence as it was.
@@ -326,6 +496,28 @@ TEST_CASE("device draft: malformed rounds and chains are refused naming the fiel
   bad.first.logits = RowLogits::kAll;
   CHECK_THROWS_WITH(ctx.run_chains(std::vector{bad}, out, q), Contains("last row's logits"));
   CHECK_THROWS_WITH(ctx.run_chains(std::vector{chain}, std::span(out).first(1), q), Contains("tokens holds 1"));
+  const std::vector<int> fork{-1, -1}, backwards{-1, 0, -1};
+  bad = chain;
+  bad.tree_parents = fork;
+  bad.tree_mode = 4;
+  CHECK_THROWS_WITH(ctx.run_chains(std::vector{bad}, out, q), Contains("tree 0 has mode 4"));
+  bad.tree_parents = std::span(fork).first(1);
+  bad.tree_mode = kDrawWithoutReplacement;
+  CHECK_THROWS_WITH(ctx.run_chains(std::vector{bad}, out, q), Contains("tree 0 has 1 parents for 2 nodes"));
+  bad.length = 3;
+  bad.tree_parents = backwards;
+  std::vector<double> three{0.5, 0.5, 0.5};
+  std::vector<int> out3(3);
+  bad.uniforms = three;
+  CHECK_THROWS_WITH(ctx.run_chains(std::vector{bad}, out3, {}),
+                    Contains("tree 0 node 2 has parent -1; nodes must follow their parents"));
+  bad = chain;
+  bad.tree_parents = fork;
+  bad.tree_mode = kDrawTopK;
+  CHECK_THROWS_WITH(ctx.run_chains(std::vector{bad}, out, {}), Contains("chain 0 has 2 uniforms; need 0"));
+  CHECK_THROWS_WITH(ctx.enqueue_chains(std::vector{DeviceChain{chain.first, 2, DrawOptions{}, {}, fork, kDrawTopK}}),
+                    Contains("chain 0 is a tree"));
+  CHECK(fresh.length(seq) == 0);
   // A drafter given device options on a backend that draws on the host grows on the host.
   ModelDrafter drafter(ctx, fresh.create(), draft_distribution(SamplingOptions{}, DraftOptions{}), false,
                        TreeShape{chain_topology(3)}, RowControls{}, DrawOptions{});
@@ -338,7 +530,7 @@ TEST_CASE("device draft: malformed rounds and chains are refused naming the fiel
                     Contains("device draws greedy for a sampled drafter"));
 }
 
-TEST_CASE("device draft: pack_draft lays out every round's step, the feeds and the draws", "[engine]") {
+TEST_CASE("device draft: pack_draft lays out every round's step, the feeds, the draws and their children", "[engine]") {
   const Model model(test::model_dir("draft-1m"));
   const int vocab = model.config().vocab_size;
   KvCache cache(model.kv_layout(16), 64);
@@ -371,6 +563,30 @@ TEST_CASE("device draft: pack_draft lays out every round's step, the feeds and t
   CHECK(kept.probs_rows == 4);
   CHECK(kept.probs_row(1, true) == 2);
   CHECK(kept.device_bytes == kept.at.probs + 4 * static_cast<std::size_t>(vocab) * sizeof(float));
+  CHECK_FALSE(kept.children);
+
+  // Children: the logit rows draw 2, 0, 1 and 1 (5 draws); round 1's rows were fed draws 1 and 0.
+  draft.children = {2, 0, 1, 2};
+  draft.child_modes = {kDrawWithoutReplacement, kDrawTopK, kDrawSampled, kDrawTopK};
+  draft.uniforms = {0.1, 0.2, 0.3, 0.4, 0.5};
+  const cuda::DraftUpload tree = cuda::pack_draft(draft, vocab, 0, options, 1);
+  CHECK(tree.children);
+  CHECK(tree.first_logit == std::vector<int>{0, 2, 4});
+  CHECK(tree.first_draw == std::vector<int>{0, 2, 5});
+  const auto tree_ints = [&](std::size_t at, int n) {
+    std::vector<int> v(static_cast<std::size_t>(n));
+    std::memcpy(v.data(), tree.data.data() + at, v.size() * sizeof(int));
+    return v;
+  };
+  CHECK(tree_ints(tree.at.feeds, 7) == draft.feeds);
+  CHECK(tree_ints(tree.at.child_first, 5) == std::vector<int>{0, 2, 2, 3, 5});
+  CHECK(tree_ints(tree.at.child_modes, 4) == draft.child_modes);
+  CHECK(tree_ints(tree.at.sources, 4) == std::vector<int>{-1, -1, 1, 0});
+  std::memcpy(&u, tree.data.data() + tree.at.uniforms + 4 * sizeof(double), sizeof(double));
+  CHECK(u == 0.5);
+  CHECK(tree.at.tokens >= tree.upload_bytes);
+  CHECK(tree.at.probs >= tree.at.tokens + 5 * sizeof(int));
+  CHECK(tree.device_bytes == tree.at.probs + 4 * static_cast<std::size_t>(vocab) * sizeof(float));
 }
 
 }  // namespace

@@ -311,21 +311,23 @@ class CudaBackend : public Backend {
   std::vector<double> forward_draft(const DraftRounds& draft, PageStorage& pages, Workspace& workspace,
                                     std::span<int> tokens, std::span<float> q) const override {
     const std::size_t draws = static_cast<std::size_t>(draft.draws()), v = static_cast<std::size_t>(config().vocab_size);
+    const std::size_t q_size = draft.keep_q ? static_cast<std::size_t>(draft.logit_rows()) * v : 0;
     SPECULA_CHECK(tokens.size() == draws, "forward_draft: tokens holds ", tokens.size(), " entries for ", draws, " draws");
-    SPECULA_CHECK(q.size() == (draft.keep_q ? draws * v : 0), "forward_draft: q holds ", q.size(), " floats; need ",
-                  draft.keep_q ? draws * v : 0);
+    SPECULA_CHECK(q.size() == q_size, "forward_draft: q holds ", q.size(), " floats; need ", q_size);
     CudaWorkspace& ws = cuda_workspace(workspace);
     const EnqueuedRounds out = enqueue_rounds(draft, pages, ws);
     CUDA_CHECK(cudaMemcpyAsync(tokens.data(), out.tokens, draws * sizeof(int), cudaMemcpyDeviceToHost, ws.stream));
     if (draft.keep_q)
       CUDA_CHECK(cudaMemcpyAsync(q.data(), out.probs, q.size() * sizeof(float), cudaMemcpyDeviceToHost, ws.stream));
     CUDA_CHECK(cudaStreamSynchronize(ws.stream));
-    for (std::size_t d = 0; d < draws; ++d) SPECULA_CHECK(tokens[d] >= 0, refused_draw(d));
+    for (std::size_t d = 0; d < draws; ++d) SPECULA_CHECK(tokens[d] != -1, refused_draw(d));
     return round_seconds(ws, draft.rounds());
   }
 
   std::shared_ptr<const DeviceDraws> enqueue_draft(const DraftRounds& draft, PageStorage& pages,
                                                    Workspace& workspace) const override {
+    SPECULA_CHECK(draft.children.empty(), "enqueue_draft: rounds whose logit rows have children are read back "
+                  "(forward_draft); forward_verify takes one draw per logit row");
     CudaWorkspace& ws = cuda_workspace(workspace);
     const EnqueuedRounds out = enqueue_rounds(draft, pages, ws);
     return std::make_shared<CudaDraws>(ws, ws.draft_generation, draft.draws(), draft.keep_q, draft.rounds(), out.tokens,
@@ -336,7 +338,7 @@ class CudaBackend : public Backend {
   // Where enqueue_rounds leaves its draws on the device.
   struct EnqueuedRounds {
     const int* tokens = nullptr;    // [draws]
-    const float* probs = nullptr;   // [draws, vocab] where the rounds keep q
+    const float* probs = nullptr;   // [logit rows, vocab] where the rounds keep q
   };
 
   static std::string refused_draw(std::size_t d) {
@@ -441,10 +443,11 @@ class CudaBackend : public Backend {
   }
 
   // The rounds on the workspace's stream, back to back: one upload (every round's step, the
-  // feeds and the draws' options), then per round the feed kernel (its rows' tokens from the
-  // earlier draws), the forward (never a graph: the step sits in the draft buffer) and the
-  // sampling kernel over its logit rows; events before the first round and after each. Starts
-  // a new draft generation of the workspace (earlier CudaDraws of it are stale).
+  // feeds, the logit rows' options and children, the uniforms), then per round the feed kernel
+  // (its rows' tokens from the earlier draws), the forward (never a graph: the step sits in the
+  // draft buffer), the sampling kernel over its logit rows and, where rows have children, the
+  // children kernel; events before the first round and after each. Starts a new draft
+  // generation of the workspace (earlier CudaDraws of it are stale).
   EnqueuedRounds enqueue_rounds(const DraftRounds& draft, PageStorage& pages, CudaWorkspace& ws) const {
     const ModelConfig& c = config();
     const int vocab = c.vocab_size;
@@ -481,10 +484,22 @@ class CudaBackend : public Backend {
                              kRowDescInts, step.key.num_rows, s);
       ++ws.steps;
       enqueue(step, ws, device_pages.view(), upload);
-      launch_sample(ws.logits.as<float>(), floats(up.at.temperature) + first, static_cast<const int*>(at(up.at.top_k)) + first,
-                    floats(up.at.top_p) + first, floats(up.at.min_p) + first,
-                    static_cast<const double*>(at(up.at.uniforms)) + first, step.key.num_logits, vocab,
-                    floats(up.at.probs) + static_cast<std::size_t>(up.probs_row(r, draft.keep_q)) * v, drawn + first, s);
+      const int logit = up.first_logit[ru];
+      const auto* uniforms = static_cast<const double*>(at(up.at.uniforms));
+      float* probs = floats(up.at.probs) + static_cast<std::size_t>(up.probs_row(r, draft.keep_q)) * v;
+      const auto sample = [&](const double* u, int* tokens) {
+        launch_sample(ws.logits.as<float>(), floats(up.at.temperature) + logit,
+                      static_cast<const int*>(at(up.at.top_k)) + logit, floats(up.at.top_p) + logit,
+                      floats(up.at.min_p) + logit, u, step.key.num_logits, vocab, probs, tokens, s);
+      };
+      if (!up.children) {
+        sample(uniforms + first, drawn + first);
+      } else {
+        sample(nullptr, nullptr);
+        const auto ints = [&](std::size_t offset) { return static_cast<const int*>(at(offset)) + logit; };
+        launch_draw_children(probs, vocab, step.key.num_logits, ints(up.at.child_first), ints(up.at.child_modes),
+                             ints(up.at.sources), uniforms, drawn, s);
+      }
       CUDA_CHECK(cudaEventRecord(ws.draft_marks[ru + 1], s));
     }
     return EnqueuedRounds{drawn, draft.keep_q ? floats(up.at.probs) : nullptr};

@@ -1,7 +1,8 @@
 // defines: DraftUpload and pack_draft, the host half of drafting on the device
 // (Backend::forward_draft on the CUDA backend), CUDA-free so that the CPU suite tests it: every
-// round's step upload (pack_step), the rows' feeds and the draws' options and uniforms in one
-// upload, and where the kernels' outputs (the drawn tokens, the distributions) sit after it.
+// round's step upload (pack_step), the rows' feeds, the logit rows' options (and children),
+// the draws' uniforms in one upload, and where the kernels' outputs (the drawn tokens, the
+// distributions) sit after it.
 #pragma once
 
 #include <cstddef>
@@ -18,23 +19,28 @@ struct DraftUpload {
   std::vector<StepUpload> steps;       // [rounds] each round's step upload
   std::vector<std::size_t> step_at;    // [rounds] where each sits (bytes, kAlign-aligned)
   std::vector<int> first_row;          // [rounds + 1] each round's first row, across rounds
+  std::vector<int> first_logit;        // [rounds + 1] each round's first logit row
   std::vector<int> first_draw;         // [rounds + 1] each round's first draw
+  bool children = false;               // DraftRounds::children given: the children kernel draws
   struct Offsets {
     std::size_t feeds = 0;                        // [rows] int, DraftRounds::feeds
-    std::size_t temperature = 0, top_p = 0, min_p = 0;  // [draws] float
-    std::size_t top_k = 0;                        // [draws] int
+    std::size_t temperature = 0, top_p = 0, min_p = 0;  // [logit rows] float
+    std::size_t top_k = 0;                        // [logit rows] int
+    std::size_t child_first = 0;                  // [logit rows + 1] int, each logit row's first draw (children)
+    std::size_t child_modes = 0;                  // [logit rows] int, kDraw* (children)
+    std::size_t sources = 0;                      // [logit rows] int, the draw its row was fed, -1 (children)
     std::size_t uniforms = 0;                     // [draws] double
-    std::size_t tokens = 0;                       // [draws] int, drawn (-1: a refused row)
-    std::size_t probs = 0;                        // [probs_rows, vocab] float, the draws' distributions
+    std::size_t tokens = 0;                       // [draws] int, drawn (-1: a refused row; kAbsentDraw)
+    std::size_t probs = 0;                        // [probs_rows, vocab] float, the logit rows' distributions
   } at;
-  // Rows of the probs output: every draw's when q comes back, else one round's (each round's
-  // draws reuse them).
+  // Rows of the probs output: every logit row's when q comes back, else one round's (each
+  // round's logit rows reuse them).
   int probs_rows = 0;
   std::vector<unsigned char> data;     // the upload, [upload_bytes]
   std::size_t upload_bytes = 0, device_bytes = 0;
 
   // Where round r's distributions go in the probs output (rows).
-  int probs_row(int round, bool keep_q) const { return keep_q ? first_draw[static_cast<std::size_t>(round)] : 0; }
+  int probs_row(int round, bool keep_q) const { return keep_q ? first_logit[static_cast<std::size_t>(round)] : 0; }
 };
 
 // The upload of `draft` (check_draft_rounds first) for a model of `vocab` tokens with sliding
