@@ -6,7 +6,10 @@
 // (zeros, ties, one-hot rows, subnormal entries, vocabularies of 2-512; uniforms at and beside
 // the boundaries of the first acceptance test and of p's CDF, and in half of the trees one
 // uniform the CPU reads moved to the double where its verdict changes), verified in batches of
-// many sequences per launch: counts, accepted nodes and tokens must be identical.
+// many sequences per launch: counts, accepted nodes and tokens must be identical. In a fifth of
+// the trees not verified by block, the last children of some contexts are absent (token
+// kAbsentDraw, and all under them): the CPU verifies the tree of the present nodes, each with
+// its uniform and its context's rows.
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -16,6 +19,7 @@
 #include <map>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -84,7 +88,17 @@ int token_from(Rng& rng, std::span<const float> row) {
   return static_cast<int>(row.size()) - 1;
 }
 
-// One sequence: its tree, p, q, uniforms and greedy argmax.
+// What the kernels get where some nodes are absent: the whole tree, absent nodes' tokens
+// kAbsentDraw, with every context's rows and argmax and the whole uniform layout.
+struct Padded {
+  std::vector<int> tokens, parent, draw, argmax;
+  std::vector<float> p, q;
+  std::vector<double> uniforms;
+  std::vector<int> kept;  // [present nodes] each present node's index here
+};
+
+// One sequence: its tree, p, q, uniforms and greedy argmax (the CPU's view: the present nodes
+// alone where `padded` gives the kernels more).
 struct Case {
   TokenTree tree;
   int vocab = 0;
@@ -93,6 +107,7 @@ struct Case {
   std::vector<int> argmax;
   std::string shape;
   VerifyRule rule = VerifyRule::kToken;  // of the stochastic verification
+  std::optional<Padded> padded;
 };
 
 // What the CPU's stochastic verification of `c` emits.
@@ -196,6 +211,59 @@ void place_on_boundary(Rng& rng, Case& c) {
   c.uniforms[k] = std::bit_cast<double>(coin(rng, 0.5) ? lo : hi);
 }
 
+// Makes the last children of some contexts absent (a draft whose distribution ran out), and
+// all under them: the kernels get the whole tree, the CPU the tree of the present nodes with
+// their contexts' rows, argmax and uniforms.
+void make_absent(Rng& rng, Case& c) {
+  const TokenTree& whole = c.tree;
+  const int n = whole.size();
+  const std::size_t v = static_cast<std::size_t>(c.vocab);
+  std::vector<bool> absent(static_cast<std::size_t>(n), false);
+  for (int ctx = 0; ctx <= n; ++ctx) {
+    const std::vector<int> kids = whole.children(ctx);
+    if (kids.empty() || !coin(rng, 0.4)) continue;
+    for (std::size_t k = static_cast<std::size_t>(uniform_int(rng, 0, static_cast<int>(kids.size()) - 1)); k < kids.size(); ++k)
+      absent[static_cast<std::size_t>(kids[k])] = true;
+  }
+  for (int i = 0; i < n; ++i)
+    if (whole.parent[i] >= 0 && absent[static_cast<std::size_t>(whole.parent[i])]) absent[static_cast<std::size_t>(i)] = true;
+  Padded padded{whole.tokens, whole.parent, {}, c.argmax, c.p, c.q, c.uniforms, {}};
+  for (SiblingDraw d : whole.draw) padded.draw.push_back(static_cast<int>(d));
+  std::vector<int> compact(static_cast<std::size_t>(n), -1);
+  TokenTree tree(whole.draw[0]);
+  std::vector<int> contexts{0};  // the whole tree's context of each compact context
+  for (int i = 0; i < n; ++i) {
+    if (absent[static_cast<std::size_t>(i)]) {
+      padded.tokens[static_cast<std::size_t>(i)] = kAbsentDraw;
+      continue;
+    }
+    const int parent = whole.parent[static_cast<std::size_t>(i)];
+    compact[static_cast<std::size_t>(i)] = tree.add_node(parent < 0 ? -1 : compact[static_cast<std::size_t>(parent)],
+                                                         whole.tokens[static_cast<std::size_t>(i)]);
+    padded.kept.push_back(i);
+    contexts.push_back(i + 1);
+  }
+  if (padded.kept.size() == static_cast<std::size_t>(n)) return;
+  Case out = c;
+  out.tree = tree;
+  out.p.clear();
+  out.q.clear();
+  out.argmax.clear();
+  for (std::size_t k = 0; k < contexts.size(); ++k) {
+    const std::size_t ctx = static_cast<std::size_t>(contexts[k]);
+    out.tree.draw[k] = whole.draw[ctx];
+    out.p.insert(out.p.end(), c.p.begin() + static_cast<std::ptrdiff_t>(ctx * v), c.p.begin() + static_cast<std::ptrdiff_t>((ctx + 1) * v));
+    out.q.insert(out.q.end(), c.q.begin() + static_cast<std::ptrdiff_t>(ctx * v), c.q.begin() + static_cast<std::ptrdiff_t>((ctx + 1) * v));
+    out.argmax.push_back(c.argmax[ctx]);
+  }
+  out.uniforms.clear();
+  for (const int i : padded.kept) out.uniforms.push_back(c.uniforms[static_cast<std::size_t>(i)]);
+  for (const int ctx : contexts) out.uniforms.push_back(c.uniforms[static_cast<std::size_t>(n + ctx)]);
+  out.shape += ", " + std::to_string(n - tree.size()) + " absent";
+  out.padded = std::move(padded);
+  c = std::move(out);
+}
+
 Case random_case(Rng& rng) {
   static constexpr int kVocabs[] = {2, 3, 4, 5, 8, 8, 16, 64, 64, 128, 512};
   Case c;
@@ -284,6 +352,8 @@ Case random_case(Rng& rng) {
     c.argmax[ctx] = !children[ctx].empty() && coin(rng, 0.7)
                         ? tokens[children[ctx][uniform_int(rng, 0, static_cast<int>(children[ctx].size()) - 1)]]
                         : uniform_int(rng, 0, c.vocab - 1);
+  // A fifth of the trees the block rule does not verify lose nodes to absence.
+  if (c.rule != VerifyRule::kBlock && n > 0 && coin(rng, 0.2)) make_absent(rng, c);
   return c;
 }
 
@@ -292,15 +362,27 @@ cuda::harness::TreeBatch flatten(const std::vector<Case>& cases, int vocab) {
   cuda::harness::TreeBatch b;
   b.vocab = vocab;
   b.node_indptr.push_back(0);
+  const auto append = [](auto& to, const auto& from) { to.insert(to.end(), from.begin(), from.end()); };
   for (const Case& c : cases) {
-    b.tokens.insert(b.tokens.end(), c.tree.tokens.begin(), c.tree.tokens.end());
-    b.parent.insert(b.parent.end(), c.tree.parent.begin(), c.tree.parent.end());
+    if (c.padded) {
+      const Padded& w = *c.padded;
+      append(b.tokens, w.tokens);
+      append(b.parent, w.parent);
+      append(b.draw, w.draw);
+      append(b.argmax, w.argmax);
+      append(b.p, w.p);
+      append(b.q, w.q);
+      append(b.uniforms, w.uniforms);
+    } else {
+      append(b.tokens, c.tree.tokens);
+      append(b.parent, c.tree.parent);
+      for (SiblingDraw d : c.tree.draw) b.draw.push_back(static_cast<int>(d));
+      append(b.argmax, c.argmax);
+      append(b.p, c.p);
+      append(b.q, c.q);
+      append(b.uniforms, c.uniforms);
+    }
     b.node_indptr.push_back(static_cast<int>(b.tokens.size()));
-    for (SiblingDraw d : c.tree.draw) b.draw.push_back(static_cast<int>(d));
-    b.argmax.insert(b.argmax.end(), c.argmax.begin(), c.argmax.end());
-    b.p.insert(b.p.end(), c.p.begin(), c.p.end());
-    b.q.insert(b.q.end(), c.q.begin(), c.q.end());
-    b.uniforms.insert(b.uniforms.end(), c.uniforms.begin(), c.uniforms.end());
     b.rule.push_back(static_cast<int>(c.rule));
   }
   return b;
@@ -345,7 +427,7 @@ TEST_CASE("cuda kernels: tree verification emits exactly what verify_greedy and 
   const auto start = std::chrono::steady_clock::now();
   int trees = 0, mismatches = 0, deep = 0, corrected = 0, empty = 0, block = 0, block_deep = 0, traversal = 0,
       traversal_deep = 0;
-  int kernel_launches = 0;
+  int kernel_launches = 0, with_absent = 0, absent_deep = 0;
   std::map<int, std::vector<Case>> pending;  // by vocabulary
   auto run = [&](std::vector<Case>& cases) {
     if (cases.empty()) return;
@@ -355,7 +437,9 @@ TEST_CASE("cuda kernels: tree verification emits exactly what verify_greedy and 
       ++kernel_launches;
       for (std::size_t s = 0; s < cases.size(); ++s) {
         const Case& c = cases[s];
-        const VerifyResult cpu = greedy ? verify_greedy(c.tree, c.argmax) : cpu_stochastic(c);
+        VerifyResult cpu = greedy ? verify_greedy(c.tree, c.argmax) : cpu_stochastic(c);
+        if (c.padded)  // the kernels number the nodes of the whole tree
+          for (int& node : cpu.accepted_nodes) node = c.padded->kept[static_cast<std::size_t>(node)];
         const VerifyResult gpu = verdict(out, batch, static_cast<int>(s));
         if (cpu.accepted_nodes != gpu.accepted_nodes || cpu.tokens != gpu.tokens) {
           if (++mismatches <= 5) {
@@ -364,6 +448,8 @@ TEST_CASE("cuda kernels: tree verification emits exactly what verify_greedy and 
           }
         }
         if (!greedy) {
+          with_absent += c.padded.has_value();
+          absent_deep += c.padded.has_value() && cpu.accepted_nodes.size() >= 2;
           deep += cpu.accepted_nodes.size() >= 2;
           empty += c.tree.size() == 0;
           corrected += c.tree.size() > 0 && cpu.accepted_nodes.empty();
@@ -389,6 +475,7 @@ TEST_CASE("cuda kernels: tree verification emits exactly what verify_greedy and 
                              << " mismatches; " << deep << " accepted 2+ nodes, " << corrected
                              << " rejected every root child, " << empty << " empty, " << block << " block-verified ("
                              << block_deep << " kept 2+), " << traversal << " by traversal (" << traversal_deep
+                             << " kept 2+), " << with_absent << " with absent nodes (" << absent_deep
                              << " kept 2+); " << seconds << " s"
                              << (test::host_execution() ? " (host execution)" : ""));
   CHECK(trees == total);
@@ -401,6 +488,8 @@ TEST_CASE("cuda kernels: tree verification emits exactly what verify_greedy and 
   CHECK(block_deep > total / 100);
   CHECK(traversal > total / 20);
   CHECK(traversal_deep > total / 100);
+  CHECK(with_absent > total / 20);
+  CHECK(absent_deep > total / 100);
 }
 
 }  // namespace specula

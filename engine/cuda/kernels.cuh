@@ -93,7 +93,9 @@ void launch_kv_copies(const std::int32_t* copies, int num_copies, const DevicePa
 // exactly as verify_greedy / verify_stochastic (verify/verifier.h) emit them. Entries past a
 // sequence's own are not written. The inputs are taken to be what the CPU functions accept
 // (parents before their nodes, tokens in the vocabulary, q where it is read): nothing is
-// checked on the device.
+// checked on the device. A node of negative token (kAbsentDraw) is absent, and so is every
+// node under it: the verdict is the CPU's over the tree of the present nodes, each keeping its
+// uniform and its context's rows (the accepted nodes numbered as here).
 //   node_indptr: in [num_sequences + 1]; tokens, parent: in [nodes] (parents local, -1 = root,
 //   each smaller than its node); accepted_count: out [num_sequences];
 //   accepted_nodes: out [nodes] (sequence s's count at node_indptr[s], local indices);

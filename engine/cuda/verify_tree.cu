@@ -5,7 +5,10 @@
 // arithmetic operation for operation, in the same order, through the round-to-nearest
 // intrinsics (so nvcc contracts nothing), and every sum the CPU takes serially is taken
 // serially by thread 0; only elementwise work is spread over the block. It relies on nvcc's
-// default -ftz=false (a subnormal p or q entry widens to double exactly, as on the CPU).
+// default -ftz=false (a subnormal p or q entry widens to double exactly, as on the CPU). A node
+// of negative token is absent (a draft child that is not there, and so all under it): the
+// kernels verify the tree without it, as the CPU verifies the tree of the present nodes with
+// their rows and uniforms.
 #include "engine/cuda/cuda_check.cuh"
 #include "engine/cuda/kernels.cuh"
 #include "engine/cuda/verify_tree.h"
@@ -17,17 +20,18 @@ constexpr int kVerifyThreads = 256;
 
 // ---- device helpers ----
 
-// tree.first_child(context) over one sequence's parents (-1 = none).
-__device__ int first_child(const int* parent, int n, int context) {
+// tree.first_child(context) over one sequence's parents (-1 = none), skipping absent nodes
+// (a negative token: a draft child that is not there, kAbsentDraw).
+__device__ int first_child(const int* tok, const int* parent, int n, int context) {
   for (int i = context > 0 ? context : 0; i < n; ++i)
-    if (parent[i] == context - 1) return i;
+    if (parent[i] == context - 1 && tok[i] >= 0) return i;
   return -1;
 }
 
-// tree.next_sibling(node) (-1 = none).
-__device__ int next_sibling(const int* parent, int n, int node) {
+// tree.next_sibling(node) (-1 = none), skipping absent nodes.
+__device__ int next_sibling(const int* tok, const int* parent, int n, int node) {
   for (int i = node + 1; i < n; ++i)
-    if (parent[i] == parent[node]) return i;
+    if (parent[i] == parent[node] && tok[i] >= 0) return i;
   return -1;
 }
 
@@ -210,9 +214,9 @@ __device__ __forceinline__ double walk_q(const OpenContext& c, const double* pro
 
 // Traversal::open: the context's p row as weights, its q row copied into the level's proposal
 // where its children were drawn from q.
-__device__ OpenContext open_context(const int* par, const int* draw, const float* q, int n, int vocab, int context,
-                                    double alpha, double* proposal) {
-  const OpenContext c{context, first_child(par, n, context), draw[context], alpha, 1.0, 1.0, false};
+__device__ OpenContext open_context(const int* tok, const int* par, const int* draw, const float* q, int n, int vocab,
+                                    int context, double alpha, double* proposal) {
+  const OpenContext c{context, first_child(tok, par, n, context), draw[context], alpha, 1.0, 1.0, false};
   if (c.next_child >= 0 && c.mode != kDrawTopK) {
     const float* q_row = q + static_cast<std::size_t>(context) * vocab;
     for (int v = threadIdx.x; v < vocab; v += blockDim.x) proposal[v] = static_cast<double>(q_row[v]);
@@ -238,7 +242,7 @@ __device__ void delete_child(OpenContext& c, const int* tok, const int* par, int
     c.proposal_mass = max_zero(__dsub_rn(c.proposal_mass, proposal_x));
     if (threadIdx.x == 0) proposal[x] = 0.0;
   }
-  c.next_child = next_sibling(par, n, child);
+  c.next_child = next_sibling(tok, par, n, child);
 }
 
 // verify_traversal for one tree (verify/traversal_verifier.cpp, operation for operation): the
@@ -252,7 +256,7 @@ __device__ void verify_traversal_tree(const int* tok, const int* par, const int*
                                       int* count, int* accepted_nodes, int* out_tokens) {
   const std::size_t level_doubles = 2 * static_cast<std::size_t>(vocab) + kScratchSlot;  // verify_tree.h
   int level = 0;
-  OpenContext c = open_context(par, draw, q, n, vocab, 0, 1.0, scratch + vocab);
+  OpenContext c = open_context(tok, par, draw, q, n, vocab, 0, 1.0, scratch + vocab);
   for (;;) {
     __syncthreads();  // the last step's writes are visible, its reads of this level done
     double* weights = scratch + level * level_doubles;
@@ -269,7 +273,7 @@ __device__ void verify_traversal_tree(const int* tok, const int* par, const int*
       } else {
         if (threadIdx.x == 0) save_context(c, proposal + vocab);
         ++level;
-        c = open_context(par, draw, q, n, vocab, child + 1, alpha, weights + level_doubles + vocab);
+        c = open_context(tok, par, draw, q, n, vocab, child + 1, alpha, weights + level_doubles + vocab);
       }
       continue;
     }
@@ -367,7 +371,7 @@ __global__ void verify_stochastic_kernel(const int* node_indptr, const int* toke
   for (;;) {
     const int mode = draw[contexts + context];
     const float* p_row = p + static_cast<std::size_t>(contexts + context) * vocab;
-    const int child0 = first_child(par, n, context);
+    const int child0 = first_child(tok, par, n, context);
     const bool reads_q = child0 >= 0 && mode != kDrawTopK;
     const float* q_row = reads_q ? q + static_cast<std::size_t>(contexts + context) * vocab : nullptr;
     __syncthreads();  // the previous context's reads of r and qj are done
@@ -379,7 +383,7 @@ __global__ void verify_stochastic_kernel(const int* node_indptr, const int* toke
     bool dense = false;  // Residual::subtract has run on r
     double r_mass = 1.0, q_mass = 1.0;
     int accepted = -1;
-    for (int child = child0; child >= 0 && accepted < 0; child = next_sibling(par, n, child)) {
+    for (int child = child0; child >= 0 && accepted < 0; child = next_sibling(tok, par, n, child)) {
       const int x = tok[child];
       const double rx = r[x];
       const double qx = mode == kDrawTopK ? 1.0 : qj[x];
