@@ -106,7 +106,7 @@ std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters,
   for (std::size_t i = 0; i < drafters.size(); ++i) {
     Drafter* d = drafters[i];
     if (!d->device_chain()) continue;
-    const bool leave = !leave_on_device.empty() && leave_on_device[i] && !d->device_chain()->is_tree();
+    const bool leave = !leave_on_device.empty() && leave_on_device[i];
     (leave ? left : chains)[&d->forward_context()->cache].push_back(d);
   }
   for (const auto& [cache, group] : chains) run_device_chains(*group.front()->forward_context(), group, calls);

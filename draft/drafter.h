@@ -31,7 +31,8 @@ struct Proposal {
   int siblings = 0;
   // A tree drawn on a device and left there (Drafter::chain_left_on_device): node i's token is
   // draw node_draws[i] of `draws`, and q is theirs; the tree's tokens are placeholders until
-  // the target's verification on that device gives them (DeviceVerdict::drafted).
+  // the target's verification on that device gives them (DeviceVerdict::drafted; an absent
+  // node's is kAbsentDraw, never accepted).
   std::shared_ptr<const DeviceDraws> draws;
   std::vector<int> node_draws;  // [tree.size()] when draws
 };
@@ -97,9 +98,10 @@ class Drafter {
   // distributions they were drawn from, in [length, vocab] (empty unless sampled). The
   // proposal is then complete.
   virtual void chain_drawn(std::span<const int> /*tokens*/, std::span<const float> /*q*/) {}
-  // Or that chain drawn and left on the device for the target's verification there
+  // Or that chain (or tree) drawn and left on the device for the target's verification there
   // (ForwardContext::enqueue_chains): token i is draw node_draws[i] of `draws`. The proposal is
-  // then complete (Proposal::draws).
+  // then complete (Proposal::draws), a tree with all its nodes (those absent come back
+  // kAbsentDraw with the verdict).
   virtual void chain_left_on_device(std::shared_ptr<const DeviceDraws> /*draws*/, std::span<const int> /*node_draws*/) {}
 
   // The finished proposal (once pending_forward() is nullptr).
@@ -126,9 +128,9 @@ struct DeviceRounds {
 };
 
 // Runs the pending forwards of every drafter: first the chains drawn on a device
-// (Drafter::device_chain), those sharing a draft cache in one run_chains — or, for the chains
-// (not trees) of the drafters `leave_on_device` marks (empty: none), in one enqueue_chains
-// whose draws stay there (Drafter::chain_left_on_device) —, then round by round, those sharing a draft cache (a draft
+// (Drafter::device_chain), those sharing a draft cache in one run_chains — or, for the drafters
+// `leave_on_device` marks (empty: none), in one enqueue_chains whose draws stay there
+// (Drafter::chain_left_on_device) —, then round by round, those sharing a draft cache (a draft
 // model's or a head's) as one batched call. Each call is appended to `calls` when given (a
 // device chain's: each round, with its device time). Returns the rounds left on a device.
 std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls = nullptr,

@@ -45,7 +45,7 @@ void ModelDrafter::start(std::span<const int> committed, DraftBound bound, Philo
   if (const int length = growth_.plain_chain_length(); length > 0) {
     if (!device_options_->greedy())
       for (int i = 0; i < length; ++i) chain_uniforms_.push_back(rng.uniform());
-    device_chain_ = DeviceChain{*pending_, length, *device_options_, chain_uniforms_};
+    device_chain_ = DeviceChain{*pending_, length, *device_options_, chain_uniforms_, {}, kDrawTopK};
     return;
   }
   tree_parents_ = growth_.device_tree_parents();
@@ -71,9 +71,14 @@ void ModelDrafter::chain_drawn(std::span<const int> tokens, std::span<const floa
 }
 
 void ModelDrafter::chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) {
-  assert(device_chain_ && !device_chain_->is_tree() && static_cast<int>(node_draws.size()) == device_chain_->length);
-  end_device_chain(device_chain_->length);
-  growth_.chain_left_on_device(std::move(draws), node_draws);
+  assert(device_chain_ && static_cast<int>(node_draws.size()) == device_chain_->length);
+  if (!device_chain_->is_tree()) {
+    end_device_chain(device_chain_->length);
+    growth_.chain_left_on_device(std::move(draws), node_draws);
+    return;
+  }
+  growth_.tree_left_on_device(tree_parents_, std::move(draws), node_draws);
+  end_device_chain(growth_.levels());
 }
 
 void ModelDrafter::end_device_chain(int forwards) {

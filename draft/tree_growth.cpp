@@ -171,13 +171,10 @@ std::vector<int> TreeGrowth::device_tree_parents() const {
   return parents;
 }
 
-std::vector<int> TreeGrowth::tree_drawn(std::span<const int> parents, std::span<const int> tokens,
-                                        std::span<const float> q, int vocab) {
+std::vector<int> TreeGrowth::complete_tree(std::span<const int> parents, std::span<const int> tokens) {
   assert(proposal_.tree.size() == 0 && parents.size() == tokens.size());
-  assert(stochastic_ ? q.size() == tokens.size() * static_cast<std::size_t>(vocab) : q.empty());
-  const std::size_t v = static_cast<std::size_t>(vocab), n = tokens.size();
-  std::vector<int> kept, compact(n, -1);
-  std::vector<int> depth(n);
+  const std::size_t n = tokens.size();
+  std::vector<int> kept, compact(n, -1), depth(n);
   int deepest = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const int parent = parents[i];
@@ -193,17 +190,34 @@ std::vector<int> TreeGrowth::tree_drawn(std::span<const int> parents, std::span<
   level_ = deepest;
   frontier_.clear();
   pending_.reset();
+  return kept;
+}
+
+std::vector<int> TreeGrowth::tree_drawn(std::span<const int> parents, std::span<const int> tokens,
+                                        std::span<const float> q, int vocab) {
+  assert(stochastic_ ? q.size() == tokens.size() * static_cast<std::size_t>(vocab) : q.empty());
+  const std::vector<int> kept = complete_tree(parents, tokens);
   if (!stochastic_) return kept;
   // A context's distribution is the one its children were drawn from; a context without
   // children keeps a zero row.
+  const std::size_t v = static_cast<std::size_t>(vocab);
+  std::vector<int> compact(tokens.size(), -1);
+  for (std::size_t k = 0; k < kept.size(); ++k) compact[static_cast<std::size_t>(kept[k])] = static_cast<int>(k);
   proposal_.q.assign((kept.size() + 1) * v, 0.0f);
-  for (std::size_t i = 0; i < n; ++i) {
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
     const int parent = parents[i];
     if (parent >= 0 && compact[static_cast<std::size_t>(parent)] < 0) continue;
     const std::size_t context = parent < 0 ? 0 : static_cast<std::size_t>(compact[static_cast<std::size_t>(parent)]) + 1;
     std::copy_n(q.begin() + static_cast<std::ptrdiff_t>(i * v), v, proposal_.q.begin() + static_cast<std::ptrdiff_t>(context * v));
   }
   return kept;
+}
+
+void TreeGrowth::tree_left_on_device(std::span<const int> parents, std::shared_ptr<const DeviceDraws> draws,
+                                     std::span<const int> node_draws) {
+  complete_tree(parents, std::vector<int>(parents.size(), 0));
+  proposal_.draws = std::move(draws);
+  proposal_.node_draws.assign(node_draws.begin(), node_draws.end());
 }
 
 void TreeGrowth::chain_drawn(std::span<const int> tokens, std::span<const float> q) {

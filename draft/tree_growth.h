@@ -90,6 +90,11 @@ class TreeGrowth {
   // there, every node above the deepest level fed. Returns the drawn node of each proposal node.
   std::vector<int> tree_drawn(std::span<const int> parents, std::span<const int> tokens, std::span<const float> q,
                               int vocab);
+  // That tree drawn on a device and left there: node i's token is draw node_draws[i] of
+  // `draws` (the tree holds placeholders for every node until verification gives them, absent
+  // ones kAbsentDraw: Proposal::draws).
+  void tree_left_on_device(std::span<const int> parents, std::shared_ptr<const DeviceDraws> draws,
+                           std::span<const int> node_draws);
   // That chain drawn on a device and left there: node i's token is draw node_draws[i] of
   // `draws` (the tree holds placeholders until verification gives them, Proposal::draws).
   void chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws);
@@ -104,6 +109,9 @@ class TreeGrowth {
  private:
   // The proposal made the chain of `tokens`, complete, every node but the last fed.
   void complete_chain(std::span<const int> tokens);
+  // The proposal made the tree of `parents` (growth order) and `tokens` less its absent nodes,
+  // complete, every node above the deepest level fed; returns each proposal node's index there.
+  std::vector<int> complete_tree(std::span<const int> parents, std::span<const int> tokens);
   struct Candidate {
     double score;  // cumulative log draft probability of the path
     long order;    // push order: ties go to the earlier (more probable sibling first)

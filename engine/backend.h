@@ -104,8 +104,7 @@ class Backend {
                                             std::span<int> tokens, std::span<float> q) const;
   // The same rounds enqueued and left on the device, nothing read back and no
   // synchronisation: a forward_verify of this device reads their draws (DeviceVerify::draws),
-  // and refuses them, as forward_draft would, where a draw was refused. Rounds with children
-  // are refused.
+  // and refuses them, as forward_draft would, where a draw was refused.
   virtual std::shared_ptr<const DeviceDraws> enqueue_draft(const DraftRounds& draft, PageStorage& pages,
                                                            Workspace& workspace) const;
 

@@ -25,6 +25,14 @@ int DraftRounds::draws() const {
   return n;
 }
 
+std::vector<int> DraftRounds::draw_rows() const {
+  std::vector<int> rows;
+  const int n = logit_rows();
+  for (int l = 0; l < n; ++l)
+    rows.insert(rows.end(), children.empty() ? 1 : static_cast<std::size_t>(children[static_cast<std::size_t>(l)]), l);
+  return rows;
+}
+
 void check_draft_rounds(const DraftRounds& draft, int vocab) {
   SPECULA_CHECK(vocab > 0, "device draft: vocabulary of ", vocab, " tokens");
   SPECULA_CHECK(draft.plans.size() == draft.batches.size(), "device draft: ", draft.plans.size(), " plans for ",

@@ -57,6 +57,7 @@ struct DraftRounds {
   int rows() const;
   int logit_rows() const;
   int draws() const;
+  std::vector<int> draw_rows() const;  // [draws] the logit row each draw is drawn from
 };
 
 // Throws SpeculaError naming the round, row or draw unless `draft` is well formed for a model of
@@ -67,8 +68,9 @@ struct DraftRounds {
 void check_draft_rounds(const DraftRounds& draft, int vocab);
 
 // The draws of rounds enqueued on a device and not read back (Backend::enqueue_draft): each
-// draw's token and, where the rounds kept q, its distribution stay on the device, where a
-// forward_verify of the same device reads them (DeviceVerify::draws). They stay valid until
+// draw's token and, where the rounds kept q, the distributions stay on the device, where a
+// forward_verify of the same device reads them (DeviceVerify::draws; a node's q row is the one
+// its draw came from). They stay valid until
 // the next forward_draft or enqueue_draft on the workspace that drew them; a forward_verify
 // that reads them later is refused.
 class DeviceDraws {

@@ -39,8 +39,9 @@ struct DeviceVerify {
   std::span<const double> uniforms;  // in [2 n + 1] verify/verifier.h's layout
   int rule = kRuleToken;             // kRule* code (kRuleBlock: a chain, parents[i] = i - 1)
   // A tree drawn on the device and left there (Backend::enqueue_draft): node i's token is
-  // draw node_draws[i] of `draws` (`tokens` holds placeholders), and where stochastic, q at
-  // each context is the distribution of its first child's draw (`q` empty).
+  // draw node_draws[i] of `draws` (`tokens` holds placeholders; an absent draw, kAbsentDraw,
+  // takes its node and all under it out of the verification), and where stochastic, q at each
+  // context is the distribution its children were drawn from (`q` empty).
   const DeviceDraws* draws = nullptr;
   std::span<const int> node_draws;  // in [n] when draws
   bool greedy() const { return temperature == 0; }
@@ -50,7 +51,7 @@ struct DeviceVerify {
 struct DeviceVerdict {
   std::vector<int> accepted_nodes;  // node indices along the accepted path, root-down
   std::vector<int> tokens;          // the accepted tokens, then one bonus / corrected token
-  std::vector<int> drafted;         // [n] each node's token as drawn, when DeviceVerify::draws
+  std::vector<int> drafted;         // [n] each node's token as drawn (or kAbsentDraw), when DeviceVerify::draws
 };
 
 // Where a forward that verified on the device spent its time, between events on its stream:

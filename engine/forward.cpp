@@ -59,11 +59,10 @@ DeviceTimes ForwardContext::run(std::span<const SequenceRows> parts, std::span<f
 namespace {
 
 // Every round of `chains` planned on `context`'s cache (their slots appended) as one
-// DraftRounds; draw_of[i] lists chain i's draws node by node, draw_row each draw's logit row.
+// DraftRounds; draw_of[i] lists chain i's draws, node by node.
 struct ChainRounds {
   DraftRounds draft;
   std::vector<std::vector<int>> draw_of;
-  std::vector<int> draw_row;
   std::vector<int> round_rows;
 };
 
@@ -145,7 +144,7 @@ ChainRounds plan_chain_rounds(const ForwardContext& context, std::span<const Dev
   out.draft.keep_q = keep_q;
   out.draw_of.resize(chains.size());
   for (std::size_t i = 0; i < chains.size(); ++i) out.draw_of[i].resize(static_cast<std::size_t>(chains[i].length));
-  int logit_row = 0;
+  int drawn = 0;
   for (int r = 0; r < rounds; ++r) {
     std::vector<SequenceRows> parts;
     for (std::size_t i = 0; i < chains.size(); ++i) {
@@ -177,11 +176,9 @@ ChainRounds plan_chain_rounds(const ForwardContext& context, std::span<const Dev
           out.draft.child_modes.push_back(c.is_tree() ? c.tree_mode : c.options.greedy() ? kDrawTopK : kDrawSampled);
         }
         for (const int kid : kids) {
-          out.draw_of[i][static_cast<std::size_t>(kid)] = static_cast<int>(out.draw_row.size());
-          out.draw_row.push_back(logit_row);
+          out.draw_of[i][static_cast<std::size_t>(kid)] = drawn++;
           out.draft.uniforms.push_back(c.sampled() ? c.uniforms[static_cast<std::size_t>(kid)] : 0.0);
         }
-        ++logit_row;
       }
     }
     RaggedBatch batch = plan_batch(parts, context.cache.tables(), context.backend.config());
@@ -223,12 +220,13 @@ std::vector<RoundTime> ForwardContext::run_chains(std::span<const DeviceChain> c
     const std::vector<double> seconds = backend.forward_draft(plan.draft, cache.storage(), workspace, drawn, probs);
     std::vector<RoundTime> times;
     for (std::size_t r = 0; r < seconds.size(); ++r) times.push_back(RoundTime{plan.round_rows[r], seconds[r]});
+    const std::vector<int> draw_rows = plan.draft.draw_rows();
     std::size_t out = 0;
     for (const std::vector<int>& draws : plan.draw_of)
       for (const int d : draws) {
         tokens[out] = drawn[static_cast<std::size_t>(d)];
         if (plan.draft.keep_q) {
-          const std::size_t row = static_cast<std::size_t>(plan.draw_row[static_cast<std::size_t>(d)]);
+          const std::size_t row = static_cast<std::size_t>(draw_rows[static_cast<std::size_t>(d)]);
           std::copy_n(probs.begin() + static_cast<std::ptrdiff_t>(row * vocab), vocab,
                       q.begin() + static_cast<std::ptrdiff_t>(out * vocab));
         }
@@ -240,8 +238,6 @@ std::vector<RoundTime> ForwardContext::run_chains(std::span<const DeviceChain> c
 
 EnqueuedChains ForwardContext::enqueue_chains(std::span<const DeviceChain> chains) const {
   check_chains(chains);
-  for (std::size_t i = 0; i < chains.size(); ++i)
-    SPECULA_CHECK(!chains[i].is_tree(), "device draft: chain ", i, " is a tree; trees are read back (run_chains)");
   const bool sampled = std::any_of(chains.begin(), chains.end(), [](const DeviceChain& c) { return c.sampled(); });
   return with_rollback(cache, chains, [&] {
     ChainRounds plan = plan_chain_rounds(*this, chains, sampled);

@@ -81,7 +81,7 @@ struct ForwardContext {
   std::vector<RoundTime> run_chains(std::span<const DeviceChain> chains, std::span<int> tokens,
                                     std::span<float> q) const;
   // The same rounds enqueued (Backend::enqueue_draft) with nothing read back: the draws stay
-  // on the device for a forward_verify there, q kept where a chain is sampled. Chains only.
+  // on the device for a forward_verify there, q kept where a chain is sampled.
   EnqueuedChains enqueue_chains(std::span<const DeviceChain> chains) const;
 };
 

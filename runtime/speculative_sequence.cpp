@@ -162,7 +162,6 @@ const VerifyResult& SpeculativeSequence::commit_verdict(DeviceVerdict verdict, S
 
 const VerifyResult& SpeculativeSequence::commit(SpeculativeStats& stats, Clock::time_point mark) {
   const TokenTree& tree = proposal_.tree;
-  const int n = tree.size();
   path_.assign(1, 0);
   for (int node : result_.accepted_nodes) path_.push_back(node + 1);
   target_.cache.commit(seq_, prefix_, path_);
@@ -172,7 +171,7 @@ const VerifyResult& SpeculativeSequence::commit(SpeculativeStats& stats, Clock::
   stats.commit_s += lap(mark);
 
   ++stats.steps;
-  stats.drafted += n;
+  stats.drafted += std::count_if(tree.tokens.begin(), tree.tokens.end(), [](int t) { return t != kAbsentDraw; });
   stats.accepted += static_cast<long>(result_.accepted_nodes.size());
   if (stats.accepted_at_depth.size() < result_.accepted_nodes.size())
     stats.accepted_at_depth.resize(result_.accepted_nodes.size());
@@ -187,7 +186,8 @@ const VerifyResult& SpeculativeSequence::commit(SpeculativeStats& stats, Clock::
 void SpeculativeStats::count_ranks(const TokenTree& tree, std::span<const int> accepted_nodes) {
   int context = 0;
   for (std::size_t d = 0; d <= accepted_nodes.size(); ++d) {
-    const std::vector<int> children = tree.children(context);
+    std::vector<int> children = tree.children(context);
+    std::erase_if(children, [&](int c) { return tree.tokens[static_cast<std::size_t>(c)] == kAbsentDraw; });
     if (children.empty()) return;
     if (rank_tried.size() <= d) {
       rank_tried.resize(d + 1);

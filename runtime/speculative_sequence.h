@@ -24,7 +24,7 @@ namespace specula {
 
 struct SpeculativeStats {
   long steps = 0;                       // sequence steps (a batched step of k sequences counts k)
-  long drafted = 0;                     // tree nodes proposed
+  long drafted = 0;                     // tree nodes proposed (a device tree's absent nodes not counted)
   long accepted = 0;                    // tree nodes accepted
   std::vector<long> accepted_at_depth;  // [depth - 1] steps whose accepted path reached depth
   long siblings = 0;                    // of the drafted nodes, siblings of a chain's first token (DraftBound::siblings)

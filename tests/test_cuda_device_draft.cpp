@@ -9,10 +9,11 @@
 //   drafter grows level by level: greedy and sampled without replacement, a chain beside
 //   them in one call; children a distribution cannot give are dropped, their device rows
 //   skipped when the accepted path is committed;
-// - [gpu] chains left on the draft device (ForwardContext::enqueue_chains) and verified there
-//   in the target's forward (one synchronisation) give the verdicts, drafted tokens and
-//   committed tokens of the same chains read back first, the verification captured as a graph
-//   as theirs is; draws a later draft overwrote are refused;
+// - [gpu] chains and static trees left on the draft device (ForwardContext::enqueue_chains)
+//   and verified there in the target's forward (one synchronisation) give the verdicts, drafted
+//   tokens and committed tokens of the same ones read back first, the verification captured as
+//   a graph as theirs is; a tree's absent nodes are skipped there as the read-back tree drops
+//   them; draws a later draft overwrote are refused;
 // - without a GPU: the refusals of malformed rounds and chains (the cache unchanged after a
 //   refused call), the CPU backend's refusal, and pack_draft's layout.
 #include <algorithm>
@@ -258,14 +259,6 @@ TEST_CASE("cuda backend: static trees drawn on the device are the host drafter's
       }
     }
   }
-  SECTION("rounds with children are read back") {
-    test::Engine engine(*backend, 16, 64);
-    DraftRounds draft = two_rounds(engine.cache, model.config());
-    draft.children = {1, 1, 1, 1};
-    draft.child_modes.assign(4, kDrawTopK);
-    CHECK_THROWS_WITH(backend->enqueue_draft(draft, engine.cache.storage(), engine.context().workspace),
-                      Contains("enqueue_draft: rounds whose logit rows have children are read back"));
-  }
   SECTION("absent children") {
     const SamplingOptions sampling = SamplingOptions::sample(1.0f, 1);
     const std::vector<int> wide{3, 1, 1};
@@ -336,31 +329,51 @@ std::vector<DeviceVerdict> device_step(Side& side, bool leave, const SamplingOpt
   return verdicts;
 }
 
-TEST_CASE("cuda backend: chains left on the draft device verify as the chains read back first", "[gpu]") {
+TEST_CASE("cuda backend: chains and trees left on the draft device verify as those read back first", "[gpu]") {
   REQUIRE_GPU();
   const Model target_model(test::model_dir("target-16m")), draft_model(test::model_dir("draft-1m"));
   const auto target = make_backend(BackendKind::kCuda, target_model, std::nullopt);
   const auto draft = make_backend(BackendKind::kCuda, draft_model, std::nullopt);
   const auto prompts = test::reference_prompts();
-  const std::vector<int> lengths{3, 1, 4};
-  // Sanitized: the sampled mode alone (it gathers q rows as well as tokens).
-  for (const auto& [name, sampling] : test::kSanitized ? std::span(kModes).last(1) : std::span(kModes)) {
-    INFO(name);
-    const bool stochastic = sampling.strategy == Strategy::kSample;
+  const std::vector<int> branching{2, 2};
+  // Chains in every mode; static trees where no child is absent (greedy, T = 1: the two sides
+  // then draw the same uniforms) and under top-k 1, where all but one child of each context is
+  // absent (left on the device, the whole tree is verified without them; read back, the tree
+  // of the others) and every verdict is deterministic.
+  struct Mode {
+    const char* name;
+    SamplingOptions sampling;
+    bool trees;
+  };
+  const Mode modes[] = {{kModes[0].first, kModes[0].second, true},
+                        {kModes[1].first, kModes[1].second, false},
+                        {"T = 1", SamplingOptions::sample(), true},
+                        {"top-k 1", SamplingOptions::sample(1.0f, 1), true}};
+  // Sanitized: top-k 1 alone (it gathers q rows and verifies around absent nodes).
+  for (const Mode& mode : test::kSanitized ? std::span(modes).last(1) : std::span(modes)) {
+    const SamplingOptions& sampling = mode.sampling;
+    INFO(mode.name);
+    const bool stochastic = sampling.strategy == Strategy::kSample, absent = sampling.top_k == 1;
     const DrawOptions device = draw_options(sampling);
     const DistributionFn distribution = draft_distribution(sampling, DraftOptions{});
     const auto sampler = make_sampler(sampling);
+    std::vector<TreeShape> shapes{TreeShape{chain_topology(3)}, TreeShape{chain_topology(1)}, TreeShape{chain_topology(4)}};
+    if (mode.trees) {
+      shapes.push_back(TreeShape{branching_topology(branching)});
+      shapes.push_back(TreeShape{TreeTopology{{-1, -1, 0, 0, 1, 2}}});
+    }
     Side read_back{test::Engine(*target, 16, 128), test::Engine(*draft, 16, 128), {}};
     Side left{test::Engine(*target, 16, 128), test::Engine(*draft, 16, 128), {}};
     for (Side* side : {&read_back, &left})
-      for (std::size_t i = 0; i < lengths.size(); ++i) {
-        const std::vector<int> prompt(prompts[i].begin(), prompts[i].begin() + std::min<std::size_t>(prompts[i].size(), 12));
+      for (std::size_t i = 0; i < shapes.size(); ++i) {
+        const std::vector<int>& p = prompts[i % prompts.size()];
+        const std::vector<int> prompt(p.begin(), p.begin() + std::min<std::size_t>(p.size(), 12));
         const std::span<const int> body = std::span(prompt).first(prompt.size() - 1);
         const int target_seq = side->target.cache.create(), draft_seq = side->draft.cache.create();
         side->target.prefill(target_seq, body);
         side->draft.prefill(draft_seq, body);
         auto drafter = std::make_unique<ModelDrafter>(side->draft.context(), draft_seq, distribution, stochastic,
-                                                      TreeShape{chain_topology(lengths[i])}, RowControls{}, device);
+                                                      shapes[i], RowControls{}, device);
         side->seqs.push_back(std::make_unique<SpeculativeSequence>(side->target.context(), target_seq, std::move(drafter),
                                                                    *sampler, prompt, Philox(13, i), VerifyRule::kToken));
       }
@@ -371,14 +384,17 @@ TEST_CASE("cuda backend: chains left on the draft device verify as the chains re
       const std::size_t between = cuda::cuda_live_graphs();
       const std::vector<DeviceVerdict> got = device_step(left, true, sampling);
       // Gathering draws leaves the graphs as they are without: the verification's captured at
-      // the second step of its shape.
-      CHECK(cuda::cuda_live_graphs() - between == between - before);
-      if (step == 1) CHECK(between > before);
-      for (std::size_t i = 0; i < lengths.size(); ++i) {
+      // the second step of its shape (the same shape on both sides unless nodes are absent).
+      if (!absent) CHECK(cuda::cuda_live_graphs() - between == between - before);
+      if (step == 1 && !absent) CHECK(between > before);
+      for (std::size_t i = 0; i < shapes.size(); ++i) {
         INFO("sequence " << i);
         CHECK(expected[i].drafted.empty());
-        CHECK(got[i].drafted.size() == static_cast<std::size_t>(lengths[i]));
-        CHECK(got[i].accepted_nodes == expected[i].accepted_nodes);
+        CHECK(got[i].drafted.size() == static_cast<std::size_t>(shapes[i].topology.size()));
+        const auto present = std::count_if(got[i].drafted.begin(), got[i].drafted.end(), [](int t) { return t >= 0; });
+        CHECK(present == (absent ? shapes[i].topology.depth() : shapes[i].topology.size()));  // top-k 1: a child a level
+        if (!absent) CHECK(got[i].accepted_nodes == expected[i].accepted_nodes);
+        CHECK(got[i].accepted_nodes.size() == expected[i].accepted_nodes.size());
         CHECK(got[i].tokens == expected[i].tokens);
         CHECK(left.seqs[i]->committed() == read_back.seqs[i]->committed());
       }
@@ -396,7 +412,7 @@ TEST_CASE("cuda backend: chains left on the draft device verify as the chains re
     const std::vector<int> prompt{5, 6, 7}, positions{0, 1, 2};
     const std::vector<double> uniforms(2, 0.5);
     const DeviceChain chain{{other, prompt, positions, {}, RowLogits::kLast}, 2, device,
-                            stochastic ? std::span<const double>(uniforms) : std::span<const double>()};
+                            stochastic ? std::span<const double>(uniforms) : std::span<const double>(), {}, kDrawTopK};
     left.draft.context().enqueue_chains(std::span(&chain, 1));
     std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * static_cast<std::size_t>(target->config().vocab_size));
     std::vector<DeviceVerdict> verdicts(seqs.size());
@@ -481,7 +497,7 @@ TEST_CASE("device draft: malformed rounds and chains are refused naming the fiel
   const int seq = fresh.create();
   const std::vector<int> prompt{5, 6, 7}, positions{0, 1, 2};
   std::vector<double> uniforms{0.5, 0.5};
-  const DeviceChain chain{{seq, prompt, positions, {}, RowLogits::kLast}, 2, DrawOptions{1, 0, 1, 0}, uniforms};
+  const DeviceChain chain{{seq, prompt, positions, {}, RowLogits::kLast}, 2, DrawOptions{1, 0, 1, 0}, uniforms, {}, kDrawTopK};
   std::vector<int> out(2);
   std::vector<float> q(2 * static_cast<std::size_t>(vocab));
   CHECK_THROWS_WITH(ctx.run_chains(std::vector{chain}, out, q), Contains("not implemented"));
@@ -515,8 +531,6 @@ TEST_CASE("device draft: malformed rounds and chains are refused naming the fiel
   bad.tree_parents = fork;
   bad.tree_mode = kDrawTopK;
   CHECK_THROWS_WITH(ctx.run_chains(std::vector{bad}, out, {}), Contains("chain 0 has 2 uniforms; need 0"));
-  CHECK_THROWS_WITH(ctx.enqueue_chains(std::vector{DeviceChain{chain.first, 2, DrawOptions{}, {}, fork, kDrawTopK}}),
-                    Contains("chain 0 is a tree"));
   CHECK(fresh.length(seq) == 0);
   // A drafter given device options on a backend that draws on the host grows on the host.
   ModelDrafter drafter(ctx, fresh.create(), draft_distribution(SamplingOptions{}, DraftOptions{}), false,

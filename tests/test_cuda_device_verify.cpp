@@ -371,7 +371,7 @@ TEST_CASE("cuda backend: speculative sampling verified on the device follows the
         if (on_device) {
           draft_uniforms[i] = u;
           chains.push_back({SequenceRows{draft_cache.fork(draft_prefix), last, last_position, {}, RowLogits::kLast}, 1,
-                            DrawOptions{2.0f, 0, 1.0f, 0.0f}, std::span(draft_uniforms).subspan(i, 1)});
+                            DrawOptions{2.0f, 0, 1.0f, 0.0f}, std::span(draft_uniforms).subspan(i, 1), {}, kDrawTopK});
         } else {
           token = static_cast<int>(std::upper_bound(q_cumulative.begin(), q_cumulative.end(), u * q_cumulative.back()) -
                                    q_cumulative.begin());

@@ -237,7 +237,7 @@ class CudaBackend : public Backend {
     const int* feed_index = ws.draw_feeds.as<int>();
     const auto feed_rows = [&](std::int32_t* rows) {
       for (const DrawGather& g : feeds.gathers)
-        launch_gather_tokens(g.draws->tokens(), feed_index + g.rows_at, rows, kRowDescInts, batch.num_rows(), s);
+        launch_gather_tokens(g.draws->tokens(), feed_index + g.rows_at, rows, kRowDescInts, batch.num_rows(), false, s);
     };
     CUDA_CHECK(cudaEventRecord(ws.marks[0], s));
     enqueue_forward(batch, plan, pages, ws, logits, taps, feed_rows);
@@ -290,7 +290,7 @@ class CudaBackend : public Backend {
       if (!verify[i].draws) continue;
       const int* drawn = drawn_back + feeds.gathers[static_cast<std::size_t>(feeds.gather_of[i])].back_at;
       for (const int d : verify[i].node_draws) {
-        SPECULA_CHECK(drawn[d] >= 0, refused_draw(static_cast<std::size_t>(d)));
+        SPECULA_CHECK(drawn[d] != -1, refused_draw(static_cast<std::size_t>(d)));
         drafted[i].push_back(drawn[d]);
       }
     }
@@ -326,12 +326,10 @@ class CudaBackend : public Backend {
 
   std::shared_ptr<const DeviceDraws> enqueue_draft(const DraftRounds& draft, PageStorage& pages,
                                                    Workspace& workspace) const override {
-    SPECULA_CHECK(draft.children.empty(), "enqueue_draft: rounds whose logit rows have children are read back "
-                  "(forward_draft); forward_verify takes one draw per logit row");
     CudaWorkspace& ws = cuda_workspace(workspace);
     const EnqueuedRounds out = enqueue_rounds(draft, pages, ws);
-    return std::make_shared<CudaDraws>(ws, ws.draft_generation, draft.draws(), draft.keep_q, draft.rounds(), out.tokens,
-                                       out.probs);
+    return std::make_shared<CudaDraws>(ws, ws.draft_generation, draft.draw_rows(), draft.keep_q, draft.rounds(),
+                                       out.tokens, out.probs);
   }
 
  private:
@@ -361,10 +359,18 @@ class CudaBackend : public Backend {
   // draft generation is theirs; `done` (the last round's mark) is recorded after them.
   class CudaDraws : public DeviceDraws {
    public:
-    CudaDraws(const CudaWorkspace& ws, std::uint64_t generation, int draws, bool keep_q, int rounds, const int* tokens,
-              const float* probs)
-        : ws_(ws), generation_(generation), draws_(draws), keep_q_(keep_q), rounds_(rounds), tokens_(tokens), probs_(probs) {}
-    int draws() const override { return draws_; }
+    CudaDraws(const CudaWorkspace& ws, std::uint64_t generation, std::vector<int> draw_rows, bool keep_q, int rounds,
+              const int* tokens, const float* probs)
+        : ws_(ws),
+          generation_(generation),
+          draw_rows_(std::move(draw_rows)),
+          keep_q_(keep_q),
+          rounds_(rounds),
+          tokens_(tokens),
+          probs_(probs) {}
+    int draws() const override { return static_cast<int>(draw_rows_.size()); }
+    // The row of probs() draw d was drawn from.
+    int q_row(int d) const { return draw_rows_[static_cast<std::size_t>(d)]; }
     bool keeps_q() const override { return keep_q_; }
     std::vector<double> round_seconds() const override {
       check_current();
@@ -381,7 +387,7 @@ class CudaBackend : public Backend {
    private:
     const CudaWorkspace& ws_;
     std::uint64_t generation_;
-    int draws_;
+    std::vector<int> draw_rows_;  // [draws] each draw's logit row
     bool keep_q_;
     int rounds_;
     const int* tokens_;
@@ -433,10 +439,9 @@ class CudaBackend : public Backend {
         feeds.indices[g->rows_at + first_row + j] = v.node_draws[j];
         feeds.indices[g->nodes_at + first_node + j] = v.node_draws[j];
         if (v.greedy()) continue;
-        // q at a context is its first child's draw's distribution.
+        // q at a context is the distribution its children's draws came from.
         const std::size_t row = static_cast<std::size_t>(up.first_context[i] - up.greedy_contexts + v.parents[j] + 1);
-        int& q_row = feeds.indices[g->q_at + row];
-        if (q_row < 0) q_row = v.node_draws[j];
+        feeds.indices[g->q_at + row] = draws->q_row(v.node_draws[j]);
       }
     }
     return feeds;
@@ -481,7 +486,7 @@ class CudaBackend : public Backend {
       const int first_row = up.first_row[ru], first = up.first_draw[ru];
       if (r > 0)
         launch_gather_tokens(drawn, static_cast<const int*>(at(up.at.feeds)) + first_row, upload + step.layout.rows,
-                             kRowDescInts, step.key.num_rows, s);
+                             kRowDescInts, step.key.num_rows, false, s);
       ++ws.steps;
       enqueue(step, ws, device_pages.view(), upload);
       const int logit = up.first_logit[ru];
@@ -589,7 +594,7 @@ class CudaBackend : public Backend {
     const int* feed_index = ws.draw_feeds.as<int>();
     for (const DrawGather& g : feeds.gathers) {
       launch_gather_tokens(g.draws->tokens(), feed_index + g.nodes_at, reinterpret_cast<int*>(base + up.at.tokens), 1,
-                           up.nodes, s);
+                           up.nodes, true, s);
       if (g.draws->keeps_q())
         launch_copy_rows(g.draws->probs(), vocab, feed_index + g.q_at, reinterpret_cast<float*>(base + up.at.q), vocab,
                          up.contexts - up.greedy_contexts, vocab, s);

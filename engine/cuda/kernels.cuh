@@ -66,11 +66,14 @@ void launch_attention(const float* q, int q_stride, const RowDesc* rows, const i
 //   gu: in [n, 2 ffn]; act: out [n, ffn]
 void launch_silu_mul(const float* gu, float* act, int n, int ffn, cudaStream_t stream);
 
-// Tokens drawn on the device, gathered: dst[i * dst_stride] = drawn[index[i]] where index[i] >= 0
-// (a refused draw, -1, gives token 0: what reads it is discarded), unchanged where -1. With
-// dst the first RowDesc's token and dst_stride kRowDescInts, it feeds a step's rows.
+// Tokens drawn on the device, gathered: dst[i * dst_stride] = drawn[index[i]] where index[i] >= 0,
+// unchanged where -1. A negative draw (refused, -1, or absent, kAbsentDraw) gives token 0
+// unless keep_negative: what reads a row's token then is discarded. With dst the first
+// RowDesc's token and dst_stride kRowDescInts, it feeds a step's rows; with keep_negative, a
+// verification's nodes (an absent node is skipped there).
 //   drawn: in [*]; index: in [n]; dst: in/out [n, dst_stride], the first int of each
-void launch_gather_tokens(const int* drawn, const int* index, int* dst, int dst_stride, int n, cudaStream_t stream);
+void launch_gather_tokens(const int* drawn, const int* index, int* dst, int dst_stride, int n, bool keep_negative,
+                          cudaStream_t stream);
 inline constexpr int kRowDescInts = static_cast<int>(sizeof(RowDesc) / sizeof(int));
 static_assert(offsetof(RowDesc, token) == 0);
 

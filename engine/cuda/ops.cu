@@ -101,11 +101,12 @@ __global__ void silu_mul_kernel(const float* gu, float* act, int ffn) {
     act[static_cast<std::size_t>(r) * ffn + i] = g[i] / (1.0f + expf(-g[i])) * g[ffn + i];
 }
 
-__global__ void gather_tokens_kernel(const int* drawn, const int* index, int* dst, int dst_stride, int n) {
+__global__ void gather_tokens_kernel(const int* drawn, const int* index, int* dst, int dst_stride, int n,
+                                     bool keep_negative) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n || index[i] < 0) return;
   const int token = drawn[index[i]];
-  dst[static_cast<std::size_t>(i) * dst_stride] = token < 0 ? 0 : token;
+  dst[static_cast<std::size_t>(i) * dst_stride] = token < 0 && !keep_negative ? 0 : token;
 }
 
 // dst row r = src row (gather ? gather[r] : r), left where gather[r] < 0; each row `dim`
@@ -203,10 +204,11 @@ void launch_copy_rows(const float* src, int src_stride, const int* gather, float
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_gather_tokens(const int* drawn, const int* index, int* dst, int dst_stride, int n, cudaStream_t stream) {
+void launch_gather_tokens(const int* drawn, const int* index, int* dst, int dst_stride, int n, bool keep_negative,
+                          cudaStream_t stream) {
   if (n == 0) return;
   SPECULA_LAUNCH(gather_tokens_kernel, (n + kRowThreads - 1) / kRowThreads, kRowThreads, 0, stream, drawn, index, dst,
-                 dst_stride, n);
+                 dst_stride, n, keep_negative);
   CUDA_CHECK_LAUNCH();
 }
 
