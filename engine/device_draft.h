@@ -70,9 +70,8 @@ void check_draft_rounds(const DraftRounds& draft, int vocab);
 // The draws of rounds enqueued on a device and not read back (Backend::enqueue_draft): each
 // draw's token and, where the rounds kept q, the distributions stay on the device, where a
 // forward_verify of the same device reads them (DeviceVerify::draws; a node's q row is the one
-// its draw came from). They stay valid until
-// the next forward_draft or enqueue_draft on the workspace that drew them; a forward_verify
-// that reads them later is refused.
+// its draw came from). They stay valid until the next forward_draft or enqueue_draft on the
+// workspace that drew them; a forward_verify that reads them later is refused.
 class DeviceDraws {
  public:
   virtual ~DeviceDraws() = default;
