@@ -49,8 +49,8 @@ void check_draft_rounds(const DraftRounds& draft, int vocab) {
   for (std::size_t l = 0; l < draft.children.size(); ++l) {
     SPECULA_CHECK(draft.children[l] >= 0, "device draft: logit row ", l, " has ", draft.children[l], " children");
     const int mode = draft.child_modes[l];
-    SPECULA_CHECK(mode == kDrawSampled || mode == kDrawWithoutReplacement || mode == kDrawTopK, "device draft: logit row ",
-                  l, " has child mode ", mode, "; the modes are 0, 1 and 2 (kDraw*)");
+    SPECULA_CHECK(is_draw_mode(mode), "device draft: logit row ", l, " has child mode ", mode,
+                  "; the modes are 0, 1 and 2 (kDraw*)");
   }
   const int draws = draft.draws();
   SPECULA_CHECK(static_cast<int>(draft.uniforms.size()) == draws, "device draft: ", draft.uniforms.size(),

@@ -35,6 +35,9 @@ struct DrawOptions {
 inline constexpr int kDrawSampled = 0;             // i.i.d. from q
 inline constexpr int kDrawWithoutReplacement = 1;  // from q without the earlier siblings
 inline constexpr int kDrawTopK = 2;                // deterministic distinct proposals
+inline constexpr bool is_draw_mode(int code) {
+  return code == kDrawSampled || code == kDrawWithoutReplacement || code == kDrawTopK;
+}
 
 // Logit rows are numbered in round order, then row order within a round; so are draws. Each
 // logit row's distribution is its DrawOptions' chain. Without `children`, each logit row gives

@@ -78,8 +78,7 @@ void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
     for (const int p : v.parents) has_children[static_cast<std::size_t>(p + 1)] = 1;
     for (int c = 0; c <= n; ++c) {
       const int code = v.draw[static_cast<std::size_t>(c)];
-      SPECULA_CHECK(code == kDrawSampled || code == kDrawWithoutReplacement || code == kDrawTopK, where(), "draw code ",
-                    code, " of context ", c, " is not 0, 1 or 2");
+      SPECULA_CHECK(is_draw_mode(code), where(), "draw code ", code, " of context ", c, " is not 0, 1 or 2");
       SPECULA_CHECK(!v.q.empty() || v.draws || !has_children[static_cast<std::size_t>(c)] || code == kDrawTopK, where(),
                     "context ", c, " has children drawn from q, and q is empty");
     }

@@ -79,8 +79,8 @@ std::size_t check_chains(std::span<const DeviceChain> chains) {
     if (c.is_tree()) {
       SPECULA_CHECK(static_cast<int>(c.tree_parents.size()) == c.length, "device draft: tree ", i, " has ",
                     c.tree_parents.size(), " parents for ", c.length, " nodes");
-      SPECULA_CHECK(c.tree_mode == kDrawSampled || c.tree_mode == kDrawWithoutReplacement || c.tree_mode == kDrawTopK,
-                    "device draft: tree ", i, " has mode ", c.tree_mode, "; the modes are 0, 1 and 2 (kDraw*)");
+      SPECULA_CHECK(is_draw_mode(c.tree_mode), "device draft: tree ", i, " has mode ", c.tree_mode,
+                    "; the modes are 0, 1 and 2 (kDraw*)");
       // Growth order: parents before their nodes and in order, so each level follows the one
       // above and each context's children are contiguous.
       for (int n = 0; n < c.length; ++n) {

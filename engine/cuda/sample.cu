@@ -146,16 +146,9 @@ __device__ void write_invalid(float* probs, int vocab, int* token) {
   if (threadIdx.x == 0 && token != nullptr) *token = -1;
 }
 
-// greedy_token: the first index of the largest logit (NaN never larger; all -inf: index 0); a
-// NaN or +inf logit makes the row invalid. One-hot probabilities.
-__device__ void greedy_row(const float* x, int vocab, float* probs, int* token, Shared& sh) {
-  float best = -infinity();
-  int at = -1, bad = 0;
-  for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
-    const float value = x[v];
-    bad |= !(value < infinity()) ? 1 : 0;  // NaN or +inf
-    if (value > best || (at < 0 && value == best)) best = value, at = v;
-  }
+// The block's best (value, index) from each thread's (best, at) (at -1: none): the largest
+// value, ties to the lowest index; -1 when no thread has one. Every thread gets it.
+__device__ int block_argmax(float best, int at, Shared& sh) {
   sh.f[threadIdx.x] = best;
   sh.i[threadIdx.x] = at;
   __syncthreads();
@@ -167,7 +160,20 @@ __device__ void greedy_row(const float* x, int vocab, float* probs, int* token, 
     sh.i_out = at;
   }
   __syncthreads();
-  const int argmax = sh.i_out;
+  return sh.i_out;
+}
+
+// greedy_token: the first index of the largest logit (NaN never larger; all -inf: index 0); a
+// NaN or +inf logit makes the row invalid. One-hot probabilities.
+__device__ void greedy_row(const float* x, int vocab, float* probs, int* token, Shared& sh) {
+  float best = -infinity();
+  int at = -1, bad = 0;
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
+    const float value = x[v];
+    bad |= !(value < infinity()) ? 1 : 0;  // NaN or +inf
+    if (value > best || (at < 0 && value == best)) best = value, at = v;
+  }
+  const int argmax = block_argmax(best, at, sh);
   if (block_sum(bad, sh) != 0) {
     write_invalid(probs, vocab, token);
     return;
@@ -305,18 +311,7 @@ __device__ int most_probable(const float* probs, int vocab, Removed removed, Sha
   int at = -1;
   for (int v = threadIdx.x; v < vocab; v += blockDim.x)
     if (probs[v] > best && !removed.has(v)) best = probs[v], at = v;  // ids ascend: a tie keeps the first
-  sh.f[threadIdx.x] = best;
-  sh.i[threadIdx.x] = at;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int t = 1; t < static_cast<int>(blockDim.x); ++t) {
-      const int other = sh.i[t];
-      if (other >= 0 && (at < 0 || sh.f[t] > best || (sh.f[t] == best && other < at))) best = sh.f[t], at = other;
-    }
-    sh.i_out = at;
-  }
-  __syncthreads();
-  return sh.i_out;
+  return block_argmax(best, at, sh);
 }
 
 __global__ void sample_kernel(const float* logits, const float* temperature, const int* top_k_of,
