@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <map>
+#include <tuple>
 
 namespace specula {
 namespace {
@@ -57,7 +58,8 @@ DraftCall run_head_forward(const HeadForwardContext& context, std::span<Drafter*
   return call;
 }
 
-// The device chains of `group` (drafters sharing its cache) in one run_chains.
+// The device chains of `group` (drafters sharing its cache) in one run_chains (one shape of
+// dynamic trees, or chains and static trees).
 void run_device_chains(const ForwardContext& context, std::span<Drafter* const> group, std::vector<DraftCall>* calls) {
   std::vector<DeviceChain> chains;
   std::size_t total = 0;
@@ -67,10 +69,11 @@ void run_device_chains(const ForwardContext& context, std::span<Drafter* const> 
     total += static_cast<std::size_t>(chains.back().length);
     sampled = sampled || chains.back().sampled();
   }
+  const bool dynamic = chains.front().is_dynamic();
   const std::size_t vocab = static_cast<std::size_t>(context.backend.config().vocab_size);
-  std::vector<int> tokens(total);
+  std::vector<int> tokens(total), parents(dynamic ? total : 0);
   std::vector<float> q(sampled ? total * vocab : 0);
-  const std::vector<RoundTime> rounds = context.run_chains(chains, tokens, q);
+  const std::vector<RoundTime> rounds = context.run_chains(chains, tokens, q, parents);
   if (calls)
     for (const RoundTime& r : rounds) calls->push_back(DraftCall{r.rows, r.seconds});
   std::size_t at = 0;
@@ -78,7 +81,8 @@ void run_device_chains(const ForwardContext& context, std::span<Drafter* const> 
     const std::size_t n = static_cast<std::size_t>(chains[i].length);
     const std::span<const float> rows =
         chains[i].sampled() ? std::span<const float>(q).subspan(at * vocab, n * vocab) : std::span<const float>();
-    group[i]->chain_drawn(std::span<const int>(tokens).subspan(at, n), rows);
+    const std::span<const int> tree = dynamic ? std::span<const int>(parents).subspan(at, n) : std::span<const int>();
+    group[i]->chain_drawn(std::span<const int>(tokens).subspan(at, n), tree, rows);
     at += n;
   }
 }
@@ -102,12 +106,21 @@ std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters,
                                              std::span<const bool> leave_on_device) {
   // Per draft cache, the chains read back, then those left on the device: a later forward_draft
   // on the cache's workspace would overwrite the draws left there.
-  std::map<const KvCache*, std::vector<Drafter*>> chains, left;
+  // Dynamic trees apart, one call per shape: (budget, width, top_k), zeros for the others.
+  using ChainCall = std::tuple<const KvCache*, int, int, int>;
+  std::map<ChainCall, std::vector<Drafter*>> chains;
+  std::map<const KvCache*, std::vector<Drafter*>> left;
   for (std::size_t i = 0; i < drafters.size(); ++i) {
     Drafter* d = drafters[i];
-    if (!d->device_chain()) continue;
-    const bool leave = !leave_on_device.empty() && leave_on_device[i];
-    (leave ? left : chains)[&d->forward_context()->cache].push_back(d);
+    const DeviceChain* c = d->device_chain();
+    if (!c) continue;
+    const KvCache* cache = &d->forward_context()->cache;
+    if (c->is_dynamic())
+      chains[{cache, c->length, c->dynamic_width, c->dynamic_top_k}].push_back(d);
+    else if (!leave_on_device.empty() && leave_on_device[i])
+      left[cache].push_back(d);
+    else
+      chains[{cache, 0, 0, 0}].push_back(d);
   }
   for (const auto& [cache, group] : chains) run_device_chains(*group.front()->forward_context(), group, calls);
   std::vector<DeviceRounds> on_device;

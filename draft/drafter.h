@@ -94,10 +94,11 @@ class Drafter {
   // (Backend::forward_draft), in place of its pending forwards (ForwardContext::run_chains on
   // forward_context()); nullptr when the proposal grows on the host.
   virtual const DeviceChain* device_chain() const { return nullptr; }
-  // That chain drawn: its tokens, in [length] (a tree's may be kAbsentDraw), and the
-  // distributions they were drawn from, in [length, vocab] (empty unless sampled). The
-  // proposal is then complete.
-  virtual void chain_drawn(std::span<const int> /*tokens*/, std::span<const float> /*q*/) {}
+  // That chain drawn: its tokens, in [length] (a tree's may be kAbsentDraw), a dynamic tree's
+  // parents, in [length] (empty otherwise), and the distributions they were drawn from, in
+  // [length, vocab] (empty unless sampled). The proposal is then complete.
+  virtual void chain_drawn(std::span<const int> /*tokens*/, std::span<const int> /*parents*/,
+                           std::span<const float> /*q*/) {}
   // Or that chain (or tree) drawn and left on the device for the target's verification there
   // (ForwardContext::enqueue_chains): token i is draw node_draws[i] of `draws`. The proposal is
   // then complete (Proposal::draws), a tree with all its nodes (those absent come back
@@ -128,8 +129,9 @@ struct DeviceRounds {
 };
 
 // Runs the pending forwards of every drafter: first the chains drawn on a device
-// (Drafter::device_chain), those sharing a draft cache in one run_chains — or, for the drafters
-// `leave_on_device` marks (empty: none), in one enqueue_chains whose draws stay there
+// (Drafter::device_chain), those sharing a draft cache in one run_chains (dynamic trees in one
+// of their own per shape) — or, for the drafters `leave_on_device` marks (empty: none; never a
+// dynamic tree, whose structure comes back), in one enqueue_chains whose draws stay there
 // (Drafter::chain_left_on_device) —, then round by round, those sharing a draft cache (a draft
 // model's or a head's) as one batched call. Each call is appended to `calls` when given (a
 // device chain's: each round, with its device time). Returns the rounds left on a device.

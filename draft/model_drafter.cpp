@@ -48,19 +48,28 @@ void ModelDrafter::start(std::span<const int> committed, DraftBound bound, Philo
     device_chain_ = DeviceChain{*pending_, length, *device_options_, chain_uniforms_, {}, kDrawTopK};
     return;
   }
+  // Greedy drafting ranks a tree's children by the draft's softmax (draft_distribution).
+  const DrawOptions tree_options = device_options_->greedy() ? DrawOptions{1.0f} : *device_options_;
+  if (const DynamicDraft dynamic = growth_.device_dynamic(); dynamic.on()) {
+    device_chain_ = DeviceChain{*pending_, dynamic.budget, tree_options, {}, {}, kDrawTopK, dynamic.width, dynamic.top_k};
+    return;
+  }
   tree_parents_ = growth_.device_tree_parents();
   if (tree_parents_.empty()) return;
   const int nodes = static_cast<int>(tree_parents_.size());
   const int mode = static_cast<int>(growth_.draw_mode());
   if (mode != kDrawTopK)
     for (int i = 0; i < nodes; ++i) chain_uniforms_.push_back(rng.uniform());
-  // Greedy drafting ranks a tree's children by the draft's softmax (draft_distribution).
-  const DrawOptions options = device_options_->greedy() ? DrawOptions{1.0f} : *device_options_;
-  device_chain_ = DeviceChain{*pending_, nodes, options, chain_uniforms_, tree_parents_, mode};
+  device_chain_ = DeviceChain{*pending_, nodes, tree_options, chain_uniforms_, tree_parents_, mode};
 }
 
-void ModelDrafter::chain_drawn(std::span<const int> tokens, std::span<const float> q) {
+void ModelDrafter::chain_drawn(std::span<const int> tokens, std::span<const int> parents, std::span<const float> q) {
   assert(device_chain_ && static_cast<int>(tokens.size()) == device_chain_->length);
+  if (device_chain_->is_dynamic()) {
+    device_nodes_ = growth_.dynamic_drawn(parents, tokens);
+    end_device_chain(dynamic_rounds(device_chain_->length, device_chain_->dynamic_width));
+    return;
+  }
   if (!device_chain_->is_tree()) {
     end_device_chain(device_chain_->length);
     growth_.chain_drawn(tokens, q);

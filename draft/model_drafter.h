@@ -34,10 +34,11 @@ class ModelDrafter : public Drafter {
   // row over the committed tokens and the row's own path before `distribution` reads it.
   // `device`: the options `distribution` applies, as the draft backend's device draws with
   // them (greedy when !stochastic); where given and the backend drafts on its device, a plain
-  // chain (TreeGrowth::plain_chain_length) or a static tree (TreeGrowth::device_tree_parents)
-  // without controls is drawn there whole (device_chain()), its uniforms drawn from the rng up
-  // front (a chain's in the host's order; a tree's one a node, in node order, where the host
-  // would skip those of children a distribution cannot give).
+  // chain (TreeGrowth::plain_chain_length), a static tree (TreeGrowth::device_tree_parents) or
+  // a dynamic tree (TreeGrowth::device_dynamic) without controls is drawn there whole
+  // (device_chain()), its uniforms drawn from the rng up front (a chain's in the host's order;
+  // a tree's one a node, in node order, where the host would skip those of children a
+  // distribution cannot give; a dynamic tree's none).
   ModelDrafter(const ForwardContext& draft, KvCache::SeqId seq, DistributionFn distribution, bool stochastic,
                TreeShape shape, RowControls controls = {}, std::optional<DrawOptions> device = std::nullopt);
   ~ModelDrafter() override;
@@ -50,7 +51,7 @@ class ModelDrafter : public Drafter {
   int catch_up_rows(int committed) const override { return std::max(0, committed - draft_.cache.length(seq_) - 1); }
   const ForwardContext* forward_context() const override { return &draft_; }
   const DeviceChain* device_chain() const override { return device_chain_ ? &*device_chain_ : nullptr; }
-  void chain_drawn(std::span<const int> tokens, std::span<const float> q) override;
+  void chain_drawn(std::span<const int> tokens, std::span<const int> parents, std::span<const float> q) override;
   void chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) override;
   Proposal take_proposal() override;
   void accept(const TokenTree& tree, std::span<const int> accepted_nodes, std::span<const int> committed) override;

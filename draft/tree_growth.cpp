@@ -171,7 +171,7 @@ std::vector<int> TreeGrowth::device_tree_parents() const {
   return parents;
 }
 
-std::vector<int> TreeGrowth::complete_tree(std::span<const int> parents, std::span<const int> tokens) {
+std::vector<int> TreeGrowth::complete_tree(std::span<const int> parents, std::span<const int> tokens, int fed_rows) {
   assert(proposal_.tree.size() == 0 && parents.size() == tokens.size());
   const std::size_t n = tokens.size();
   std::vector<int> kept, compact(n, -1), depth(n);
@@ -185,18 +185,42 @@ std::vector<int> TreeGrowth::complete_tree(std::span<const int> parents, std::sp
     compact[i] = proposal_.tree.add_node(parent < 0 ? -1 : compact[static_cast<std::size_t>(parent)], tokens[i]);
     kept.push_back(static_cast<int>(i));
   }
-  fed_nodes_ = static_cast<int>(
-      std::count_if(kept.begin(), kept.end(), [&](int i) { return depth[static_cast<std::size_t>(i)] < deepest; }));
+  fed_nodes_ = static_cast<int>(std::count_if(kept.begin(), kept.end(), [&](int i) { return i < fed_rows; }));
   level_ = deepest;
   frontier_.clear();
   pending_.reset();
   return kept;
 }
 
+namespace {
+
+// The nodes of a static tree in growth order above its deepest level: those it feeds.
+int above_deepest(std::span<const int> parents) {
+  std::vector<int> depth(parents.size());
+  for (std::size_t i = 0; i < parents.size(); ++i)
+    depth[i] = parents[i] < 0 ? 1 : depth[static_cast<std::size_t>(parents[i])] + 1;
+  const int deepest = depth.empty() ? 0 : *std::max_element(depth.begin(), depth.end());
+  return static_cast<int>(std::count_if(depth.begin(), depth.end(), [deepest](int d) { return d < deepest; }));
+}
+
+}  // namespace
+
+DynamicDraft TreeGrowth::device_dynamic() const {
+  const int budget = shape_.dynamic_budget, width = shape_.dynamic_width;
+  if (budget <= 0 || width <= 0 || max_depth_ <= 0 || dynamic_rounds(budget, width) - 1 >= max_depth_) return {};
+  return DynamicDraft{budget, width, shape_.dynamic_top_k};
+}
+
+std::vector<int> TreeGrowth::dynamic_drawn(std::span<const int> parents, std::span<const int> tokens) {
+  const DynamicDraft shape = device_dynamic();
+  assert(shape.on() && static_cast<int>(tokens.size()) == shape.budget);
+  return complete_tree(parents, tokens, (dynamic_rounds(shape.budget, shape.width) - 1) * shape.width);
+}
+
 std::vector<int> TreeGrowth::tree_drawn(std::span<const int> parents, std::span<const int> tokens,
                                         std::span<const float> q, int vocab) {
   assert(stochastic_ ? q.size() == tokens.size() * static_cast<std::size_t>(vocab) : q.empty());
-  const std::vector<int> kept = complete_tree(parents, tokens);
+  const std::vector<int> kept = complete_tree(parents, tokens, above_deepest(parents));
   if (!stochastic_) return kept;
   // A context's distribution is the one its children were drawn from; a context without
   // children keeps a zero row.
@@ -215,7 +239,7 @@ std::vector<int> TreeGrowth::tree_drawn(std::span<const int> parents, std::span<
 
 void TreeGrowth::tree_left_on_device(std::span<const int> parents, std::shared_ptr<const DeviceDraws> draws,
                                      std::span<const int> node_draws) {
-  complete_tree(parents, std::vector<int>(parents.size(), 0));
+  complete_tree(parents, std::vector<int>(parents.size(), 0), above_deepest(parents));
   proposal_.draws = std::move(draws);
   proposal_.node_draws.assign(node_draws.begin(), node_draws.end());
 }

@@ -31,6 +31,7 @@
 #include "base/rng.h"
 #include "draft/drafter.h"
 #include "draft/tree_topology.h"
+#include "engine/device_draft.h"
 
 namespace specula {
 
@@ -82,6 +83,15 @@ class TreeGrowth {
   // within its bound's max_depth, when it is a tree a device may draw whole (a static
   // topology that is not a chain, no stop_below, no siblings); else empty.
   std::vector<int> device_tree_parents() const;
+  // This proposal's dynamic tree as a device may grow it whole (DraftRounds::dynamic: every
+  // node it feeds within its bound's max_depth, so that no round depends on depths); else
+  // off.
+  DynamicDraft device_dynamic() const;
+  // That tree grown elsewhere: each node's token, in [budget] (kAbsentDraw: none), and parent
+  // (-1: the root), in [budget], nodes in the order taken. The proposal is then the tree of the
+  // nodes there, those of the batches before the last fed. Returns the grown node of each
+  // proposal node.
+  std::vector<int> dynamic_drawn(std::span<const int> parents, std::span<const int> tokens);
   // The draw mode of this proposal's children (verify/token_tree.h's SiblingDraw).
   SiblingDraw draw_mode() const;
   // That tree drawn elsewhere (one uniform a node, where sampled): each node's token, in
@@ -109,9 +119,10 @@ class TreeGrowth {
  private:
   // The proposal made the chain of `tokens`, complete, every node but the last fed.
   void complete_chain(std::span<const int> tokens);
-  // The proposal made the tree of `parents` (growth order) and `tokens` less its absent nodes,
-  // complete, every node above the deepest level fed; returns each proposal node's index there.
-  std::vector<int> complete_tree(std::span<const int> parents, std::span<const int> tokens);
+  // The proposal made the tree of `parents` (parents before children) and `tokens` less its
+  // absent nodes, complete, the nodes before `fed_rows` fed; returns each proposal node's
+  // index there.
+  std::vector<int> complete_tree(std::span<const int> parents, std::span<const int> tokens, int fed_rows);
   struct Candidate {
     double score;  // cumulative log draft probability of the path
     long order;    // push order: ties go to the earlier (more probable sibling first)

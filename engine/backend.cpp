@@ -35,7 +35,7 @@ SpeculaError no_device_draft(BackendKind kind) {
 }  // namespace
 
 std::vector<double> Backend::forward_draft(const DraftRounds&, PageStorage&, Workspace&, std::span<int>,
-                                           std::span<float>) const {
+                                           std::span<float>, std::span<int>) const {
   throw no_device_draft(kind());
 }
 

@@ -97,14 +97,19 @@ class Backend {
   // inverse-CDF rule), or its children drawn from that distribution (draw_siblings' rules), and
   // each token fed to the later rows that name its draw. Throws SpeculaError where the sampler
   // would refuse a row (a NaN or +inf logit, every logit -inf), and where !drafts_on_device().
-  // Returns each round's device time in seconds.
-  //   tokens: out [draws] (kAbsentDraw: a child that is not there); q: out [logit rows, vocab]
-  //   each logit row's distribution when keep_q, else empty
+  // Dynamic trees (DraftRounds::dynamic) grow there, and their nodes come back. Returns each
+  // round's device time in seconds.
+  //   tokens: out [draws] (kAbsentDraw: a child that is not there), or with dynamic trees
+  //   [dynamic_nodes()] each sequence's nodes in order (kAbsentDraw: none); q: out [logit rows,
+  //   vocab] each logit row's distribution when keep_q, else empty; parents: out
+  //   [dynamic_nodes()] each node's parent among its sequence's (-1: the root) with dynamic
+  //   trees, else empty
   virtual std::vector<double> forward_draft(const DraftRounds& draft, PageStorage& pages, Workspace& workspace,
-                                            std::span<int> tokens, std::span<float> q) const;
+                                            std::span<int> tokens, std::span<float> q, std::span<int> parents) const;
   // The same rounds enqueued and left on the device, nothing read back and no
   // synchronisation: a forward_verify of this device reads their draws (DeviceVerify::draws),
-  // and refuses them, as forward_draft would, where a draw was refused.
+  // and refuses them, as forward_draft would, where a draw was refused. Dynamic trees are
+  // refused (their structure is read back).
   virtual std::shared_ptr<const DeviceDraws> enqueue_draft(const DraftRounds& draft, PageStorage& pages,
                                                            Workspace& workspace) const;
 

@@ -46,6 +46,23 @@ inline constexpr bool is_draw_mode(int code) {
 // or its top-k), a draw the distribution cannot give being kAbsentDraw. Round r's row i (rows
 // numbered across rounds in order) takes as its token the token of draw feeds[i], which
 // belongs to an earlier round; -1 keeps the batch's own token.
+// Dynamic trees grown on the device (DraftRounds::dynamic), draw_tree/tree_growth.h's
+// best-first expansion: each sequence's root context pushes the top_k children of its
+// distribution (score: the log of their probability), and after every round the `width` best
+// candidates not yet taken (score, then push order) become the next nodes, up to `budget` in
+// all; round r > 0 feeds the nodes of the r-th such batch, whose children (score: the parent's
+// plus the log of theirs) are pushed in node order. A slot left without a candidate is
+// kAbsentDraw. The rounds are the root's, then one per batch but the last:
+// dynamic_rounds(budget, width).
+struct DynamicDraft {
+  int budget = 0;  // nodes a tree has (0: no dynamic trees)
+  int width = 0;   // nodes a batch takes
+  int top_k = 0;   // children a context pushes
+  bool on() const { return budget > 0; }
+};
+// The rounds of dynamic trees of `budget` nodes taken `width` a batch: ceil(budget / width).
+inline int dynamic_rounds(int budget, int width) { return (budget + width - 1) / width; }
+
 struct DraftRounds {
   std::vector<RaggedBatch> batches;  // [rounds]
   std::vector<KvPlan> plans;         // [rounds] each batch's plan, prepared in round order
@@ -55,19 +72,27 @@ struct DraftRounds {
   std::vector<int> child_modes;      // [logit rows] kDraw* codes where children is given, else empty
   std::vector<double> uniforms;      // [draws] each draw's inverse-CDF uniform (unread where greedy or kDrawTopK)
   bool keep_q = false;               // every logit row's distribution comes back
+  // Where on: every round's sequences are the first round's, in its order; round 0 gives one
+  // logit row a sequence (its root), each later round `width` rows a sequence, all with logits,
+  // whose tokens, positions and tree masks the device writes (the batch's are placeholders:
+  // each row under every earlier one of its sequence's tree, so that its mask has room for
+  // any ancestry); every logit row draws top_k children by kDrawTopK (the candidates, never
+  // fed: feeds -1). Each sequence's nodes come back, not the draws (forward_draft).
+  DynamicDraft dynamic;
 
   int rounds() const { return static_cast<int>(batches.size()); }
   int rows() const;
   int logit_rows() const;
   int draws() const;
   std::vector<int> draw_rows() const;  // [draws] the logit row each draw is drawn from
+  int dynamic_nodes() const;           // dynamic: sequences x budget, else 0
 };
 
 // Throws SpeculaError naming the round, row or draw unless `draft` is well formed for a model of
 // `vocab` tokens: a plan per batch (its row slots one per row), feeds of an earlier round's
 // draw or -1 (every row of the first round -1), options in range (temperature finite and >= 0,
 // top_k >= 0, top_p in (0, 1], min_p in [0, 1]), children >= 0 with a kDraw* mode each,
-// uniforms in [0, 1).
+// uniforms in [0, 1); dynamic rounds as DraftRounds::dynamic says.
 void check_draft_rounds(const DraftRounds& draft, int vocab);
 
 // The draws of rounds enqueued on a device and not read back (Backend::enqueue_draft): each

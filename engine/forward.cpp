@@ -76,6 +76,14 @@ std::size_t check_chains(std::span<const DeviceChain> chains) {
                   "device draft: chain ", i, "'s first rows must be a causal run with the last row's logits");
     SPECULA_CHECK(c.sampled() ? static_cast<int>(c.uniforms.size()) == c.length : c.uniforms.empty(),
                   "device draft: chain ", i, " has ", c.uniforms.size(), " uniforms; need ", c.sampled() ? c.length : 0);
+    if (c.is_dynamic() || chains.front().is_dynamic()) {
+      const DeviceChain& f = chains.front();
+      SPECULA_CHECK(c.length == f.length && c.dynamic_width == f.dynamic_width && c.dynamic_top_k == f.dynamic_top_k,
+                    "device draft: chain ", i, " is not a dynamic tree of chain 0's budget ", f.length, ", width ",
+                    f.dynamic_width, " and top_k ", f.dynamic_top_k, " (one call grows one shape)");
+      SPECULA_CHECK(c.dynamic_top_k >= 1 && !c.is_tree(), "device draft: dynamic tree ", i, " has top_k ",
+                    c.dynamic_top_k, " and ", c.tree_parents.size(), " static parents; need top_k >= 1 and none");
+    }
     if (c.is_tree()) {
       SPECULA_CHECK(static_cast<int>(c.tree_parents.size()) == c.length, "device draft: tree ", i, " has ",
                     c.tree_parents.size(), " parents for ", c.length, " nodes");
@@ -190,6 +198,48 @@ ChainRounds plan_chain_rounds(const ForwardContext& context, std::span<const Dev
   return out;
 }
 
+// Dynamic trees (check_chains: one shape): round 0 is every tree's first rows, round r > 0
+// `width` placeholder rows a tree (token 0 at the root's position + 1, node (r - 1) * width +
+// k under every earlier node, so that its mask has room for any ancestry) that the device
+// rewrites from the nodes it took; every logit row draws top_k children by kDrawTopK.
+ChainRounds plan_dynamic_rounds(const ForwardContext& context, std::span<const DeviceChain> chains) {
+  const DeviceChain& shape = chains.front();
+  const int width = shape.dynamic_width, top_k = shape.dynamic_top_k;
+  const int rounds = dynamic_rounds(shape.length, width);
+  const std::size_t w = static_cast<std::size_t>(width);
+  std::vector<int> placeholder_parents(static_cast<std::size_t>(rounds - 1) * w);
+  std::iota(placeholder_parents.begin(), placeholder_parents.end(), -1);
+  const std::vector<int> placeholders(w, 0);
+  std::vector<std::vector<int>> positions;
+  for (const DeviceChain& c : chains) positions.emplace_back(w, c.first.positions.back() + 1);
+  ChainRounds out;
+  out.draft.dynamic = DynamicDraft{shape.length, width, top_k};
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<SequenceRows> parts;
+    for (std::size_t i = 0; i < chains.size(); ++i) {
+      const DeviceChain& c = chains[i];
+      if (r == 0)
+        parts.push_back(c.first);
+      else
+        parts.push_back(SequenceRows{c.first.seq, placeholders, positions[i],
+                                     std::span(placeholder_parents).first(static_cast<std::size_t>(r) * w),
+                                     RowLogits::kAll});
+      out.draft.feeds.insert(out.draft.feeds.end(), parts.back().tokens.size(), -1);
+      const std::size_t contexts = r == 0 ? 1 : w;
+      out.draft.options.insert(out.draft.options.end(), contexts, c.options);
+      out.draft.children.insert(out.draft.children.end(), contexts, top_k);
+      out.draft.child_modes.insert(out.draft.child_modes.end(), contexts, kDrawTopK);
+      out.draft.uniforms.insert(out.draft.uniforms.end(), contexts * static_cast<std::size_t>(top_k), 0.0);
+    }
+    RaggedBatch batch = plan_batch(parts, context.cache.tables(), context.backend.config());
+    const std::vector<int> counts = batch.rows_per_seq();
+    out.draft.plans.push_back(context.cache.prepare(batch.seqs, counts));
+    out.round_rows.push_back(batch.num_rows());
+    out.draft.batches.push_back(std::move(batch));
+  }
+  return out;
+}
+
 // run(), and where it throws, every chain's sequence truncated back to its length before.
 template <class Run>
 auto with_rollback(KvCache& cache, std::span<const DeviceChain> chains, Run run) {
@@ -207,17 +257,29 @@ auto with_rollback(KvCache& cache, std::span<const DeviceChain> chains, Run run)
 }  // namespace
 
 std::vector<RoundTime> ForwardContext::run_chains(std::span<const DeviceChain> chains, std::span<int> tokens,
-                                                  std::span<float> q) const {
+                                                  std::span<float> q, std::span<int> parents) const {
   const std::size_t vocab = static_cast<std::size_t>(backend.config().vocab_size);
   const std::size_t total = check_chains(chains);
   SPECULA_CHECK(tokens.size() == total, "device draft: tokens holds ", tokens.size(), " entries for ", total);
   SPECULA_CHECK(q.empty() || q.size() == total * vocab, "device draft: q holds ", q.size(), " floats; need 0 or ",
                 total * vocab);
+  const bool dynamic = !chains.empty() && chains.front().is_dynamic();
+  SPECULA_CHECK(parents.size() == (dynamic ? total : 0), "device draft: parents holds ", parents.size(), " entries; need ",
+                dynamic ? total : 0);
+  SPECULA_CHECK(!dynamic || q.empty(), "device draft: dynamic trees give no q (their children are the top-k)");
+  if (dynamic)
+    return with_rollback(cache, chains, [&] {
+      const ChainRounds plan = plan_dynamic_rounds(*this, chains);
+      const std::vector<double> seconds = backend.forward_draft(plan.draft, cache.storage(), workspace, tokens, {}, parents);
+      std::vector<RoundTime> times;
+      for (std::size_t r = 0; r < seconds.size(); ++r) times.push_back(RoundTime{plan.round_rows[r], seconds[r]});
+      return times;
+    });
   return with_rollback(cache, chains, [&] {
     const ChainRounds plan = plan_chain_rounds(*this, chains, !q.empty());
     std::vector<int> drawn(static_cast<std::size_t>(plan.draft.draws()));
     std::vector<float> probs(plan.draft.keep_q ? static_cast<std::size_t>(plan.draft.logit_rows()) * vocab : 0);
-    const std::vector<double> seconds = backend.forward_draft(plan.draft, cache.storage(), workspace, drawn, probs);
+    const std::vector<double> seconds = backend.forward_draft(plan.draft, cache.storage(), workspace, drawn, probs, {});
     std::vector<RoundTime> times;
     for (std::size_t r = 0; r < seconds.size(); ++r) times.push_back(RoundTime{plan.round_rows[r], seconds[r]});
     const std::vector<int> draw_rows = plan.draft.draw_rows();
@@ -238,6 +300,8 @@ std::vector<RoundTime> ForwardContext::run_chains(std::span<const DeviceChain> c
 
 EnqueuedChains ForwardContext::enqueue_chains(std::span<const DeviceChain> chains) const {
   check_chains(chains);
+  SPECULA_CHECK(chains.empty() || !chains.front().is_dynamic(),
+                "device draft: dynamic trees are read back (run_chains), not left on the device");
   const bool sampled = std::any_of(chains.begin(), chains.end(), [](const DeviceChain& c) { return c.sampled(); });
   return with_rollback(cache, chains, [&] {
     ChainRounds plan = plan_chain_rounds(*this, chains, sampled);

@@ -26,7 +26,9 @@ int batch_rows(std::span<const SequenceRows> parts);
 // logits draw the next. A tree (tree_parents given) draws each context's children from its
 // distribution (options' chain) by tree_mode, draw_siblings' rules (a child the distribution
 // cannot give is kAbsentDraw, and so is every node under it), and feeds each level with nodes
-// below it as one row per node.
+// below it as one row per node. A dynamic tree (dynamic_width > 0) of `length` nodes grows
+// there best-first (DraftRounds::dynamic: the top dynamic_top_k children of each fed context,
+// dynamic_width nodes a round); the chains of a call are then all dynamic trees of one shape.
 struct DeviceChain {
   SequenceRows first;
   int length = 0;                        // tokens (a tree's nodes) drawn, >= 1
@@ -36,10 +38,15 @@ struct DeviceChain {
   // nodes after the level above, in their parents' order.
   std::span<const int> tree_parents;
   int tree_mode = kDrawTopK;             // kDraw* code of a tree's children
+  int dynamic_width = 0;                 // > 0: a dynamic tree, nodes taken a round
+  int dynamic_top_k = 0;                 // a dynamic tree's children pushed per context
 
   bool is_tree() const { return !tree_parents.empty(); }
+  bool is_dynamic() const { return dynamic_width > 0; }
   // Whether its draws read uniforms and their distributions matter to verification.
-  bool sampled() const { return is_tree() ? tree_mode != kDrawTopK : !options.greedy(); }
+  bool sampled() const {
+    return is_dynamic() ? false : is_tree() ? tree_mode != kDrawTopK : !options.greedy();
+  }
 };
 
 // One forward of a run of rounds: its rows and its device time.
@@ -78,10 +85,13 @@ struct ForwardContext {
   // as it was.
   //   tokens: out [sum of lengths] each chain's tokens, chains in order
   //   q: out [sum of lengths, vocab] the distribution each token was drawn from, or empty
+  //   parents: out [sum of lengths] each node's parent (-1: the root) where the chains are
+  //   dynamic trees, else empty
   std::vector<RoundTime> run_chains(std::span<const DeviceChain> chains, std::span<int> tokens,
-                                    std::span<float> q) const;
+                                    std::span<float> q, std::span<int> parents = {}) const;
   // The same rounds enqueued (Backend::enqueue_draft) with nothing read back: the draws stay
-  // on the device for a forward_verify there, q kept where a chain is sampled.
+  // on the device for a forward_verify there, q kept where a chain is sampled. Dynamic trees
+  // are refused.
   EnqueuedChains enqueue_chains(std::span<const DeviceChain> chains) const;
 };
 

@@ -14,6 +14,10 @@
 //   tokens and committed tokens of the same ones read back first, the verification captured as
 //   a graph as theirs is; a tree's absent nodes are skipped there as the read-back tree drops
 //   them; draws a later draft overwrote are refused;
+// - [gpu] dynamic trees grown whole on the device (the dynamic-tree kernel) are the trees the
+//   host drafter grows best-first, where every batch finds its nodes; one call per shape;
+// - [gpu] draft rounds replayed as graphs draw the tokens and q of rounds enqueued kernel by
+//   kernel, bitwise, also after the draft buffer grew under captured graphs;
 // - without a GPU: the refusals of malformed rounds and chains (the cache unchanged after a
 //   refused call), the CPU backend's refusal, and pack_draft's layout.
 #include <algorithm>
@@ -58,6 +62,24 @@ const std::pair<const char*, SamplingOptions> kModes[] = {
 DrawOptions draw_options(const SamplingOptions& sampling) {
   if (sampling.strategy != Strategy::kSample) return DrawOptions{};
   return DrawOptions{sampling.temperature, sampling.top_k, sampling.top_p, sampling.min_p};
+}
+
+// One lane per shape on `engine`, lane i's prompt the first 12 tokens of reference prompt i:
+// a draft model's drafter of draft_distribution(sampling), drawing on the device when `device`,
+// its random stream Philox(seed, i).
+std::vector<Lane> make_lanes(test::Engine& engine, const SamplingOptions& sampling, std::span<const TreeShape> shapes,
+                             bool device, std::uint64_t seed) {
+  static const auto prompts = test::reference_prompts();
+  const bool stochastic = sampling.strategy == Strategy::kSample;
+  std::vector<Lane> lanes;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const std::vector<int> prompt(prompts[i].begin(), prompts[i].begin() + std::min<std::size_t>(prompts[i].size(), 12));
+    lanes.push_back({std::make_unique<ModelDrafter>(engine.context(), engine.cache.create(),
+                                                    draft_distribution(sampling, DraftOptions{}), stochastic, shapes[i],
+                                                    RowControls{}, device ? std::optional(draw_options(sampling)) : std::nullopt),
+                     prompt, Philox(seed, i)});
+  }
+  return lanes;
 }
 
 TEST_CASE("cuda backend: chains drawn on the device are the host drafter's chains", "[gpu]") {
@@ -136,10 +158,14 @@ TEST_CASE("cuda backend: chains drawn on the device are the host drafter's chain
   }
 }
 
-// Two rounds over two fresh sequences of `cache`: their prompts, then one tree row each fed
-// the first round's draws.
-DraftRounds two_rounds(KvCache& cache, const ModelConfig& config) {
-  static const std::vector<int> prompt{5, 6, 7}, positions{0, 1, 2}, node{0}, node_position{3}, parents{-1};
+// Two rounds over two fresh sequences of `cache`: their prompts (`first` tokens, then two),
+// then one tree row each fed the first round's draws.
+DraftRounds two_rounds(KvCache& cache, const ModelConfig& config, int first = 3) {
+  static const std::vector<int> node{0}, parents{-1};
+  const std::size_t n = static_cast<std::size_t>(first);
+  std::vector<int> prompt(n), positions(n + 1);
+  std::iota(prompt.begin(), prompt.end(), 5);
+  std::iota(positions.begin(), positions.end(), 0);
   const int a = cache.create(), b = cache.create();
   DraftRounds draft;
   const auto add = [&](std::vector<SequenceRows> parts) {
@@ -147,9 +173,12 @@ DraftRounds two_rounds(KvCache& cache, const ModelConfig& config) {
     draft.plans.push_back(cache.prepare(batch.seqs, batch.rows_per_seq()));
     draft.batches.push_back(std::move(batch));
   };
-  add({{a, prompt, positions, {}, RowLogits::kLast}, {b, std::span(prompt).first(2), std::span(positions).first(2), {}, RowLogits::kLast}});
-  add({{a, node, node_position, parents, RowLogits::kAll}, {b, node, std::span(positions).subspan(2, 1), parents, RowLogits::kAll}});
-  draft.feeds = {-1, -1, -1, -1, -1, 1, 0};
+  add({{a, std::span(prompt).first(n), std::span(positions).first(n), {}, RowLogits::kLast},
+       {b, std::span(prompt).first(2), std::span(positions).first(2), {}, RowLogits::kLast}});
+  add({{a, node, std::span(positions).subspan(n, 1), parents, RowLogits::kAll},
+       {b, node, std::span(positions).subspan(2, 1), parents, RowLogits::kAll}});
+  draft.feeds.assign(n + 2, -1);
+  draft.feeds.insert(draft.feeds.end(), {1, 0});
   draft.options = {DrawOptions{}, DrawOptions{0.5f, 3, 0.9f, 0.1f}, DrawOptions{}, DrawOptions{}};
   draft.uniforms = {0, 0.25, 0, 0};
   return draft;
@@ -195,34 +224,19 @@ TEST_CASE("cuda backend: static trees drawn on the device are the host drafter's
   const Model model(test::model_dir("draft-1m"));
   const auto backend = make_backend(BackendKind::kCuda, model, std::nullopt);
   const std::size_t vocab = static_cast<std::size_t>(model.config().vocab_size);
-  const auto prompts = test::reference_prompts();
   const std::vector<int> branching{3, 2};
   const std::vector<TreeShape> shapes{TreeShape{branching_topology(branching)},
                                       TreeShape{TreeTopology{{-1, -1, 0, 0, 1, 2}}}, TreeShape{chain_topology(4)}};
   const std::vector<DraftBound> bounds{DraftBound{8}, DraftBound{2}, DraftBound{8}};
   const std::vector<int> nodes{9, 5, 4};
-  const auto make_lanes = [&](test::Engine& engine, const SamplingOptions& sampling, std::span<const TreeShape> lane_shapes,
-                              bool device) {
-    const bool stochastic = sampling.strategy == Strategy::kSample;
-    std::vector<Lane> lanes;
-    for (std::size_t i = 0; i < lane_shapes.size(); ++i) {
-      const std::vector<int> prompt(prompts[i].begin(), prompts[i].begin() + std::min<std::size_t>(prompts[i].size(), 12));
-      lanes.push_back({std::make_unique<ModelDrafter>(engine.context(), engine.cache.create(),
-                                                      draft_distribution(sampling, DraftOptions{}), stochastic,
-                                                      lane_shapes[i], RowControls{},
-                                                      device ? std::optional(draw_options(sampling)) : std::nullopt),
-                       prompt, Philox(13, i)});
-    }
-    return lanes;
-  };
   // Sampling without truncation: a child a distribution cannot give (the section below) leaves
   // the host's later contexts other uniforms than the device's.
   const std::pair<const char*, SamplingOptions> modes[] = {kModes[0], {"T = 1", SamplingOptions::sample()}};
   for (const auto& [name, sampling] : modes) {
     INFO(name);
     test::Engine host_engine(*backend, 16, 256), device_engine(*backend, 16, 256);
-    std::vector<Lane> host = make_lanes(host_engine, sampling, shapes, false);
-    std::vector<Lane> on_device = make_lanes(device_engine, sampling, shapes, true);
+    std::vector<Lane> host = make_lanes(host_engine, sampling, shapes, false, 13);
+    std::vector<Lane> on_device = make_lanes(device_engine, sampling, shapes, true, 13);
     for (int step = 0; step < 2; ++step) {
       INFO("proposal " << step);
       std::vector<Drafter*> host_drafters, device_drafters;
@@ -264,8 +278,8 @@ TEST_CASE("cuda backend: static trees drawn on the device are the host drafter's
     const std::vector<int> wide{3, 1, 1};
     const std::vector<TreeShape> one{TreeShape{branching_topology(wide)}};
     test::Engine host_engine(*backend, 16, 256), device_engine(*backend, 16, 256);
-    std::vector<Lane> host = make_lanes(host_engine, sampling, one, false);
-    std::vector<Lane> on_device = make_lanes(device_engine, sampling, one, true);
+    std::vector<Lane> host = make_lanes(host_engine, sampling, one, false, 13);
+    std::vector<Lane> on_device = make_lanes(device_engine, sampling, one, true, 13);
     for (int step = 0; step < 2; ++step) {
       INFO("proposal " << step);
       for (Lane* lane : {&host[0], &on_device[0]}) {
@@ -284,6 +298,101 @@ TEST_CASE("cuda backend: static trees drawn on the device are the host drafter's
       host[0].drafter->accept(h.tree, accepted, host[0].committed);
       on_device[0].drafter->accept(d.tree, accepted, on_device[0].committed);
     }
+  }
+}
+
+// Dynamic trees grown whole on the device (TreeGrowth::device_dynamic, the dynamic-tree kernel)
+// against the host drafter growing the same trees best-first on the same backend: 16 nodes 4 a
+// batch (4 children a context) beside 10 nodes 3 a batch (3 children, a last batch of one) and
+// 3 nodes 8 a batch (the root's round alone), with a chain in the same run_draft_forwards (one
+// call per shape); greedy (the top-k of the draft's softmax) and sampled at T = 1 (the top-k of
+// that distribution); two proposals each, the second after a path of two nodes
+// was committed (its device rows kept). Then top-k 1 sampling: a context gives one child, so a
+// batch takes one node and the rest of it is absent; the device's tree is the first of the
+// host's nodes, one a round (the host goes on feeding to max_depth), and its commit keeps the
+// right rows.
+// A bound shallower than the batches leaves the tree to the host.
+TEST_CASE("cuda backend: dynamic trees grown on the device are the host drafter's trees", "[gpu]") {
+  REQUIRE_GPU();
+  const Model model(test::model_dir("draft-1m"));
+  const auto backend = make_backend(BackendKind::kCuda, model, std::nullopt);
+  const std::size_t vocab = static_cast<std::size_t>(model.config().vocab_size);
+  const auto dynamic = [](int budget, int top_k, int width) { return TreeShape{TreeTopology{}, budget, top_k, width}; };
+  const auto commit = [](Lane& lane, const Proposal& p, std::span<const int> accepted, int bonus) {
+    for (const int node : accepted) lane.committed.push_back(p.tree.tokens[static_cast<std::size_t>(node)]);
+    lane.committed.push_back(bonus);
+    lane.drafter->accept(p.tree, accepted, lane.committed);
+  };
+  const std::vector<TreeShape> shapes{dynamic(16, 4, 4), dynamic(10, 3, 3), dynamic(3, 4, 8), TreeShape{chain_topology(3)}};
+  const std::vector<int> rounds{4, 4, 1, 3};
+  // Sampling without truncation: every context has its top_k children (below, one has fewer).
+  const std::pair<const char*, SamplingOptions> modes[] = {kModes[0], {"T = 1", SamplingOptions::sample()}};
+  for (const auto& [name, sampling] : modes) {
+    SECTION(name) {
+      test::Engine host_engine(*backend, 16, 256), device_engine(*backend, 16, 256);
+      std::vector<Lane> host = make_lanes(host_engine, sampling, shapes, false, 19);
+      std::vector<Lane> on_device = make_lanes(device_engine, sampling, shapes, true, 19);
+      for (int step = 0; step < 2; ++step) {
+        INFO("proposal " << step);
+        std::vector<Drafter*> host_drafters, device_drafters;
+        for (std::size_t i = 0; i < shapes.size(); ++i) {
+          host[i].drafter->start(host[i].committed, DraftBound{8}, host[i].rng);
+          on_device[i].drafter->start(on_device[i].committed, DraftBound{8}, on_device[i].rng);
+          REQUIRE(on_device[i].drafter->device_chain() != nullptr);
+          CHECK(on_device[i].drafter->device_chain()->is_dynamic() == (i < 3));
+          host_drafters.push_back(host[i].drafter.get());
+          device_drafters.push_back(on_device[i].drafter.get());
+        }
+        run_draft_forwards(host_drafters);
+        std::vector<DraftCall> calls;
+        run_draft_forwards(device_drafters, &calls);
+        CHECK(calls.size() == 4 + 4 + 1 + 3);  // one call per shape, a call's rounds each
+        for (std::size_t i = 0; i < shapes.size(); ++i) {
+          INFO("lane " << i);
+          const Proposal h = host[i].drafter->take_proposal(), d = on_device[i].drafter->take_proposal();
+          check_same_tree(h, d, vocab);
+          CHECK(d.tree.size() == (i < 3 ? shapes[i].dynamic_budget : 3));
+          CHECK(on_device[i].drafter->draft_forwards() == host[i].drafter->draft_forwards());
+          CHECK(on_device[i].drafter->draft_forwards() == (step + 1) * rounds[i]);
+          std::vector<int> accepted{0};
+          const std::vector<int> below = d.tree.children(1);
+          if (!below.empty()) accepted.push_back(below.front());
+          commit(host[i], h, accepted, static_cast<int>(i) + 5);
+          commit(on_device[i], d, accepted, static_cast<int>(i) + 5);
+        }
+      }
+    }
+  }
+  SECTION("a context of one child") {
+    const SamplingOptions sampling = SamplingOptions::sample(1.0f, 1);
+    const std::vector<TreeShape> one{dynamic(12, 4, 4)};
+    test::Engine host_engine(*backend, 16, 256), device_engine(*backend, 16, 256);
+    std::vector<Lane> host = make_lanes(host_engine, sampling, one, false, 19);
+    std::vector<Lane> on_device = make_lanes(device_engine, sampling, one, true, 19);
+    for (int step = 0; step < 2; ++step) {
+      INFO("proposal " << step);
+      for (Lane* lane : {&host[0], &on_device[0]}) {
+        lane->drafter->start(lane->committed, DraftBound{8}, lane->rng);
+        Drafter* const alone[] = {lane->drafter.get()};
+        run_draft_forwards(alone);
+      }
+      const Proposal h = host[0].drafter->take_proposal(), d = on_device[0].drafter->take_proposal();
+      REQUIRE(h.tree.size() == 8);   // the host's chain of one child a context, max_depth deep
+      REQUIRE(d.tree.size() == 3);   // the device's: one node a round
+      CHECK(std::equal(d.tree.tokens.begin(), d.tree.tokens.end(), h.tree.tokens.begin()));
+      CHECK(std::equal(d.tree.parent.begin(), d.tree.parent.end(), h.tree.parent.begin()));
+      const std::vector<int> accepted{0, 1, 2};
+      for (Lane* lane : {&host[0], &on_device[0]}) commit(*lane, d, accepted, 7);
+    }
+  }
+  SECTION("a bound shallower than the batches") {
+    const std::vector<TreeShape> one{dynamic(16, 4, 4)};
+    test::Engine engine(*backend, 16, 256);
+    std::vector<Lane> lanes = make_lanes(engine, SamplingOptions{}, one, true, 19);
+    lanes[0].drafter->start(lanes[0].committed, DraftBound{3}, lanes[0].rng);
+    CHECK(lanes[0].drafter->device_chain() == nullptr);
+    lanes[0].drafter->start(lanes[0].committed, DraftBound{4}, lanes[0].rng);
+    CHECK(lanes[0].drafter->device_chain() != nullptr);
   }
 }
 
@@ -421,6 +530,76 @@ TEST_CASE("cuda backend: chains and trees left on the draft device verify as tho
   }
 }
 
+// Draft rounds replayed as graphs (a round's shape captured at its second sight) against the
+// same rounds enqueued kernel by kernel (graphs off), over six proposals of two lanes: chains
+// alone (the sampling kernel draws) and a chain beside a static tree (the children kernel
+// draws), sampled through every filter; a long chain joins the chains' third proposal, so the
+// draft buffer grows under graphs captured before (which then go). The same tokens and q, bitwise;
+// graphs captured on one side only, none while a proposal repeats the shapes of the one before.
+TEST_CASE("cuda backend: draft rounds replayed as graphs draw what rounds enqueued one by one draw", "[gpu]") {
+  REQUIRE_GPU();
+  const Model model(test::model_dir("draft-1m"));
+  cuda::CudaOptions no_graphs;
+  no_graphs.graphs = false;
+  const auto replayed = make_backend(BackendKind::kCuda, model, std::nullopt);
+  const auto enqueued = cuda::make_cuda_backend(model, std::nullopt, no_graphs);
+  const SamplingOptions sampling = kModes[1].second;
+  const std::vector<int> branching{2, 2};
+  constexpr int kLong = 72;  // its q rows outgrow the draft buffer the others need
+  const std::vector<DraftBound> bounds{DraftBound{8}, DraftBound{8}, DraftBound{kLong}};
+  const std::vector<std::vector<TreeShape>> lane_sets{
+      {TreeShape{chain_topology(3)}, TreeShape{chain_topology(2)}, TreeShape{chain_topology(kLong)}},
+      {TreeShape{chain_topology(3)}, TreeShape{branching_topology(branching)}}};
+  for (const std::vector<TreeShape>& shapes : lane_sets) {
+    const bool grows = shapes.size() == 3;
+    test::Engine replayed_engine(*replayed, 16, 128), enqueued_engine(*enqueued, 16, 128);
+    std::vector<Lane> with_graphs = make_lanes(replayed_engine, sampling, shapes, true, 17);
+    std::vector<Lane> without = make_lanes(enqueued_engine, sampling, shapes, true, 17);
+    std::vector<std::size_t> captured;  // graphs the replaying side captured in each proposal
+    for (int step = 0; step < 6; ++step) {
+      INFO("proposal " << step);
+      const std::size_t lanes = step == 2 && grows ? 3 : 2;
+      for (std::size_t i = 0; i < lanes; ++i) {
+        with_graphs[i].drafter->start(with_graphs[i].committed, bounds[i], with_graphs[i].rng);
+        without[i].drafter->start(without[i].committed, bounds[i], without[i].rng);
+      }
+      const auto drafters = [&](std::vector<Lane>& side) {
+        std::vector<Drafter*> out;
+        for (std::size_t i = 0; i < lanes; ++i) out.push_back(side[i].drafter.get());
+        return out;
+      };
+      const std::size_t before = cuda::cuda_live_graphs();
+      run_draft_forwards(drafters(without));
+      CHECK(cuda::cuda_live_graphs() == before);
+      run_draft_forwards(drafters(with_graphs));
+      captured.push_back(cuda::cuda_live_graphs() - before);
+      for (std::size_t i = 0; i < lanes; ++i) {
+        INFO("lane " << i);
+        const Proposal g = with_graphs[i].drafter->take_proposal(), e = without[i].drafter->take_proposal();
+        REQUIRE(g.tree.size() == e.tree.size());
+        CHECK(g.tree.tokens == e.tree.tokens);
+        CHECK(g.tree.parent == e.tree.parent);
+        CHECK(g.q == e.q);
+        // The first node accepted, then a bonus token.
+        const std::vector<int> accepted{0};
+        for (Lane* lane : {&with_graphs[i], &without[i]}) {
+          lane->committed.push_back(e.tree.tokens[0]);
+          lane->committed.push_back(static_cast<int>(i) + 5);
+        }
+        with_graphs[i].drafter->accept(g.tree, accepted, with_graphs[i].committed);
+        without[i].drafter->accept(e.tree, accepted, without[i].committed);
+      }
+    }
+    INFO("graphs captured per proposal: " << Catch::Detail::stringify(captured));
+    CHECK(captured[1] > 0);  // the rounds of the second proposal repeat the shapes of the first's after its catch-up
+    if (grows) {
+      CHECK(captured[3] == 0);  // the buffer grew: its graphs went, and the shapes seen
+      CHECK(captured[4] > 0);   // captured again
+    }
+    CHECK(captured[5] == 0);  // replayed
+  }
+}
+
 TEST_CASE("device draft: malformed rounds and chains are refused naming the field", "[engine]") {
   const Model model(test::model_dir("draft-1m"));
   const ModelConfig& config = model.config();
@@ -490,7 +669,7 @@ TEST_CASE("device draft: malformed rounds and chains are refused naming the fiel
   CHECK_FALSE(cpu->drafts_on_device());
   const auto workspace = cpu->make_workspace();
   std::vector<int> tokens(4);
-  CHECK_THROWS_WITH(cpu->forward_draft(good, cache.storage(), *workspace, tokens, {}),
+  CHECK_THROWS_WITH(cpu->forward_draft(good, cache.storage(), *workspace, tokens, {}, {}),
                     Contains("backend 'cpu'") && Contains("not implemented"));
   KvCache fresh(cpu->kv_layout(16), 64);
   const ForwardContext ctx{*cpu, fresh, *workspace};
@@ -555,31 +734,53 @@ TEST_CASE("device draft: pack_draft lays out every round's step, the feeds, the 
   CHECK(up.first_row == std::vector<int>{0, 5, 7});
   CHECK(up.first_draw == std::vector<int>{0, 2, 4});
   CHECK(up.probs_rows == 2);  // one round's draws at a time
+  // The outputs first, then the upload, round 0's step last.
+  CHECK(up.at.tokens == 0);
+  CHECK(up.at.probs >= 4 * sizeof(int));
+  CHECK(up.upload_at >= up.at.probs + 2 * static_cast<std::size_t>(vocab) * sizeof(float));
+  CHECK(up.device_bytes == up.upload_at + up.upload_bytes);
+  CHECK(up.step_at[0] > up.step_at[1]);
+  CHECK(up.step_at[0] + up.steps[0].data.size() * 4 == up.device_bytes);
   for (std::size_t r = 0; r < 2; ++r) {
     CHECK(up.step_at[r] % cuda::kAlign == 0);
-    CHECK(std::memcmp(up.data.data() + up.step_at[r], up.steps[r].data.data(), up.steps[r].data.size() * 4) == 0);
+    CHECK(std::memcmp(up.data.data() + (up.step_at[r] - up.upload_at), up.steps[r].data.data(),
+                      up.steps[r].data.size() * 4) == 0);
   }
-  const auto ints = [&](std::size_t at, int n) {
+  const auto ints = [](const cuda::DraftUpload& u, std::size_t at, int n) {
     std::vector<int> v(static_cast<std::size_t>(n));
-    std::memcpy(v.data(), up.data.data() + at, v.size() * sizeof(int));
+    std::memcpy(v.data(), u.data.data() + (at - u.upload_at), v.size() * sizeof(int));
     return v;
   };
-  CHECK(ints(up.at.feeds, 7) == draft.feeds);
-  CHECK(ints(up.at.top_k, 4) == std::vector<int>{0, 3, 0, 0});
-  double u = 0;
-  std::memcpy(&u, up.data.data() + up.at.uniforms + sizeof(double), sizeof(double));
-  CHECK(u == 0.25);
-  CHECK(up.at.tokens >= up.upload_bytes);
-  CHECK(up.device_bytes == up.at.probs + 2 * static_cast<std::size_t>(vocab) * sizeof(float));
+  const auto uniform = [](const cuda::DraftUpload& u, int d) {
+    double x = 0;
+    std::memcpy(&x, u.data.data() + (u.at.uniforms - u.upload_at) + static_cast<std::size_t>(d) * sizeof(double),
+                sizeof(double));
+    return x;
+  };
+  CHECK(ints(up, up.feeds_of(1), 2) == std::vector<int>{1, 0});  // round 0's rows are fed nothing
+  CHECK(ints(up, up.at.top_k, 4) == std::vector<int>{0, 3, 0, 0});
+  CHECK(uniform(up, 1) == 0.25);
   CHECK(up.probs_row(1, false) == 0);
   draft.keep_q = true;
   const cuda::DraftUpload kept = cuda::pack_draft(draft, vocab, 0, options, 1);
   CHECK(kept.probs_rows == 4);
   CHECK(kept.probs_row(1, true) == 2);
-  CHECK(kept.device_bytes == kept.at.probs + 4 * static_cast<std::size_t>(vocab) * sizeof(float));
+  CHECK(kept.upload_at >= kept.at.probs + 4 * static_cast<std::size_t>(vocab) * sizeof(float));
   CHECK_FALSE(kept.children);
+  CHECK(kept.round_shape(1, true) != up.round_shape(1, false));
+
+  // A later round's shape does not depend on the first round's row count; the first round's does.
+  KvCache other_cache(model.kv_layout(16), 64);
+  DraftRounds longer = two_rounds(other_cache, model.config(), 40);
+  longer.keep_q = true;
+  const cuda::DraftUpload longer_up = cuda::pack_draft(longer, vocab, 0, options, 1);
+  CHECK(longer_up.first_row == std::vector<int>{0, 42, 44});
+  CHECK(longer_up.round_shape(1, true) == kept.round_shape(1, true));
+  CHECK(longer_up.round_shape(0, true) != kept.round_shape(0, true));
+  CHECK(cuda::pack_draft(longer, vocab, 0, options, 2).round_shape(1, true) != kept.round_shape(1, true));  // other pages
 
   // Children: the logit rows draw 2, 0, 1 and 1 (5 draws); round 1's rows were fed draws 1 and 0.
+  draft.keep_q = false;
   draft.children = {2, 0, 1, 2};
   draft.child_modes = {kDrawWithoutReplacement, kDrawTopK, kDrawSampled, kDrawTopK};
   draft.uniforms = {0.1, 0.2, 0.3, 0.4, 0.5};
@@ -587,20 +788,91 @@ TEST_CASE("device draft: pack_draft lays out every round's step, the feeds, the 
   CHECK(tree.children);
   CHECK(tree.first_logit == std::vector<int>{0, 2, 4});
   CHECK(tree.first_draw == std::vector<int>{0, 2, 5});
-  const auto tree_ints = [&](std::size_t at, int n) {
-    std::vector<int> v(static_cast<std::size_t>(n));
-    std::memcpy(v.data(), tree.data.data() + at, v.size() * sizeof(int));
-    return v;
-  };
-  CHECK(tree_ints(tree.at.feeds, 7) == draft.feeds);
-  CHECK(tree_ints(tree.at.child_first, 5) == std::vector<int>{0, 2, 2, 3, 5});
-  CHECK(tree_ints(tree.at.child_modes, 4) == draft.child_modes);
-  CHECK(tree_ints(tree.at.sources, 4) == std::vector<int>{-1, -1, 1, 0});
-  std::memcpy(&u, tree.data.data() + tree.at.uniforms + 4 * sizeof(double), sizeof(double));
-  CHECK(u == 0.5);
-  CHECK(tree.at.tokens >= tree.upload_bytes);
+  CHECK(ints(tree, tree.feeds_of(1), 2) == std::vector<int>{1, 0});
+  CHECK(ints(tree, tree.at.child_first, 5) == std::vector<int>{0, 2, 2, 3, 5});
+  CHECK(ints(tree, tree.at.child_modes, 4) == draft.child_modes);
+  CHECK(ints(tree, tree.at.sources, 4) == std::vector<int>{-1, -1, 1, 0});
+  CHECK(uniform(tree, 4) == 0.5);
   CHECK(tree.at.probs >= tree.at.tokens + 5 * sizeof(int));
-  CHECK(tree.device_bytes == tree.at.probs + 4 * static_cast<std::size_t>(vocab) * sizeof(float));
+  CHECK(tree.upload_at >= tree.at.probs + 2 * static_cast<std::size_t>(vocab) * sizeof(float));
+  CHECK(tree.round_shape(1, false) != up.round_shape(1, false));
+}
+
+// One sequence of `cache` grown as a dynamic tree of `budget` nodes taken two a round (top_k
+// 3): its prompt, then each later round's two placeholder rows under every earlier node.
+DraftRounds dynamic_rounds_of(KvCache& cache, const ModelConfig& config, int budget) {
+  static const std::vector<int> prompt{5, 6, 7}, positions{0, 1, 2}, placeholders{0, 0}, at{3, 3},
+      chain{-1, 0, 1, 2, 3, 4, 5, 6};
+  const int seq = cache.create();
+  DraftRounds draft;
+  draft.dynamic = DynamicDraft{budget, 2, 3};
+  for (int r = 0; r < dynamic_rounds(budget, 2); ++r) {
+    const SequenceRows part = r == 0 ? SequenceRows{seq, prompt, positions, {}, RowLogits::kLast}
+                                     : SequenceRows{seq, placeholders, at, std::span(chain).first(2 * static_cast<std::size_t>(r)),
+                                                    RowLogits::kAll};
+    RaggedBatch batch = plan_batch(std::span(&part, 1), cache.tables(), config);
+    draft.plans.push_back(cache.prepare(batch.seqs, batch.rows_per_seq()));
+    draft.feeds.insert(draft.feeds.end(), part.tokens.size(), -1);
+    const int contexts = batch.num_logits();
+    draft.options.insert(draft.options.end(), static_cast<std::size_t>(contexts), DrawOptions{1.0f});
+    draft.children.insert(draft.children.end(), static_cast<std::size_t>(contexts), 3);
+    draft.child_modes.insert(draft.child_modes.end(), static_cast<std::size_t>(contexts), kDrawTopK);
+    draft.uniforms.insert(draft.uniforms.end(), 3 * static_cast<std::size_t>(contexts), 0.0);
+    draft.batches.push_back(std::move(batch));
+  }
+  return draft;
+}
+
+TEST_CASE("device draft: dynamic rounds are refused naming the field, and laid out with their nodes", "[engine]") {
+  const Model model(test::model_dir("draft-1m"));
+  const ModelConfig& config = model.config();
+  const int vocab = config.vocab_size;
+  KvCache cache(model.kv_layout(16), 64);
+  const DraftRounds good = dynamic_rounds_of(cache, config, 6);
+  REQUIRE(good.rounds() == 3);
+  CHECK(good.dynamic_nodes() == 6);
+  CHECK_NOTHROW(check_draft_rounds(good, vocab));
+  const auto refused = [&](DraftRounds d, const std::string& what) {
+    CHECK_THROWS_WITH(check_draft_rounds(d, vocab), Contains("device draft") && Contains(what));
+  };
+  DraftRounds d = good;
+  d.dynamic.budget = 8;  // four rounds
+  refused(d, "grow in 4 rounds, not 3");
+  d = good;
+  d.dynamic.width = 0;
+  refused(d, "each must be >= 1");
+  d = good;
+  d.feeds.back() = 0;
+  refused(d, "the device writes its token");
+  d = good;
+  d.child_modes[1] = kDrawSampled;
+  refused(d, "it needs 3 by kDrawTopK");
+  d = good;
+  d.keep_q = true;
+  refused(d, "keep no q");
+  KvCache other(model.kv_layout(16), 64);
+  d = dynamic_rounds_of(other, config, 6);
+  d.batches[2] = plan_batch(std::vector<SequenceRows>{{0, std::vector<int>{0, 0}, std::vector<int>{3, 3}, std::vector<int>{-1, 0, 1, -1}, RowLogits::kAll}},
+                            other.tables(), config);
+  refused(d, "node 3 needs 4");
+
+  const cuda::CudaOptions options;
+  const cuda::DraftUpload up = cuda::pack_draft(good, vocab, 0, options, 1);
+  CHECK(up.dynamic.budget == 6);
+  CHECK(up.sequences == 1);
+  CHECK(up.pool_cap == (1 + 2 * 2) * 3);  // the root's children, then those of two batches
+  // The nodes and candidates sit with the outputs, before the upload.
+  CHECK(up.at.node_tokens >= up.at.probs + static_cast<std::size_t>(up.probs_rows) * static_cast<std::size_t>(vocab) * 4);
+  CHECK(up.at.pool % alignof(cuda::DynamicCandidate) == 0);
+  CHECK(up.upload_at >= up.at.pool_size + sizeof(int));
+  // Round 1's kernels write round 2's rows: its shape names them, the last round's none.
+  cuda::DraftUpload moved = up;
+  moved.step_at[2] += cuda::kAlign;
+  CHECK(moved.round_shape(1, false) != up.round_shape(1, false));
+  CHECK(moved.round_shape(2, false) != up.round_shape(2, false));
+  moved = up;
+  moved.at.pool += cuda::kAlign;
+  CHECK(moved.round_shape(0, false) != up.round_shape(0, false));
 }
 
 }  // namespace

@@ -219,7 +219,14 @@ TEST_CASE("cuda plan: graph keys are equal exactly for steps of one shape, and f
   const cuda::StepUpload ua = cuda::pack_step(a->batch, a->plan, 0, CudaOptions{}, 1);
   const cuda::StepUpload ub = cuda::pack_step(b->batch, b->plan, 0, CudaOptions{}, 1);
   CHECK(ua.key == ub.key);
-  CHECK(cuda::GraphKeyHash{}(ua.key) == cuda::GraphKeyHash{}(ub.key));
+  CHECK(ua.key.shape() == ub.key.shape());
+  for (int field = 0; field < 6; ++field) {
+    cuda::GraphKey other = ua.key;
+    int* const ints[] = {&other.num_rows, &other.num_logits, &other.pages_cap, &other.mask_cap, &other.keys_cap};
+    if (field < 5) ++*ints[field];
+    else ++other.pages_id;
+    CHECK(other.shape() != ua.key.shape());
+  }
   CHECK(ua.data != ub.data);
   const cuda::StepLayout la = cuda::step_layout(ua.key);
   CHECK(la.pages == ua.layout.pages);

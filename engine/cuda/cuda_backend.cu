@@ -2,7 +2,8 @@
 // weight arena once; each forward runs the pending KV copies (one kernel), uploads the step
 // (one copy), replays or captures the decode graph of its shape, and copies back only the
 // logit rows; forward_verify then verifies on the device, its own graph replayed by shape;
-// forward_draft runs draft rounds back to back, their tokens drawn and fed on the device.
+// forward_draft runs draft rounds back to back, their tokens drawn and fed on the device, each
+// round a graph replayed by shape.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -10,7 +11,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <unordered_map>
 #include <utility>
 
 #include "engine/cpu/matmul.h"
@@ -29,94 +29,6 @@ namespace {
 
 // Graphs instantiated and not yet destroyed, in every workspace of the process.
 std::atomic<std::size_t> live_graphs{0};
-
-// A captured step: its executable graph, the pages it writes, when it was last replayed.
-struct CapturedGraph {
-  cudaGraphExec_t exec = nullptr;
-  std::weak_ptr<const void> pages;
-  std::uint64_t last_used = 0;
-};
-
-// A captured verification: its executable graph, when it was last replayed.
-struct VerifyGraph {
-  cudaGraphExec_t exec = nullptr;
-  std::uint64_t last_used = 0;
-};
-
-// One stream's scratch: activations, the step upload, the graphs captured on it (at most
-// max_graphs forwards, none of pages that are gone, and max_graphs verifications).
-struct CudaWorkspace : Workspace {
-  cudaStream_t stream = nullptr;
-  DeviceBuffer x, h, qkv, attn, gu, act, last, logits, upload, copies, x_bf16, tmp, cublas;
-  PinnedBuffer host_upload;
-  DeviceBuffer verify;             // forward_verify's upload, outputs and scratch (VerifyUpload)
-  PinnedBuffer verify_staging;     // its upload on the host, [upload_bytes]
-  PinnedBuffer verify_back;        // what comes back of it, [result_ints] int
-  std::vector<int> verify_result;  // the same, read after the synchronisation
-  cudaEvent_t marks[3] = {};       // forward_verify's start, forward done, verification done
-  DeviceBuffer draft;              // forward_draft's upload and outputs (DraftUpload)
-  PinnedBuffer draft_staging;      // its upload on the host, [upload_bytes]
-  std::vector<cudaEvent_t> draft_marks;  // forward_draft's start, then each round's end
-  std::uint64_t draft_generation = 0;    // rounds enqueued on it (CudaDraws of an older one are stale)
-  DeviceBuffer draw_feeds;               // forward_verify's gather indices into device draws (DrawGather)
-  PinnedBuffer draw_feeds_staging;       // the same on the host
-  PinnedBuffer draws_back;               // the draws' tokens, back after the verification
-  GemmPlans gemm_plans;
-  GemmScratch gemm;
-  std::unordered_map<GraphKey, CapturedGraph, GraphKeyHash> graphs;
-  // Verifications by VerifyUpload::shape(): captured at a shape's second sight (dynamic trees
-  // rarely repeat one), replayed from then on.
-  std::map<std::vector<std::size_t>, VerifyGraph> verify_graphs;
-  std::set<std::vector<std::size_t>> verify_seen;
-  std::uint64_t steps = 0;  // forwards run, the clock of last_used
-  std::size_t max_graphs = 0;
-
-  using Graphs = std::unordered_map<GraphKey, CapturedGraph, GraphKeyHash>;
-  Graphs::iterator drop(Graphs::iterator it) {
-    cudaGraphExecDestroy(it->second.exec);
-    --live_graphs;
-    return graphs.erase(it);
-  }
-  void drop_graphs() {
-    for (auto it = graphs.begin(); it != graphs.end();) it = drop(it);
-  }
-  void drop_verify_graphs() {
-    for (auto& [shape, graph] : verify_graphs) {
-      cudaGraphExecDestroy(graph.exec);
-      --live_graphs;
-    }
-    verify_graphs.clear();
-    verify_seen.clear();
-  }
-  // Room for one more verification graph: the least recently replayed goes.
-  void make_verify_room() {
-    if (verify_graphs.size() < max_graphs) return;
-    auto oldest = verify_graphs.begin();
-    for (auto it = verify_graphs.begin(); it != verify_graphs.end(); ++it)
-      if (it->second.last_used < oldest->second.last_used) oldest = it;
-    cudaGraphExecDestroy(oldest->second.exec);
-    --live_graphs;
-    verify_graphs.erase(oldest);
-  }
-  // Room for one more graph: those of freed pages go, then the least recently replayed.
-  void make_room() {
-    for (auto it = graphs.begin(); it != graphs.end();) it = it->second.pages.expired() ? drop(it) : std::next(it);
-    if (graphs.size() < max_graphs) return;
-    auto oldest = graphs.begin();
-    for (auto it = graphs.begin(); it != graphs.end(); ++it)
-      if (it->second.last_used < oldest->second.last_used) oldest = it;
-    drop(oldest);
-  }
-  ~CudaWorkspace() override {
-    if (stream) cudaStreamSynchronize(stream);
-    for (cudaEvent_t e : marks)
-      if (e) cudaEventDestroy(e);
-    for (cudaEvent_t e : draft_marks) cudaEventDestroy(e);
-    drop_graphs();
-    drop_verify_graphs();
-    if (stream) cudaStreamDestroy(stream);
-  }
-};
 
 // What `enqueue` puts on `stream`, captured (global mode) and instantiated as one graph.
 template <class Enqueue>
@@ -137,6 +49,114 @@ cudaGraphExec_t capture_graph(cudaStream_t stream, Enqueue enqueue) {
   CUDA_CHECK(err);
   return exec;
 }
+
+// Graphs by shape: a shape is captured at its `sights`-th sight (at the second, shapes that
+// never repeat, as a dynamic tree's, cost no capture) and replayed from then on; at most `max`
+// are kept, the least recently replayed going first, and none that holds device pages that are
+// gone.
+class ShapeGraphs {
+ public:
+  using Shape = std::vector<std::size_t>;
+  explicit ShapeGraphs(int sights) : sights_(sights) {}
+  ShapeGraphs(const ShapeGraphs&) = delete;
+  ShapeGraphs& operator=(const ShapeGraphs&) = delete;
+  ~ShapeGraphs() { clear(); }
+
+  // The graph of `shape` on `stream` (replayed at step `now`), captured from `enqueue` at the
+  // shape's sights-th sight; nullptr when it is not captured (the caller enqueues the work).
+  // `pages`: the device pages the work writes, or empty when it writes none.
+  template <class Enqueue>
+  cudaGraphExec_t find_or_capture(const Shape& shape, cudaStream_t stream, std::uint64_t now,
+                                  std::weak_ptr<const void> pages, Enqueue enqueue) {
+    auto it = graphs_.find(shape);
+    if (it == graphs_.end() && (sights_ == 1 || !seen_.insert(shape).second)) {
+      CUDA_CHECK(cudaStreamSynchronize(stream));  // no graph dropped below is still queued
+      make_room();
+      const bool holds_pages = !pages.expired();
+      it = graphs_.emplace(shape, Entry{capture_graph(stream, enqueue), std::move(pages), holds_pages, 0}).first;
+      ++live_graphs;
+    }
+    if (seen_.size() > 4 * max) seen_.clear();
+    if (it == graphs_.end()) return nullptr;
+    it->second.last_used = now;
+    return it->second.exec;
+  }
+  // Drops every graph (their buffers are about to move); the shapes seen are forgotten.
+  void clear() {
+    for (auto& [shape, entry] : graphs_) destroy(entry);
+    graphs_.clear();
+    seen_.clear();
+  }
+
+  std::size_t max = 0;
+
+ private:
+  struct Entry {
+    cudaGraphExec_t exec = nullptr;
+    std::weak_ptr<const void> pages;
+    bool holds_pages = false;
+    std::uint64_t last_used = 0;
+  };
+  static void destroy(Entry& entry) {
+    cudaGraphExecDestroy(entry.exec);
+    --live_graphs;
+  }
+  // Room for one more: those of freed pages go, then the least recently replayed.
+  void make_room() {
+    for (auto it = graphs_.begin(); it != graphs_.end();) {
+      if (!it->second.holds_pages || !it->second.pages.expired()) {
+        ++it;
+        continue;
+      }
+      destroy(it->second);
+      it = graphs_.erase(it);
+    }
+    if (graphs_.size() < max || graphs_.empty()) return;
+    auto oldest = graphs_.begin();
+    for (auto it = graphs_.begin(); it != graphs_.end(); ++it)
+      if (it->second.last_used < oldest->second.last_used) oldest = it;
+    destroy(oldest->second);
+    graphs_.erase(oldest);
+  }
+
+  int sights_;
+  std::map<Shape, Entry> graphs_;
+  std::set<Shape> seen_;  // shapes seen and not captured (sights 2)
+};
+
+// One stream's scratch: activations, the step upload, the graphs captured on it (at most
+// max_graphs each of forwards, verifications and draft rounds; none of pages that are gone).
+struct CudaWorkspace : Workspace {
+  cudaStream_t stream = nullptr;
+  DeviceBuffer x, h, qkv, attn, gu, act, last, logits, upload, copies, x_bf16, tmp, cublas;
+  PinnedBuffer host_upload;
+  DeviceBuffer verify;             // forward_verify's upload, outputs and scratch (VerifyUpload)
+  PinnedBuffer verify_staging;     // its upload on the host, [upload_bytes]
+  PinnedBuffer verify_back;        // what comes back of it, [result_ints] int
+  std::vector<int> verify_result;  // the same, read after the synchronisation
+  cudaEvent_t marks[3] = {};       // forward_verify's start, forward done, verification done
+  DeviceBuffer draft;              // forward_draft's upload and outputs (DraftUpload)
+  PinnedBuffer draft_staging;      // its upload on the host, [upload_bytes]
+  std::vector<cudaEvent_t> draft_marks;  // forward_draft's start, then each round's end
+  std::uint64_t draft_generation = 0;    // rounds enqueued on it (CudaDraws of an older one are stale)
+  DeviceBuffer draw_feeds;               // forward_verify's gather indices into device draws (DrawGather)
+  PinnedBuffer draw_feeds_staging;       // the same on the host
+  PinnedBuffer draws_back;               // the draws' tokens, back after the verification
+  GemmPlans gemm_plans;
+  GemmScratch gemm;
+  ShapeGraphs step_graphs{1};    // forwards by GraphKey::shape()
+  ShapeGraphs verify_graphs{2};  // verifications by VerifyUpload::shape()
+  ShapeGraphs draft_graphs{2};   // draft rounds by DraftUpload::round_shape()
+  std::uint64_t steps = 0;       // forwards run, the clock of last_used
+
+  ~CudaWorkspace() override {
+    if (stream) cudaStreamSynchronize(stream);
+    for (cudaEvent_t e : marks)
+      if (e) cudaEventDestroy(e);
+    for (cudaEvent_t e : draft_marks) cudaEventDestroy(e);
+    if (stream) cudaStreamDestroy(stream);
+  }
+};
 
 class CudaBackend : public Backend {
  public:
@@ -179,7 +199,8 @@ class CudaBackend : public Backend {
     const std::size_t widest = std::max({hidden, q_dim, ffn}), widest_out = std::max({q_dim + 2 * kv_dim, 2 * ffn, hidden});
     CUDA_CHECK(cudaStreamCreateWithFlags(&ws->stream, cudaStreamNonBlocking));
     for (cudaEvent_t& e : ws->marks) CUDA_CHECK(cudaEventCreate(&e));
-    ws->max_graphs = static_cast<std::size_t>(options_.max_graphs);
+    for (ShapeGraphs* graphs : {&ws->step_graphs, &ws->verify_graphs, &ws->draft_graphs})
+      graphs->max = static_cast<std::size_t>(options_.max_graphs);
     ws->x = DeviceBuffer(rows * hidden * 4);
     ws->h = DeviceBuffer(rows * hidden * 4);
     ws->qkv = DeviceBuffer(rows * (q_dim + 2 * kv_dim) * 4);
@@ -246,33 +267,20 @@ class CudaBackend : public Backend {
     if (ws.verify.bytes < up.device_bytes || ws.verify_staging.bytes < up.upload_bytes ||
         ws.verify_back.bytes < result_bytes) {
       CUDA_CHECK(cudaStreamSynchronize(s));  // the old buffers may still be read by queued work
-      ws.drop_verify_graphs();               // which hold their addresses
+      ws.verify_graphs.clear();              // which hold their addresses
       grow(ws.verify, up.device_bytes, 1 << 20);
       ws.verify_staging.reserve(align_up(up.upload_bytes, 1 << 20));
       ws.verify_back.reserve(align_up(result_bytes, 1 << 16));
     }
     std::memcpy(ws.verify_staging.ptr, up.data.data(), up.upload_bytes);  // the stream reads it only after this
     enqueue_verify_inputs(up, ws, feeds);
-    if (options_.graphs) {
-      const std::vector<std::size_t> shape = up.shape();
-      auto it = ws.verify_graphs.find(shape);
-      if (it == ws.verify_graphs.end() && !ws.verify_seen.insert(shape).second) {
-        CUDA_CHECK(cudaStreamSynchronize(s));  // no graph dropped below is still queued
-        ws.make_verify_room();
-        const cudaGraphExec_t exec = capture_graph(s, [&] { enqueue_verify(up, ws); });
-        it = ws.verify_graphs.emplace(shape, VerifyGraph{exec, 0}).first;
-        ++live_graphs;
-      }
-      if (ws.verify_seen.size() > 4 * ws.max_graphs) ws.verify_seen.clear();
-      if (it != ws.verify_graphs.end()) {
-        it->second.last_used = ws.steps;
-        CUDA_CHECK(cudaGraphLaunch(it->second.exec, s));
-      } else {
-        enqueue_verify(up, ws);
-      }
-    } else {
+    const cudaGraphExec_t graph =
+        options_.graphs ? ws.verify_graphs.find_or_capture(up.shape(), s, ws.steps, {}, [&] { enqueue_verify(up, ws); })
+                        : nullptr;
+    if (graph)
+      CUDA_CHECK(cudaGraphLaunch(graph, s));
+    else
       enqueue_verify(up, ws);
-    }
     CUDA_CHECK(cudaEventRecord(ws.marks[2], s));
     const float* device_logits = ws.logits.as<float>();
     const std::size_t v = static_cast<std::size_t>(vocab);
@@ -307,25 +315,39 @@ class CudaBackend : public Backend {
 
   bool drafts_on_device() const override { return true; }
 
-  // The rounds (enqueue_rounds), then one copy back of the tokens (and q), one synchronisation.
+  // The rounds (enqueue_rounds), then one copy back of the tokens (and q, or a dynamic tree's
+  // nodes), one synchronisation.
   std::vector<double> forward_draft(const DraftRounds& draft, PageStorage& pages, Workspace& workspace,
-                                    std::span<int> tokens, std::span<float> q) const override {
+                                    std::span<int> tokens, std::span<float> q, std::span<int> parents) const override {
     const std::size_t draws = static_cast<std::size_t>(draft.draws()), v = static_cast<std::size_t>(config().vocab_size);
     const std::size_t q_size = draft.keep_q ? static_cast<std::size_t>(draft.logit_rows()) * v : 0;
-    SPECULA_CHECK(tokens.size() == draws, "forward_draft: tokens holds ", tokens.size(), " entries for ", draws, " draws");
+    const std::size_t nodes = static_cast<std::size_t>(draft.dynamic_nodes());
+    const std::size_t outputs = draft.dynamic.on() ? nodes : draws;
+    SPECULA_CHECK(tokens.size() == outputs, "forward_draft: tokens holds ", tokens.size(), " entries for ", outputs,
+                  draft.dynamic.on() ? " nodes" : " draws");
     SPECULA_CHECK(q.size() == q_size, "forward_draft: q holds ", q.size(), " floats; need ", q_size);
+    SPECULA_CHECK(parents.size() == nodes, "forward_draft: parents holds ", parents.size(), " entries for ", nodes,
+                  " dynamic tree nodes");
     CudaWorkspace& ws = cuda_workspace(workspace);
     const EnqueuedRounds out = enqueue_rounds(draft, pages, ws);
-    CUDA_CHECK(cudaMemcpyAsync(tokens.data(), out.tokens, draws * sizeof(int), cudaMemcpyDeviceToHost, ws.stream));
+    std::vector<int> drawn(draws);
+    CUDA_CHECK(cudaMemcpyAsync(drawn.data(), out.tokens, draws * sizeof(int), cudaMemcpyDeviceToHost, ws.stream));
     if (draft.keep_q)
       CUDA_CHECK(cudaMemcpyAsync(q.data(), out.probs, q.size() * sizeof(float), cudaMemcpyDeviceToHost, ws.stream));
+    if (draft.dynamic.on()) {
+      CUDA_CHECK(cudaMemcpyAsync(tokens.data(), out.node_tokens, nodes * sizeof(int), cudaMemcpyDeviceToHost, ws.stream));
+      CUDA_CHECK(cudaMemcpyAsync(parents.data(), out.node_parents, nodes * sizeof(int), cudaMemcpyDeviceToHost, ws.stream));
+    }
     CUDA_CHECK(cudaStreamSynchronize(ws.stream));
-    for (std::size_t d = 0; d < draws; ++d) SPECULA_CHECK(tokens[d] != -1, refused_draw(d));
+    for (std::size_t d = 0; d < draws; ++d) SPECULA_CHECK(drawn[d] != -1, refused_draw(d));
+    if (!draft.dynamic.on()) std::copy(drawn.begin(), drawn.end(), tokens.begin());
     return round_seconds(ws, draft.rounds());
   }
 
   std::shared_ptr<const DeviceDraws> enqueue_draft(const DraftRounds& draft, PageStorage& pages,
                                                    Workspace& workspace) const override {
+    SPECULA_CHECK(!draft.dynamic.on(), "enqueue_draft: dynamic trees are drawn with forward_draft (their structure "
+                                       "comes back)");
     CudaWorkspace& ws = cuda_workspace(workspace);
     const EnqueuedRounds out = enqueue_rounds(draft, pages, ws);
     return std::make_shared<CudaDraws>(ws, ws.draft_generation, draft.draw_rows(), draft.keep_q, draft.rounds(),
@@ -335,8 +357,10 @@ class CudaBackend : public Backend {
  private:
   // Where enqueue_rounds leaves its draws on the device.
   struct EnqueuedRounds {
-    const int* tokens = nullptr;    // [draws]
-    const float* probs = nullptr;   // [logit rows, vocab] where the rounds keep q
+    const int* tokens = nullptr;        // [draws]
+    const float* probs = nullptr;       // [logit rows, vocab] where the rounds keep q
+    const int* node_tokens = nullptr;   // [dynamic nodes] with dynamic trees
+    const int* node_parents = nullptr;  // [dynamic nodes] with dynamic trees
   };
 
   static std::string refused_draw(std::size_t d) {
@@ -449,10 +473,11 @@ class CudaBackend : public Backend {
 
   // The rounds on the workspace's stream, back to back: one upload (every round's step, the
   // feeds, the logit rows' options and children, the uniforms), then per round the feed kernel
-  // (its rows' tokens from the earlier draws), the forward (never a graph: the step sits in the
-  // draft buffer), the sampling kernel over its logit rows and, where rows have children, the
-  // children kernel; events before the first round and after each. Starts a new draft
-  // generation of the workspace (earlier CudaDraws of it are stale).
+  // (its rows' tokens from the earlier draws), the forward, the sampling kernel over its logit
+  // rows and, where rows have children, the children kernel, replayed as one graph from the
+  // second round of its shape (DraftUpload::round_shape) where its step is graph-eligible;
+  // events before the first round and after each. Starts a new draft generation of the
+  // workspace (earlier CudaDraws of it are stale).
   EnqueuedRounds enqueue_rounds(const DraftRounds& draft, PageStorage& pages, CudaWorkspace& ws) const {
     const ModelConfig& c = config();
     const int vocab = c.vocab_size;
@@ -465,7 +490,10 @@ class CudaBackend : public Backend {
     const DraftUpload up = pack_draft(draft, vocab, c.sliding_window, options_, device_pages.id());
     for (const StepUpload& step : up.steps) check_keys(step);
     CUDA_CHECK(cudaStreamSynchronize(s));  // no queued work still reads the draft buffer or its staging
-    grow(ws.draft, up.device_bytes, 1 << 20);
+    if (ws.draft.bytes < up.device_bytes) {
+      ws.draft_graphs.clear();  // they hold the old buffer's address
+      grow(ws.draft, up.device_bytes, 1 << 20);
+    }
     ws.draft_staging.reserve(align_up(up.upload_bytes, 1 << 20));
     while (ws.draft_marks.size() < static_cast<std::size_t>(draft.rounds()) + 1) {
       cudaEvent_t e = nullptr;
@@ -478,36 +506,80 @@ class CudaBackend : public Backend {
     const auto floats = [&](std::size_t offset) { return static_cast<float*>(at(offset)); };
     int* drawn = static_cast<int*>(at(up.at.tokens));
     CUDA_CHECK(cudaEventRecord(ws.draft_marks[0], s));
-    CUDA_CHECK(cudaMemcpyAsync(base, ws.draft_staging.ptr, up.upload_bytes, cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(at(up.upload_at), ws.draft_staging.ptr, up.upload_bytes, cudaMemcpyHostToDevice, s));
     for (int r = 0; r < draft.rounds(); ++r) {
       const std::size_t ru = static_cast<std::size_t>(r);
       const StepUpload& step = up.steps[ru];
-      auto* upload = static_cast<std::int32_t*>(at(up.step_at[ru]));
-      const int first_row = up.first_row[ru], first = up.first_draw[ru];
-      if (r > 0)
-        launch_gather_tokens(drawn, static_cast<const int*>(at(up.at.feeds)) + first_row, upload + step.layout.rows,
-                             kRowDescInts, step.key.num_rows, false, s);
-      ++ws.steps;
-      enqueue(step, ws, device_pages.view(), upload);
-      const int logit = up.first_logit[ru];
-      const auto* uniforms = static_cast<const double*>(at(up.at.uniforms));
-      float* probs = floats(up.at.probs) + static_cast<std::size_t>(up.probs_row(r, draft.keep_q)) * v;
-      const auto sample = [&](const double* u, int* tokens) {
-        launch_sample(ws.logits.as<float>(), floats(up.at.temperature) + logit,
-                      static_cast<const int*>(at(up.at.top_k)) + logit, floats(up.at.top_p) + logit,
-                      floats(up.at.min_p) + logit, u, step.key.num_logits, vocab, probs, tokens, s);
-      };
-      if (!up.children) {
-        sample(uniforms + first, drawn + first);
-      } else {
+      const auto round = [&] {
+        auto* upload = static_cast<std::int32_t*>(at(up.step_at[ru]));
+        if (r > 0)
+          launch_gather_tokens(drawn, static_cast<const int*>(at(up.feeds_of(r))), upload + step.layout.rows,
+                               kRowDescInts, step.key.num_rows, false, s);
+        enqueue(step, ws, device_pages.view(), upload);
+        const int logit = up.first_logit[ru];
+        const auto* uniforms = static_cast<const double*>(at(up.at.uniforms));
+        float* probs = floats(up.at.probs) + static_cast<std::size_t>(up.probs_row(r, draft.keep_q)) * v;
+        const auto sample = [&](const double* u, int* tokens) {
+          launch_sample(ws.logits.as<float>(), floats(up.at.temperature) + logit,
+                        static_cast<const int*>(at(up.at.top_k)) + logit, floats(up.at.top_p) + logit,
+                        floats(up.at.min_p) + logit, u, step.key.num_logits, vocab, probs, tokens, s);
+        };
+        if (!up.children) {
+          sample(uniforms + up.first_draw[ru], drawn + up.first_draw[ru]);
+          return;
+        }
         sample(nullptr, nullptr);
         const auto ints = [&](std::size_t offset) { return static_cast<const int*>(at(offset)) + logit; };
         launch_draw_children(probs, vocab, step.key.num_logits, ints(up.at.child_first), ints(up.at.child_modes),
                              ints(up.at.sources), uniforms, drawn, s);
-      }
+        if (up.dynamic.on()) launch_grow_dynamic(dynamic_args(up, r, base, probs, drawn + up.first_draw[ru]), s);
+      };
+      ++ws.steps;
+      const cudaGraphExec_t graph =
+          graph_eligible(step.key, options_)
+              ? ws.draft_graphs.find_or_capture(up.round_shape(r, draft.keep_q), s, ws.steps, device_pages.liveness(), round)
+              : nullptr;
+      if (graph)
+        CUDA_CHECK(cudaGraphLaunch(graph, s));
+      else
+        round();
       CUDA_CHECK(cudaEventRecord(ws.draft_marks[ru + 1], s));
     }
-    return EnqueuedRounds{drawn, draft.keep_q ? floats(up.at.probs) : nullptr};
+    EnqueuedRounds out{drawn, draft.keep_q ? floats(up.at.probs) : nullptr};
+    if (up.dynamic.on()) {
+      out.node_tokens = static_cast<const int*>(at(up.at.node_tokens));
+      out.node_parents = static_cast<const int*>(at(up.at.node_parents));
+    }
+    return out;
+  }
+
+  // The dynamic-tree kernel's arguments after round r of `up` in the draft buffer at `base`.
+  DynamicTreeArgs dynamic_args(const DraftUpload& up, int r, unsigned char* base, const float* probs,
+                               const int* children) const {
+    const std::size_t next = static_cast<std::size_t>(r) + 1;
+    DynamicTreeArgs a;
+    a.round = r;
+    a.sequences = up.sequences;
+    a.width = up.dynamic.width;
+    a.top_k = up.dynamic.top_k;
+    a.budget = up.dynamic.budget;
+    a.vocab = config().vocab_size;
+    a.window = config().sliding_window;
+    a.pool_cap = up.pool_cap;
+    a.probs = probs;
+    a.children = children;
+    a.pool = reinterpret_cast<DynamicCandidate*>(base + up.at.pool);
+    a.pool_size = reinterpret_cast<int*>(base + up.at.pool_size);
+    a.node_tokens = reinterpret_cast<int*>(base + up.at.node_tokens);
+    a.node_parents = reinterpret_cast<int*>(base + up.at.node_parents);
+    a.node_depth = reinterpret_cast<int*>(base + up.at.node_depth);
+    a.node_score = reinterpret_cast<double*>(base + up.at.node_score);
+    if (next < up.steps.size()) {
+      auto* step = reinterpret_cast<std::int32_t*>(base + up.step_at[next]);
+      a.next_rows = reinterpret_cast<RowDesc*>(step + up.steps[next].layout.rows);
+      a.next_mask = step + up.steps[next].layout.mask;
+    }
+    return a;
   }
 
   static CudaWorkspace& cuda_workspace(Workspace& workspace) {
@@ -538,7 +610,7 @@ class CudaBackend : public Backend {
     const std::size_t upload_bytes = up.data.size() * sizeof(std::int32_t);
     if (upload_bytes > ws.upload.bytes) {  // graphs hold the old address
       CUDA_CHECK(cudaStreamSynchronize(ws.stream));
-      ws.drop_graphs();
+      ws.step_graphs.clear();
       ws.upload = DeviceBuffer(align_up(upload_bytes, 1 << 20));
     }
     ws.host_upload.reserve(upload_bytes);
@@ -547,21 +619,15 @@ class CudaBackend : public Backend {
     if (feed_rows) feed_rows(ws.upload.as<std::int32_t>() + up.layout.rows);
 
     ++ws.steps;
-    if (taps.empty() && graph_eligible(up.key, options_)) {
-      auto it = ws.graphs.find(up.key);
-      if (it == ws.graphs.end()) {
-        CUDA_CHECK(cudaStreamSynchronize(ws.stream));  // no graph dropped below is still queued
-        ws.make_room();
-        const cudaGraphExec_t exec =
-            capture_graph(ws.stream, [&] { enqueue(up, ws, device_pages.view(), ws.upload.as<std::int32_t>()); });
-        it = ws.graphs.emplace(up.key, CapturedGraph{exec, device_pages.liveness(), 0}).first;
-        ++live_graphs;
-      }
-      it->second.last_used = ws.steps;
-      CUDA_CHECK(cudaGraphLaunch(it->second.exec, ws.stream));
-    } else {
-      enqueue(up, ws, device_pages.view(), ws.upload.as<std::int32_t>(), taps);
-    }
+    const auto run = [&] { enqueue(up, ws, device_pages.view(), ws.upload.as<std::int32_t>(), taps); };
+    const cudaGraphExec_t graph = taps.empty() && graph_eligible(up.key, options_)
+                                      ? ws.step_graphs.find_or_capture(up.key.shape(), ws.stream, ws.steps,
+                                                                       device_pages.liveness(), run)
+                                      : nullptr;
+    if (graph)
+      CUDA_CHECK(cudaGraphLaunch(graph, ws.stream));
+    else
+      run();
   }
 
   // Throws unless `pages` were made with this backend's kv_layout().

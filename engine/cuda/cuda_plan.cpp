@@ -136,11 +136,11 @@ MemoryPlan plan_memory(const WeightPlan& weights, const ModelConfig& config, con
   return plan;
 }
 
-std::size_t GraphKeyHash::operator()(const GraphKey& k) const {
-  std::size_t h = std::hash<std::uint64_t>{}(k.pages_id);
-  for (int v : {k.num_rows, k.num_logits, k.pages_cap, k.mask_cap, k.keys_cap})
-    h = h * 1000003u ^ std::hash<int>{}(v);
-  return h;
+std::vector<std::size_t> GraphKey::shape() const {
+  std::vector<std::size_t> out;
+  for (const int v : {num_rows, num_logits, pages_cap, mask_cap, keys_cap}) out.push_back(static_cast<std::size_t>(v));
+  out.push_back(static_cast<std::size_t>(pages_id));
+  return out;
 }
 
 StepLayout step_layout(const GraphKey& key) {

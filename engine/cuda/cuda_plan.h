@@ -30,7 +30,7 @@ struct CudaOptions {
   int max_rows = 4096;            // rows one forward may hold (sizes the workspace)
   int max_logit_rows = 512;       // logit rows one forward may return
   bool graphs = true;             // capture decode steps (<= kSmallRows rows) as CUDA graphs
-  int max_graphs = 64;            // graphs a workspace keeps; past it the least recently replayed goes
+  int max_graphs = 64;            // graphs of each kind a workspace keeps; past it the least recently replayed goes
   // Matrix products of forwards over kSmallRows rows through cuBLASLt (activations rounded to
   // bf16, the library's own reduction order): faster prefill, but a row's results then depend
   // on the forward's row count. Off: every product runs the batch-invariant kernel.
@@ -124,9 +124,8 @@ struct GraphKey {
   int keys_cap = 0;    // >= any row's key count: keys_capacity(max keys) (the attention's shared memory)
   std::uint64_t pages_id = 0;  // the device pages the step reads and writes (a graph holds their address and shape)
   bool operator==(const GraphKey&) const = default;
-};
-struct GraphKeyHash {
-  std::size_t operator()(const GraphKey& k) const;
+  // The fields above in order: equal exactly when the keys are.
+  std::vector<std::size_t> shape() const;
 };
 
 // Where the arrays sit in StepUpload::data (in int32 units).

@@ -1,6 +1,7 @@
 #include "engine/cuda/draft_plan.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 
 namespace specula::cuda {
@@ -30,8 +31,6 @@ DraftUpload pack_draft(const DraftRounds& draft, int vocab, int window, const Cu
     const std::size_t ru = static_cast<std::size_t>(r);
     const RaggedBatch& batch = draft.batches[ru];
     up.steps.push_back(pack_step(batch, draft.plans[ru], window, options, pages_id));
-    const StepUpload& step = up.steps.back();
-    up.step_at.push_back(append(up.data, step.data.data(), step.data.size()));
     int draws = batch.num_logits();
     if (up.children) {
       draws = 0;
@@ -48,6 +47,34 @@ DraftUpload pack_draft(const DraftRounds& draft, int vocab, int window, const Cu
     up.probs_rows = std::max(up.probs_rows, batch.num_logits());
   }
   const std::size_t logit_rows = draft.options.size();
+  const std::size_t draws = static_cast<std::size_t>(up.first_draw.back());
+  if (draft.keep_q) up.probs_rows = static_cast<int>(logit_rows);
+
+  // The outputs first, then the upload with round 0's step last: what a later round reads sits
+  // where it sat for another first round of a different row count.
+  up.at.tokens = 0;
+  up.at.probs = align_up(draws * sizeof(int));
+  std::size_t end = up.at.probs + static_cast<std::size_t>(up.probs_rows) * static_cast<std::size_t>(vocab) * sizeof(float);
+  if (draft.dynamic.on()) {
+    up.dynamic = draft.dynamic;
+    up.sequences = draft.batches.front().num_seqs();
+    // The root's children, then every fed node's.
+    up.pool_cap = (1 + (draft.rounds() - 1) * draft.dynamic.width) * draft.dynamic.top_k;
+    const std::size_t nodes = static_cast<std::size_t>(up.sequences) * static_cast<std::size_t>(draft.dynamic.budget);
+    const auto reserve = [&end](std::size_t bytes) {
+      const std::size_t at = align_up(end);
+      end = at + bytes;
+      return at;
+    };
+    up.at.node_tokens = reserve(nodes * sizeof(int));
+    up.at.node_parents = reserve(nodes * sizeof(int));
+    up.at.node_depth = reserve(nodes * sizeof(int));
+    up.at.node_score = reserve(nodes * sizeof(double));
+    up.at.pool = reserve(static_cast<std::size_t>(up.sequences) * static_cast<std::size_t>(up.pool_cap) * sizeof(DynamicCandidate));
+    up.at.pool_size = reserve(static_cast<std::size_t>(up.sequences) * sizeof(int));
+  }
+  up.upload_at = align_up(end);
+  const auto place = [&](const auto* src, std::size_t count) { return up.upload_at + append(up.data, src, count); };
   std::vector<float> temperature(logit_rows), top_p(logit_rows), min_p(logit_rows);
   std::vector<int> top_k(logit_rows);
   for (std::size_t l = 0; l < logit_rows; ++l) {
@@ -56,24 +83,53 @@ DraftUpload pack_draft(const DraftRounds& draft, int vocab, int window, const Cu
     top_p[l] = draft.options[l].top_p;
     min_p[l] = draft.options[l].min_p;
   }
-  up.at.feeds = append(up.data, draft.feeds.data(), draft.feeds.size());
-  up.at.temperature = append(up.data, temperature.data(), logit_rows);
-  up.at.top_k = append(up.data, top_k.data(), logit_rows);
-  up.at.top_p = append(up.data, top_p.data(), logit_rows);
-  up.at.min_p = append(up.data, min_p.data(), logit_rows);
+  up.at.temperature = place(temperature.data(), logit_rows);
+  up.at.top_k = place(top_k.data(), logit_rows);
+  up.at.top_p = place(top_p.data(), logit_rows);
+  up.at.min_p = place(min_p.data(), logit_rows);
   if (up.children) {
-    up.at.child_first = append(up.data, child_first.data(), child_first.size());
-    up.at.child_modes = append(up.data, draft.child_modes.data(), logit_rows);
-    up.at.sources = append(up.data, sources.data(), logit_rows);
+    up.at.child_first = place(child_first.data(), child_first.size());
+    up.at.child_modes = place(draft.child_modes.data(), logit_rows);
+    up.at.sources = place(sources.data(), logit_rows);
   }
-  const std::size_t draws = static_cast<std::size_t>(up.first_draw.back());
-  up.at.uniforms = append(up.data, draft.uniforms.data(), draws);
+  up.at.uniforms = place(draft.uniforms.data(), draws);
+  // Round 0's rows are fed no draw (check_draft_rounds): the feeds start at round 1's.
+  const std::size_t fed_rows = draft.feeds.size() - static_cast<std::size_t>(up.first_row[std::min<std::size_t>(1, up.steps.size())]);
+  up.at.feeds = place(draft.feeds.data() + (draft.feeds.size() - fed_rows), fed_rows);
+  up.step_at.resize(up.steps.size());
+  for (std::size_t r = 1; r <= up.steps.size(); ++r) {
+    const StepUpload& step = up.steps[r % up.steps.size()];
+    up.step_at[r % up.steps.size()] = place(step.data.data(), step.data.size());
+  }
   up.upload_bytes = up.data.size();
-  if (draft.keep_q) up.probs_rows = static_cast<int>(logit_rows);
-  up.at.tokens = align_up(up.upload_bytes);
-  up.at.probs = align_up(up.at.tokens + draws * sizeof(int));
-  up.device_bytes = up.at.probs + static_cast<std::size_t>(up.probs_rows) * static_cast<std::size_t>(vocab) * sizeof(float);
+  up.device_bytes = up.upload_at + up.upload_bytes;
   return up;
+}
+
+std::size_t DraftUpload::feeds_of(int round) const {
+  assert(round > 0);
+  return at.feeds + static_cast<std::size_t>(first_row[static_cast<std::size_t>(round)] - first_row[1]) * sizeof(int);
+}
+
+std::vector<std::size_t> DraftUpload::round_shape(int round, bool keep_q) const {
+  const std::size_t r = static_cast<std::size_t>(round);
+  std::vector<std::size_t> out = steps[r].key.shape();
+  for (const std::size_t v : {r > 0 ? feeds_of(round) : 0, static_cast<std::size_t>(children), step_at[r],
+                              static_cast<std::size_t>(first_logit[r]), static_cast<std::size_t>(first_draw[r]),
+                              static_cast<std::size_t>(probs_row(round, keep_q)), upload_at, at.temperature, at.top_k,
+                              at.top_p, at.min_p, at.child_first, at.child_modes, at.sources, at.uniforms, at.tokens,
+                              at.probs})
+    out.push_back(v);
+  if (!dynamic.on()) return out;
+  // The dynamic-tree kernel writes the next round's rows.
+  const bool next = r + 1 < steps.size();
+  for (const std::size_t v : {static_cast<std::size_t>(dynamic.budget), static_cast<std::size_t>(dynamic.width),
+                              static_cast<std::size_t>(dynamic.top_k), static_cast<std::size_t>(sequences),
+                              static_cast<std::size_t>(pool_cap), next ? step_at[r + 1] : 0,
+                              next ? steps[r + 1].layout.mask : 0, at.node_tokens, at.node_parents, at.node_depth,
+                              at.node_score, at.pool, at.pool_size})
+    out.push_back(v);
+  return out;
 }
 
 }  // namespace specula::cuda

@@ -14,7 +14,19 @@
 
 namespace specula::cuda {
 
-// Byte offsets are into one device buffer: the upload [0, upload_bytes), then the outputs.
+// One candidate of a dynamic tree (DraftRounds::dynamic) in the device's pool: pushed in order,
+// taken at most once.
+struct DynamicCandidate {
+  double score;  // cumulative log draft probability of its path
+  int parent;    // its parent node (-1: the root)
+  int token;
+  int depth;     // its depth as a node (1: a child of the root)
+  int taken;     // 1 once a node
+};
+
+// Byte offsets are into one device buffer: the outputs, then the upload [upload_at,
+// upload_at + upload_bytes) with round 0's step last, so that a later round's offsets do not
+// depend on how many rows the first round (the catch-up) has.
 struct DraftUpload {
   std::vector<StepUpload> steps;       // [rounds] each round's step upload
   std::vector<std::size_t> step_at;    // [rounds] where each sits (bytes, kAlign-aligned)
@@ -23,7 +35,7 @@ struct DraftUpload {
   std::vector<int> first_draw;         // [rounds + 1] each round's first draw
   bool children = false;               // DraftRounds::children given: the children kernel draws
   struct Offsets {
-    std::size_t feeds = 0;                        // [rows] int, DraftRounds::feeds
+    std::size_t feeds = 0;                        // [rows from round 1 on] int, DraftRounds::feeds
     std::size_t temperature = 0, top_p = 0, min_p = 0;  // [logit rows] float
     std::size_t top_k = 0;                        // [logit rows] int
     std::size_t child_first = 0;                  // [logit rows + 1] int, each logit row's first draw (children)
@@ -32,15 +44,28 @@ struct DraftUpload {
     std::size_t uniforms = 0;                     // [draws] double
     std::size_t tokens = 0;                       // [draws] int, drawn (-1: a refused row; kAbsentDraw)
     std::size_t probs = 0;                        // [probs_rows, vocab] float, the logit rows' distributions
+    // Dynamic trees: each sequence's nodes (tokens and parents come back) and candidates.
+    std::size_t node_tokens = 0, node_parents = 0, node_depth = 0;  // [sequences, budget] int
+    std::size_t node_score = 0;                   // [sequences, budget] double
+    std::size_t pool = 0;                         // [sequences, pool_cap] DynamicCandidate
+    std::size_t pool_size = 0;                    // [sequences] int
   } at;
+  DynamicDraft dynamic;                // DraftRounds::dynamic
+  int sequences = 0;                   // dynamic: the sequences of every round
+  int pool_cap = 0;                    // dynamic: candidates a sequence may push
   // Rows of the probs output: every logit row's when q comes back, else one round's (each
   // round's logit rows reuse them).
   int probs_rows = 0;
   std::vector<unsigned char> data;     // the upload, [upload_bytes]
-  std::size_t upload_bytes = 0, device_bytes = 0;
+  std::size_t upload_at = 0, upload_bytes = 0, device_bytes = 0;
 
   // Where round r's distributions go in the probs output (rows).
   int probs_row(int round, bool keep_q) const { return keep_q ? first_logit[static_cast<std::size_t>(round)] : 0; }
+  // Where the feeds of round `round` (> 0) begin (bytes).
+  std::size_t feeds_of(int round) const;
+  // Everything round `round`'s kernels are launched with beside the buffer's address: equal
+  // shapes replay one captured graph.
+  std::vector<std::size_t> round_shape(int round, bool keep_q) const;
 };
 
 // The upload of `draft` (check_draft_rounds first) for a model of `vocab` tokens with sliding

@@ -1,5 +1,5 @@
 // defines: the launchers of the CUDA module's kernels (ops.cu, attention.cu, matmul.cu,
-// verify_tree.cu, sample.cu), each taking its stream, and the device views they share. Every launcher
+// verify_tree.cu, sample.cu, dynamic_tree.cu), each taking its stream, and the device views they share. Every launcher
 // checks its launch (CUDA_CHECK_LAUNCH). Shapes are row-major; "rows" are the batch's rows in
 // order.
 #pragma once
@@ -17,6 +17,7 @@
 
 #include "base/dtype.h"
 #include "engine/cuda/cuda_plan.h"
+#include "engine/cuda/draft_plan.h"
 #include "engine/cuda/launch.cuh"
 
 namespace specula::cuda {
@@ -147,6 +148,30 @@ void launch_sample(const float* logits, const float* temperature, const int* top
 //   source: in [contexts] or null; uniforms: in [draws]; tokens: in/out [draws]
 void launch_draw_children(const float* probs, int vocab, int contexts, const int* child_first, const int* mode,
                           const int* source, const double* uniforms, int* tokens, cudaStream_t stream);
+
+// One round of dynamic trees (DraftRounds::dynamic, one block per sequence): the contexts the
+// round fed push their children (the root in round 0; else the sequence's nodes (round - 1) *
+// width .. round * width - 1, an absent one none), each child its top-k draw of the context's
+// logit row in rank order, scored by its parent's score plus the log of its probability; then
+// nodes round * width .. (the next width, within budget) take the best candidates not yet taken
+// (score, then push order), kAbsentDraw where none is left; then, where next_rows is given, the
+// next round's row k of the sequence (row sequence * width + k) becomes node round * width + k:
+// its token, position (tree start - 1 + depth), first key (window) and tree mask (its ancestors'
+// slots and its own, root first, in the room the row's placeholder mask has).
+struct DynamicTreeArgs {
+  int round = 0, sequences = 0, width = 0, top_k = 0, budget = 0, vocab = 0, window = 0, pool_cap = 0;
+  const float* probs = nullptr;     // in [the round's logit rows, vocab]
+  const int* children = nullptr;    // in [the round's logit rows, top_k] launch_draw_children's kDrawTopK draws
+  DynamicCandidate* pool = nullptr; // in/out [sequences, pool_cap]
+  int* pool_size = nullptr;         // in/out [sequences] (round 0 resets it)
+  int* node_tokens = nullptr;       // in/out [sequences, budget] (kAbsentDraw: no node)
+  int* node_parents = nullptr;      // in/out [sequences, budget] (-1: the root)
+  int* node_depth = nullptr;        // in/out [sequences, budget]
+  double* node_score = nullptr;     // in/out [sequences, budget]
+  RowDesc* next_rows = nullptr;     // in/out [sequences * width] the next round's rows, or null in the last round
+  std::int32_t* next_mask = nullptr;  // in/out the next round's mask array
+};
+void launch_grow_dynamic(const DynamicTreeArgs& args, cudaStream_t stream);
 
 // y = x W^T + bias, or y += (x W^T + bias) when `accumulate` (cpu::matmul, add_bias,
 // add_inplace): the batch-invariant kernel (each output element reduced over k in one fixed

@@ -1,0 +1,134 @@
+// The dynamic-tree kernel of draft rounds (DraftRounds::dynamic, engine/device_draft.h): after a
+// round's children kernel, each sequence pushes the candidates of the contexts the round fed and
+// takes its next batch of nodes, as draft/tree_growth.cpp's advance_dynamic does on the host,
+// then writes the next round's rows from them.
+#include <cmath>
+
+#include "engine/cuda/cuda_check.cuh"
+#include "engine/cuda/kernels.cuh"
+#include "engine/device_draft.h"
+
+namespace specula::cuda {
+namespace {
+
+constexpr int kGrowThreads = 128;
+
+struct BestShared {
+  double score[kGrowThreads];
+  int at[kGrowThreads];
+  int out;
+};
+
+// The candidate not yet taken of the largest score, the earliest pushed among equals (the host's
+// priority queue order); -1 when every one is taken.
+__device__ int best_candidate(const DynamicCandidate* pool, int size, BestShared& sh) {
+  double best = 0;
+  int at = -1;
+  for (int i = threadIdx.x; i < size; i += blockDim.x)
+    if (!pool[i].taken && (at < 0 || pool[i].score > best)) best = pool[i].score, at = i;
+  sh.score[threadIdx.x] = best;
+  sh.at[threadIdx.x] = at;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int t = 1; t < static_cast<int>(blockDim.x); ++t) {
+      const int other = sh.at[t];
+      if (other >= 0 && (at < 0 || sh.score[t] > best || (sh.score[t] == best && other < at)))
+        best = sh.score[t], at = other;
+    }
+    sh.out = at;
+  }
+  __syncthreads();
+  return sh.out;
+}
+
+// One block per sequence.
+__global__ void grow_dynamic_kernel(DynamicTreeArgs a) {
+  __shared__ BestShared sh;
+  const int s = blockIdx.x;
+  const std::size_t nodes_at = static_cast<std::size_t>(s) * static_cast<std::size_t>(a.budget);
+  int* tokens = a.node_tokens + nodes_at;
+  int* parents = a.node_parents + nodes_at;
+  int* depth = a.node_depth + nodes_at;
+  double* score = a.node_score + nodes_at;
+  DynamicCandidate* pool = a.pool + static_cast<std::size_t>(s) * static_cast<std::size_t>(a.pool_cap);
+  int* size = a.pool_size + s;
+
+  // Push, in node order then rank order: the push order breaks ties.
+  if (threadIdx.x == 0) {
+    if (a.round == 0) *size = 0;
+    const int contexts = a.round == 0 ? 1 : a.width;
+    for (int c = 0; c < contexts; ++c) {
+      const int node = a.round == 0 ? -1 : (a.round - 1) * a.width + c;
+      if (node >= 0 && tokens[node] < 0) continue;  // an absent node has no children
+      const int row = a.round == 0 ? s : s * a.width + c;  // its logit row in the round
+      const float* q = a.probs + static_cast<std::size_t>(row) * static_cast<std::size_t>(a.vocab);
+      const int* children = a.children + static_cast<std::size_t>(row) * static_cast<std::size_t>(a.top_k);
+      for (int k = 0; k < a.top_k; ++k) {
+        const int token = children[k];
+        if (token < 0) break;  // the distribution gives no more (or the row was refused)
+        DynamicCandidate& added = pool[(*size)++];
+        added.score = (node < 0 ? 0.0 : score[node]) + log(static_cast<double>(q[token]));
+        added.parent = node;
+        added.token = token;
+        added.depth = node < 0 ? 1 : depth[node] + 1;
+        added.taken = 0;
+      }
+    }
+  }
+  __syncthreads();
+
+  // Take the next batch: nodes [first, first + count).
+  const int first = a.round * a.width;
+  const int count = a.budget - first < a.width ? a.budget - first : a.width;
+  for (int k = 0; k < count; ++k) {
+    const int best = best_candidate(pool, *size, sh);
+    if (threadIdx.x == 0) {
+      const int node = first + k;
+      if (best < 0) {
+        tokens[node] = kAbsentDraw;
+        parents[node] = -1;
+        depth[node] = 1;
+        score[node] = 0;
+      } else {
+        DynamicCandidate& taken = pool[best];
+        taken.taken = 1;
+        tokens[node] = taken.token;
+        parents[node] = taken.parent;
+        depth[node] = taken.depth;
+        score[node] = taken.score;
+      }
+    }
+    __syncthreads();
+  }
+
+  // The next round feeds them: node first + k at the sequence's row k, under its ancestors (an
+  // absent one under nothing, token 0: nothing reads it).
+  if (a.next_rows == nullptr) return;
+  for (int k = threadIdx.x; k < a.width; k += blockDim.x) {
+    const int node = first + k;
+    RowDesc& row = a.next_rows[static_cast<std::size_t>(s) * static_cast<std::size_t>(a.width) + k];
+    const bool present = tokens[node] >= 0;
+    const int d = present ? depth[node] : 1;
+    const int tree_start = row.prefix_len;  // a tree row's prefix ends where its tree starts
+    row.token = present ? tokens[node] : 0;
+    row.position = tree_start - 1 + d;
+    row.num_extra = d;
+    if (a.window > 0) row.first = row.position - a.window + 1 > 0 ? row.position - a.window + 1 : 0;
+    std::int32_t* mask = a.next_mask + row.extra_begin;
+    int at = node;
+    for (int i = d - 1; i >= 0; --i) {
+      mask[i] = tree_start + at;
+      at = present ? parents[at] : -1;
+    }
+  }
+}
+
+}  // namespace
+
+void launch_grow_dynamic(const DynamicTreeArgs& args, cudaStream_t stream) {
+  if (args.sequences == 0) return;
+  SPECULA_LAUNCH(grow_dynamic_kernel, dim3(args.sequences), dim3(kGrowThreads), 0, stream, args);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace specula::cuda
