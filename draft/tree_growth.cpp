@@ -207,7 +207,9 @@ int above_deepest(std::span<const int> parents) {
 
 DynamicDraft TreeGrowth::device_dynamic() const {
   const int budget = shape_.dynamic_budget, width = shape_.dynamic_width;
-  if (budget <= 0 || width <= 0 || max_depth_ <= 0 || dynamic_rounds(budget, width) - 1 >= max_depth_) return {};
+  if (budget <= 0 || width <= 0 || shape_.dynamic_top_k <= 0 || max_depth_ <= 0 ||
+      dynamic_rounds(budget, width) - 1 >= max_depth_)
+    return {};
   return DynamicDraft{budget, width, shape_.dynamic_top_k};
 }
 

@@ -710,6 +710,17 @@ TEST_CASE("device draft: malformed rounds and chains are refused naming the fiel
   bad.tree_parents = fork;
   bad.tree_mode = kDrawTopK;
   CHECK_THROWS_WITH(ctx.run_chains(std::vector{bad}, out, {}), Contains("chain 0 has 2 uniforms; need 0"));
+  // Dynamic trees: one shape a call, their parents out, no q, never left on the device.
+  DeviceChain grown{{seq, prompt, positions, {}, RowLogits::kLast}, 2, DrawOptions{1.0f}, {}, {}, kDrawTopK, 2, 2};
+  std::vector<int> parents(2), parents4(4), out4(4);
+  CHECK_THROWS_WITH(ctx.run_chains(std::vector{grown}, out, {}, parents), Contains("not implemented"));
+  CHECK_THROWS_WITH(ctx.run_chains(std::vector{grown}, out, {}), Contains("parents holds 0 entries; need 2"));
+  CHECK_THROWS_WITH(ctx.run_chains(std::vector{grown}, out, q, parents), Contains("dynamic trees give no q"));
+  CHECK_THROWS_WITH(ctx.run_chains(std::vector{grown, chain}, out4, {}, parents4),
+                    Contains("chain 1 is not a dynamic tree of chain 0's budget 2"));
+  CHECK_THROWS_WITH(ctx.enqueue_chains(std::vector{grown}), Contains("not left on the device"));
+  grown.dynamic_top_k = 0;
+  CHECK_THROWS_WITH(ctx.run_chains(std::vector{grown}, out, {}, parents), Contains("dynamic tree 0 has top_k 0"));
   CHECK(fresh.length(seq) == 0);
   // A drafter given device options on a backend that draws on the host grows on the host.
   ModelDrafter drafter(ctx, fresh.create(), draft_distribution(SamplingOptions{}, DraftOptions{}), false,
