@@ -1,7 +1,7 @@
 // defines: the launchers of the CUDA module's kernels (ops.cu, attention.cu, matmul.cu,
-// verify_tree.cu, sample.cu, dynamic_tree.cu), each taking its stream, and the device views they share. Every launcher
-// checks its launch (CUDA_CHECK_LAUNCH). Shapes are row-major; "rows" are the batch's rows in
-// order.
+// verify_tree.cu, sample.cu, dynamic_tree.cu), each taking its stream, and the device views
+// they share. Every launcher checks its launch (CUDA_CHECK_LAUNCH). Shapes are row-major;
+// "rows" are the batch's rows in order.
 #pragma once
 
 #include <cublasLt.h>
