@@ -16,6 +16,8 @@
 // for greedy rows only.
 // Each excused row is counted: supports at most 1% of the rows; draws at most 1% of those with
 // a random uniform (those placed on a boundary are counted apart: many differ by design).
+// The children kernel against draw_siblings, and the dynamic-tree kernel against TreeGrowth's
+// best-first growth (tied probabilities, so that equal scores meet the push-order rule).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -31,6 +33,7 @@
 #include "base/lane_sum.h"
 #include "base/rng.h"
 #include "draft/sibling_draw.h"
+#include "draft/tree_growth.h"
 #include "engine/device_verify.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/kernel_harness.h"
@@ -489,6 +492,103 @@ TEST_CASE("cuda kernels: children drawn as draw_siblings draws them", "[gpu]") {
   CHECK(absent > 0);
   CHECK(inherited > 0);
   CHECK(refused > 0);
+}
+
+// Random dynamic trees grown by the kernel round by round (harness::grow_dynamic) and by
+// TreeGrowth on the same q rows: each context's row over a small vocabulary of a few weight
+// levels (ties among a row's tokens, and equal path scores across rows), top_k >= width so that
+// every batch finds its nodes. The same nodes and parents, and each round's rows for the next:
+// a node's token, position and depth, its mask the slots of its ancestors and itself, root
+// first, nothing past it.
+TEST_CASE("cuda kernels: dynamic trees grown as TreeGrowth grows them", "[gpu]") {
+  REQUIRE_GPU();
+  const int trials = test::kSanitized ? 40 : 400;
+  Rng rng(4211);
+  int nodes = 0, mismatches = 0, row_mismatches = 0;
+  std::ostringstream shown;
+  for (int trial = 0; trial < trials; ++trial) {
+    cuda::harness::DynamicBatch in;
+    in.sequences = uniform_int(rng, 1, 3);
+    in.width = uniform_int(rng, 1, 4);
+    in.top_k = in.width + uniform_int(rng, 0, 2);
+    in.budget = uniform_int(rng, 1, 20);
+    in.vocab = uniform_int(rng, in.top_k, 24);
+    const int rounds = dynamic_rounds(in.budget, in.width);
+    const std::size_t v = static_cast<std::size_t>(in.vocab);
+    // Row c of sequence s: context c (0 the root, 1 + n after node n).
+    std::vector<std::vector<std::vector<float>>> rows(static_cast<std::size_t>(in.sequences));
+    for (auto& seq : rows)
+      for (int c = 0; c <= (rounds - 1) * in.width; ++c) {
+        std::vector<float> q(v);
+        float total = 0;
+        for (float& x : q) total += x = static_cast<float>(uniform_int(rng, 1, 3));
+        for (float& x : q) x /= total;
+        seq.push_back(std::move(q));
+      }
+    Philox unused(0);
+    in.probs.resize(static_cast<std::size_t>(rounds));
+    in.children.resize(static_cast<std::size_t>(rounds));
+    for (int r = 0; r < rounds; ++r)
+      for (int s = 0; s < in.sequences; ++s)
+        for (int k = 0; k < (r == 0 ? 1 : in.width); ++k) {
+          const std::size_t context = static_cast<std::size_t>(r == 0 ? 0 : (r - 1) * in.width + k + 1);
+          const std::vector<float>& q = rows[static_cast<std::size_t>(s)][context];
+          auto& probs = in.probs[static_cast<std::size_t>(r)];
+          probs.insert(probs.end(), q.begin(), q.end());
+          std::vector<int> top = draw_siblings(q, in.top_k, SiblingDraw::kTopK, unused);
+          top.resize(static_cast<std::size_t>(in.top_k), kAbsentDraw);
+          auto& children = in.children[static_cast<std::size_t>(r)];
+          children.insert(children.end(), top.begin(), top.end());
+        }
+    for (int s = 0; s < in.sequences; ++s) in.tree_start.push_back(uniform_int(rng, 1, 100));
+    const cuda::harness::DynamicGrowth got = cuda::harness::grow_dynamic(in);
+    for (int s = 0; s < in.sequences; ++s) {
+      const auto& seq = rows[static_cast<std::size_t>(s)];
+      TreeGrowth growth(false, TreeShape{TreeTopology{}, in.budget, in.top_k, in.width});
+      Philox host_rng(0);
+      growth.begin(DraftBound{in.budget + 1}, host_rng);
+      growth.proposal().q = seq[0];
+      growth.root_ready(in.vocab);
+      while (const std::optional<NodeFeed> feed = growth.pending()) {
+        for (int n = feed->first; n < feed->last; ++n) {
+          const std::vector<float>& q = seq[static_cast<std::size_t>(n + 1)];
+          growth.proposal().q.insert(growth.proposal().q.end(), q.begin(), q.end());
+        }
+        growth.fed(*feed, in.vocab);
+      }
+      const TokenTree tree = growth.take(in.vocab).tree;
+      const auto at = static_cast<std::ptrdiff_t>(s) * in.budget;
+      const std::vector<int> tokens(got.tokens.begin() + at, got.tokens.begin() + at + in.budget);
+      const std::vector<int> parents(got.parents.begin() + at, got.parents.begin() + at + in.budget);
+      nodes += in.budget;
+      if (tokens != tree.tokens || parents != tree.parent) {
+        if (mismatches++ < 3) shown << "trial " << trial << " sequence " << s << "; ";
+        continue;
+      }
+      // Round r (< rounds - 1) wrote the rows of nodes r * width .. for round r + 1.
+      const int tree_start = in.tree_start[static_cast<std::size_t>(s)];
+      for (std::size_t r = 0; r + 1 < static_cast<std::size_t>(rounds); ++r)
+        for (int k = 0; k < in.width; ++k) {
+          const int node = static_cast<int>(r) * in.width + k;
+          const std::size_t row = static_cast<std::size_t>(s * in.width + k);
+          const cuda::RowDesc& d = got.rows[r][row];
+          const int depth = tree.depth[static_cast<std::size_t>(node)];
+          std::vector<int> expected;
+          for (int n = node; n >= 0; n = tree.parent[static_cast<std::size_t>(n)])
+            expected.insert(expected.begin(), tree_start + n);
+          const auto mask = got.masks[r].begin() + static_cast<std::ptrdiff_t>(row) * in.budget;
+          const bool same = d.token == tree.tokens[static_cast<std::size_t>(node)] &&
+                            d.position == tree_start - 1 + depth && d.num_extra == depth &&
+                            std::equal(expected.begin(), expected.end(), mask) &&
+                            (depth == in.budget || mask[depth] == -1);
+          row_mismatches += same ? 0 : 1;
+        }
+    }
+  }
+  WARN("dynamic trees: " << trials << " batches, " << nodes << " nodes, " << mismatches << " trees differing ("
+                         << shown.str() << "), " << row_mismatches << " rows differing");
+  CHECK(mismatches == 0);
+  CHECK(row_mismatches == 0);
 }
 
 }  // namespace specula

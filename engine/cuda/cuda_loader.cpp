@@ -142,6 +142,7 @@ void kv_copies(std::span<const KvCopy> copies, PageStorage& pages, DType page_dt
 TreeVerdicts verify_tree(const TreeBatch& batch, bool greedy) { return harness_module().verify_tree(batch, greedy); }
 SampledRows sample(const SamplingBatch& batch) { return harness_module().sample(batch); }
 std::vector<int> draw_children(const ChildrenBatch& batch) { return harness_module().draw_children(batch); }
+DynamicGrowth grow_dynamic(const DynamicBatch& batch) { return harness_module().grow_dynamic(batch); }
 
 }  // namespace cuda::harness
 }  // namespace specula

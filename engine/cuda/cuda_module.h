@@ -55,6 +55,7 @@ struct CudaModule {
   harness::TreeVerdicts (*verify_tree)(const harness::TreeBatch& batch, bool greedy);
   harness::SampledRows (*sample)(const harness::SamplingBatch& batch);
   std::vector<int> (*draw_children)(const harness::ChildrenBatch& batch);
+  harness::DynamicGrowth (*grow_dynamic)(const harness::DynamicBatch& batch);
 };
 
 // The module's one exported function (extern "C", named kCudaModuleSymbol).

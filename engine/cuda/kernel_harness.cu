@@ -261,4 +261,55 @@ std::vector<int> draw_children(const ChildrenBatch& batch) {
   return tokens.get();
 }
 
+DynamicGrowth grow_dynamic(const DynamicBatch& batch) {
+  const Stream s;
+  const std::size_t sequences = static_cast<std::size_t>(batch.sequences), budget = static_cast<std::size_t>(batch.budget);
+  const std::size_t width = static_cast<std::size_t>(batch.width), rounds = batch.probs.size();
+  const int pool_cap = (1 + static_cast<int>(rounds - 1) * batch.width) * batch.top_k;
+  Device<DynamicCandidate> pool(sequences * static_cast<std::size_t>(pool_cap), s);
+  Device<int> pool_size(sequences, s), tokens(sequences * budget, s), parents(sequences * budget, s),
+      depth(sequences * budget, s);
+  Device<double> score(sequences * budget, s);
+  pool_size.poison();  // round 0 resets it
+  tokens.poison();
+  parents.poison();
+  DynamicGrowth out;
+  for (std::size_t r = 0; r < rounds; ++r) {
+    Device<float> probs(view(batch.probs[r]), s);
+    Device<int> children(view(batch.children[r]), s);
+    const bool next = r + 1 < rounds;
+    std::vector<RowDesc> placeholders(sequences * width);
+    for (std::size_t i = 0; i < placeholders.size(); ++i)
+      placeholders[i] = RowDesc{-1, -1, -1, -1, batch.tree_start[i / width], static_cast<int>(i * budget), -1, 0};
+    Device<RowDesc> rows(view(placeholders), s);
+    Device<int> mask(sequences * width * budget, s);
+    mask.poison();
+    DynamicTreeArgs a;
+    a.round = static_cast<int>(r);
+    a.sequences = batch.sequences;
+    a.width = batch.width;
+    a.top_k = batch.top_k;
+    a.budget = batch.budget;
+    a.vocab = batch.vocab;
+    a.pool_cap = pool_cap;
+    a.probs = probs.ptr;
+    a.children = children.ptr;
+    a.pool = pool.ptr;
+    a.pool_size = pool_size.ptr;
+    a.node_tokens = tokens.ptr;
+    a.node_parents = parents.ptr;
+    a.node_depth = depth.ptr;
+    a.node_score = score.ptr;
+    a.next_rows = next ? rows.ptr : nullptr;
+    a.next_mask = next ? mask.ptr : nullptr;
+    launch_grow_dynamic(a, s.s);
+    if (!next) continue;
+    out.rows.push_back(rows.get());
+    out.masks.push_back(mask.get());
+  }
+  out.tokens = tokens.get();
+  out.parents = parents.get();
+  return out;
+}
+
 }  // namespace specula::cuda::harness

@@ -12,6 +12,7 @@
 
 #include "base/dtype.h"
 #include "engine/batch.h"
+#include "engine/cuda/cuda_plan.h"
 #include "model/safetensors.h"
 #include "kv/kv_plan.h"
 #include "kv/page_storage.h"
@@ -97,5 +98,23 @@ struct ChildrenBatch {
 };
 // launch_draw_children on `batch`: the tokens after it.
 std::vector<int> draw_children(const ChildrenBatch& batch);
+
+// Dynamic trees grown round by round (launch_grow_dynamic): round r's logit rows (one a sequence
+// in round 0, `width` a sequence after) and each row's top_k children (kAbsentDraw past its last).
+struct DynamicBatch {
+  int sequences = 0, width = 0, top_k = 0, budget = 0, vocab = 0;
+  std::vector<std::vector<float>> probs;   // [rounds][round's logit rows, vocab]
+  std::vector<std::vector<int>> children;  // [rounds][round's logit rows, top_k]
+  std::vector<int> tree_start;             // [sequences] the next rows' prefix_len (the tree's first slot)
+};
+// What the kernel wrote: the nodes, and the rows each round but the last wrote for the next
+// (row sequence * width + k's mask room at (sequence * width + k) * budget, poisoned before).
+struct DynamicGrowth {
+  std::vector<int> tokens;                 // [sequences, budget]
+  std::vector<int> parents;                // [sequences, budget]
+  std::vector<std::vector<RowDesc>> rows;  // [rounds - 1][sequences * width]
+  std::vector<std::vector<int>> masks;     // [rounds - 1][sequences * width * budget]
+};
+DynamicGrowth grow_dynamic(const DynamicBatch& batch);
 
 }  // namespace specula::cuda::harness
