@@ -103,6 +103,15 @@ std::size_t check_chains(std::span<const DeviceChain> chains) {
   return total;
 }
 
+// One more round of `parts`: its batch planned on `context`'s cache and its slots appended.
+void add_round(const ForwardContext& context, std::span<const SequenceRows> parts, ChainRounds& out) {
+  RaggedBatch batch = plan_batch(parts, context.cache.tables(), context.backend.config());
+  const std::vector<int> counts = batch.rows_per_seq();
+  out.draft.plans.push_back(context.cache.prepare(batch.seqs, counts));
+  out.round_rows.push_back(batch.num_rows());
+  out.draft.batches.push_back(std::move(batch));
+}
+
 // A chain as a tree: each node's parent and depth, each context's children (0 the root, 1 + n
 // after node n) and each node's position.
 struct ChainShape {
@@ -189,11 +198,7 @@ ChainRounds plan_chain_rounds(const ForwardContext& context, std::span<const Dev
         }
       }
     }
-    RaggedBatch batch = plan_batch(parts, context.cache.tables(), context.backend.config());
-    const std::vector<int> counts = batch.rows_per_seq();
-    out.draft.plans.push_back(context.cache.prepare(batch.seqs, counts));
-    out.round_rows.push_back(batch.num_rows());
-    out.draft.batches.push_back(std::move(batch));
+    add_round(context, parts, out);
   }
   return out;
 }
@@ -231,11 +236,7 @@ ChainRounds plan_dynamic_rounds(const ForwardContext& context, std::span<const D
       out.draft.child_modes.insert(out.draft.child_modes.end(), contexts, kDrawTopK);
       out.draft.uniforms.insert(out.draft.uniforms.end(), contexts * static_cast<std::size_t>(top_k), 0.0);
     }
-    RaggedBatch batch = plan_batch(parts, context.cache.tables(), context.backend.config());
-    const std::vector<int> counts = batch.rows_per_seq();
-    out.draft.plans.push_back(context.cache.prepare(batch.seqs, counts));
-    out.round_rows.push_back(batch.num_rows());
-    out.draft.batches.push_back(std::move(batch));
+    add_round(context, parts, out);
   }
   return out;
 }

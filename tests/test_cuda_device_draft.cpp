@@ -282,12 +282,8 @@ TEST_CASE("cuda backend: static trees drawn on the device are the host drafter's
     std::vector<Lane> on_device = make_lanes(device_engine, sampling, one, true, 13);
     for (int step = 0; step < 2; ++step) {
       INFO("proposal " << step);
-      for (Lane* lane : {&host[0], &on_device[0]}) {
-        lane->drafter->start(lane->committed, DraftBound{8}, lane->rng);
-        Drafter* const alone[] = {lane->drafter.get()};
-        run_draft_forwards(alone);
-      }
-      const Proposal h = host[0].drafter->take_proposal(), d = on_device[0].drafter->take_proposal();
+      const Proposal h = propose(*host[0].drafter, host[0].committed, DraftBound{8}, host[0].rng);
+      const Proposal d = propose(*on_device[0].drafter, on_device[0].committed, DraftBound{8}, on_device[0].rng);
       REQUIRE(d.tree.size() == 3);  // top-k 1: one child a level present, the others absent
       check_same_tree(h, d, vocab);
       const std::vector<int> accepted{0, 1, 2};
@@ -371,12 +367,8 @@ TEST_CASE("cuda backend: dynamic trees grown on the device are the host drafter'
     std::vector<Lane> on_device = make_lanes(device_engine, sampling, one, true, 19);
     for (int step = 0; step < 2; ++step) {
       INFO("proposal " << step);
-      for (Lane* lane : {&host[0], &on_device[0]}) {
-        lane->drafter->start(lane->committed, DraftBound{8}, lane->rng);
-        Drafter* const alone[] = {lane->drafter.get()};
-        run_draft_forwards(alone);
-      }
-      const Proposal h = host[0].drafter->take_proposal(), d = on_device[0].drafter->take_proposal();
+      const Proposal h = propose(*host[0].drafter, host[0].committed, DraftBound{8}, host[0].rng);
+      const Proposal d = propose(*on_device[0].drafter, on_device[0].committed, DraftBound{8}, on_device[0].rng);
       REQUIRE(h.tree.size() == 8);   // the host's chain of one child a context, max_depth deep
       REQUIRE(d.tree.size() == 3);   // the device's: one node a round
       CHECK(std::equal(d.tree.tokens.begin(), d.tree.tokens.end(), h.tree.tokens.begin()));
