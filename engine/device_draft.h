@@ -59,9 +59,12 @@ struct DynamicDraft {
   int width = 0;   // nodes a batch takes
   int top_k = 0;   // children a context pushes
   bool on() const { return budget > 0; }
+  // Candidates a tree pushes: the root's top_k, then top_k for each node a round feeds.
+  int pool_cap() const;
 };
 // The rounds of dynamic trees of `budget` nodes taken `width` a batch: ceil(budget / width).
 inline int dynamic_rounds(int budget, int width) { return (budget + width - 1) / width; }
+inline int DynamicDraft::pool_cap() const { return (1 + (dynamic_rounds(budget, width) - 1) * width) * top_k; }
 
 struct DraftRounds {
   std::vector<RaggedBatch> batches;  // [rounds]

@@ -330,7 +330,9 @@ class CudaBackend : public Backend {
                   " dynamic tree nodes");
     CudaWorkspace& ws = cuda_workspace(workspace);
     const EnqueuedRounds out = enqueue_rounds(draft, pages, ws);
-    std::vector<int> drawn(draws);
+    // A dynamic tree's draws are its candidates: read for refusals only.
+    std::vector<int> candidates(draft.dynamic.on() ? draws : 0);
+    const std::span<int> drawn = draft.dynamic.on() ? std::span<int>(candidates) : tokens;
     CUDA_CHECK(cudaMemcpyAsync(drawn.data(), out.tokens, draws * sizeof(int), cudaMemcpyDeviceToHost, ws.stream));
     if (draft.keep_q)
       CUDA_CHECK(cudaMemcpyAsync(q.data(), out.probs, q.size() * sizeof(float), cudaMemcpyDeviceToHost, ws.stream));
@@ -340,7 +342,6 @@ class CudaBackend : public Backend {
     }
     CUDA_CHECK(cudaStreamSynchronize(ws.stream));
     for (std::size_t d = 0; d < draws; ++d) SPECULA_CHECK(drawn[d] != -1, refused_draw(d));
-    if (!draft.dynamic.on()) std::copy(drawn.begin(), drawn.end(), tokens.begin());
     return round_seconds(ws, draft.rounds());
   }
 

@@ -58,8 +58,7 @@ DraftUpload pack_draft(const DraftRounds& draft, int vocab, int window, const Cu
   if (draft.dynamic.on()) {
     up.dynamic = draft.dynamic;
     up.sequences = draft.batches.front().num_seqs();
-    // The root's children, then every fed node's.
-    up.pool_cap = (1 + (draft.rounds() - 1) * draft.dynamic.width) * draft.dynamic.top_k;
+    up.pool_cap = draft.dynamic.pool_cap();
     const std::size_t nodes = static_cast<std::size_t>(up.sequences) * static_cast<std::size_t>(draft.dynamic.budget);
     const auto reserve = [&end](std::size_t bytes) {
       const std::size_t at = align_up(end);

@@ -265,7 +265,7 @@ DynamicGrowth grow_dynamic(const DynamicBatch& batch) {
   const Stream s;
   const std::size_t sequences = static_cast<std::size_t>(batch.sequences), budget = static_cast<std::size_t>(batch.budget);
   const std::size_t width = static_cast<std::size_t>(batch.width), rounds = batch.probs.size();
-  const int pool_cap = (1 + static_cast<int>(rounds - 1) * batch.width) * batch.top_k;
+  const int pool_cap = DynamicDraft{batch.budget, batch.width, batch.top_k}.pool_cap();
   Device<DynamicCandidate> pool(sequences * static_cast<std::size_t>(pool_cap), s);
   Device<int> pool_size(sequences, s), tokens(sequences * budget, s), parents(sequences * budget, s),
       depth(sequences * budget, s);
