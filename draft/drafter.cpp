@@ -1,6 +1,7 @@
 #include "draft/drafter.h"
 
 #include <chrono>
+#include <iterator>
 #include <map>
 #include <tuple>
 
@@ -105,26 +106,32 @@ DeviceRounds leave_device_chains(const ForwardContext& context, std::span<Drafte
 std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls,
                                              std::span<const bool> leave_on_device) {
   // Per draft cache, the chains read back, then those left on the device: a later forward_draft
-  // on the cache's workspace would overwrite the draws left there.
-  // Dynamic trees apart, one call per shape: (budget, width, top_k), zeros for the others.
+  // on the cache's workspace would overwrite the draws left there. One call per shape: dynamic
+  // trees by (budget, width, top_k), zeros for the others.
   using ChainCall = std::tuple<const KvCache*, int, int, int>;
-  std::map<ChainCall, std::vector<Drafter*>> chains;
-  std::map<const KvCache*, std::vector<Drafter*>> left;
+  std::map<ChainCall, std::vector<Drafter*>> chains, left;
   for (std::size_t i = 0; i < drafters.size(); ++i) {
     Drafter* d = drafters[i];
     const DeviceChain* c = d->device_chain();
     if (!c) continue;
-    const KvCache* cache = &d->forward_context()->cache;
-    if (c->is_dynamic())
-      chains[{cache, c->length, c->dynamic_width, c->dynamic_top_k}].push_back(d);
-    else if (!leave_on_device.empty() && leave_on_device[i])
-      left[cache].push_back(d);
-    else
-      chains[{cache, 0, 0, 0}].push_back(d);
+    const ChainCall call = c->is_dynamic() ? ChainCall{&d->forward_context()->cache, c->length, c->dynamic_width, c->dynamic_top_k}
+                                           : ChainCall{&d->forward_context()->cache, 0, 0, 0};
+    const bool leave = !leave_on_device.empty() && leave_on_device[i];
+    (leave ? left : chains)[call].push_back(d);
   }
-  for (const auto& [cache, group] : chains) run_device_chains(*group.front()->forward_context(), group, calls);
+  // A cache's first shape to leave stays left; its others are read back.
+  for (auto it = left.begin(); it != left.end();) {
+    if (it != left.begin() && std::get<0>(std::prev(it)->first) == std::get<0>(it->first)) {
+      std::vector<Drafter*>& read_back = chains[it->first];
+      read_back.insert(read_back.end(), it->second.begin(), it->second.end());
+      it = left.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const auto& [call, group] : chains) run_device_chains(*group.front()->forward_context(), group, calls);
   std::vector<DeviceRounds> on_device;
-  for (const auto& [cache, group] : left)
+  for (const auto& [call, group] : left)
     on_device.push_back(leave_device_chains(*group.front()->forward_context(), group, calls));
   for (;;) {
     // One batched call per draft cache. Keyed by the cache, not the context: each drafter holds

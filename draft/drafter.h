@@ -102,7 +102,7 @@ class Drafter {
   // Or that chain (or tree) drawn and left on the device for the target's verification there
   // (ForwardContext::enqueue_chains): token i is draw node_draws[i] of `draws`. The proposal is
   // then complete (Proposal::draws), a tree with all its nodes (those absent come back
-  // kAbsentDraw with the verdict).
+  // kAbsentDraw with the verdict; a dynamic tree's parents come back with it too).
   virtual void chain_left_on_device(std::shared_ptr<const DeviceDraws> /*draws*/, std::span<const int> /*node_draws*/) {}
 
   // The finished proposal (once pending_forward() is nullptr).
@@ -130,9 +130,10 @@ struct DeviceRounds {
 
 // Runs the pending forwards of every drafter: first the chains drawn on a device
 // (Drafter::device_chain), those sharing a draft cache in one run_chains (dynamic trees in one
-// of their own per shape) — or, for the drafters `leave_on_device` marks (empty: none; never a
-// dynamic tree, whose structure comes back), in one enqueue_chains whose draws stay there
-// (Drafter::chain_left_on_device) —, then round by round, those sharing a draft cache (a draft
+// of their own per shape) — or, for the drafters `leave_on_device` marks (empty: none), in one
+// enqueue_chains whose draws stay there (Drafter::chain_left_on_device): one such call a draft
+// cache, of its first shape (chains and static trees, or one shape of dynamic trees), the other
+// shapes read back before it —, then round by round, those sharing a draft cache (a draft
 // model's or a head's) as one batched call. Each call is appended to `calls` when given (a
 // device chain's: each round, with its device time). Returns the rounds left on a device.
 std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls = nullptr,

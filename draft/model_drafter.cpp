@@ -81,6 +81,11 @@ void ModelDrafter::chain_drawn(std::span<const int> tokens, std::span<const int>
 
 void ModelDrafter::chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) {
   assert(device_chain_ && static_cast<int>(node_draws.size()) == device_chain_->length);
+  if (device_chain_->is_dynamic()) {
+    growth_.dynamic_left_on_device(std::move(draws), node_draws);
+    end_device_chain(dynamic_rounds(device_chain_->length, device_chain_->dynamic_width));
+    return;
+  }
   if (!device_chain_->is_tree()) {
     end_device_chain(device_chain_->length);
     growth_.chain_left_on_device(std::move(draws), node_draws);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <numeric>
 
 #include "base/error.h"
 #include "draft/sibling_draw.h"
@@ -242,6 +243,16 @@ std::vector<int> TreeGrowth::tree_drawn(std::span<const int> parents, std::span<
 void TreeGrowth::tree_left_on_device(std::span<const int> parents, std::shared_ptr<const DeviceDraws> draws,
                                      std::span<const int> node_draws) {
   complete_tree(parents, std::vector<int>(parents.size(), 0), above_deepest(parents));
+  proposal_.draws = std::move(draws);
+  proposal_.node_draws.assign(node_draws.begin(), node_draws.end());
+}
+
+void TreeGrowth::dynamic_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) {
+  const DynamicDraft shape = device_dynamic();
+  assert(shape.on() && static_cast<int>(node_draws.size()) == shape.budget);
+  std::vector<int> chain(node_draws.size());
+  std::iota(chain.begin(), chain.end(), -1);
+  complete_tree(chain, std::vector<int>(chain.size(), 0), (dynamic_rounds(shape.budget, shape.width) - 1) * shape.width);
   proposal_.draws = std::move(draws);
   proposal_.node_draws.assign(node_draws.begin(), node_draws.end());
 }

@@ -105,6 +105,11 @@ class TreeGrowth {
   // ones kAbsentDraw: Proposal::draws).
   void tree_left_on_device(std::span<const int> parents, std::shared_ptr<const DeviceDraws> draws,
                            std::span<const int> node_draws);
+  // This proposal's dynamic tree (device_dynamic()) grown on a device and left there: node i is
+  // draw node_draws[i] of `draws`. The tree holds a chain of every node, with placeholders,
+  // until verification gives its tokens and parents (Proposal::draws); the nodes of the
+  // batches before the last are fed.
+  void dynamic_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws);
   // That chain drawn on a device and left there: node i's token is draw node_draws[i] of
   // `draws` (the tree holds placeholders until verification gives them, Proposal::draws).
   void chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws);

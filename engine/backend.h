@@ -108,8 +108,8 @@ class Backend {
                                             std::span<int> tokens, std::span<float> q, std::span<int> parents) const;
   // The same rounds enqueued and left on the device, nothing read back and no
   // synchronisation: a forward_verify of this device reads their draws (DeviceVerify::draws),
-  // and refuses them, as forward_draft would, where a draw was refused. Dynamic trees are
-  // refused (their structure is read back).
+  // and refuses them, as forward_draft would, where a draw was refused. Of dynamic trees, their
+  // nodes stay (DeviceDraws::tree_budget).
   virtual std::shared_ptr<const DeviceDraws> enqueue_draft(const DraftRounds& draft, PageStorage& pages,
                                                            Workspace& workspace) const;
 

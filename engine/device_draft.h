@@ -101,13 +101,17 @@ void check_draft_rounds(const DraftRounds& draft, int vocab);
 // The draws of rounds enqueued on a device and not read back (Backend::enqueue_draft): each
 // draw's token and, where the rounds kept q, the distributions stay on the device, where a
 // forward_verify of the same device reads them (DeviceVerify::draws; a node's q row is the one
-// its draw came from). They stay valid until the next forward_draft or enqueue_draft on the
-// workspace that drew them; a forward_verify that reads them later is refused.
+// its draw came from). Of dynamic trees (DraftRounds::dynamic) what stays is each sequence's
+// nodes, their tokens and parents: draw s * tree_budget() + i is node i of sequence s. They
+// stay valid until the next forward_draft or enqueue_draft on the workspace that drew them; a
+// forward_verify that reads them later is refused.
 class DeviceDraws {
  public:
   virtual ~DeviceDraws() = default;
   virtual int draws() const = 0;
   virtual bool keeps_q() const = 0;
+  // The nodes of each dynamic tree; 0 unless the rounds grew dynamic trees.
+  virtual int tree_budget() const = 0;
   // Each round's device time in seconds; readable once a forward_verify that read these draws
   // has returned.
   virtual std::vector<double> round_seconds() const = 0;

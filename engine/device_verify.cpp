@@ -46,8 +46,20 @@ void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
       for (const int d : v.node_draws)
         SPECULA_CHECK(d >= 0 && d < v.draws->draws(), where(), "draw ", d, " is outside the draws' [0, ",
                       v.draws->draws(), ")");
-      SPECULA_CHECK(v.greedy() || (v.q.empty() && v.draws->keeps_q()), where(),
-                    "a stochastic tree of draws takes q from draws that keep it, not from q");
+      SPECULA_CHECK(v.q.empty(), where(), "a tree of draws takes q from its draws, not from q");
+      if (const int budget = v.draws->tree_budget(); budget > 0) {
+        SPECULA_CHECK(n == budget && v.node_draws[0] % budget == 0, where(), "a dynamic tree's ", n,
+                      " nodes are not the whole tree of draws from ", v.node_draws[0], " of budget ", budget);
+        for (int j = 0; j < n; ++j) {
+          SPECULA_CHECK(v.node_draws[static_cast<std::size_t>(j)] == v.node_draws[0] + j, where(), "node ", j,
+                        " of a dynamic tree is draw ", v.node_draws[static_cast<std::size_t>(j)], ", not ",
+                        v.node_draws[0] + j);
+          SPECULA_CHECK(v.parents[static_cast<std::size_t>(j)] == j - 1, where(), "node ", j,
+                        " of a dynamic tree has placeholder parent ", v.parents[static_cast<std::size_t>(j)],
+                        ", not the chain's ", j - 1);
+        }
+        SPECULA_CHECK(v.rule != kRuleBlock, where(), "block verification takes a chain; a dynamic tree of draws is none");
+      }
     } else {
       SPECULA_CHECK(v.node_draws.empty(), where(), "node_draws given without draws");
     }
@@ -79,8 +91,11 @@ void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
     for (int c = 0; c <= n; ++c) {
       const int code = v.draw[static_cast<std::size_t>(c)];
       SPECULA_CHECK(is_draw_mode(code), where(), "draw code ", code, " of context ", c, " is not 0, 1 or 2");
-      SPECULA_CHECK(!v.q.empty() || v.draws || !has_children[static_cast<std::size_t>(c)] || code == kDrawTopK, where(),
-                    "context ", c, " has children drawn from q, and q is empty");
+      SPECULA_CHECK(!v.draws || v.draws->tree_budget() == 0 || code == kDrawTopK, where(), "context ", c,
+                    " of a dynamic tree has draw code ", code, "; its children are the top-k (2)");
+      const bool q_held = v.draws ? v.draws->keeps_q() : !v.q.empty();
+      SPECULA_CHECK(q_held || !has_children[static_cast<std::size_t>(c)] || code == kDrawTopK, where(), "context ", c,
+                    " has children drawn from q, and ", v.draws ? "the draws keep none" : "q is empty");
     }
   }
 }

@@ -42,6 +42,11 @@ struct DeviceVerify {
   // draw node_draws[i] of `draws` (`tokens` holds placeholders; an absent draw, kAbsentDraw,
   // takes its node and all under it out of the verification), and where stochastic, q at each
   // context is the distribution its children were drawn from (`q` empty).
+  // Of dynamic trees (DeviceDraws::tree_budget() > 0) the structure too is the device's: the
+  // n = tree_budget() nodes are draws s * n .. s * n + n - 1 in order, and `parents` is a chain
+  // (parents[i] = i - 1), the placeholder whose rows have room for any tree of n nodes: the
+  // device writes each node row's position (the root's + its depth), mask (the root, its
+  // ancestors, itself) and attention window, and the verification's parents.
   const DeviceDraws* draws = nullptr;
   std::span<const int> node_draws;  // in [n] when draws
   bool greedy() const { return temperature == 0; }
@@ -52,6 +57,7 @@ struct DeviceVerdict {
   std::vector<int> accepted_nodes;  // node indices along the accepted path, root-down
   std::vector<int> tokens;          // the accepted tokens, then one bonus / corrected token
   std::vector<int> drafted;         // [n] each node's token as drawn (or kAbsentDraw), when DeviceVerify::draws
+  std::vector<int> parents;         // [n] each node's parent as grown (-1: the root), when the draws are dynamic trees
 };
 
 // Where a forward that verified on the device spent its time, between events on its stream:
@@ -72,7 +78,9 @@ int first_logit_row(const RaggedBatch& batch, int part);
 // min_p in [0, 1]), a rule code, not the token rule's where greedy, block's only for a chain,
 // and for stochastic entries n + 1 draw codes, 2 n + 1 uniforms in [0, 1),
 // and q empty or [n + 1, vocab] (present when a context's children are drawn from q, unless
-// the draws hold it); with draws, n draw indices within them, and q kept where stochastic.
+// the draws hold it); with draws, n draw indices within them, and q kept where a stochastic
+// context's children are drawn from it; with dynamic trees' draws, a whole tree's draws in
+// order, a chain of placeholder parents, no block rule, and every context's children kDrawTopK.
 void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify> verify, int vocab);
 
 }  // namespace specula

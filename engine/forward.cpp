@@ -59,7 +59,8 @@ DeviceTimes ForwardContext::run(std::span<const SequenceRows> parts, std::span<f
 namespace {
 
 // Every round of `chains` planned on `context`'s cache (their slots appended) as one
-// DraftRounds; draw_of[i] lists chain i's draws, node by node.
+// DraftRounds; draw_of[i] lists chain i's draws, node by node (of dynamic trees, the nodes:
+// tree i's node j is i * length + j).
 struct ChainRounds {
   DraftRounds draft;
   std::vector<std::vector<int>> draw_of;
@@ -219,6 +220,10 @@ ChainRounds plan_dynamic_rounds(const ForwardContext& context, std::span<const D
   for (const DeviceChain& c : chains) positions.emplace_back(w, c.first.positions.back() + 1);
   ChainRounds out;
   out.draft.dynamic = DynamicDraft{shape.length, width, top_k};
+  for (std::size_t i = 0; i < chains.size(); ++i) {
+    out.draw_of.emplace_back(static_cast<std::size_t>(shape.length));
+    std::iota(out.draw_of.back().begin(), out.draw_of.back().end(), static_cast<int>(i) * shape.length);
+  }
   for (int r = 0; r < rounds; ++r) {
     std::vector<SequenceRows> parts;
     for (std::size_t i = 0; i < chains.size(); ++i) {
@@ -301,11 +306,10 @@ std::vector<RoundTime> ForwardContext::run_chains(std::span<const DeviceChain> c
 
 EnqueuedChains ForwardContext::enqueue_chains(std::span<const DeviceChain> chains) const {
   check_chains(chains);
-  SPECULA_CHECK(chains.empty() || !chains.front().is_dynamic(),
-                "device draft: dynamic trees are read back (run_chains), not left on the device");
+  const bool dynamic = !chains.empty() && chains.front().is_dynamic();
   const bool sampled = std::any_of(chains.begin(), chains.end(), [](const DeviceChain& c) { return c.sampled(); });
   return with_rollback(cache, chains, [&] {
-    ChainRounds plan = plan_chain_rounds(*this, chains, sampled);
+    ChainRounds plan = dynamic ? plan_dynamic_rounds(*this, chains) : plan_chain_rounds(*this, chains, sampled);
     EnqueuedChains out;
     out.draws = backend.enqueue_draft(plan.draft, cache.storage(), workspace);
     out.draw_of = std::move(plan.draw_of);

@@ -58,7 +58,7 @@ struct RoundTime {
 // Device chains drawn and left on the device (ForwardContext::enqueue_chains).
 struct EnqueuedChains {
   std::shared_ptr<const DeviceDraws> draws;
-  std::vector<std::vector<int>> draw_of;  // [chain][its length] each token's draw
+  std::vector<std::vector<int>> draw_of;  // [chain][its length] each token's (node's) draw
   std::vector<int> round_rows;            // [rounds] each round's rows (their seconds: draws->round_seconds())
 };
 
@@ -90,8 +90,8 @@ struct ForwardContext {
   std::vector<RoundTime> run_chains(std::span<const DeviceChain> chains, std::span<int> tokens,
                                     std::span<float> q, std::span<int> parents = {}) const;
   // The same rounds enqueued (Backend::enqueue_draft) with nothing read back: the draws stay
-  // on the device for a forward_verify there, q kept where a chain is sampled. Dynamic trees
-  // are refused.
+  // on the device for a forward_verify there, q kept where a chain is sampled. Of dynamic
+  // trees the nodes stay: tree i's node j is draw i * length + j.
   EnqueuedChains enqueue_chains(std::span<const DeviceChain> chains) const;
 };
 

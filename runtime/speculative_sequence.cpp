@@ -45,7 +45,8 @@ SpeculativeSequence::~SpeculativeSequence() {
   target_.cache.free(seq_);
 }
 
-SequenceRows TreeVerifyRows::build(KvCache::SeqId seq, std::span<const int> committed, const TokenTree& tree) {
+SequenceRows TreeVerifyRows::build(KvCache::SeqId seq, std::span<const int> committed, const TokenTree& tree,
+                                   bool grown_on_device) {
   const int n = tree.size();
   const int root_position = static_cast<int>(committed.size()) - 1;
   tokens.assign(1, committed.back());
@@ -53,7 +54,7 @@ SequenceRows TreeVerifyRows::build(KvCache::SeqId seq, std::span<const int> comm
   parents.assign(1, -1);
   for (int i = 0; i < n; ++i) {
     tokens.push_back(tree.tokens[static_cast<std::size_t>(i)]);
-    positions.push_back(root_position + tree.depth[static_cast<std::size_t>(i)]);
+    positions.push_back(root_position + (grown_on_device ? 1 : tree.depth[static_cast<std::size_t>(i)]));
     parents.push_back(tree.parent[static_cast<std::size_t>(i)] + 1);
   }
   return SequenceRows{seq, tokens, positions, parents, RowLogits::kAll};
@@ -67,7 +68,7 @@ const SequenceRows& SpeculativeSequence::verify_rows() {
     proposal_ = drafter_->take_proposal();
   }
   prefix_ = target_.cache.length(seq_);
-  verify_rows_ = rows_.build(seq_, committed_, proposal_.tree);
+  verify_rows_ = rows_.build(seq_, committed_, proposal_.tree, proposal_.draws && proposal_.draws->tree_budget() > 0);
   return verify_rows_;
 }
 
@@ -152,7 +153,13 @@ const VerifyResult& SpeculativeSequence::commit_verdict(DeviceVerdict verdict, S
   if (proposal_.draws) {
     SPECULA_CHECK(verdict.drafted.size() == proposal_.tree.tokens.size(), "speculative step: the verdict gives ",
                   verdict.drafted.size(), " drafted tokens for ", proposal_.tree.tokens.size(), " nodes");
-    proposal_.tree.tokens = std::move(verdict.drafted);
+    if (verdict.parents.empty()) {
+      proposal_.tree.tokens = std::move(verdict.drafted);
+    } else {  // a dynamic tree grown on the device: its structure too
+      TokenTree grown(proposal_.tree.draw.front());
+      for (std::size_t i = 0; i < verdict.parents.size(); ++i) grown.add_node(verdict.parents[i], verdict.drafted[i]);
+      proposal_.tree = std::move(grown);
+    }
     proposal_.draws.reset();
   }
   result_.accepted_nodes = std::move(verdict.accepted_nodes);

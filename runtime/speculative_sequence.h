@@ -44,10 +44,13 @@ struct SpeculativeStats {
 // The target rows that verify a tree after `committed` (whose last token, the root, is not
 // in `seq`'s cache): [root] + nodes, parents [-1] + (parent + 1), positions root position +
 // depth, logits of every row; row c of those logits is context c of the tree. The rows
-// point into this object's buffers.
+// point into this object's buffers. With `grown_on_device` (a dynamic tree left on its draft
+// device: the tree a chain of placeholders, DeviceVerify::draws) every node's position is the
+// root's + 1, the least the device may write, so that no planned bound is short.
 struct TreeVerifyRows {
   std::vector<int> tokens, positions, parents;
-  SequenceRows build(KvCache::SeqId seq, std::span<const int> committed, const TokenTree& tree);
+  SequenceRows build(KvCache::SeqId seq, std::span<const int> committed, const TokenTree& tree,
+                     bool grown_on_device = false);
 };
 
 // A step's chain, its first token's siblings (Proposal::siblings) apart: the tokens it drafted

@@ -9,8 +9,9 @@
 //   drafter grows level by level: greedy and sampled without replacement, a chain beside
 //   them in one call; children a distribution cannot give are dropped, their device rows
 //   skipped when the accepted path is committed;
-// - [gpu] chains and static trees left on the draft device (ForwardContext::enqueue_chains)
-//   and verified there in the target's forward (one synchronisation) give the verdicts, drafted
+// - [gpu] chains, static trees and dynamic trees left on the draft device
+//   (ForwardContext::enqueue_chains) and verified there in the target's forward (one
+//   synchronisation; a dynamic tree's rows and parents written there) give the verdicts, drafted
 //   tokens and committed tokens of the same ones read back first, the verification captured as
 //   a graph as theirs is; a tree's absent nodes are skipped there as the read-back tree drops
 //   them; draws a later draft overwrote are refused;
@@ -440,18 +441,23 @@ TEST_CASE("cuda backend: chains and trees left on the draft device verify as tho
   // Chains in every mode; static trees where no child is absent (greedy, T = 1: the two sides
   // then draw the same uniforms) and under top-k 1, where all but one child of each context is
   // absent (left on the device, the whole tree is verified without them; read back, the tree
-  // of the others) and every verdict is deterministic.
+  // of the others) and every verdict is deterministic. Dynamic trees (their rows and parents
+  // written on the target's device) at T = 1, where every batch finds its nodes (greedy ones:
+  // the scheduler's greedy speculation on the device, tests/test_cuda_device_verify.cpp).
+  enum class Kind { kChains, kChainsAndTrees, kDynamic };
   struct Mode {
     const char* name;
     SamplingOptions sampling;
-    bool trees;
+    Kind kind;
   };
-  const Mode modes[] = {{kModes[0].first, kModes[0].second, true},
-                        {kModes[1].first, kModes[1].second, false},
-                        {"T = 1", SamplingOptions::sample(), true},
-                        {"top-k 1", SamplingOptions::sample(1.0f, 1), true}};
-  // Sanitized: top-k 1 alone (it gathers q rows and verifies around absent nodes).
-  for (const Mode& mode : test::kSanitized ? std::span(modes).last(1) : std::span(modes)) {
+  const Mode modes[] = {{kModes[0].first, kModes[0].second, Kind::kChainsAndTrees},
+                        {kModes[1].first, kModes[1].second, Kind::kChains},
+                        {"T = 1", SamplingOptions::sample(), Kind::kChainsAndTrees},
+                        {"T = 1, dynamic trees", SamplingOptions::sample(), Kind::kDynamic},
+                        {"top-k 1", SamplingOptions::sample(1.0f, 1), Kind::kChainsAndTrees}};
+  // Sanitized: T = 1's dynamic trees and top-k 1 (it gathers q rows and verifies around absent
+  // nodes).
+  for (const Mode& mode : test::kSanitized ? std::span(modes).last(2) : std::span(modes)) {
     const SamplingOptions& sampling = mode.sampling;
     INFO(mode.name);
     const bool stochastic = sampling.strategy == Strategy::kSample, absent = sampling.top_k == 1;
@@ -459,10 +465,11 @@ TEST_CASE("cuda backend: chains and trees left on the draft device verify as tho
     const DistributionFn distribution = draft_distribution(sampling, DraftOptions{});
     const auto sampler = make_sampler(sampling);
     std::vector<TreeShape> shapes{TreeShape{chain_topology(3)}, TreeShape{chain_topology(1)}, TreeShape{chain_topology(4)}};
-    if (mode.trees) {
+    if (mode.kind == Kind::kChainsAndTrees) {
       shapes.push_back(TreeShape{branching_topology(branching)});
       shapes.push_back(TreeShape{TreeTopology{{-1, -1, 0, 0, 1, 2}}});
     }
+    if (mode.kind == Kind::kDynamic) shapes.assign(3, TreeShape{TreeTopology{}, 12, 4, 4});
     Side read_back{test::Engine(*target, 16, 128), test::Engine(*draft, 16, 128), {}};
     Side left{test::Engine(*target, 16, 128), test::Engine(*draft, 16, 128), {}};
     for (Side* side : {&read_back, &left})
@@ -490,10 +497,17 @@ TEST_CASE("cuda backend: chains and trees left on the draft device verify as tho
       if (step == 1 && !absent) CHECK(between > before);
       for (std::size_t i = 0; i < shapes.size(); ++i) {
         INFO("sequence " << i);
+        const int nodes = mode.kind == Kind::kDynamic ? shapes[i].dynamic_budget : shapes[i].topology.size();
         CHECK(expected[i].drafted.empty());
-        CHECK(got[i].drafted.size() == static_cast<std::size_t>(shapes[i].topology.size()));
+        CHECK(got[i].drafted.size() == static_cast<std::size_t>(nodes));
         const auto present = std::count_if(got[i].drafted.begin(), got[i].drafted.end(), [](int t) { return t >= 0; });
-        CHECK(present == (absent ? shapes[i].topology.depth() : shapes[i].topology.size()));  // top-k 1: a child a level
+        CHECK(present == (absent ? shapes[i].topology.depth() : nodes));  // top-k 1: a child a level
+        // A dynamic tree's parents come back: the root's top_k children first, then the others.
+        CHECK(got[i].parents.size() == (mode.kind == Kind::kDynamic ? static_cast<std::size_t>(nodes) : 0));
+        if (mode.kind == Kind::kDynamic) {
+          CHECK(std::count(got[i].parents.begin(), got[i].parents.end(), -1) == 4);
+          CHECK(std::all_of(got[i].parents.begin() + 4, got[i].parents.end(), [](int p) { return p >= 0; }));
+        }
         if (!absent) CHECK(got[i].accepted_nodes == expected[i].accepted_nodes);
         CHECK(got[i].accepted_nodes.size() == expected[i].accepted_nodes.size());
         CHECK(got[i].tokens == expected[i].tokens);
@@ -702,7 +716,7 @@ TEST_CASE("device draft: malformed rounds and chains are refused naming the fiel
   bad.tree_parents = fork;
   bad.tree_mode = kDrawTopK;
   CHECK_THROWS_WITH(ctx.run_chains(std::vector{bad}, out, {}), Contains("chain 0 has 2 uniforms; need 0"));
-  // Dynamic trees: one shape a call, their parents out, no q, never left on the device.
+  // Dynamic trees: one shape a call, their parents out, no q.
   DeviceChain grown{{seq, prompt, positions, {}, RowLogits::kLast}, 2, DrawOptions{1.0f}, {}, {}, kDrawTopK, 2, 2};
   std::vector<int> parents(2), parents4(4), out4(4);
   CHECK_THROWS_WITH(ctx.run_chains(std::vector{grown}, out, {}, parents), Contains("not implemented"));
@@ -710,7 +724,7 @@ TEST_CASE("device draft: malformed rounds and chains are refused naming the fiel
   CHECK_THROWS_WITH(ctx.run_chains(std::vector{grown}, out, q, parents), Contains("dynamic trees give no q"));
   CHECK_THROWS_WITH(ctx.run_chains(std::vector{grown, chain}, out4, {}, parents4),
                     Contains("chain 1 is not a dynamic tree of chain 0's budget 2"));
-  CHECK_THROWS_WITH(ctx.enqueue_chains(std::vector{grown}), Contains("not left on the device"));
+  CHECK_THROWS_WITH(ctx.enqueue_chains(std::vector{grown}), Contains("not implemented"));
   grown.dynamic_top_k = 0;
   CHECK_THROWS_WITH(ctx.run_chains(std::vector{grown}, out, {}, parents), Contains("dynamic tree 0 has top_k 0"));
   CHECK(fresh.length(seq) == 0);

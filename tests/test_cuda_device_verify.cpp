@@ -587,6 +587,42 @@ TEST_CASE("device verification: malformed requests are refused naming the entry 
   CHECK_THROWS_WITH(check_device_verify(batch, std::vector{greedy, greedy}, vocab),
                     Contains("entry 1") && Contains("verified twice"));
 
+  // Trees of device draws: q theirs; dynamic trees' draws whole, in order, planned as a chain.
+  struct Draws : DeviceDraws {
+    int count = 4, budget = 0;
+    bool q = false;
+    int draws() const override { return count; }
+    bool keeps_q() const override { return q; }
+    int tree_budget() const override { return budget; }
+    std::vector<double> round_seconds() const override { return {}; }
+  } draws;
+  const std::vector<int> last_two{2, 3}, odd{1, 2}, repeated{2, 2}, top_k_draw{2, 2, 2};
+  v = sampled;
+  v.draws = &draws;
+  v.node_draws = last_two;
+  refused(v, "a tree of draws takes q from its draws, not from q");
+  v.q = {};
+  refused(v, "context 0 has children drawn from q, and the draws keep none");
+  draws.q = true;
+  CHECK_NOTHROW(check_device_verify(batch, std::vector{v}, vocab));
+  draws.q = false;
+  draws.budget = 2;
+  refused(v, "context 0 of a dynamic tree has draw code 0; its children are the top-k (2)");
+  v.draw = top_k_draw;
+  CHECK_NOTHROW(check_device_verify(batch, std::vector{v}, vocab));
+  v.node_draws = odd;
+  refused(v, "a dynamic tree's 2 nodes are not the whole tree of draws from 1 of budget 2");
+  v.node_draws = repeated;
+  refused(v, "node 1 of a dynamic tree is draw 2, not 3");
+  v.node_draws = last_two;
+  v.parents = branching;
+  refused(v, "node 1 of a dynamic tree has placeholder parent -1, not the chain's 0");
+  v.parents = parents;
+  v.rule = kRuleBlock;
+  refused(v, "a dynamic tree of draws is none");
+  draws.budget = 3;
+  refused(v, "a dynamic tree's 2 nodes are not the whole tree of draws from 2 of budget 3");
+
   // The CPU backend verifies on the host (runtime/): it refuses forward_verify by name.
   const auto cpu = make_backend(BackendKind::kCpu, model, std::nullopt);
   CHECK_FALSE(cpu->verifies_on_device());

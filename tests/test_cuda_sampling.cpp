@@ -16,9 +16,11 @@
 // for greedy rows only.
 // Each excused row is counted: supports at most 1% of the rows; draws at most 1% of those with
 // a random uniform (those placed on a boundary are counted apart: many differ by design).
-// The children kernel against draw_siblings, and the dynamic-tree kernel against TreeGrowth's
-// best-first growth (tied probabilities, so that equal scores meet the push-order rule).
+// The children kernel against draw_siblings, the dynamic-tree kernel against TreeGrowth's
+// best-first growth (tied probabilities, so that equal scores meet the push-order rule), and
+// the tree-rows kernel against plan_batch and pack_step of the trees it was given.
 #include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -34,7 +36,10 @@
 #include "base/rng.h"
 #include "draft/sibling_draw.h"
 #include "draft/tree_growth.h"
+#include "kv/block_tables.h"
 #include "engine/device_verify.h"
+#include "engine/batch.h"
+#include "engine/cuda/cuda_plan.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/kernel_harness.h"
 #include "sampling/logit_transforms.h"
@@ -589,6 +594,106 @@ TEST_CASE("cuda kernels: dynamic trees grown as TreeGrowth grows them", "[gpu]")
                          << shown.str() << "), " << row_mismatches << " rows differing");
   CHECK(mismatches == 0);
   CHECK(row_mismatches == 0);
+}
+
+// The rows of dynamic trees a verify step reads from the draft device, planned as chains
+// (positions the root's + 1, poisoned) and rewritten by the tree-rows kernel from random trees
+// (some with absent nodes, a tail of them under the root) against the rows pack_step lays out
+// for the real trees: each node row's position, window start and mask (the root's slot, its
+// ancestors' and its own), the rest of every row as planned.
+TEST_CASE("cuda kernels: dynamic trees' verify rows as the host plans the trees", "[gpu]") {
+  REQUIRE_GPU();
+  const int trials = test::kSanitized ? 30 : 300;
+  Rng rng(9127);
+  ModelConfig config;
+  config.vocab_size = 64;
+  config.max_position_embeddings = 4096;
+  int rows_checked = 0, mismatches = 0;
+  std::ostringstream shown;
+  for (int trial = 0; trial < trials; ++trial) {
+    const int trees = uniform_int(rng, 1, 3), budget = uniform_int(rng, 1, 16);
+    const int window = std::array{0, 3, 9}[static_cast<std::size_t>(uniform_int(rng, 0, 2))];
+    std::vector<int> tokens, parents;       // [trees * budget] as the device grew them
+    std::vector<std::vector<int>> real_tokens(static_cast<std::size_t>(trees)), real_positions = real_tokens,
+                                  real_parents = real_tokens, chain_positions = real_tokens, chain_parents = real_tokens;
+    BlockTables real_tables(256, 16), chain_tables(256, 16);
+    std::vector<int> seqs, cached;
+    for (int t = 0; t < trees; ++t) {
+      seqs.push_back(real_tables.create());
+      chain_tables.create();
+      cached.push_back(uniform_int(rng, 0, 40));
+    }
+    std::vector<KvCopy> copies;
+    real_tables.append(seqs, cached, copies);
+    chain_tables.append(seqs, cached, copies);
+    std::vector<SequenceRows> real, chain;
+    for (int t = 0; t < trees; ++t) {
+      const std::size_t tu = static_cast<std::size_t>(t);
+      const int present = uniform_int(rng, 0, 2) == 0 ? uniform_int(rng, 1, budget) : budget;
+      const int root_position = cached[tu] + uniform_int(rng, 0, 3);
+      std::vector<int> depth;
+      real_tokens[tu] = {5};
+      real_positions[tu] = {root_position};
+      real_parents[tu] = {-1};
+      chain_positions[tu] = {root_position};
+      chain_parents[tu] = {-1};
+      for (int i = 0; i < budget; ++i) {
+        const bool here = i < present;
+        const int parent = here ? uniform_int(rng, -1, i - 1) : -1;
+        depth.push_back(parent < 0 ? 1 : depth[static_cast<std::size_t>(parent)] + 1);
+        tokens.push_back(here ? uniform_int(rng, 0, config.vocab_size - 1) : kAbsentDraw);
+        parents.push_back(parent);
+        real_tokens[tu].push_back(here ? tokens.back() : 0);
+        real_positions[tu].push_back(root_position + depth.back());
+        real_parents[tu].push_back(parent + 1);
+        chain_positions[tu].push_back(root_position + 1);
+        chain_parents[tu].push_back(i);
+      }
+      real.push_back(SequenceRows{seqs[tu], real_tokens[tu], real_positions[tu], real_parents[tu], RowLogits::kAll});
+      chain.push_back(SequenceRows{seqs[tu], real_tokens[tu], chain_positions[tu], chain_parents[tu], RowLogits::kAll});
+    }
+    const RaggedBatch real_batch = plan_batch(real, real_tables, config), chain_batch = plan_batch(chain, chain_tables, config);
+    const std::vector<int> counts = real_batch.rows_per_seq();
+    const KvPlan real_plan = real_tables.append(seqs, counts, copies), chain_plan = chain_tables.append(seqs, counts, copies);
+    const cuda::StepUpload expected = cuda::pack_step(real_batch, real_plan, window, cuda::CudaOptions{}, 0);
+    cuda::StepUpload planned = cuda::pack_step(chain_batch, chain_plan, window, cuda::CudaOptions{}, 0);
+    cuda::harness::TreeRowsBatch in;
+    in.layout = planned.layout;
+    in.budget = budget;
+    in.window = window;
+    in.node_tokens = tokens;
+    in.node_parents = parents;
+    auto* rows = reinterpret_cast<cuda::RowDesc*>(planned.data.data() + planned.layout.rows);
+    for (int t = 0; t < trees; ++t) {
+      const int root = chain_batch.row_indptr[static_cast<std::size_t>(t)];
+      in.trees_at.insert(in.trees_at.end(), {root, t * budget});
+      for (int i = 1; i <= budget; ++i) {
+        cuda::RowDesc& d = rows[root + i];
+        const auto mask = planned.data.begin() + static_cast<std::ptrdiff_t>(planned.layout.mask + static_cast<std::size_t>(d.extra_begin));
+        std::fill(mask, mask + d.num_extra, -1);
+        d.position = d.num_extra = d.first = -1;
+      }
+    }
+    in.upload = planned.data;
+    const std::vector<std::int32_t> got = cuda::harness::tree_rows(in);
+    const auto* got_rows = reinterpret_cast<const cuda::RowDesc*>(got.data() + planned.layout.rows);
+    const auto* want_rows = reinterpret_cast<const cuda::RowDesc*>(expected.data.data() + expected.layout.rows);
+    const auto* planned_rows = reinterpret_cast<const cuda::RowDesc*>(in.upload.data() + planned.layout.rows);
+    for (int r = 0; r < real_batch.num_rows(); ++r) {
+      const cuda::RowDesc &g = got_rows[r], &w = want_rows[r], &p = planned_rows[r];
+      const bool node = std::find(in.trees_at.begin(), in.trees_at.end(), r) == in.trees_at.end();
+      bool same = g.token == w.token && g.position == w.position && g.slot == w.slot && g.pages_begin == w.pages_begin &&
+                  g.prefix_len == w.prefix_len && g.num_extra == w.num_extra && g.first == w.first &&
+                  g.extra_begin == p.extra_begin;
+      for (int k = 0; same && k < w.num_extra; ++k)
+        same = got[planned.layout.mask + static_cast<std::size_t>(g.extra_begin + k)] ==
+               expected.data[expected.layout.mask + static_cast<std::size_t>(w.extra_begin + k)];
+      ++rows_checked;
+      if (!same && mismatches++ < 3) shown << "trial " << trial << " row " << r << (node ? " (a node)" : " (a root)") << "; ";
+    }
+  }
+  WARN("tree rows: " << trials << " steps, " << rows_checked << " rows, " << mismatches << " differing (" << shown.str() << ")");
+  CHECK(mismatches == 0);
 }
 
 }  // namespace specula

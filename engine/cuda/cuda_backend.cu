@@ -234,7 +234,10 @@ class CudaBackend : public Backend {
   // from the second step of its shape), then the unverified spans' logit rows back. Trees of
   // device draws (DeviceVerify::draws): the stream waits for their rounds, their tokens are
   // gathered into the step's rows before the forward and into the verification's nodes (q into
-  // its rows) after its upload, and the draws' tokens come back with the verdicts.
+  // its rows) after its upload, and the draws' tokens come back with the verdicts. Of dynamic
+  // trees, their rows' positions and masks are written from their parents (launch_tree_rows)
+  // and the parents gathered into the verification's; the parents come back too, and the
+  // rounds' children, read for refusals.
   DeviceTimes forward_verify(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
                              std::span<float> logits, const StateTaps& taps, std::span<const DeviceVerify> verify,
                              std::span<DeviceVerdict> verdicts) const override {
@@ -250,15 +253,23 @@ class CudaBackend : public Backend {
       const std::size_t bytes = feeds.indices.size() * sizeof(int);
       grow(ws.draw_feeds, bytes, 1 << 16);
       ws.draw_feeds_staging.reserve(align_up(bytes, 1 << 16));
-      ws.draws_back.reserve(align_up(feeds.draws * sizeof(int), 1 << 16));
+      ws.draws_back.reserve(align_up(feeds.back * sizeof(int), 1 << 16));
       std::memcpy(ws.draw_feeds_staging.ptr, feeds.indices.data(), bytes);
       CUDA_CHECK(cudaMemcpyAsync(ws.draw_feeds.ptr, ws.draw_feeds_staging.ptr, bytes, cudaMemcpyHostToDevice, s));
       for (const DrawGather& g : feeds.gathers) CUDA_CHECK(cudaStreamWaitEvent(s, g.draws->done(), 0));
     }
     const int* feed_index = ws.draw_feeds.as<int>();
-    const auto feed_rows = [&](std::int32_t* rows) {
-      for (const DrawGather& g : feeds.gathers)
-        launch_gather_tokens(g.draws->tokens(), feed_index + g.rows_at, rows, kRowDescInts, batch.num_rows(), false, s);
+    const auto feed_rows = [&](std::int32_t* upload, const StepLayout& layout) {
+      for (const DrawGather& g : feeds.gathers) {
+        launch_gather_tokens(g.draws->tokens(), feed_index + g.rows_at, upload + layout.rows, kRowDescInts,
+                             batch.num_rows(), false, s);
+        if (g.draws->tree_budget() > 0)
+          launch_tree_rows(TreeRowsArgs{static_cast<int>(g.trees.size() / 2), g.draws->tree_budget(),
+                                        config().sliding_window, feed_index + g.trees_at, g.draws->tokens(),
+                                        g.draws->parents(), reinterpret_cast<RowDesc*>(upload + layout.rows),
+                                        upload + layout.mask},
+                           s);
+      }
     };
     CUDA_CHECK(cudaEventRecord(ws.marks[0], s));
     enqueue_forward(batch, plan, pages, ws, logits, taps, feed_rows);
@@ -289,23 +300,34 @@ class CudaBackend : public Backend {
                                  device_logits + static_cast<std::size_t>(run.logit_row) * v,
                                  static_cast<std::size_t>(run.rows) * v * sizeof(float), cudaMemcpyDeviceToHost, s));
     int* drawn_back = static_cast<int*>(ws.draws_back.ptr);
-    for (const DrawGather& g : feeds.gathers)
-      CUDA_CHECK(cudaMemcpyAsync(drawn_back + g.back_at, g.draws->tokens(),
-                                 static_cast<std::size_t>(g.draws->draws()) * sizeof(int), cudaMemcpyDeviceToHost, s));
+    for (const DrawGather& g : feeds.gathers) {
+      const std::size_t n = static_cast<std::size_t>(g.draws->draws());
+      CUDA_CHECK(cudaMemcpyAsync(drawn_back + g.back_at, g.draws->tokens(), n * sizeof(int), cudaMemcpyDeviceToHost, s));
+      if (g.draws->tree_budget() == 0) continue;
+      CUDA_CHECK(cudaMemcpyAsync(drawn_back + g.back_at + n, g.draws->parents(), n * sizeof(int), cudaMemcpyDeviceToHost, s));
+      CUDA_CHECK(cudaMemcpyAsync(drawn_back + g.back_at + 2 * n, g.draws->children_drawn(),
+                                 static_cast<std::size_t>(g.draws->children()) * sizeof(int), cudaMemcpyDeviceToHost, s));
+    }
     CUDA_CHECK(cudaStreamSynchronize(s));
-    std::vector<std::vector<int>> drafted(verify.size());
-    for (std::size_t i = 0; i < verify.size(); ++i) {
-      if (!verify[i].draws) continue;
-      const int* drawn = drawn_back + feeds.gathers[static_cast<std::size_t>(feeds.gather_of[i])].back_at;
-      for (const int d : verify[i].node_draws) {
-        SPECULA_CHECK(drawn[d] != -1, refused_draw(static_cast<std::size_t>(d)));
-        drafted[i].push_back(drawn[d]);
-      }
+    for (const DrawGather& g : feeds.gathers) {
+      const int* children = drawn_back + g.back_at + 2 * static_cast<std::size_t>(g.draws->draws());
+      for (std::size_t d = 0; d < static_cast<std::size_t>(g.draws->children()); ++d)
+        SPECULA_CHECK(children[d] != -1, refused_draw(d));
     }
     const int* back = static_cast<const int*>(ws.verify_back.ptr);
     ws.verify_result.assign(back, back + up.result_ints());
     std::vector<DeviceVerdict> out = unpack_verdicts(up, verify, ws.verify_result);
-    for (std::size_t i = 0; i < verify.size(); ++i) out[i].drafted = std::move(drafted[i]);
+    for (std::size_t i = 0; i < verify.size(); ++i) {
+      if (!verify[i].draws) continue;
+      const DrawGather& g = feeds.gathers[static_cast<std::size_t>(feeds.gather_of[i])];
+      const int* drawn = drawn_back + g.back_at;
+      const int* grown = drawn + g.draws->draws();  // dynamic trees' parents
+      for (const int d : verify[i].node_draws) {
+        SPECULA_CHECK(drawn[d] != -1, refused_draw(static_cast<std::size_t>(d)));
+        out[i].drafted.push_back(drawn[d]);
+        if (g.draws->tree_budget() > 0) out[i].parents.push_back(grown[d]);
+      }
+    }
     std::move(out.begin(), out.end(), verdicts.begin());
     float forward_ms = 0, verify_ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&forward_ms, ws.marks[0], ws.marks[1]));
@@ -347,12 +369,9 @@ class CudaBackend : public Backend {
 
   std::shared_ptr<const DeviceDraws> enqueue_draft(const DraftRounds& draft, PageStorage& pages,
                                                    Workspace& workspace) const override {
-    SPECULA_CHECK(!draft.dynamic.on(), "enqueue_draft: dynamic trees are drawn with forward_draft (their structure "
-                                       "comes back)");
     CudaWorkspace& ws = cuda_workspace(workspace);
     const EnqueuedRounds out = enqueue_rounds(draft, pages, ws);
-    return std::make_shared<CudaDraws>(ws, ws.draft_generation, draft.draw_rows(), draft.keep_q, draft.rounds(),
-                                       out.tokens, out.probs);
+    return std::make_shared<CudaDraws>(ws, ws.draft_generation, draft, out);
   }
 
  private:
@@ -381,22 +400,24 @@ class CudaBackend : public Backend {
   }
 
   // Draws left in a workspace's draft buffer by enqueue_draft: valid while the workspace's
-  // draft generation is theirs; `done` (the last round's mark) is recorded after them.
+  // draft generation is theirs; `done` (the last round's mark) is recorded after them. Of
+  // dynamic trees, the draws are the nodes, and the children the rounds drew their candidates.
   class CudaDraws : public DeviceDraws {
    public:
-    CudaDraws(const CudaWorkspace& ws, std::uint64_t generation, std::vector<int> draw_rows, bool keep_q, int rounds,
-              const int* tokens, const float* probs)
+    CudaDraws(const CudaWorkspace& ws, std::uint64_t generation, const DraftRounds& draft, const EnqueuedRounds& at)
         : ws_(ws),
           generation_(generation),
-          draw_rows_(std::move(draw_rows)),
-          keep_q_(keep_q),
-          rounds_(rounds),
-          tokens_(tokens),
-          probs_(probs) {}
-    int draws() const override { return static_cast<int>(draw_rows_.size()); }
+          draw_rows_(draft.draw_rows()),
+          keep_q_(draft.keep_q),
+          rounds_(draft.rounds()),
+          tree_budget_(draft.dynamic.budget),
+          nodes_(draft.dynamic_nodes()),
+          at_(at) {}
+    int draws() const override { return tree_budget_ > 0 ? nodes_ : static_cast<int>(draw_rows_.size()); }
     // The row of probs() draw d was drawn from.
     int q_row(int d) const { return draw_rows_[static_cast<std::size_t>(d)]; }
     bool keeps_q() const override { return keep_q_; }
+    int tree_budget() const override { return tree_budget_; }
     std::vector<double> round_seconds() const override {
       check_current();
       return CudaBackend::round_seconds(ws_, rounds_);
@@ -406,32 +427,42 @@ class CudaBackend : public Backend {
                     "device draws: a later forward_draft on their workspace has overwritten them");
     }
     cudaEvent_t done() const { return ws_.draft_marks[static_cast<std::size_t>(rounds_)]; }
-    const int* tokens() const { return tokens_; }
-    const float* probs() const { return probs_; }
+    const int* tokens() const { return tree_budget_ > 0 ? at_.node_tokens : at_.tokens; }  // [draws()]
+    const float* probs() const { return at_.probs; }
+    const int* parents() const { return at_.node_parents; }  // [draws()] of dynamic trees
+    // Of dynamic trees, the children the rounds drew (-1: a refused row), [children()].
+    const int* children_drawn() const { return at_.tokens; }
+    int children() const { return tree_budget_ > 0 ? static_cast<int>(draw_rows_.size()) : 0; }
 
    private:
     const CudaWorkspace& ws_;
     std::uint64_t generation_;
-    std::vector<int> draw_rows_;  // [draws] each draw's logit row
+    std::vector<int> draw_rows_;  // [the rounds' draws] each draw's logit row
     bool keep_q_;
     int rounds_;
-    const int* tokens_;
-    const float* probs_;
+    int tree_budget_, nodes_;     // dynamic trees: nodes a tree, in all
+    EnqueuedRounds at_;
   };
 
   // Where one source of device draws is gathered from in a forward_verify: int offsets into
   // the feed indices (-1: not from these draws) of the step's rows, [batch rows], the
-  // verification's nodes, [nodes], and its stochastic contexts' q rows, [stochastic contexts];
-  // and where the draws' tokens come back.
+  // verification's nodes, [nodes], its stochastic contexts' q rows, [stochastic contexts], and
+  // of dynamic trees, their root rows and first draws, [trees, 2] (TreeRowsArgs); and where
+  // the draws' tokens come back, then a dynamic tree's parents and its rounds' children.
   struct DrawGather {
     const CudaDraws* draws = nullptr;
-    std::size_t rows_at = 0, nodes_at = 0, q_at = 0, back_at = 0;
+    std::size_t rows_at = 0, nodes_at = 0, q_at = 0, trees_at = 0, back_at = 0;
+    std::vector<int> trees;  // [trees, 2] until laid out at trees_at
+    std::size_t back_ints() const {
+      const std::size_t n = static_cast<std::size_t>(draws->draws());
+      return draws->tree_budget() > 0 ? 2 * n + static_cast<std::size_t>(draws->children()) : n;
+    }
   };
   struct DrawFeeds {
     std::vector<DrawGather> gathers;
     std::vector<int> gather_of;  // [verify] its gather, -1 without draws
     std::vector<int> indices;    // the feed indices of every gather
-    std::size_t draws = 0;       // the draws of every gather, as they come back
+    std::size_t back = 0;        // the ints of every gather that come back
   };
 
   // The gathers of `verify`'s trees of device draws (one per distinct source), refusing draws
@@ -451,23 +482,28 @@ class CudaBackend : public Backend {
                             [draws](const DrawGather& x) { return x.draws == draws; });
       if (g == feeds.gathers.end()) {
         DrawGather added{draws, feeds.indices.size(), feeds.indices.size() + rows, feeds.indices.size() + rows + nodes,
-                         feeds.draws};
+                         0, feeds.back, {}};
         feeds.indices.resize(feeds.indices.size() + rows + nodes + q_rows, -1);
-        feeds.draws += static_cast<std::size_t>(draws->draws());
-        feeds.gathers.push_back(added);
+        feeds.back += added.back_ints();
+        feeds.gathers.push_back(std::move(added));
         g = feeds.gathers.end() - 1;
       }
       feeds.gather_of[i] = static_cast<int>(g - feeds.gathers.begin());
       const std::size_t first_row = static_cast<std::size_t>(batch.row_indptr[static_cast<std::size_t>(v.part)]) + 1;
+      if (draws->tree_budget() > 0) g->trees.insert(g->trees.end(), {static_cast<int>(first_row) - 1, v.node_draws[0]});
       const std::size_t first_node = static_cast<std::size_t>(up.first_node[i]);
       for (std::size_t j = 0; j < v.node_draws.size(); ++j) {
         feeds.indices[g->rows_at + first_row + j] = v.node_draws[j];
         feeds.indices[g->nodes_at + first_node + j] = v.node_draws[j];
-        if (v.greedy()) continue;
+        if (v.greedy() || !draws->keeps_q()) continue;
         // q at a context is the distribution its children's draws came from.
         const std::size_t row = static_cast<std::size_t>(up.first_context[i] - up.greedy_contexts + v.parents[j] + 1);
         feeds.indices[g->q_at + row] = draws->q_row(v.node_draws[j]);
       }
+    }
+    for (DrawGather& g : feeds.gathers) {
+      g.trees_at = feeds.indices.size();
+      feeds.indices.insert(feeds.indices.end(), g.trees.begin(), g.trees.end());
     }
     return feeds;
   }
@@ -591,10 +627,10 @@ class CudaBackend : public Backend {
 
   // Everything of a forward up to the logits in ws.logits, enqueued on the workspace's stream;
   // `feed_rows`, where given, is enqueued between the step's upload and its forward, with the
-  // device address of the upload's first RowDesc.
+  // upload's device address and layout.
   void enqueue_forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, CudaWorkspace& ws,
                        std::span<float> logits, const StateTaps& taps,
-                       const std::function<void(std::int32_t* rows)>& feed_rows = {}) const {
+                       const std::function<void(std::int32_t* upload, const StepLayout& layout)>& feed_rows = {}) const {
     const ModelConfig& c = config();
     const int n = batch.num_rows();
     const int num_logits = batch.num_logits();
@@ -617,7 +653,7 @@ class CudaBackend : public Backend {
     ws.host_upload.reserve(upload_bytes);
     std::memcpy(ws.host_upload.ptr, up.data.data(), upload_bytes);
     CUDA_CHECK(cudaMemcpyAsync(ws.upload.ptr, ws.host_upload.ptr, upload_bytes, cudaMemcpyHostToDevice, ws.stream));
-    if (feed_rows) feed_rows(ws.upload.as<std::int32_t>() + up.layout.rows);
+    if (feed_rows) feed_rows(ws.upload.as<std::int32_t>(), up.layout);
 
     ++ws.steps;
     const auto run = [&] { enqueue(up, ws, device_pages.view(), ws.upload.as<std::int32_t>(), taps); };
@@ -662,6 +698,9 @@ class CudaBackend : public Backend {
     for (const DrawGather& g : feeds.gathers) {
       launch_gather_tokens(g.draws->tokens(), feed_index + g.nodes_at, reinterpret_cast<int*>(base + up.at.tokens), 1,
                            up.nodes, true, s);
+      if (g.draws->tree_budget() > 0)
+        launch_gather_tokens(g.draws->parents(), feed_index + g.nodes_at, reinterpret_cast<int*>(base + up.at.parents),
+                             1, up.nodes, true, s);
       if (g.draws->keeps_q())
         launch_copy_rows(g.draws->probs(), vocab, feed_index + g.q_at, reinterpret_cast<float*>(base + up.at.q), vocab,
                          up.contexts - up.greedy_contexts, vocab, s);

@@ -143,6 +143,7 @@ TreeVerdicts verify_tree(const TreeBatch& batch, bool greedy) { return harness_m
 SampledRows sample(const SamplingBatch& batch) { return harness_module().sample(batch); }
 std::vector<int> draw_children(const ChildrenBatch& batch) { return harness_module().draw_children(batch); }
 DynamicGrowth grow_dynamic(const DynamicBatch& batch) { return harness_module().grow_dynamic(batch); }
+std::vector<std::int32_t> tree_rows(const TreeRowsBatch& batch) { return harness_module().tree_rows(batch); }
 
 }  // namespace cuda::harness
 }  // namespace specula

@@ -28,6 +28,7 @@ constexpr specula::cuda::CudaModule kModule = {
     &specula::cuda::harness::sample,
     &specula::cuda::harness::draw_children,
     &specula::cuda::harness::grow_dynamic,
+    &specula::cuda::harness::tree_rows,
 };
 
 }  // namespace

@@ -22,7 +22,7 @@
 
 namespace specula::cuda {
 
-inline constexpr int kCudaModuleAbi = 12;
+inline constexpr int kCudaModuleAbi = 13;
 inline constexpr const char* kCudaModuleSymbol = "specula_cuda_module";
 
 // Each member is the function of the same name in device.h, cuda_backend.h, head_cuda.h or
@@ -56,6 +56,7 @@ struct CudaModule {
   harness::SampledRows (*sample)(const harness::SamplingBatch& batch);
   std::vector<int> (*draw_children)(const harness::ChildrenBatch& batch);
   harness::DynamicGrowth (*grow_dynamic)(const harness::DynamicBatch& batch);
+  std::vector<std::int32_t> (*tree_rows)(const harness::TreeRowsBatch& batch);
 };
 
 // The module's one exported function (extern "C", named kCudaModuleSymbol).

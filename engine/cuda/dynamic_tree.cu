@@ -1,7 +1,8 @@
-// The dynamic-tree kernel of draft rounds (DraftRounds::dynamic, engine/device_draft.h): after a
-// round's children kernel, each sequence pushes the candidates of the contexts the round fed and
-// takes its next batch of nodes, as draft/tree_growth.cpp's advance_dynamic does on the host,
-// then writes the next round's rows from them.
+// The dynamic-tree kernels. Of draft rounds (DraftRounds::dynamic, engine/device_draft.h): after
+// a round's children kernel, each sequence pushes the candidates of the contexts the round fed
+// and takes its next batch of nodes, as draft/tree_growth.cpp's advance_dynamic does on the
+// host, then writes the next round's rows from them. Of a verify step reading such trees: their
+// rows' positions and masks from the nodes' parents.
 #include <cmath>
 
 #include "engine/cuda/cuda_check.cuh"
@@ -123,7 +124,40 @@ __global__ void grow_dynamic_kernel(DynamicTreeArgs a) {
   }
 }
 
+// One block per tree, a thread per node.
+__global__ void tree_rows_kernel(TreeRowsArgs a) {
+  const int t = blockIdx.x;
+  const int root = a.trees_at[2 * t], first = a.trees_at[2 * t + 1];
+  const int* tokens = a.node_tokens + first;
+  const int* parents = a.node_parents + first;
+  const int root_position = a.rows[root].position;
+  for (int i = threadIdx.x; i < a.budget; i += blockDim.x) {
+    RowDesc& row = a.rows[root + 1 + i];
+    const bool present = tokens[i] >= 0;
+    int depth = 1;
+    if (present)
+      for (int at = parents[i]; at >= 0; at = parents[at]) ++depth;
+    const int root_slot = row.prefix_len;
+    row.position = root_position + depth;
+    row.num_extra = depth + 1;
+    row.first = a.window > 0 && row.position - a.window + 1 > 0 ? row.position - a.window + 1 : 0;
+    std::int32_t* mask = a.mask + row.extra_begin;
+    mask[0] = root_slot;
+    int at = i;
+    for (int k = depth; k >= 1; --k) {
+      mask[k] = root_slot + 1 + at;
+      at = present ? parents[at] : -1;
+    }
+  }
+}
+
 }  // namespace
+
+void launch_tree_rows(const TreeRowsArgs& args, cudaStream_t stream) {
+  if (args.trees == 0) return;
+  SPECULA_LAUNCH(tree_rows_kernel, dim3(args.trees), dim3(kGrowThreads), 0, stream, args);
+  CUDA_CHECK_LAUNCH();
+}
 
 void launch_grow_dynamic(const DynamicTreeArgs& args, cudaStream_t stream) {
   if (args.sequences == 0) return;

@@ -312,4 +312,15 @@ DynamicGrowth grow_dynamic(const DynamicBatch& batch) {
   return out;
 }
 
+std::vector<std::int32_t> tree_rows(const TreeRowsBatch& batch) {
+  const Stream s;
+  Device<std::int32_t> upload(view(batch.upload), s);
+  Device<int> trees_at(view(batch.trees_at), s), tokens(view(batch.node_tokens), s), parents(view(batch.node_parents), s);
+  launch_tree_rows(TreeRowsArgs{static_cast<int>(batch.trees_at.size() / 2), batch.budget, batch.window, trees_at.ptr,
+                                tokens.ptr, parents.ptr, reinterpret_cast<RowDesc*>(upload.ptr + batch.layout.rows),
+                                upload.ptr + batch.layout.mask},
+                   s.s);
+  return upload.get();
+}
+
 }  // namespace specula::cuda::harness

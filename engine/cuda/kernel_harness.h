@@ -117,4 +117,17 @@ struct DynamicGrowth {
 };
 DynamicGrowth grow_dynamic(const DynamicBatch& batch);
 
+// Dynamic trees' rows in a verify step's upload (launch_tree_rows): the step as pack_step lays
+// it out (the trees planned as chains), the trees' roots and nodes.
+struct TreeRowsBatch {
+  std::vector<std::int32_t> upload;  // StepUpload::data
+  StepLayout layout;
+  std::vector<int> trees_at;         // [trees, 2] each tree's root row and first node
+  std::vector<int> node_tokens;      // [nodes] (kAbsentDraw: none)
+  std::vector<int> node_parents;     // [nodes] within each tree (-1: the root)
+  int budget = 0, window = 0;
+};
+// The upload after the kernel.
+std::vector<std::int32_t> tree_rows(const TreeRowsBatch& batch);
+
 }  // namespace specula::cuda::harness

@@ -71,7 +71,7 @@ void launch_silu_mul(const float* gu, float* act, int n, int ffn, cudaStream_t s
 // unchanged where -1. A negative draw (refused, -1, or absent, kAbsentDraw) gives token 0
 // unless keep_negative: what reads a row's token then is discarded. With dst the first
 // RowDesc's token and dst_stride kRowDescInts, it feeds a step's rows; with keep_negative, a
-// verification's nodes (an absent node is skipped there).
+// verification's nodes (an absent node is skipped there), or their parents (a dynamic tree's).
 //   drawn: in [*]; index: in [n]; dst: in/out [n, dst_stride], the first int of each
 void launch_gather_tokens(const int* drawn, const int* index, int* dst, int dst_stride, int n, bool keep_negative,
                           cudaStream_t stream);
@@ -172,6 +172,22 @@ struct DynamicTreeArgs {
   std::int32_t* next_mask = nullptr;  // in/out the next round's mask array
 };
 void launch_grow_dynamic(const DynamicTreeArgs& args, cudaStream_t stream);
+
+// The rows of dynamic trees a verify step reads from their draft device (DeviceVerify::draws
+// of dynamic trees): tree t's root is step row trees[2 t], its n = budget nodes the rows after
+// it, planned as a chain (node i's mask room i + 2 entries from its extra_begin); node i,
+// draw trees[2 t + 1] + i, gets position (the root's + its depth), window start and mask: the
+// root's slot (the rows' prefix_len), then its ancestors' and its own (root slot + 1 + node),
+// root first. An absent node (token < 0) sits under the root alone, at depth 1.
+struct TreeRowsArgs {
+  int trees = 0, budget = 0, window = 0;
+  const int* trees_at = nullptr;      // in [trees, 2] each tree's root row and first draw
+  const int* node_tokens = nullptr;   // in [*] drawn nodes (kAbsentDraw: none)
+  const int* node_parents = nullptr;  // in [*] each node's parent within its tree (-1: the root)
+  RowDesc* rows = nullptr;            // in/out the step's rows
+  std::int32_t* mask = nullptr;       // in/out the step's mask array
+};
+void launch_tree_rows(const TreeRowsArgs& args, cudaStream_t stream);
 
 // y = x W^T + bias, or y += (x W^T + bias) when `accumulate` (cpu::matmul, add_bias,
 // add_inplace): the batch-invariant kernel (each output element reduced over k in one fixed
