@@ -68,6 +68,10 @@ void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
     SPECULA_CHECK(v.top_k >= 0, where(), "top_k ", v.top_k, " is negative");
     SPECULA_CHECK(v.top_p > 0 && v.top_p <= 1, where(), "top_p ", v.top_p, " is outside (0, 1]");
     SPECULA_CHECK(v.min_p >= 0 && v.min_p <= 1, where(), "min_p ", v.min_p, " is outside [0, 1]");
+    SPECULA_CHECK(v.logprob_top >= -1 && v.logprob_top <= kMaxDeviceLogprobs, where(), "logprob_top ", v.logprob_top,
+                  " is outside [-1, ", kMaxDeviceLogprobs, "]");
+    SPECULA_CHECK(v.logprob_source == kLogprobRaw || v.logprob_source == kLogprobProcessed, where(),
+                  "logprob source code ", v.logprob_source, " is not 0 or 1");
     SPECULA_CHECK(v.rule == kRuleToken || v.rule == kRuleBlock || v.rule == kRuleTraversal, where(), "rule code ",
                   v.rule, " is not 0, 1 or 2");
     SPECULA_CHECK(v.rule == kRuleToken || !v.greedy(), where(), "rule ", v.rule,

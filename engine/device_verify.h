@@ -7,6 +7,7 @@
 #pragma once
 
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "engine/batch.h"
@@ -18,6 +19,12 @@ namespace specula {
 inline constexpr int kRuleToken = 0;      // verify_stochastic (verify/verifier.h)
 inline constexpr int kRuleBlock = 1;      // verify_block (verify/block_verifier.h): chains
 inline constexpr int kRuleTraversal = 2;  // verify_traversal (verify/traversal_verifier.h)
+
+// Which distribution the emitted tokens' log-probabilities are taken from: the values of
+// sampling/token_logprob.h's LogprobSource, and its bound on the alternatives.
+inline constexpr int kLogprobRaw = 0;        // log softmax of the target's logits
+inline constexpr int kLogprobProcessed = 1;  // log p, the distribution the sampler draws from
+inline constexpr int kMaxDeviceLogprobs = 20;
 
 // Batch span `part` holds the tree's root and its n nodes, logits of every row: row c of the
 // span is context c (0 the root, c > 0 after node c - 1). Temperature 0 verifies greedily
@@ -49,6 +56,11 @@ struct DeviceVerify {
   // ancestors, itself) and attention window, and the verification's parents.
   const DeviceDraws* draws = nullptr;
   std::span<const int> node_draws;  // in [n] when draws
+  // Where logprob_top >= 0: each emitted token's log-probability under logprob_source
+  // (kLogprob*: sampling/token_logprob.h's definitions, greedy's processed distribution one-hot)
+  // and its logprob_top most probable alternatives, ties to the lower id.
+  int logprob_top = -1;  // in [-1, kMaxDeviceLogprobs]
+  int logprob_source = kLogprobRaw;
   bool greedy() const { return temperature == 0; }
 };
 
@@ -58,6 +70,11 @@ struct DeviceVerdict {
   std::vector<int> tokens;          // the accepted tokens, then one bonus / corrected token
   std::vector<int> drafted;         // [n] each node's token as drawn (or kAbsentDraw), when DeviceVerify::draws
   std::vector<int> parents;         // [n] each node's parent as grown (-1: the root), when the draws are dynamic trees
+  // Where DeviceVerify::logprob_top >= 0, per emitted token: its log-probability, and its
+  // alternatives (token, log-probability), most probable first (a processed distribution's
+  // only from its support).
+  std::vector<double> logprobs;                          // [tokens]
+  std::vector<std::vector<std::pair<int, double>>> top;  // [tokens][<= logprob_top]
 };
 
 // Where a forward that verified on the device spent its time, between events on its stream:
@@ -80,7 +97,8 @@ int first_logit_row(const RaggedBatch& batch, int part);
 // and q empty or [n + 1, vocab] (present when a context's children are drawn from q, unless
 // the draws hold it); with draws, n draw indices within them, and q kept where a stochastic
 // context's children are drawn from it; with dynamic trees' draws, a whole tree's draws in
-// order, a chain of placeholder parents, no block rule, and every context's children kDrawTopK.
+// order, a chain of placeholder parents, no block rule, and every context's children kDrawTopK;
+// logprob_top in [-1, kMaxDeviceLogprobs] and a kLogprob* source.
 void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify> verify, int vocab);
 
 }  // namespace specula

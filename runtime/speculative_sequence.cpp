@@ -9,6 +9,7 @@
 namespace specula {
 
 static_assert(kDrawSampled == static_cast<int>(SiblingDraw::kSampled));
+static_assert(kMaxDeviceLogprobs == kMaxLogprobs);
 static_assert(kDrawWithoutReplacement == static_cast<int>(SiblingDraw::kWithoutReplacement));
 static_assert(kDrawTopK == static_cast<int>(SiblingDraw::kTopK));
 
@@ -121,7 +122,7 @@ const VerifyResult& SpeculativeSequence::verify_and_commit(std::span<const float
 }
 
 bool SpeculativeSequence::verifies_on_device() const {
-  return target_.backend.verifies_on_device() && !controls_.active() && logprob_top_ < 0;
+  return target_.backend.verifies_on_device() && !controls_.active();
 }
 
 DeviceVerify SpeculativeSequence::device_verify(int part, const SamplingOptions& sampling) {
@@ -132,6 +133,8 @@ DeviceVerify SpeculativeSequence::device_verify(int part, const SamplingOptions&
   v.parents = tree.parent;
   v.draws = proposal_.draws.get();
   v.node_draws = proposal_.node_draws;
+  v.logprob_top = logprob_top_;
+  v.logprob_source = logprob_source_ == LogprobSource::kProcessed ? kLogprobProcessed : kLogprobRaw;
   if (sampler_.is_greedy()) return v;
   v.temperature = sampling.temperature;
   v.top_k = sampling.top_k;
@@ -164,6 +167,11 @@ const VerifyResult& SpeculativeSequence::commit_verdict(DeviceVerdict verdict, S
   }
   result_.accepted_nodes = std::move(verdict.accepted_nodes);
   result_.tokens = std::move(verdict.tokens);
+  if (logprob_top_ >= 0) {
+    logprobs_.clear();
+    for (std::size_t k = 0; k < result_.tokens.size(); ++k)
+      logprobs_.push_back(TokenLogprob{result_.tokens[k], verdict.logprobs[k], std::move(verdict.top[k])});
+  }
   return commit(stats, Clock::now());
 }
 

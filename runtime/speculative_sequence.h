@@ -90,7 +90,7 @@ class SpeculativeSequence {
   // 3. sampling + verification of those rows' logits (in [tree size + 1, vocab]) and commit,
   const VerifyResult& verify_and_commit(std::span<const float> logits, SpeculativeStats& stats);
   //    or, where the target's backend verifies on its device and this step can be verified
-  //    there (no logit controls, no log-probabilities), the step's
+  //    there (no logit controls; log-probabilities come back with the verdict), the step's
   //    tree for the forward (Backend::forward_verify; `part`: its index in the forward's
   //    parts, `sampling`: the options this sequence's sampler was made from; a chain left on
   //    the draft device goes as its draws), drawing the step's uniforms as verify_and_commit

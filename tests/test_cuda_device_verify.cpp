@@ -4,9 +4,11 @@
 //   the sampler's p of the same rows' logits (a plain forward of the same batch on other
 //   forks: bitwise equal by batch invariance), for trees of several shapes, every sibling-draw mode, every sampling transform,
 //   with and without q, beside spans it does not verify (whose logits still come back while the
-//   verified spans' rows stay unwritten); speculative sampling verified on the device follows
+//   verified spans' rows stay unwritten), and the emitted tokens' log-probabilities (raw and
+//   processed, with alternatives) those of token_logprob on the same rows within a bound; speculative sampling verified on the device follows
 //   the target's law (chi-square); greedy speculation through the scheduler, verified on the
-//   device (a draft model's chains drawn on its device too), emits plain greedy decoding's tokens;
+//   device (a draft model's chains drawn on its device too), emits plain greedy decoding's tokens
+//   and, asked, its log-probabilities within a bound;
 //   sampled steps verify on the device under every rule;
 // - without a GPU: the refusals of malformed requests, the CPU backend's refusal, and
 //   pack_verify's layout (greedy sequences first, runs of logit rows, where verdicts land).
@@ -23,6 +25,7 @@
 #include "engine/cuda/verify_plan.h"
 #include "engine/forward.h"
 #include "sampling/sampler.h"
+#include "sampling/token_logprob.h"
 #include "tests/test_gpu_support.h"
 #include "tests/test_runtime_support.h"
 #include "tests/test_verify_support.h"
@@ -51,8 +54,12 @@ struct Case {
   std::vector<float> q;
   std::vector<double> uniforms;
   VerifyRule rule = VerifyRule::kToken;
+  int logprob_top = -1;  // >= 0: the emitted tokens' log-probabilities asked
+  LogprobSource logprob_source = LogprobSource::kRaw;
   DeviceVerify request(int part) const {
     DeviceVerify v = tree_request(part, tree.tokens, tree.parent);
+    v.logprob_top = logprob_top;
+    v.logprob_source = logprob_source == LogprobSource::kRaw ? kLogprobRaw : kLogprobProcessed;
     if (sampling.strategy == Strategy::kGreedy) return v;
     v.temperature = sampling.temperature;
     v.top_k = sampling.top_k;
@@ -173,6 +180,18 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
   add(SamplingOptions::sample(1.2f, 0, 0.9f), chain1, 0, all(SiblingDraw::kTopK), false, VerifyRule::kBlock);
   add(SamplingOptions::sample(1.0f, 0, 1.0f, 0.05f), chain1, 4, mixed, true, VerifyRule::kTraversal);
   add(SamplingOptions::sample(0.8f, 30), chain0, 3, all(SiblingDraw::kWithoutReplacement), true, VerifyRule::kTraversal);
+  // Log-probabilities of the emitted tokens: raw and processed, greedy and sampled, alternatives
+  // none to the most, past a truncated support (top-k 50, top-p 0.8, min-p 0.02).
+  const std::tuple<int, int, LogprobSource> logprobs[] = {{0, 5, LogprobSource::kRaw},
+                                                          {7, 3, LogprobSource::kProcessed},
+                                                          {2, 20, LogprobSource::kProcessed},
+                                                          {3, 0, LogprobSource::kRaw},
+                                                          {6, 20, LogprobSource::kProcessed},
+                                                          {11, 20, LogprobSource::kRaw}};
+  for (const auto& [c, top, source] : logprobs) {
+    cases[static_cast<std::size_t>(c)].logprob_top = top;
+    cases[static_cast<std::size_t>(c)].logprob_source = source;
+  }
 
   // The batch: the verified spans with two spans beside them (a decode row, a prefill chunk).
   struct Part {
@@ -236,7 +255,7 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
     for (int seq : device.seqs) cache.free(seq);
 
     std::size_t row = 0, k = 0;
-    int deep = 0, rejected = 0;
+    int deep = 0, rejected = 0, logprob_tokens = 0;
     for (std::size_t i = 0; i < layout.size(); ++i) {
       const std::size_t n = static_cast<std::size_t>(logit_rows(std::span(&host.parts[i], 1)));
       const std::span<const float> mine = std::span(host_logits).subspan(row * vocab, n * vocab);
@@ -265,9 +284,34 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
       const DeviceVerdict& got = verdicts[k++];
       CHECK(got.accepted_nodes == want.accepted_nodes);
       CHECK(got.tokens == want.tokens);
+      // Each emitted token's log-probabilities against token_logprob on the host's row: raw
+      // within the order of the sums, processed within the sampling kernel's bound on p;
+      // alternatives the same tokens except where two lie within that bound.
+      CHECK(got.logprobs.size() == (c.logprob_top >= 0 ? want.tokens.size() : 0));
+      for (std::size_t e = 0; e < got.logprobs.size() && got.tokens == want.tokens; ++e) {
+        const std::size_t context = e == 0 ? 0 : static_cast<std::size_t>(want.accepted_nodes[e - 1]) + 1;
+        std::vector<float> row(mine.begin() + static_cast<std::ptrdiff_t>(context * vocab),
+                               mine.begin() + static_cast<std::ptrdiff_t>((context + 1) * vocab));
+        if (c.logprob_source == LogprobSource::kProcessed) make_sampler(c.sampling)->distribution(std::vector<float>(row), row);
+        const TokenLogprob expected = token_logprob(c.logprob_source, row, want.tokens[e], c.logprob_top);
+        const double bound = c.logprob_source == LogprobSource::kRaw ? 1e-9 : 1e-6;
+        const auto near = [bound](double a, double b) { return a == b || std::abs(a - b) <= bound; };
+        INFO("emitted token " << e);
+        CHECK(near(got.logprobs[e], expected.logprob));
+        REQUIRE(got.top[e].size() == expected.top.size());
+        for (std::size_t j = 0; j < expected.top.size(); ++j) {
+          CHECK(near(got.top[e][j].second, expected.top[j].second));
+          const auto tied = [&](std::size_t a, std::size_t b) {
+            return b < expected.top.size() && near(expected.top[a].second, expected.top[b].second);
+          };
+          CHECK((got.top[e][j].first == expected.top[j].first || tied(j, j + 1) || (j > 0 && tied(j, j - 1))));
+        }
+        ++logprob_tokens;
+      }
       deep += want.accepted_nodes.size() >= 2 ? 1 : 0;
       rejected += static_cast<int>(want.accepted_nodes.size()) < c.tree.size() ? 1 : 0;
     }
+    CHECK(logprob_tokens >= 8);
     if (!count_paths) return;
     CHECK(deep >= 2);      // paths past the first node were walked
     CHECK(rejected >= 2);  // and rejections drew from residuals
@@ -477,6 +521,56 @@ TEST_CASE("cuda backend: greedy speculation verified on the device emits plain g
   }
 }
 
+// Log-probabilities through the scheduler on the device path: greedy speculation (draft-1m
+// drafting for itself, a chain drawn on its device and left there) verified on the device
+// reports plain decoding's tokens and, raw and processed, its log-probabilities (token_logprob
+// on the host over the device's logits) within the bounds of the kernel's sums and p.
+TEST_CASE("cuda backend: greedy speculation verified on the device reports plain decoding's log-probabilities", "[gpu]") {
+  REQUIRE_GPU();
+  const std::vector<int> prompt = test::reference_prompts()[1];
+  // Sanitized: raw alone (the kernel's sums).
+  const std::vector<LogprobSource> sources = test::kSanitized ? std::vector{LogprobSource::kRaw}
+                                                              : std::vector{LogprobSource::kRaw, LogprobSource::kProcessed};
+  for (const LogprobSource source : sources) {
+    INFO(name_of(source));
+    std::vector<RequestOutcome> outcomes;
+    std::vector<long> verified;
+    for (const bool speculative : {false, true}) {
+      GenerateOptions o = test::base_options(prompt, 6);
+      o.model_dir = test::model_dir("draft-1m");
+      o.backend = BackendKind::kCuda;
+      o.logprobs = 5;
+      o.logprobs_source = source;
+      if (speculative) o.draft = test::model_draft("draft-1m", 3, {}, 0);
+      SchedulerLimits limits;
+      limits.kv_blocks = 64;
+      Scheduler scheduler(test::store(), o, limits);
+      scheduler.submit(o, 0);
+      scheduler.run();
+      outcomes.push_back(scheduler.outcome(0));
+      verified.push_back(scheduler.stats().device_verified);
+    }
+    CHECK(verified[0] == 0);
+    CHECK(verified[1] > 0);
+    const std::vector<TokenLogprob>& plain = outcomes[0].logprobs.at(0);
+    const std::vector<TokenLogprob>& spec = outcomes[1].logprobs.at(0);
+    CHECK(outcomes[1].samples == outcomes[0].samples);
+    REQUIRE(spec.size() == plain.size());
+    const double bound = source == LogprobSource::kRaw ? 1e-9 : 1e-6;
+    const auto near = [bound](double a, double b) { return a == b || std::abs(a - b) <= bound; };
+    for (std::size_t t = 0; t < plain.size(); ++t) {
+      INFO("token " << t);
+      CHECK(spec[t].token == plain[t].token);
+      CHECK(near(spec[t].logprob, plain[t].logprob));
+      REQUIRE(spec[t].top.size() == plain[t].top.size());
+      for (std::size_t j = 0; j < plain[t].top.size(); ++j) {
+        CHECK(spec[t].top[j].first == plain[t].top[j].first);
+        CHECK(near(spec[t].top[j].second, plain[t].top[j].second));
+      }
+    }
+  }
+}
+
 // The scheduler verifies every sampled step on the device under every rule (a draft model's
 // chain drawn there too).
 TEST_CASE("cuda backend: sampled steps verify on the device under every verification rule", "[gpu]") {
@@ -584,6 +678,14 @@ TEST_CASE("device verification: malformed requests are refused naming the entry 
   v = greedy;
   v.rule = kRuleBlock;
   refused(v, "rule 1 verifies sampled trees");
+  v = greedy;
+  v.logprob_top = 21;
+  refused(v, "logprob_top 21 is outside [-1, 20]");
+  v.logprob_top = 2;
+  v.logprob_source = 2;
+  refused(v, "logprob source code 2 is not 0 or 1");
+  v.logprob_source = kLogprobProcessed;
+  CHECK_NOTHROW(check_device_verify(batch, std::vector{v}, vocab));
   CHECK_THROWS_WITH(check_device_verify(batch, std::vector{greedy, greedy}, vocab),
                     Contains("entry 1") && Contains("verified twice"));
 

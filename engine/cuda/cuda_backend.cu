@@ -132,7 +132,7 @@ struct CudaWorkspace : Workspace {
   PinnedBuffer host_upload;
   DeviceBuffer verify;             // forward_verify's upload, outputs and scratch (VerifyUpload)
   PinnedBuffer verify_staging;     // its upload on the host, [upload_bytes]
-  PinnedBuffer verify_back;        // what comes back of it, [result_ints] int
+  PinnedBuffer verify_back;        // what comes back of it, [result_ints] int, then from logprobs_back_at its log-probabilities
   std::vector<int> verify_result;  // the same, read after the synchronisation
   cudaEvent_t marks[3] = {};       // forward_verify's start, forward done, verification done
   DeviceBuffer draft;              // forward_draft's upload and outputs (DraftUpload)
@@ -274,7 +274,8 @@ class CudaBackend : public Backend {
     CUDA_CHECK(cudaEventRecord(ws.marks[0], s));
     enqueue_forward(batch, plan, pages, ws, logits, taps, feed_rows);
     CUDA_CHECK(cudaEventRecord(ws.marks[1], s));
-    const std::size_t result_bytes = up.result_ints() * sizeof(int);
+    const std::size_t result_bytes =
+        logprobs_back_at(up) + (up.logprobs ? static_cast<std::size_t>(up.contexts) * sizeof(EmittedLogprob) : 0);
     if (ws.verify.bytes < up.device_bytes || ws.verify_staging.bytes < up.upload_bytes ||
         ws.verify_back.bytes < result_bytes) {
       CUDA_CHECK(cudaStreamSynchronize(s));  // the old buffers may still be read by queued work
@@ -316,7 +317,11 @@ class CudaBackend : public Backend {
     }
     const int* back = static_cast<const int*>(ws.verify_back.ptr);
     ws.verify_result.assign(back, back + up.result_ints());
-    std::vector<DeviceVerdict> out = unpack_verdicts(up, verify, ws.verify_result);
+    const auto* logprobs_back = reinterpret_cast<const EmittedLogprob*>(static_cast<const unsigned char*>(ws.verify_back.ptr) +
+                                                                       logprobs_back_at(up));
+    std::vector<DeviceVerdict> out = unpack_verdicts(
+        up, verify, ws.verify_result,
+        std::span<const EmittedLogprob>(logprobs_back, up.logprobs ? static_cast<std::size_t>(up.contexts) : 0));
     for (std::size_t i = 0; i < verify.size(); ++i) {
       if (!verify[i].draws) continue;
       const DrawGather& g = feeds.gathers[static_cast<std::size_t>(feeds.gather_of[i])];
@@ -710,7 +715,8 @@ class CudaBackend : public Backend {
   // The verification of the uploaded inputs (captured as a graph per shape): the sampling
   // kernel per run of verified logit rows (p for stochastic contexts, the argmax for greedy
   // ones, a draw with uniform 0 whose -1 marks a row the CPU refuses), the greedy and the
-  // stochastic verification kernels, the result into verify_back.
+  // stochastic verification kernels, the result into verify_back; where asked, the emitted
+  // tokens' log-probabilities after it.
   void enqueue_verify(const VerifyUpload& up, CudaWorkspace& ws) const {
     const int vocab = config().vocab_size;
     const cudaStream_t s = ws.stream;
@@ -742,7 +748,27 @@ class CudaBackend : public Backend {
                                static_cast<const long long*>(at(up.at.scratch_first)), doubles(up.at.scratch),
                                counts + up.greedy, accepted + up.greedy_nodes, emitted + up.greedy_contexts, s);
     CUDA_CHECK(cudaMemcpyAsync(ws.verify_back.ptr, sampled, up.result_ints() * sizeof(int), cudaMemcpyDeviceToHost, s));
+    if (!up.logprobs) return;
+    LogprobArgs lp;
+    lp.contexts = up.contexts;
+    lp.vocab = vocab;
+    lp.sequence = ints(up.at.logprob_sequence);
+    lp.source = ints(up.at.logprob_source);
+    lp.top = ints(up.at.logprob_top);
+    lp.first = ints(up.at.logprob_first);
+    lp.counts = counts;
+    lp.accepted = accepted;
+    lp.emitted = emitted;
+    lp.logits = ws.logits.as<float>();
+    lp.probs = probs;
+    lp.out = reinterpret_cast<EmittedLogprob*>(at(up.at.logprobs));
+    launch_emitted_logprobs(lp, s);
+    CUDA_CHECK(cudaMemcpyAsync(static_cast<unsigned char*>(ws.verify_back.ptr) + logprobs_back_at(up), lp.out,
+                               static_cast<std::size_t>(up.contexts) * sizeof(EmittedLogprob), cudaMemcpyDeviceToHost, s));
   }
+
+  // Where the log-probabilities sit in verify_back: after the result's ints.
+  static std::size_t logprobs_back_at(const VerifyUpload& up) { return align_up(up.result_ints() * sizeof(int), 16); }
 
   struct LayerPointers {
     const __nv_bfloat16 *qkv, *o, *gate_up, *down;

@@ -18,6 +18,7 @@
 #include "base/dtype.h"
 #include "engine/cuda/cuda_plan.h"
 #include "engine/cuda/draft_plan.h"
+#include "engine/cuda/verify_plan.h"
 #include "engine/cuda/launch.cuh"
 
 namespace specula::cuda {
@@ -120,6 +121,28 @@ void launch_verify_stochastic(const int* node_indptr, const int* tokens, const i
                               const float* p, const float* q, const double* uniforms, const int* rule, int vocab,
                               int num_sequences, const long long* scratch_first, double* workspace,
                               int* accepted_count, int* accepted_nodes, int* out_tokens, cudaStream_t stream);
+
+// The emitted tokens' log-probabilities after a verification (logprobs.cu, one block per
+// context slot): slot first_context + k of a sequence s with source[s] >= 0 (kLogprob*) and
+// k <= counts[s] is its emitted token k, drawn at context 0 (k = 0) or after accepted node
+// k - 1; its row is logit row first_logit + context of `logits` (raw) or context
+// first_context + context of `probs` (processed). Writes out[slot]: the token's
+// log-probability and the top[s] most probable alternatives (sampling/token_logprob.h), token
+// -1 past them; other slots are not written.
+struct LogprobArgs {
+  int contexts = 0, vocab = 0;
+  const int* sequence = nullptr;  // in [contexts] each slot's sequence (the verification's numbering)
+  const int* source = nullptr;    // in [sequences] kLogprob* code, -1: none asked
+  const int* top = nullptr;       // in [sequences] alternatives asked
+  const int* first = nullptr;     // in [sequences, 3] first context, first node, first logit row
+  const int* counts = nullptr;    // in [sequences] accepted counts
+  const int* accepted = nullptr;  // in [nodes] accepted nodes
+  const int* emitted = nullptr;   // in [contexts] emitted tokens
+  const float* logits = nullptr;  // in [logit rows, vocab]
+  const float* probs = nullptr;   // in [contexts, vocab]
+  EmittedLogprob* out = nullptr;  // out [contexts]
+};
+void launch_emitted_logprobs(const LogprobArgs& args, cudaStream_t stream);
 
 // Sampling of a batch of rows (sample.cu, one block per row): the distribution of
 // sampling/logit_transforms.h's chain for the row's options (temperature, then top-k when

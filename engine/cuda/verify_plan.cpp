@@ -49,6 +49,12 @@ std::vector<std::size_t> VerifyUpload::shape() const {
                                at.probs,
                                at.scratch,
                                at.result,
+                               at.logprob_sequence,
+                               at.logprob_source,
+                               at.logprob_top,
+                               at.logprob_first,
+                               at.logprobs,
+                               static_cast<std::size_t>(logprobs),
                                upload_bytes,
                                device_bytes};
   for (const Run& run : sample_runs)
@@ -77,9 +83,15 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   std::size_t scratch = 0;
   std::vector<float> temperature, top_p, min_p;
   std::vector<double> uniforms;
+  std::vector<int> logprob_sequence, logprob_source, logprob_top, logprob_first;
   for (std::size_t k = 0; k < order.size(); ++k) {
     const DeviceVerify& v = verify[order[k]];
     const int n = static_cast<int>(v.tokens.size());
+    logprob_sequence.insert(logprob_sequence.end(), static_cast<std::size_t>(n + 1), static_cast<int>(k));
+    logprob_source.push_back(v.logprob_top >= 0 ? v.logprob_source : -1);
+    logprob_top.push_back(std::max(v.logprob_top, 0));
+    logprob_first.insert(logprob_first.end(), {up.contexts, up.nodes, first_logit_row(batch, v.part)});
+    up.logprobs = up.logprobs || v.logprob_top >= 0;
     up.sequence[order[k]] = static_cast<int>(k);
     up.first_node[order[k]] = up.nodes;
     up.first_context[order[k]] = up.contexts;
@@ -125,10 +137,15 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   up.at.draw_uniforms = take(contexts * sizeof(double));
   up.at.uniforms = take(uniforms.size() * sizeof(double));
   up.at.q = take(stochastic_contexts * v * sizeof(float));
+  up.at.logprob_sequence = take(logprob_sequence.size() * sizeof(int));
+  up.at.logprob_source = take(logprob_source.size() * sizeof(int));
+  up.at.logprob_top = take(logprob_top.size() * sizeof(int));
+  up.at.logprob_first = take(logprob_first.size() * sizeof(int));
   up.upload_bytes = at;
   up.at.probs = take(contexts * v * sizeof(float));
   up.at.scratch = take(scratch * sizeof(double));
   up.at.result = take(up.result_ints() * sizeof(int));
+  up.at.logprobs = take((up.logprobs ? contexts : 0) * sizeof(EmittedLogprob));
   up.device_bytes = at;
 
   up.data.assign(up.upload_bytes, 0);  // zeros: the draw uniforms and the q rows of sequences without q
@@ -144,6 +161,10 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   put(up.data, up.at.top_p, std::span<const float>(top_p));
   put(up.data, up.at.min_p, std::span<const float>(min_p));
   put(up.data, up.at.uniforms, std::span<const double>(uniforms));
+  put(up.data, up.at.logprob_sequence, std::span<const int>(logprob_sequence));
+  put(up.data, up.at.logprob_source, std::span<const int>(logprob_source));
+  put(up.data, up.at.logprob_top, std::span<const int>(logprob_top));
+  put(up.data, up.at.logprob_first, std::span<const int>(logprob_first));
   for (std::size_t i = 0; i < verify.size(); ++i) {
     if (verify[i].greedy() || verify[i].q.empty()) continue;
     const std::size_t row = static_cast<std::size_t>(up.first_context[i] - up.greedy_contexts);
@@ -171,9 +192,11 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
 }
 
 std::vector<DeviceVerdict> unpack_verdicts(const VerifyUpload& up, std::span<const DeviceVerify> verify,
-                                           std::span<const int> result) {
+                                           std::span<const int> result, std::span<const EmittedLogprob> logprobs) {
   SPECULA_CHECK(result.size() == up.result_ints(), "device verification: ", result.size(), " result ints, need ",
                 up.result_ints());
+  SPECULA_CHECK(logprobs.size() == (up.logprobs ? static_cast<std::size_t>(up.contexts) : 0),
+                "device verification: ", logprobs.size(), " log-probabilities, need ", up.logprobs ? up.contexts : 0);
   const std::size_t contexts = static_cast<std::size_t>(up.contexts);
   const std::span<const int> sampled = result.first(contexts);
   const std::span<const int> counts = result.subspan(contexts, static_cast<std::size_t>(up.greedy + up.stochastic));
@@ -197,6 +220,13 @@ std::vector<DeviceVerdict> unpack_verdicts(const VerifyUpload& up, std::span<con
                   ": no token could be drawn (the target's distribution has no mass there)");
     verdicts[i].accepted_nodes.assign(path.begin(), path.end());
     verdicts[i].tokens.assign(tokens.begin(), tokens.end());
+    if (verify[i].logprob_top < 0) continue;
+    for (std::size_t k = 0; k < tokens.size(); ++k) {
+      const EmittedLogprob& e = logprobs[c0 + k];
+      verdicts[i].logprobs.push_back(e.logprob);
+      std::vector<std::pair<int, double>>& top = verdicts[i].top.emplace_back();
+      for (int j = 0; j < verify[i].logprob_top && e.top_token[j] >= 0; ++j) top.emplace_back(e.top_token[j], e.top_logprob[j]);
+    }
   }
   return verdicts;
 }

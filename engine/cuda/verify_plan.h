@@ -15,6 +15,15 @@
 
 namespace specula::cuda {
 
+// One emitted token's log-probability and its alternatives (DeviceVerify::logprob_top), as the
+// log-probability kernel writes them: alternatives past those asked, or past a processed
+// distribution's support, are token -1.
+struct EmittedLogprob {
+  double logprob;
+  double top_logprob[kMaxDeviceLogprobs];
+  int top_token[kMaxDeviceLogprobs];
+};
+
 // Greedy sequences come first, then stochastic ones, in the order of `verify`; their nodes and
 // contexts likewise. Byte offsets are into one device buffer: the upload [0, upload_bytes),
 // then the kernels' outputs and scratch.
@@ -38,7 +47,13 @@ struct VerifyUpload {
     std::size_t probs = 0;              // [contexts, vocab] float, the sampling kernel's output
     std::size_t scratch = 0;            // double, the stochastic kernel's workspace: each sequence's levels
     std::size_t result = 0;             // [result_ints()] int, what comes back
+    // Log-probabilities (where any entry asks): each context slot's sequence, [contexts] int;
+    // each sequence's source (-1: none), alternatives and firsts (context, node, logit row),
+    // [sequences] int, [sequences, 3] int; the kernel's output, [contexts] EmittedLogprob, which
+    // comes back too.
+    std::size_t logprob_sequence = 0, logprob_source = 0, logprob_top = 0, logprob_first = 0, logprobs = 0;
   } at;
+  bool logprobs = false;                          // an entry asks for log-probabilities
   std::size_t upload_bytes = 0, device_bytes = 0;
   // The result: [contexts] each context's sampled token (greedy: its argmax; -1: a row the CPU
   // refuses), [greedy + stochastic] accepted counts, [nodes] accepted nodes, [contexts] emitted
@@ -61,9 +76,11 @@ struct VerifyUpload {
 // The upload of `verify` (check_device_verify first) for `batch` on a model of `vocab` tokens.
 VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify> verify, int vocab);
 
-// Each entry's verdict from the result (VerifyUpload::result_ints() ints). Throws SpeculaError
-// naming the batch span and context where a row was refused or a token could not be drawn.
+// Each entry's verdict from the result (VerifyUpload::result_ints() ints) and, where it asked
+// for them, its log-probabilities ([contexts] when VerifyUpload::logprobs, else empty). Throws
+// SpeculaError naming the batch span and context where a row was refused or a token could not
+// be drawn.
 std::vector<DeviceVerdict> unpack_verdicts(const VerifyUpload& up, std::span<const DeviceVerify> verify,
-                                           std::span<const int> result);
+                                           std::span<const int> result, std::span<const EmittedLogprob> logprobs = {});
 
 }  // namespace specula::cuda
