@@ -256,6 +256,7 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
 
     std::size_t row = 0, k = 0;
     int deep = 0, rejected = 0, logprob_tokens = 0;
+    double worst_raw = 0, worst_processed = 0;  // the largest log-probability differences
     for (std::size_t i = 0; i < layout.size(); ++i) {
       const std::size_t n = static_cast<std::size_t>(logit_rows(std::span(&host.parts[i], 1)));
       const std::span<const float> mine = std::span(host_logits).subspan(row * vocab, n * vocab);
@@ -295,7 +296,12 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
         if (c.logprob_source == LogprobSource::kProcessed) make_sampler(c.sampling)->distribution(std::vector<float>(row), row);
         const TokenLogprob expected = token_logprob(c.logprob_source, row, want.tokens[e], c.logprob_top);
         const double bound = c.logprob_source == LogprobSource::kRaw ? 1e-9 : 1e-6;
-        const auto near = [bound](double a, double b) { return a == b || std::abs(a - b) <= bound; };
+        const auto near = [&](double a, double b) {
+          if (a == b) return true;
+          double& worst = c.logprob_source == LogprobSource::kRaw ? worst_raw : worst_processed;
+          worst = std::max(worst, std::abs(a - b));
+          return std::abs(a - b) <= bound;
+        };
         INFO("emitted token " << e);
         CHECK(near(got.logprobs[e], expected.logprob));
         REQUIRE(got.top[e].size() == expected.top.size());
@@ -312,6 +318,8 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
       rejected += static_cast<int>(want.accepted_nodes.size()) < c.tree.size() ? 1 : 0;
     }
     CHECK(logprob_tokens >= 8);
+    WARN("log-probabilities of " << logprob_tokens << " emitted tokens: largest difference " << worst_raw << " raw, "
+                                 << worst_processed << " processed");
     if (!count_paths) return;
     CHECK(deep >= 2);      // paths past the first node were walked
     CHECK(rejected >= 2);  // and rejections drew from residuals
@@ -557,7 +565,12 @@ TEST_CASE("cuda backend: greedy speculation verified on the device reports plain
     CHECK(outcomes[1].samples == outcomes[0].samples);
     REQUIRE(spec.size() == plain.size());
     const double bound = source == LogprobSource::kRaw ? 1e-9 : 1e-6;
-    const auto near = [bound](double a, double b) { return a == b || std::abs(a - b) <= bound; };
+    double worst = 0;  // the largest difference
+    const auto near = [&](double a, double b) {
+      if (a == b) return true;
+      worst = std::max(worst, std::abs(a - b));
+      return std::abs(a - b) <= bound;
+    };
     for (std::size_t t = 0; t < plain.size(); ++t) {
       INFO("token " << t);
       CHECK(spec[t].token == plain[t].token);
@@ -568,6 +581,7 @@ TEST_CASE("cuda backend: greedy speculation verified on the device reports plain
         CHECK(near(spec[t].top[j].second, plain[t].top[j].second));
       }
     }
+    WARN(name_of(source) << " log-probabilities of " << plain.size() << " tokens: largest difference " << worst);
   }
 }
 
