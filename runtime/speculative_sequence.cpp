@@ -9,9 +9,9 @@
 namespace specula {
 
 static_assert(kDrawSampled == static_cast<int>(SiblingDraw::kSampled));
-static_assert(kMaxDeviceLogprobs == kMaxLogprobs);
 static_assert(kDrawWithoutReplacement == static_cast<int>(SiblingDraw::kWithoutReplacement));
 static_assert(kDrawTopK == static_cast<int>(SiblingDraw::kTopK));
+static_assert(kMaxDeviceLogprobs == kMaxLogprobs);
 
 DeviceDrafting run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
                           std::vector<DraftCall>* calls, bool device_verify) {
@@ -168,6 +168,9 @@ const VerifyResult& SpeculativeSequence::commit_verdict(DeviceVerdict verdict, S
   result_.accepted_nodes = std::move(verdict.accepted_nodes);
   result_.tokens = std::move(verdict.tokens);
   if (logprob_top_ >= 0) {
+    SPECULA_CHECK(verdict.logprobs.size() == result_.tokens.size() && verdict.top.size() == result_.tokens.size(),
+                  "speculative step: the verdict gives ", verdict.logprobs.size(), " log-probabilities for ",
+                  result_.tokens.size(), " tokens");
     logprobs_.clear();
     for (std::size_t k = 0; k < result_.tokens.size(); ++k)
       logprobs_.push_back(TokenLogprob{result_.tokens[k], verdict.logprobs[k], std::move(verdict.top[k])});
