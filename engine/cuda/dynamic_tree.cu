@@ -5,6 +5,7 @@
 // rows' positions and masks from the nodes' parents.
 #include <cmath>
 
+#include "engine/cuda/block_reduce.cuh"
 #include "engine/cuda/cuda_check.cuh"
 #include "engine/cuda/kernels.cuh"
 #include "engine/device_draft.h"
@@ -14,37 +15,19 @@ namespace {
 
 constexpr int kGrowThreads = 128;
 
-struct BestShared {
-  double score[kGrowThreads];
-  int at[kGrowThreads];
-  int out;
-};
-
 // The candidate not yet taken of the largest score, the earliest pushed among equals (the host's
 // priority queue order); -1 when every one is taken.
-__device__ int best_candidate(const DynamicCandidate* pool, int size, BestShared& sh) {
+__device__ int best_candidate(const DynamicCandidate* pool, int size, BlockShared& sh) {
   double best = 0;
   int at = -1;
   for (int i = threadIdx.x; i < size; i += blockDim.x)
     if (!pool[i].taken && (at < 0 || pool[i].score > best)) best = pool[i].score, at = i;
-  sh.score[threadIdx.x] = best;
-  sh.at[threadIdx.x] = at;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int t = 1; t < static_cast<int>(blockDim.x); ++t) {
-      const int other = sh.at[t];
-      if (other >= 0 && (at < 0 || sh.score[t] > best || (sh.score[t] == best && other < at)))
-        best = sh.score[t], at = other;
-    }
-    sh.out = at;
-  }
-  __syncthreads();
-  return sh.out;
+  return block_argmax(best, at, sh);
 }
 
 // One block per sequence.
 __global__ void grow_dynamic_kernel(DynamicTreeArgs a) {
-  __shared__ BestShared sh;
+  __shared__ BlockShared sh;
   const int s = blockIdx.x;
   const std::size_t nodes_at = static_cast<std::size_t>(s) * static_cast<std::size_t>(a.budget);
   int* tokens = a.node_tokens + nodes_at;

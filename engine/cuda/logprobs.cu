@@ -11,22 +11,19 @@
 // One block per context slot; each row is read n + 2 times, n <= kMaxDeviceLogprobs.
 #include <cmath>
 
+#include "engine/cuda/block_reduce.cuh"
 #include "engine/cuda/cuda_check.cuh"
-#include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.cuh"
 #include "engine/device_verify.h"
 
 namespace specula::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kBlockSlots;
 
 struct Shared {
-  double sum[kThreads];
-  float value[kThreads];
-  int at[kThreads];
-  float partial[kThreads / 32];
-  int taken[kMaxDeviceLogprobs];
+  BlockShared reduce;
+  int taken[kMaxDeviceLogprobs];  // the alternatives so far
 };
 
 // The largest entry of `row` not among taken[0, n), the lower id among equals; -1 when none is
@@ -39,21 +36,7 @@ __device__ int best_untaken(const float* row, int vocab, int n, Shared& sh) {
     for (int j = 0; j < n; ++j) taken = taken || sh.taken[j] == v;
     if (!taken && (at < 0 || row[v] > best)) best = row[v], at = v;
   }
-  sh.value[threadIdx.x] = best;
-  sh.at[threadIdx.x] = at;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int t = 1; t < static_cast<int>(blockDim.x); ++t) {
-      const int other = sh.at[t];
-      if (other >= 0 && (at < 0 || sh.value[t] > best || (sh.value[t] == best && other < at)))
-        best = sh.value[t], at = other;
-    }
-    sh.at[0] = at;
-  }
-  __syncthreads();
-  const int out = sh.at[0];
-  __syncthreads();  // sh.at is written again by the next round
-  return out;
+  return block_argmax(best, at, sh.reduce);
 }
 
 __global__ void emitted_logprobs_kernel(LogprobArgs a) {
@@ -76,18 +59,10 @@ __global__ void emitted_logprobs_kernel(LogprobArgs a) {
   if (source == kLogprobRaw) {
     float local_max = -INFINITY;
     for (int i = threadIdx.x; i < a.vocab; i += blockDim.x) local_max = fmaxf(local_max, row[i]);
-    const float max = block_max<kThreads>(local_max, sh.partial);
+    const float max = block_max(local_max, sh.reduce);
     double partial = 0;
     for (int i = threadIdx.x; i < a.vocab; i += blockDim.x) partial += exp(double(row[i]) - double(max));
-    sh.sum[threadIdx.x] = partial;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      double sum = 0;
-      for (int t = 0; t < static_cast<int>(blockDim.x); ++t) sum += sh.sum[t];
-      sh.sum[0] = double(max) + log(sum);
-    }
-    __syncthreads();
-    offset = sh.sum[0];
+    offset = double(max) + log(block_sum(partial, sh.reduce));
   }
   const auto log_of = [&](int i) {
     const double x = row[i];

@@ -39,6 +39,7 @@
 // Complexity per row: O(vocab) for temperature, numerators, min-p and the draw; 32 passes of
 // O(vocab) for top-k and 34 for top-p; each pass one block reduction. No global scratch: the
 // probs row holds the numerators (-1 marks a dropped token) until it is normalised.
+#include "engine/cuda/block_reduce.cuh"
 #include "engine/cuda/cuda_check.cuh"
 #include "engine/cuda/kernels.cuh"
 #include "engine/device_verify.h"
@@ -46,7 +47,7 @@
 namespace specula::cuda {
 namespace {
 
-constexpr int kSampleThreads = 256;  // the most threads a block has (Shared's slots)
+constexpr int kSampleThreads = kBlockSlots;  // threads a block has, one BlockShared slot each
 constexpr float kDropped = -1.0f;  // in the probs row while it holds numerators: not a candidate
 
 __device__ __forceinline__ float infinity() { return __uint_as_float(0x7f800000u); }
@@ -82,54 +83,6 @@ __device__ __forceinline__ unsigned order_key(float v) {
   return (u & 0x80000000u) != 0u ? ~u : (u | 0x80000000u);
 }
 
-// The block's shared scratch: one slot per thread for reductions, and the broadcast result.
-struct Shared {
-  double d[kSampleThreads];
-  int i[kSampleThreads];
-  float f[kSampleThreads];
-  double d_out;
-  int i_out;
-  float f_out;
-};
-
-// Block reductions: every thread passes its partial and gets the result; thread 0 combines the
-// partials in thread order (a fixed order). Two barriers, so consecutive calls never race.
-__device__ double block_sum(double v, Shared& sh) {
-  sh.d[threadIdx.x] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double total = 0.0;
-    for (int t = 0; t < static_cast<int>(blockDim.x); ++t) total = __dadd_rn(total, sh.d[t]);
-    sh.d_out = total;
-  }
-  __syncthreads();
-  return sh.d_out;
-}
-
-__device__ int block_sum(int v, Shared& sh) {
-  sh.i[threadIdx.x] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int total = 0;
-    for (int t = 0; t < static_cast<int>(blockDim.x); ++t) total += sh.i[t];
-    sh.i_out = total;
-  }
-  __syncthreads();
-  return sh.i_out;
-}
-
-__device__ float block_max(float v, Shared& sh) {
-  sh.f[threadIdx.x] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float m = sh.f[0];
-    for (int t = 1; t < static_cast<int>(blockDim.x); ++t) m = sh.f[t] > m ? sh.f[t] : m;
-    sh.f_out = m;
-  }
-  __syncthreads();
-  return sh.f_out;
-}
-
 // Thread t's contiguous chunk [begin, end) of the row (chunked passes walk ids in order).
 struct Chunk {
   int begin, end;
@@ -146,26 +99,9 @@ __device__ void write_invalid(float* probs, int vocab, int* token) {
   if (threadIdx.x == 0 && token != nullptr) *token = -1;
 }
 
-// The block's best (value, index) from each thread's (best, at) (at -1: none): the largest
-// value, ties to the lowest index; -1 when no thread has one. Every thread gets it.
-__device__ int block_argmax(float best, int at, Shared& sh) {
-  sh.f[threadIdx.x] = best;
-  sh.i[threadIdx.x] = at;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int t = 1; t < static_cast<int>(blockDim.x); ++t) {
-      const int other = sh.i[t];
-      if (other >= 0 && (at < 0 || sh.f[t] > best || (sh.f[t] == best && other < at))) best = sh.f[t], at = other;
-    }
-    sh.i_out = at;
-  }
-  __syncthreads();
-  return sh.i_out;
-}
-
 // greedy_token: the first index of the largest logit (NaN never larger; all -inf: index 0); a
 // NaN or +inf logit makes the row invalid. One-hot probabilities.
-__device__ void greedy_row(const float* x, int vocab, float* probs, int* token, Shared& sh) {
+__device__ void greedy_row(const float* x, int vocab, float* probs, int* token, BlockShared& sh) {
   float best = -infinity();
   int at = -1, bad = 0;
   for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
@@ -183,7 +119,7 @@ __device__ void greedy_row(const float* x, int vocab, float* probs, int* token, 
 }
 
 // The candidates' mass with score key > above (above = 0: every candidate), in double.
-__device__ double mass_above(const float* x, float t, const float* e, int vocab, unsigned above, Shared& sh) {
+__device__ double mass_above(const float* x, float t, const float* e, int vocab, unsigned above, BlockShared& sh) {
   double partial = 0.0;
   for (int v = threadIdx.x; v < vocab; v += blockDim.x)
     if (e[v] >= 0.0f && order_key(__fdiv_rn(x[v], t)) > above) partial = __dadd_rn(partial, static_cast<double>(e[v]));
@@ -191,7 +127,7 @@ __device__ double mass_above(const float* x, float t, const float* e, int vocab,
 }
 
 // TopK::apply, k < vocab: drops every token whose score is below the k-th largest.
-__device__ void top_k(const float* x, float t, float* e, int vocab, int k, Shared& sh) {
+__device__ void top_k(const float* x, float t, float* e, int vocab, int k, BlockShared& sh) {
   unsigned kth = 0;  // the largest key with at least k scores at or above it
   for (int bit = 31; bit >= 0; --bit) {
     const unsigned candidate = kth | (1u << bit);
@@ -204,7 +140,7 @@ __device__ void top_k(const float* x, float t, float* e, int vocab, int k, Share
 }
 
 // TopP::apply: keeps the candidates whose mass before them, in candidate order, is < p * mass.
-__device__ void top_p(const float* x, float t, float* e, int vocab, float p, Shared& sh) {
+__device__ void top_p(const float* x, float t, float* e, int vocab, float p, BlockShared& sh) {
   const double limit = __dmul_rn(static_cast<double>(p), mass_above(x, t, e, vocab, 0u, sh));
   // mass_above is non-increasing in the key and mass_above(0) >= limit: below is the largest
   // key whose mass above is >= limit, so the boundary score's key is below + 1.
@@ -268,7 +204,7 @@ struct Removed {
 // inverse_cdf over the finished probs row less `removed` (Residual::sample over a view with
 // those tokens removed): thread t sums its chunk in double, thread 0 adds the chunks in order to
 // find the one where the prefix exceeds u * total and walks it. -1 when no token has weight.
-__device__ void draw(const float* probs, int vocab, double u, Removed removed, int* token, Shared& sh) {
+__device__ void draw(const float* probs, int vocab, double u, Removed removed, int* token, BlockShared& sh) {
   const auto weight = [&](int v) { return removed.has(v) ? 0.0f : probs[v]; };
   const Chunk mine = chunk_of(threadIdx.x, vocab);
   double sum = 0.0;
@@ -306,7 +242,7 @@ __device__ void draw(const float* probs, int vocab, double u, Removed removed, i
 
 // The most probable token of the row less `removed` with probability > 0, ties to the lowest
 // id; -1 when there is none. Every thread gets it.
-__device__ int most_probable(const float* probs, int vocab, Removed removed, Shared& sh) {
+__device__ int most_probable(const float* probs, int vocab, Removed removed, BlockShared& sh) {
   float best = 0.0f;
   int at = -1;
   for (int v = threadIdx.x; v < vocab; v += blockDim.x)
@@ -317,7 +253,7 @@ __device__ int most_probable(const float* probs, int vocab, Removed removed, Sha
 __global__ void sample_kernel(const float* logits, const float* temperature, const int* top_k_of,
                               const float* top_p_of, const float* min_p_of, const double* uniforms, int vocab,
                               float* probs, int* tokens) {
-  __shared__ Shared sh;
+  __shared__ BlockShared sh;
   const int row = blockIdx.x;
   const float* x = logits + static_cast<std::size_t>(row) * vocab;
   float* e = probs + static_cast<std::size_t>(row) * vocab;
@@ -374,7 +310,7 @@ __global__ void sample_kernel(const float* logits, const float* temperature, con
 // child_first[c + 1]) of `tokens`, in draw order.
 __global__ void draw_children_kernel(const float* probs, int vocab, const int* child_first, const int* mode,
                                      const int* source, const double* uniforms, int* tokens) {
-  __shared__ Shared sh;
+  __shared__ BlockShared sh;
   const int c = blockIdx.x;
   const float* q = probs + static_cast<std::size_t>(c) * vocab;
   const int first = child_first[c], count = child_first[c + 1] - first;
