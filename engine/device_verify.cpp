@@ -14,6 +14,40 @@ int first_logit_row(const RaggedBatch& batch, int part) {
                           batch.logit_rows.begin());
 }
 
+namespace {
+
+template <class Where>
+void check_edits(const DeviceVerify& v, int n, int vocab, const Where& where) {
+  if (v.edit_first.empty()) {
+    SPECULA_CHECK(v.edits.empty(), where(), v.edits.size(), " edits given without edit_first");
+    return;
+  }
+  SPECULA_CHECK(!v.draws, where(), "logit edits take the tree's tokens; a tree of draws has none on the host");
+  SPECULA_CHECK(static_cast<int>(v.edit_first.size()) == n + 2, where(), "edit_first has ", v.edit_first.size(),
+                " entries; need ", n + 2);
+  SPECULA_CHECK(v.edit_first.front() == 0 && v.edit_first.back() == static_cast<int>(v.edits.size()), where(),
+                "edit_first runs from ", v.edit_first.front(), " to ", v.edit_first.back(), ", not from 0 to the ",
+                v.edits.size(), " edits");
+  for (int c = 0; c <= n; ++c) {
+    const int first = v.edit_first[static_cast<std::size_t>(c)], end = v.edit_first[static_cast<std::size_t>(c) + 1];
+    SPECULA_CHECK(first <= end, where(), "edit_first decreases at context ", c);
+    for (int k = first; k < end; ++k) {
+      const TokenEdit& e = v.edits[static_cast<std::size_t>(k)];
+      SPECULA_CHECK(e.token >= 0 && e.token < vocab, where(), "edit ", k, " of context ", c, ": token ", e.token,
+                    " is outside [0, ", vocab, ")");
+      SPECULA_CHECK(k == first || v.edits[static_cast<std::size_t>(k) - 1].token < e.token, where(), "edit ", k,
+                    " of context ", c, ": token ", e.token, " is not above the previous edit's");
+      SPECULA_CHECK(e.count >= 0, where(), "edit ", k, " of context ", c, ": count ", e.count, " is negative");
+      SPECULA_CHECK(std::isfinite(e.bias), where(), "edit ", k, " of context ", c, ": bias ", e.bias,
+                    " is not finite");
+    }
+  }
+  for (const float penalty : {v.repetition_penalty, v.frequency_penalty, v.presence_penalty})
+    SPECULA_CHECK(std::isfinite(penalty), where(), "penalty ", penalty, " is not finite");
+}
+
+}  // namespace
+
 void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify> verify, int vocab) {
   std::vector<char> taken(static_cast<std::size_t>(batch.num_seqs()), 0);
   for (std::size_t i = 0; i < verify.size(); ++i) {
@@ -72,6 +106,7 @@ void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
                   " is outside [-1, ", kMaxDeviceLogprobs, "]");
     SPECULA_CHECK(v.logprob_source == kLogprobRaw || v.logprob_source == kLogprobProcessed, where(),
                   "logprob source code ", v.logprob_source, " is not 0 or 1");
+    check_edits(v, n, vocab, where);
     SPECULA_CHECK(v.rule == kRuleToken || v.rule == kRuleBlock || v.rule == kRuleTraversal, where(), "rule code ",
                   v.rule, " is not 0, 1 or 2");
     SPECULA_CHECK(v.rule == kRuleToken || !v.greedy(), where(), "rule ", v.rule,

@@ -3,7 +3,7 @@
 // (Backend::forward_verify), DeviceVerdict, all that comes back of it, DeviceTimes, and their
 // checks. The tree is flat and
 // the sampling options are plain numbers: engine/ sees neither verify/'s TokenTree nor
-// sampling/'s SamplingOptions.
+// sampling/'s SamplingOptions; the logit controls come as sampling/'s plain TokenEdit lists.
 #pragma once
 
 #include <span>
@@ -12,6 +12,7 @@
 
 #include "engine/batch.h"
 #include "engine/device_draft.h"
+#include "sampling/logit_controls.h"
 
 namespace specula {
 
@@ -61,6 +62,13 @@ struct DeviceVerify {
   // and its logprob_top most probable alternatives, ties to the lower id.
   int logprob_top = -1;  // in [-1, kMaxDeviceLogprobs]
   int logprob_source = kLogprobRaw;
+  // Logit controls (sampling/logit_controls.h), where edit_first is not empty: context c's
+  // row is edited by edits[edit_first[c], edit_first[c + 1]) (edited_logit under these
+  // penalties) before the sampler reads it, greedy or not; raw log-probabilities read the
+  // unedited row, processed ones the sampler's. Not with draws (their paths are the device's).
+  std::span<const TokenEdit> edits;
+  std::span<const int> edit_first;  // [n + 2] or empty
+  float repetition_penalty = 1, frequency_penalty = 0, presence_penalty = 0;
   bool greedy() const { return temperature == 0; }
 };
 
@@ -98,7 +106,9 @@ int first_logit_row(const RaggedBatch& batch, int part);
 // the draws hold it); with draws, n draw indices within them, and q kept where a stochastic
 // context's children are drawn from it; with dynamic trees' draws, a whole tree's draws in
 // order, a chain of placeholder parents, no block rule, and every context's children kDrawTopK;
-// logprob_top in [-1, kMaxDeviceLogprobs] and a kLogprob* source.
+// logprob_top in [-1, kMaxDeviceLogprobs] and a kLogprob* source; edits without draws, each
+// context's ascending distinct tokens in the vocabulary with counts >= 0 and finite biases,
+// edit_first from 0 to edits' size, and finite penalties.
 void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify> verify, int vocab);
 
 }  // namespace specula

@@ -121,9 +121,7 @@ const VerifyResult& SpeculativeSequence::verify_and_commit(std::span<const float
   return commit(stats, mark);
 }
 
-bool SpeculativeSequence::verifies_on_device() const {
-  return target_.backend.verifies_on_device() && !controls_.active();
-}
+bool SpeculativeSequence::verifies_on_device() const { return target_.backend.verifies_on_device(); }
 
 DeviceVerify SpeculativeSequence::device_verify(int part, const SamplingOptions& sampling) {
   const TokenTree& tree = proposal_.tree;
@@ -135,6 +133,25 @@ DeviceVerify SpeculativeSequence::device_verify(int part, const SamplingOptions&
   v.node_draws = proposal_.node_draws;
   v.logprob_top = logprob_top_;
   v.logprob_source = logprob_source_ == LogprobSource::kProcessed ? kLogprobProcessed : kLogprobRaw;
+  if (controls_.active()) {
+    // Every context's edits over its own path, as verify_and_commit edits its rows.
+    SPECULA_CHECK(!proposal_.draws, "speculative step: logit controls edit each context over its path; a proposal "
+                                    "left on the draft device has no tokens on the host");
+    const int vocab = target_.backend.config().vocab_size;
+    edits_.clear();
+    edit_first_.assign(1, 0);
+    for (int c = 0; c <= tree.size(); ++c) {
+      tree.path_tokens(c, context_path_);
+      controls_.edits(committed_, context_path_, vocab, context_edits_);
+      edits_.insert(edits_.end(), context_edits_.begin(), context_edits_.end());
+      edit_first_.push_back(static_cast<int>(edits_.size()));
+    }
+    v.edits = edits_;
+    v.edit_first = edit_first_;
+    v.repetition_penalty = controls_.controls->repetition_penalty;
+    v.frequency_penalty = controls_.controls->frequency_penalty;
+    v.presence_penalty = controls_.controls->presence_penalty;
+  }
   if (sampler_.is_greedy()) return v;
   v.temperature = sampling.temperature;
   v.top_k = sampling.top_k;

@@ -89,11 +89,11 @@ class SpeculativeSequence {
   const SequenceRows& verify_rows();
   // 3. sampling + verification of those rows' logits (in [tree size + 1, vocab]) and commit,
   const VerifyResult& verify_and_commit(std::span<const float> logits, SpeculativeStats& stats);
-  //    or, where the target's backend verifies on its device and this step can be verified
-  //    there (no logit controls; log-probabilities come back with the verdict), the step's
-  //    tree for the forward (Backend::forward_verify; `part`: its index in the forward's
-  //    parts, `sampling`: the options this sequence's sampler was made from; a chain left on
-  //    the draft device goes as its draws), drawing the step's uniforms as verify_and_commit
+  //    or, where the target's backend verifies on its device (log-probabilities come back
+  //    with the verdict), the step's tree for the forward (Backend::forward_verify; `part`:
+  //    its index in the forward's parts, `sampling`: the options this sequence's sampler was
+  //    made from; a chain left on the draft device goes as its draws; logit controls as each
+  //    context's edits over its path), drawing the step's uniforms as verify_and_commit
   //    would,
   bool verifies_on_device() const;
   DeviceVerify device_verify(int part, const SamplingOptions& sampling);
@@ -146,6 +146,8 @@ class SpeculativeSequence {
   std::vector<int> argmaxes_, path_;
   std::vector<int> draw_codes_;     // device_verify's draw codes, [tree size + 1]
   std::vector<double> uniforms_;    // device_verify's uniforms
+  std::vector<TokenEdit> edits_, context_edits_;  // device_verify's logit edits, and one context's
+  std::vector<int> edit_first_;     // device_verify's first edit of each context, [tree size + 2]
 };
 
 // What run_drafts did on devices: the proposals drawn there (Drafter::device_chain), and the

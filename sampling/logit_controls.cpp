@@ -10,55 +10,39 @@
 namespace specula {
 namespace {
 
-bool in_vocab(int token, std::size_t vocab) { return token >= 0 && static_cast<std::size_t>(token) < vocab; }
+bool in_vocab(int token, int vocab) { return token >= 0 && token < vocab; }
 
-// Hugging Face's no-repeat rule over `seq`: every token that follows an earlier occurrence of
-// the sequence's last n - 1 tokens.
-template <typename T>
-void ban_repeated_ngrams(std::span<const int> seq, int n, std::span<T> logits) {
+// Hugging Face's no-repeat rule over `seq`: calls mask(t) for every token t that follows an
+// earlier occurrence of the sequence's last n - 1 tokens.
+template <typename Mask>
+void repeated_ngram_tokens(std::span<const int> seq, int n, Mask mask) {
   const std::size_t len = seq.size(), k = static_cast<std::size_t>(n - 1);
   if (len + 1 < static_cast<std::size_t>(n)) return;
   const std::span<const int> tail = seq.last(k);
   for (std::size_t i = 0; i + k < len; ++i)
-    if (std::equal(tail.begin(), tail.end(), seq.begin() + static_cast<std::ptrdiff_t>(i)) &&
-        in_vocab(seq[i + k], logits.size()))
-      logits[static_cast<std::size_t>(seq[i + k])] = -std::numeric_limits<T>::infinity();
+    if (std::equal(tail.begin(), tail.end(), seq.begin() + static_cast<std::ptrdiff_t>(i))) mask(seq[i + k]);
+}
+
+template <typename T>
+T edited(const LogitControls& c, const TokenEdit& e, T x) {
+  if (e.masked) return -std::numeric_limits<T>::infinity();
+  if (e.repeated) {
+    const T r = c.repetition_penalty;
+    x = x < 0 ? x * r : x / r;
+  }
+  if (e.count > 0) x -= T(c.frequency_penalty) * static_cast<T>(e.count) + T(c.presence_penalty);
+  if (e.biased) x += T(e.bias);
+  return x;
 }
 
 template <typename T>
 void edit(const LogitControls& c, const ControlHistory& h, std::span<T> logits) {
-  constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
-  const std::size_t vocab = logits.size();
-  if (c.repetition_penalty != 1.0f) {
-    const T r = c.repetition_penalty;
-    std::vector<bool> seen(vocab, false);
-    for (std::span<const int> part : {h.prompt, h.generated, h.path})
-      for (int t : part)
-        if (in_vocab(t, vocab)) seen[static_cast<std::size_t>(t)] = true;
-    for (std::size_t t = 0; t < vocab; ++t)
-      if (seen[t]) logits[t] = logits[t] < 0 ? logits[t] * r : logits[t] / r;
+  std::vector<TokenEdit> edits;
+  control_edits(c, h, static_cast<int>(logits.size()), edits);
+  for (const TokenEdit& e : edits) {
+    T& x = logits[static_cast<std::size_t>(e.token)];
+    x = edited(c, e, x);
   }
-  if (c.frequency_penalty != 0.0f || c.presence_penalty != 0.0f) {
-    std::vector<int> count(vocab, 0);
-    for (std::span<const int> part : {h.generated, h.path})
-      for (int t : part)
-        if (in_vocab(t, vocab)) ++count[static_cast<std::size_t>(t)];
-    for (std::size_t t = 0; t < vocab; ++t)
-      if (count[t] > 0) logits[t] -= T(c.frequency_penalty) * static_cast<T>(count[t]) + T(c.presence_penalty);
-  }
-  if (c.no_repeat_ngram_size > 0) {
-    std::vector<int> seq(h.prompt.begin(), h.prompt.end());
-    seq.insert(seq.end(), h.generated.begin(), h.generated.end());
-    seq.insert(seq.end(), h.path.begin(), h.path.end());
-    ban_repeated_ngrams(seq, c.no_repeat_ngram_size, logits);
-  }
-  for (const auto& [token, bias] : c.logit_bias)
-    if (in_vocab(token, vocab)) logits[static_cast<std::size_t>(token)] += T(bias);
-  for (int token : c.banned_tokens)
-    if (in_vocab(token, vocab)) logits[static_cast<std::size_t>(token)] = kMinusInf;
-  if (h.generated.size() + h.path.size() < static_cast<std::size_t>(c.min_new_tokens))
-    for (int eos : h.eos_ids)
-      if (in_vocab(eos, vocab)) logits[static_cast<std::size_t>(eos)] = kMinusInf;
 }
 
 }  // namespace
@@ -76,6 +60,56 @@ std::string_view first_active_control(const LogitControls& c) {
   return "";
 }
 
+void control_edits(const LogitControls& c, const ControlHistory& h, int vocab, std::vector<TokenEdit>& edits) {
+  // One entry per touch, then sorted by token and merged.
+  edits.clear();
+  const auto touch = [&](int token) -> TokenEdit* {
+    if (!in_vocab(token, vocab)) return nullptr;
+    edits.push_back(TokenEdit{token});
+    return &edits.back();
+  };
+  if (c.repetition_penalty != 1.0f)
+    for (std::span<const int> part : {h.prompt, h.generated, h.path})
+      for (int t : part)
+        if (TokenEdit* e = touch(t)) e->repeated = true;
+  if (c.frequency_penalty != 0.0f || c.presence_penalty != 0.0f)
+    for (std::span<const int> part : {h.generated, h.path})
+      for (int t : part)
+        if (TokenEdit* e = touch(t)) e->count = 1;
+  if (c.no_repeat_ngram_size > 0) {
+    std::vector<int> seq(h.prompt.begin(), h.prompt.end());
+    seq.insert(seq.end(), h.generated.begin(), h.generated.end());
+    seq.insert(seq.end(), h.path.begin(), h.path.end());
+    repeated_ngram_tokens(seq, c.no_repeat_ngram_size, [&](int t) {
+      if (TokenEdit* e = touch(t)) e->masked = true;
+    });
+  }
+  for (const auto& [token, bias] : c.logit_bias)
+    if (TokenEdit* e = touch(token)) e->biased = true, e->bias = bias;
+  for (int token : c.banned_tokens)
+    if (TokenEdit* e = touch(token)) e->masked = true;
+  if (h.generated.size() + h.path.size() < static_cast<std::size_t>(c.min_new_tokens))
+    for (int eos : h.eos_ids)
+      if (TokenEdit* e = touch(eos)) e->masked = true;
+  std::stable_sort(edits.begin(), edits.end(), [](const TokenEdit& a, const TokenEdit& b) { return a.token < b.token; });
+  std::size_t kept = 0;
+  for (const TokenEdit& e : edits) {
+    if (kept > 0 && edits[kept - 1].token == e.token) {
+      TokenEdit& m = edits[kept - 1];
+      m.count += e.count;
+      m.repeated = m.repeated || e.repeated;
+      m.masked = m.masked || e.masked;
+      if (e.biased) m.biased = true, m.bias = e.bias;
+    } else {
+      edits[kept++] = e;
+    }
+  }
+  edits.resize(kept);
+}
+
+float edited_logit(const LogitControls& c, const TokenEdit& e, float x) { return edited(c, e, x); }
+double edited_logit(const LogitControls& c, const TokenEdit& e, double x) { return edited(c, e, x); }
+
 void apply_controls(const LogitControls& c, const ControlHistory& h, std::span<float> logits) { edit(c, h, logits); }
 void apply_controls(const LogitControls& c, const ControlHistory& h, std::span<double> logits) { edit(c, h, logits); }
 
@@ -83,6 +117,14 @@ void RowControls::apply(std::span<const int> tokens, std::span<const int> path, 
   if (!active()) return;
   const std::size_t prompt = std::min(prompt_len, tokens.size());
   apply_controls(*controls, {tokens.first(prompt), tokens.subspan(prompt), path, eos_ids}, row);
+}
+
+void RowControls::edits(std::span<const int> tokens, std::span<const int> path, int vocab,
+                        std::vector<TokenEdit>& out) const {
+  out.clear();
+  if (!active()) return;
+  const std::size_t prompt = std::min(prompt_len, tokens.size());
+  control_edits(*controls, {tokens.first(prompt), tokens.subspan(prompt), path, eos_ids}, vocab, out);
 }
 
 std::span<const float> RowControls::edited(std::span<const float> logits, std::span<const int> tokens,

@@ -67,9 +67,31 @@ struct ControlHistory {
   std::span<const int> eos_ids;
 };
 
+// What the controls do to one token of one row, in the order above: x becomes -inf where
+// masked; else x / r (x >= 0) or x * r (x < 0) where repeated, r the repetition penalty; then
+// x - (frequency * count + presence) where count > 0; then x + bias where biased. A plain
+// struct of fixed layout: the CUDA backend applies the same edits on its device
+// (engine/device_verify.h).
+struct TokenEdit {
+  int token = 0;
+  int count = 0;          // occurrences in generated + path where a frequency or presence penalty is set, else 0
+  bool repeated = false;  // present in prompt + generated + path, where a repetition penalty is set
+  bool masked = false;    // a repeated n-gram's completion, a banned token, an EOS before min_new_tokens
+  bool biased = false;
+  float bias = 0;         // logit_bias's value where biased
+};
+
+// Every token the controls edit in the row after `history`, ascending by token (tokens of the
+// history outside [0, vocab) are ignored): no token outside the list changes.
+void control_edits(const LogitControls& controls, const ControlHistory& history, int vocab,
+                   std::vector<TokenEdit>& edits);
+
+// x after `edit` (in the row's own precision).
+float edited_logit(const LogitControls& controls, const TokenEdit& edit, float x);
+double edited_logit(const LogitControls& controls, const TokenEdit& edit, double x);
+
 // Edits `logits` (one row, [vocab]) in the order above, in the row's own precision (beam
-// search edits rows of log-probabilities in double). Tokens of the history outside [0, vocab)
-// are ignored.
+// search edits rows of log-probabilities in double): control_edits, each through edited_logit.
 void apply_controls(const LogitControls& controls, const ControlHistory& history, std::span<float> logits);
 void apply_controls(const LogitControls& controls, const ControlHistory& history, std::span<double> logits);
 
@@ -83,6 +105,8 @@ struct RowControls {
   bool active() const { return controls != nullptr && controls->active(); }
   // Edits `row` ([vocab]), the logits after `tokens` (prompt + generated) and then `path`.
   void apply(std::span<const int> tokens, std::span<const int> path, std::span<float> row) const;
+  // The edits apply() makes to a row of `vocab` logits (none when inactive).
+  void edits(std::span<const int> tokens, std::span<const int> path, int vocab, std::vector<TokenEdit>& out) const;
   // `logits` as the sampler reads them: themselves when inactive, else their edit in `scratch`.
   std::span<const float> edited(std::span<const float> logits, std::span<const int> tokens,
                                 std::span<const int> path, std::vector<float>& scratch) const;

@@ -5,7 +5,9 @@
 //   forks: bitwise equal by batch invariance), for trees of several shapes, every sibling-draw mode, every sampling transform,
 //   with and without q, beside spans it does not verify (whose logits still come back while the
 //   verified spans' rows stay unwritten), and the emitted tokens' log-probabilities (raw and
-//   processed, with alternatives) those of token_logprob on the same rows within a bound; speculative sampling verified on the device follows
+//   processed, with alternatives) those of token_logprob on the same rows within a bound, with
+//   logit controls on some (their rows edited as the host edits them, deciding verdicts);
+//   speculative sampling verified on the device follows
 //   the target's law (chi-square); greedy speculation through the scheduler, verified on the
 //   device (a draft model's chains drawn on its device too), emits plain greedy decoding's tokens
 //   and, asked, its log-probabilities within a bound;
@@ -16,6 +18,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -24,6 +27,7 @@
 #include "engine/cuda/device.h"
 #include "engine/cuda/verify_plan.h"
 #include "engine/forward.h"
+#include "sampling/logit_controls.h"
 #include "sampling/sampler.h"
 #include "sampling/token_logprob.h"
 #include "tests/test_gpu_support.h"
@@ -46,7 +50,9 @@ DeviceVerify tree_request(int part, std::span<const int> tokens, std::span<const
   return v;
 }
 
-// One verified sequence of the test batch: its tree, options, q and uniforms.
+constexpr int kEos[] = {2};  // the EOS id the controls' min_new_tokens masks
+
+// One verified sequence of the test batch: its tree, options, q, uniforms and logit controls.
 struct Case {
   SamplingOptions sampling;  // strategy kGreedy: greedy
   TokenTree tree;
@@ -56,10 +62,42 @@ struct Case {
   VerifyRule rule = VerifyRule::kToken;
   int logprob_top = -1;  // >= 0: the emitted tokens' log-probabilities asked
   LogprobSource logprob_source = LogprobSource::kRaw;
+  LogitControls controls;  // over the tokens before the root (the last two generated) and each context's path
+  std::vector<TokenEdit> edits;
+  std::vector<int> edit_first;
+  RowControls row_controls(std::span<const int> committed) const {
+    return RowControls{&controls, committed.size() - 2, kEos};
+  }
+  // The edits of every context after `committed` (ending in the root).
+  void add_edits(std::span<const int> committed, int vocab) {
+    if (!controls.active()) return;
+    std::vector<int> path;
+    std::vector<TokenEdit> context_edits;
+    edit_first.assign(1, 0);
+    for (int c = 0; c <= tree.size(); ++c) {
+      tree.path_tokens(c, path);
+      row_controls(committed).edits(committed, path, vocab, context_edits);
+      edits.insert(edits.end(), context_edits.begin(), context_edits.end());
+      edit_first.push_back(static_cast<int>(edits.size()));
+    }
+  }
+  // Context c's row of `rows` ([n + 1, vocab]) edited as the device edits it.
+  void edit_rows(std::span<const int> committed, std::span<float> rows, int vocab) const {
+    std::vector<int> path;
+    for (int c = 0; c <= tree.size(); ++c) {
+      tree.path_tokens(c, path);
+      row_controls(committed).apply(committed, path, rows.subspan(static_cast<std::size_t>(c) * vocab, vocab));
+    }
+  }
   DeviceVerify request(int part) const {
     DeviceVerify v = tree_request(part, tree.tokens, tree.parent);
     v.logprob_top = logprob_top;
     v.logprob_source = logprob_source == LogprobSource::kRaw ? kLogprobRaw : kLogprobProcessed;
+    v.edits = edits;
+    v.edit_first = edit_first;
+    v.repetition_penalty = controls.repetition_penalty;
+    v.frequency_penalty = controls.frequency_penalty;
+    v.presence_penalty = controls.presence_penalty;
     if (sampling.strategy == Strategy::kGreedy) return v;
     v.temperature = sampling.temperature;
     v.top_k = sampling.top_k;
@@ -192,6 +230,23 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
     cases[static_cast<std::size_t>(c)].logprob_top = top;
     cases[static_cast<std::size_t>(c)].logprob_source = source;
   }
+  // Logit controls, greedy and sampled, beside log-probabilities raw (the unedited row) and
+  // processed (the edited one): a ban on the greedy chain's second token, a bias that makes a
+  // wrong first token the argmax, penalties, no-repeat n-grams, a minimum length.
+  const auto controls = [&](int c) -> LogitControls& { return cases[static_cast<std::size_t>(c)].controls; };
+  controls(0).repetition_penalty = 1.3f;
+  controls(0).banned_tokens = {chain0[1]};
+  controls(3).frequency_penalty = 0.7f;
+  controls(3).presence_penalty = 0.4f;
+  controls(3).no_repeat_ngram_size = 2;
+  controls(6).repetition_penalty = 0.8f;
+  controls(6).logit_bias = {{chain1[0], 1.5f}, {chain1[1], -2.0f}, {5, 0.0f}};
+  controls(6).banned_tokens = {chain1[2]};
+  controls(7).logit_bias = {{wrong_first[0], 40.0f}};
+  controls(7).min_new_tokens = 5;
+  controls(11).presence_penalty = -0.5f;
+  controls(11).repetition_penalty = 1.2f;
+  controls(11).no_repeat_ngram_size = 3;
 
   // The batch: the verified spans with two spans beside them (a decode row, a prefill chunk).
   struct Part {
@@ -200,6 +255,9 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
   };
   std::vector<Part> layout{{0, 0}, {-1, 1}, {2, 1}, {3, 0}, {-1, 0}, {1, 0}, {4, 1},
                            {5, 0}, {6, 1}, {7, 1}, {8, 1}, {9, 0}, {10, 1}, {11, 1}, {12, 0}};
+  for (const Part& part : layout)
+    if (part.verified >= 0)
+      cases[static_cast<std::size_t>(part.verified)].add_edits(bases[static_cast<std::size_t>(part.base)].prompt, vocab);
   // Builds the batch on fresh forks; the prefill chunk (the second unverified span) is a new sequence.
   struct Batch {
     std::vector<SequenceRows> parts;
@@ -256,6 +314,7 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
 
     std::size_t row = 0, k = 0;
     int deep = 0, rejected = 0, logprob_tokens = 0;
+    int edited_verdicts = 0;  // verdicts the logit controls changed
     double worst_raw = 0, worst_processed = 0;  // the largest log-probability differences
     for (std::size_t i = 0; i < layout.size(); ++i) {
       const std::size_t n = static_cast<std::size_t>(logit_rows(std::span(&host.parts[i], 1)));
@@ -269,19 +328,24 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
       }
       CHECK(std::all_of(theirs.begin(), theirs.end(), [](float x) { return x == 7.0f; }));  // left unwritten
       const Case& c = cases[static_cast<std::size_t>(layout[i].verified)];
-      VerifyResult want;
-      if (c.sampling.strategy == Strategy::kGreedy) {
-        std::vector<int> argmax;
-        for (std::size_t ctx_row = 0; ctx_row < n; ++ctx_row)
-          argmax.push_back(greedy_token(mine.subspan(ctx_row * vocab, vocab)));
-        want = verify_greedy(c.tree, argmax);
-      } else {
+      std::vector<float> edited(mine.begin(), mine.end());  // the rows the sampler reads
+      if (c.controls.active()) c.edit_rows(bases[static_cast<std::size_t>(layout[i].base)].prompt, edited, vocab);
+      const auto edited_row = [&](std::size_t context) { return std::span<const float>(edited).subspan(context * vocab, vocab); };
+      const auto verdict_over = [&](std::span<const float> rows) {
+        const auto row_of = [&](std::size_t context) { return rows.subspan(context * vocab, vocab); };
+        if (c.sampling.strategy == Strategy::kGreedy) {
+          std::vector<int> argmax;
+          for (std::size_t ctx_row = 0; ctx_row < n; ++ctx_row) argmax.push_back(greedy_token(row_of(ctx_row)));
+          return verify_greedy(c.tree, argmax);
+        }
         const auto sampler = make_sampler(c.sampling);
-        std::vector<float> p(mine.size());
+        std::vector<float> p(rows.size());
         for (std::size_t ctx_row = 0; ctx_row < n; ++ctx_row)
-          sampler->distribution(mine.subspan(ctx_row * vocab, vocab), std::span(p).subspan(ctx_row * vocab, vocab));
-        want = verify_with(c.rule, c.tree, p, c.q, vocab, c.uniforms);
-      }
+          sampler->distribution(row_of(ctx_row), std::span(p).subspan(ctx_row * vocab, vocab));
+        return verify_with(c.rule, c.tree, p, c.q, vocab, c.uniforms);
+      };
+      const VerifyResult want = verdict_over(edited);
+      if (c.controls.active() && verdict_over(mine).tokens != want.tokens) ++edited_verdicts;
       const DeviceVerdict& got = verdicts[k++];
       CHECK(got.accepted_nodes == want.accepted_nodes);
       CHECK(got.tokens == want.tokens);
@@ -293,7 +357,7 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
         const std::size_t context = e == 0 ? 0 : static_cast<std::size_t>(want.accepted_nodes[e - 1]) + 1;
         std::vector<float> row(mine.begin() + static_cast<std::ptrdiff_t>(context * vocab),
                                mine.begin() + static_cast<std::ptrdiff_t>((context + 1) * vocab));
-        if (c.logprob_source == LogprobSource::kProcessed) make_sampler(c.sampling)->distribution(std::vector<float>(row), row);
+        if (c.logprob_source == LogprobSource::kProcessed) make_sampler(c.sampling)->distribution(edited_row(context), row);
         const TokenLogprob expected = token_logprob(c.logprob_source, row, want.tokens[e], c.logprob_top);
         const double bound = c.logprob_source == LogprobSource::kRaw ? 1e-9 : 1e-6;
         const auto near = [&](double a, double b) {
@@ -323,6 +387,7 @@ TEST_CASE("cuda backend: verification on the device emits what the host verifier
     if (!count_paths) return;
     CHECK(deep >= 2);      // paths past the first node were walked
     CHECK(rejected >= 2);  // and rejections drew from residuals
+    CHECK(edited_verdicts >= 2);  // the controls' edits decided verdicts
   };
   // The batch's forward is too large for a graph; its verification is captured at the second
   // run of its shape and replayed at the third, whose uniforms are new.
@@ -529,6 +594,47 @@ TEST_CASE("cuda backend: greedy speculation verified on the device emits plain g
   }
 }
 
+// Logit controls through the scheduler on the device path: greedy speculation with every
+// control on (n-grams; draft-1m's chains, drawn on the host under the controls) verified on
+// the device emits plain decoding's tokens under the same controls, which differ from those
+// without them.
+TEST_CASE("cuda backend: greedy speculation with logit controls verifies on the device", "[gpu]") {
+  REQUIRE_GPU();
+  const auto prompts = test::reference_prompts();
+  LogitControls controls;
+  controls.repetition_penalty = 1.3f;
+  controls.frequency_penalty = 0.4f;
+  controls.presence_penalty = 0.3f;
+  controls.no_repeat_ngram_size = 2;
+  controls.logit_bias = {{13, 2.0f}, {29, -1.0f}};
+  controls.banned_tokens = {4};
+  controls.min_new_tokens = 4;
+  const auto request = [&](int r, bool with_controls) {
+    GenerateOptions o = test::base_options(prompts[static_cast<std::size_t>(r) % prompts.size()], 6);
+    o.model_dir = test::model_dir("draft-1m");
+    o.backend = BackendKind::kCuda;
+    if (with_controls) o.controls = controls;
+    return o;
+  };
+  const int size = 2;
+  std::vector<std::vector<int>> plain;
+  int changed = 0;  // requests whose tokens the controls change
+  for (int r = 0; r < size; ++r) {
+    plain.push_back(generate(test::store(), request(r, true))["ids"].get<std::vector<int>>());
+    changed += plain.back() != generate(test::store(), request(r, false))["ids"].get<std::vector<int>>() ? 1 : 0;
+  }
+  CHECK(changed > 0);
+  DraftOptions ngram;
+  ngram.method = DraftMethod::kNgram;
+  ngram.gamma = 3;
+  const std::pair<const char*, DraftOptions> drafters[] = {{"n-gram chain of 3", ngram},
+                                                           {"draft-1m chain of 3", test::model_draft("draft-1m", 3, {}, 0)}};
+  for (const auto& [name, draft] : drafters) {
+    INFO(name);
+    test::check_device_verified_greedy([&](int r) { return request(r, true); }, draft, size, plain);
+  }
+}
+
 // Log-probabilities through the scheduler on the device path: greedy speculation (draft-1m
 // drafting for itself, a chain drawn on its device and left there) verified on the device
 // reports plain decoding's tokens and, raw and processed, its log-probabilities (token_logprob
@@ -703,6 +809,29 @@ TEST_CASE("device verification: malformed requests are refused naming the entry 
   CHECK_THROWS_WITH(check_device_verify(batch, std::vector{greedy, greedy}, vocab),
                     Contains("entry 1") && Contains("verified twice"));
 
+  // Logit edits: each context's own, ascending, in the vocabulary; finite numbers.
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<TokenEdit> edits{{5, 1}, {9, 0, true}, {7}}, outside{{5}, {9}, {vocab}}, negative{{5}, {9}, {7, -1}},
+      infinite_bias{{5}, {9}, {7, 0, false, false, true, inf}};
+  const std::vector<int> edit_first{0, 2, 3, 3}, short_first{0, 2, 3}, from_one{1, 2, 3, 3}, unsorted_first{0, 3, 3, 3};
+  const auto edited = [&](std::span<const TokenEdit> e, std::span<const int> first) {
+    DeviceVerify out = greedy;
+    out.edits = e;
+    out.edit_first = first;
+    return out;
+  };
+  CHECK_NOTHROW(check_device_verify(batch, std::vector{edited(edits, edit_first)}, vocab));
+  v = edited(edits, edit_first);
+  v.frequency_penalty = std::numeric_limits<float>::quiet_NaN();
+  refused(v, "penalty nan is not finite");
+  refused(edited(edits, {}), "3 edits given without edit_first");
+  refused(edited(edits, short_first), "edit_first has 3 entries; need 4");
+  refused(edited(edits, from_one), "edit_first runs from 1 to 3, not from 0 to the 3 edits");
+  refused(edited(edits, unsorted_first), "edit 2 of context 0: token 7 is not above the previous edit's");
+  refused(edited(outside, edit_first), "edit 2 of context 1: token 4096 is outside [0, 4096)");
+  refused(edited(negative, edit_first), "edit 2 of context 1: count -1 is negative");
+  refused(edited(infinite_bias, edit_first), "edit 2 of context 1: bias inf is not finite");
+
   // Trees of device draws: q theirs; dynamic trees' draws whole, in order, planned as a chain.
   struct Draws : DeviceDraws {
     int count = 4, budget = 0;
@@ -738,6 +867,11 @@ TEST_CASE("device verification: malformed requests are refused naming the entry 
   refused(v, "a dynamic tree of draws is none");
   draws.budget = 3;
   refused(v, "a dynamic tree's 2 nodes are not the whole tree of draws from 2 of budget 3");
+  draws.budget = 0;
+  v = edited(edits, edit_first);
+  v.draws = &draws;
+  v.node_draws = last_two;
+  refused(v, "logit edits take the tree's tokens; a tree of draws has none on the host");
 
   // The CPU backend verifies on the host (runtime/): it refuses forward_verify by name.
   const auto cpu = make_backend(BackendKind::kCpu, model, std::nullopt);

@@ -125,8 +125,8 @@ inline long policy_batch_drafted(GammaPolicy policy, LengthThreshold threshold,
 
 // `size` greedy requests (request(r)) drafted by `draft` through one scheduler whose target
 // verifies on its device: each emits plain[r], and every speculative step was verified on the
-// device, its time taken from the device's events; a draft model's plain chains were drawn on
-// its device and verified there without coming back in between; its dynamic trees were grown
+// device, its time taken from the device's events; a draft model's plain chains (without
+// logit controls) were drawn on its device and verified there without coming back in between; its dynamic trees were grown
 // there (the steps whose bound leaves room for their batches) and read back.
 inline void check_device_verified_greedy(const std::function<GenerateOptions(int)>& request, const DraftOptions& draft,
                                          int size, std::span<const std::vector<int>> plain) {
@@ -148,9 +148,10 @@ inline void check_device_verified_greedy(const std::function<GenerateOptions(int
   }
   CHECK(steps > 0);
   CHECK(scheduler.stats().device_verified == steps);
-  // A draft model's plain chains are drawn on its device (a CUDA draft backend), every step's.
+  // A draft model's plain chains are drawn on its device (a CUDA draft backend), every step's,
+  // where no logit control edits their rows.
   const bool model = draft.method == DraftMethod::kModel;
-  const bool device_chain = model && draft.drafts_chain() && draft.siblings == 0;
+  const bool device_chain = model && draft.drafts_chain() && draft.siblings == 0 && !request(0).controls.active();
   if (model && draft.dynamic_tree()) {
     // Those whose batches lie within the step's bound (not those near a request's end).
     CHECK(scheduler.stats().device_drafted > 0);

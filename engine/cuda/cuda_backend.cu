@@ -276,15 +276,15 @@ class CudaBackend : public Backend {
     CUDA_CHECK(cudaEventRecord(ws.marks[1], s));
     const std::size_t result_bytes =
         logprobs_back_at(up) + (up.logprobs ? static_cast<std::size_t>(up.contexts) * sizeof(EmittedLogprob) : 0);
-    if (ws.verify.bytes < up.device_bytes || ws.verify_staging.bytes < up.upload_bytes ||
+    if (ws.verify.bytes < up.device_bytes || ws.verify_staging.bytes < up.data.size() ||
         ws.verify_back.bytes < result_bytes) {
       CUDA_CHECK(cudaStreamSynchronize(s));  // the old buffers may still be read by queued work
       ws.verify_graphs.clear();              // which hold their addresses
       grow(ws.verify, up.device_bytes, 1 << 20);
-      ws.verify_staging.reserve(align_up(up.upload_bytes, 1 << 20));
+      ws.verify_staging.reserve(align_up(up.data.size(), 1 << 20));
       ws.verify_back.reserve(align_up(result_bytes, 1 << 16));
     }
-    std::memcpy(ws.verify_staging.ptr, up.data.data(), up.upload_bytes);  // the stream reads it only after this
+    std::memcpy(ws.verify_staging.ptr, up.data.data(), up.data.size());  // the stream reads it only after this
     enqueue_verify_inputs(up, ws, feeds);
     const cudaGraphExec_t graph =
         options_.graphs ? ws.verify_graphs.find_or_capture(up.shape(), s, ws.steps, {}, [&] { enqueue_verify(up, ws); })
@@ -691,14 +691,18 @@ class CudaBackend : public Backend {
   }
 
   // The inputs of `up`'s verification on ws.stream, after the forward's logits: its upload
-  // (from the pinned staging), then the tokens and q of device draws gathered into its nodes and
-  // q rows (`feeds`): what changes from one step of a shape to the next outside the
-  // verification's graph (the draws sit in the draft workspace, whose buffers move).
+  // and its logit edits (from the pinned staging), then the tokens and q of device draws
+  // gathered into its nodes and q rows (`feeds`): what changes from one step of a shape to the
+  // next outside the verification's graph (the edits' count; the draws sit in the draft
+  // workspace, whose buffers move).
   void enqueue_verify_inputs(const VerifyUpload& up, CudaWorkspace& ws, const DrawFeeds& feeds) const {
     const int vocab = config().vocab_size;
     const cudaStream_t s = ws.stream;
     unsigned char* base = ws.verify.as<unsigned char>();
     CUDA_CHECK(cudaMemcpyAsync(base, ws.verify_staging.ptr, up.upload_bytes, cudaMemcpyHostToDevice, s));
+    if (up.edit_bytes > 0)
+      CUDA_CHECK(cudaMemcpyAsync(base + up.at.edits, static_cast<unsigned char*>(ws.verify_staging.ptr) + up.upload_bytes,
+                                 up.edit_bytes, cudaMemcpyHostToDevice, s));
     const int* feed_index = ws.draw_feeds.as<int>();
     for (const DrawGather& g : feeds.gathers) {
       launch_gather_tokens(g.draws->tokens(), feed_index + g.nodes_at, reinterpret_cast<int*>(base + up.at.tokens), 1,
@@ -712,9 +716,10 @@ class CudaBackend : public Backend {
     }
   }
 
-  // The verification of the uploaded inputs (captured as a graph per shape): the sampling
-  // kernel per run of verified logit rows (p for stochastic contexts, the argmax for greedy
-  // ones, a draw with uniform 0 whose -1 marks a row the CPU refuses), the greedy and the
+  // The verification of the uploaded inputs (captured as a graph per shape): where logit
+  // controls edit rows, the verified logit rows copied into the edited rows and edited there;
+  // the sampling kernel per run of verified (or edited) logit rows (p for stochastic contexts,
+  // the argmax for greedy ones, a draw with uniform 0 whose -1 marks a row the CPU refuses), the greedy and the
   // stochastic verification kernels, the result into verify_back; where asked, the emitted
   // tokens' log-probabilities after it.
   void enqueue_verify(const VerifyUpload& up, CudaWorkspace& ws) const {
@@ -728,8 +733,26 @@ class CudaBackend : public Backend {
     const std::size_t v = static_cast<std::size_t>(vocab);
     int* sampled = ints(up.at.result);
     float* probs = floats(up.at.probs);
+    float* edited = floats(up.at.edited);
+    if (up.edits) {
+      for (const VerifyUpload::Run& run : up.sample_runs)
+        CUDA_CHECK(cudaMemcpyAsync(edited + static_cast<std::size_t>(run.context) * v,
+                                   ws.logits.as<float>() + static_cast<std::size_t>(run.logit_row) * v,
+                                   static_cast<std::size_t>(run.rows) * v * sizeof(float), cudaMemcpyDeviceToDevice, s));
+      LogitEditArgs e;
+      e.contexts = up.contexts;
+      e.vocab = vocab;
+      e.edit_first = ints(up.at.edit_first);
+      e.edits = static_cast<const TokenEdit*>(at(up.at.edits));
+      e.repetition = floats(up.at.repetition);
+      e.frequency = floats(up.at.frequency);
+      e.presence = floats(up.at.presence);
+      e.rows = edited;
+      launch_edit_logits(e, s);
+    }
     for (const VerifyUpload::Run& run : up.sample_runs)
-      launch_sample(ws.logits.as<float>() + static_cast<std::size_t>(run.logit_row) * v,
+      launch_sample(up.edits ? edited + static_cast<std::size_t>(run.context) * v
+                             : ws.logits.as<float>() + static_cast<std::size_t>(run.logit_row) * v,
                     floats(up.at.temperature) + run.context, ints(up.at.top_k) + run.context,
                     floats(up.at.top_p) + run.context, floats(up.at.min_p) + run.context,
                     doubles(up.at.draw_uniforms) + run.context, run.rows, vocab,

@@ -1,5 +1,5 @@
 // defines: the launchers of the CUDA module's kernels (ops.cu, attention.cu, matmul.cu,
-// verify_tree.cu, sample.cu, dynamic_tree.cu), each taking its stream, and the device views
+// verify_tree.cu, sample.cu, dynamic_tree.cu, logprobs.cu, logit_edits.cu), each taking its stream, and the device views
 // they share. Every launcher checks its launch (CUDA_CHECK_LAUNCH). Shapes are row-major;
 // "rows" are the batch's rows in order.
 #pragma once
@@ -143,6 +143,19 @@ struct LogprobArgs {
   EmittedLogprob* out = nullptr;  // out [contexts]
 };
 void launch_emitted_logprobs(const LogprobArgs& args, cudaStream_t stream);
+
+// The logit controls' edits of context rows (logit_edits.cu, one block per context): each
+// edit of context c (edits[edit_first[c], edit_first[c + 1]), distinct tokens) applied to its
+// token of row c as sampling/logit_controls.h's edited_logit does, under context c's
+// penalties, bit for bit.
+struct LogitEditArgs {
+  int contexts = 0, vocab = 0;
+  const int* edit_first = nullptr;                             // in [contexts + 1]
+  const TokenEdit* edits = nullptr;                            // in [edit_first[contexts]]
+  const float *repetition = nullptr, *frequency = nullptr, *presence = nullptr;  // in [contexts]
+  float* rows = nullptr;                                       // in/out [contexts, vocab]
+};
+void launch_edit_logits(const LogitEditArgs& args, cudaStream_t stream);
 
 // Sampling of a batch of rows (sample.cu, one block per row): the distribution of
 // sampling/logit_transforms.h's chain for the row's options (temperature, then top-k when

@@ -49,6 +49,12 @@ std::vector<std::size_t> VerifyUpload::shape() const {
                                at.probs,
                                at.scratch,
                                at.result,
+                               at.edit_first,
+                               at.repetition,
+                               at.frequency,
+                               at.presence,
+                               at.edited,
+                               at.edits,
                                at.logprob_sequence,
                                at.logprob_source,
                                at.logprob_top,
@@ -84,6 +90,9 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   std::vector<float> temperature, top_p, min_p;
   std::vector<double> uniforms;
   std::vector<int> logprob_sequence, logprob_source, logprob_top, logprob_first;
+  std::vector<int> edit_first{0};
+  std::vector<float> repetition, frequency, presence;
+  std::vector<TokenEdit> edits;
   for (std::size_t k = 0; k < order.size(); ++k) {
     const DeviceVerify& v = verify[order[k]];
     const int n = static_cast<int>(v.tokens.size());
@@ -106,6 +115,14 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
     temperature.insert(temperature.end(), static_cast<std::size_t>(n + 1), v.temperature);
     top_p.insert(top_p.end(), static_cast<std::size_t>(n + 1), v.top_p);
     min_p.insert(min_p.end(), static_cast<std::size_t>(n + 1), v.min_p);
+    repetition.insert(repetition.end(), static_cast<std::size_t>(n + 1), v.repetition_penalty);
+    frequency.insert(frequency.end(), static_cast<std::size_t>(n + 1), v.frequency_penalty);
+    presence.insert(presence.end(), static_cast<std::size_t>(n + 1), v.presence_penalty);
+    for (int c = 0; c <= n; ++c)
+      edit_first.push_back(edit_first.back() + (v.edit_first.empty() ? 0 : v.edit_first[static_cast<std::size_t>(c) + 1] -
+                                                                             v.edit_first[static_cast<std::size_t>(c)]));
+    edits.insert(edits.end(), v.edits.begin(), v.edits.end());
+    up.edits = up.edits || !v.edit_first.empty();
     if (!v.greedy()) {
       draw.insert(draw.end(), v.draw.begin(), v.draw.end());
       rule.push_back(v.rule);
@@ -141,14 +158,23 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   up.at.logprob_source = take(logprob_source.size() * sizeof(int));
   up.at.logprob_top = take(logprob_top.size() * sizeof(int));
   up.at.logprob_first = take(logprob_first.size() * sizeof(int));
+  const std::size_t edited_contexts = up.edits ? contexts : 0;
+  up.at.edit_first = take((up.edits ? edit_first.size() : 0) * sizeof(int));
+  up.at.repetition = take(edited_contexts * sizeof(float));
+  up.at.frequency = take(edited_contexts * sizeof(float));
+  up.at.presence = take(edited_contexts * sizeof(float));
   up.upload_bytes = at;
   up.at.probs = take(contexts * v * sizeof(float));
   up.at.scratch = take(scratch * sizeof(double));
   up.at.result = take(up.result_ints() * sizeof(int));
   up.at.logprobs = take((up.logprobs ? contexts : 0) * sizeof(EmittedLogprob));
-  up.device_bytes = at;
+  up.at.edited = take(edited_contexts * v * sizeof(float));
+  up.at.edits = at;
+  up.edit_bytes = edits.size() * sizeof(TokenEdit);
+  up.device_bytes = align16(at + up.edit_bytes);
 
-  up.data.assign(up.upload_bytes, 0);  // zeros: the draw uniforms and the q rows of sequences without q
+  // zeros: the draw uniforms and the q rows of sequences without q
+  up.data.assign(up.upload_bytes + up.edit_bytes, 0);
   put(up.data, up.at.greedy_indptr, std::span<const int>(greedy_indptr));
   put(up.data, up.at.stochastic_indptr, std::span<const int>(stochastic_indptr));
   put(up.data, up.at.tokens, std::span<const int>(tokens));
@@ -165,6 +191,13 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   put(up.data, up.at.logprob_source, std::span<const int>(logprob_source));
   put(up.data, up.at.logprob_top, std::span<const int>(logprob_top));
   put(up.data, up.at.logprob_first, std::span<const int>(logprob_first));
+  if (up.edits) {
+    put(up.data, up.at.edit_first, std::span<const int>(edit_first));
+    put(up.data, up.at.repetition, std::span<const float>(repetition));
+    put(up.data, up.at.frequency, std::span<const float>(frequency));
+    put(up.data, up.at.presence, std::span<const float>(presence));
+    put(up.data, up.upload_bytes, std::span<const TokenEdit>(edits));
+  }
   for (std::size_t i = 0; i < verify.size(); ++i) {
     if (verify[i].greedy() || verify[i].q.empty()) continue;
     const std::size_t row = static_cast<std::size_t>(up.first_context[i] - up.greedy_contexts);

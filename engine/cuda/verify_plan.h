@@ -31,7 +31,7 @@ struct VerifyUpload {
   int greedy = 0, stochastic = 0;                 // sequences of each batch
   int greedy_nodes = 0, nodes = 0;                // nodes of the greedy batch, of both
   int greedy_contexts = 0, contexts = 0;          // contexts (n + 1 per sequence) likewise
-  std::vector<unsigned char> data;                // the upload, [upload_bytes]
+  std::vector<unsigned char> data;                // the upload and the edits, [upload_bytes + edit_bytes]
   struct Offsets {
     std::size_t greedy_indptr = 0;      // [greedy + 1] int
     std::size_t stochastic_indptr = 0;  // [stochastic + 1] int, from 0 within the stochastic batch
@@ -52,9 +52,16 @@ struct VerifyUpload {
     // [sequences] int, [sequences, 3] int; the kernel's output, [contexts] EmittedLogprob, which
     // comes back too.
     std::size_t logprob_sequence = 0, logprob_source = 0, logprob_top = 0, logprob_first = 0, logprobs = 0;
+    // Logit controls (where any entry has edits): each context's first edit, [contexts + 1]
+    // int; its sequence's penalties, [contexts] float each; the edited rows the sampling
+    // kernel reads, [contexts, vocab] float; the edits, [edit count] TokenEdit, last of all.
+    std::size_t edit_first = 0, repetition = 0, frequency = 0, presence = 0, edited = 0, edits = 0;
   } at;
   bool logprobs = false;                          // an entry asks for log-probabilities
-  std::size_t upload_bytes = 0, device_bytes = 0;
+  bool edits = false;                             // an entry has logit edits
+  // data holds the upload, then the edits ([edit_bytes], to at.edits): the edits' count stays
+  // out of the shape.
+  std::size_t upload_bytes = 0, edit_bytes = 0, device_bytes = 0;
   // The result: [contexts] each context's sampled token (greedy: its argmax; -1: a row the CPU
   // refuses), [greedy + stochastic] accepted counts, [nodes] accepted nodes, [contexts] emitted
   // tokens (each sequence's at its first context).
