@@ -1,5 +1,6 @@
 #include "draft/drafter.h"
 
+#include <algorithm>
 #include <chrono>
 #include <iterator>
 #include <map>
@@ -59,6 +60,27 @@ DraftCall run_head_forward(const HeadForwardContext& context, std::span<Drafter*
   return call;
 }
 
+// One batched Medusa heads forward for `group` (drafters sharing a backend and workspace): their
+// state rows side by side in, each drafter's first heads of its row back.
+void run_medusa_forward(std::span<Drafter* const> group) {
+  const MedusaRows& first = *group.front()->pending_medusa();
+  const std::size_t vocab = static_cast<std::size_t>(first.backend->config().vocab_size);
+  std::vector<float> states;
+  int heads = 0;
+  for (Drafter* d : group) {
+    const MedusaRows& m = *d->pending_medusa();
+    states.insert(states.end(), m.state.begin(), m.state.end());
+    heads = std::max(heads, m.heads);
+  }
+  const int n = static_cast<int>(group.size());
+  std::vector<float> logits(static_cast<std::size_t>(n) * static_cast<std::size_t>(heads) * vocab);
+  first.backend->forward(states, n, heads, *first.workspace, logits);
+  for (std::size_t r = 0; r < group.size(); ++r) {
+    const std::size_t own = static_cast<std::size_t>(group[r]->pending_medusa()->heads);
+    group[r]->medusa_done(std::span<const float>(logits).subspan(r * static_cast<std::size_t>(heads) * vocab, own * vocab));
+  }
+}
+
 // The device chains of `group` (drafters sharing its cache) in one run_chains (one shape of
 // dynamic trees, or chains and static trees).
 void run_device_chains(const ForwardContext& context, std::span<Drafter* const> group, std::vector<DraftCall>* calls) {
@@ -108,6 +130,10 @@ std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters,
   // Per draft cache, the chains read back, then those left on the device: a later forward_draft
   // on the cache's workspace would overwrite the draws left there. One call per shape: dynamic
   // trees by (budget, width, top_k), zeros for the others.
+  std::map<std::pair<const MedusaBackend*, Workspace*>, std::vector<Drafter*>> medusa;
+  for (Drafter* d : drafters)
+    if (const MedusaRows* m = d->pending_medusa()) medusa[{m->backend, m->workspace}].push_back(d);
+  for (const auto& [key, group] : medusa) run_medusa_forward(group);
   using ChainCall = std::tuple<const KvCache*, int, int, int>;
   std::map<ChainCall, std::vector<Drafter*>> chains, left;
   for (std::size_t i = 0; i < drafters.size(); ++i) {

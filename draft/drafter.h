@@ -15,6 +15,7 @@
 #include "engine/batch.h"
 #include "engine/forward.h"
 #include "engine/head_forward.h"
+#include "engine/medusa_backend.h"
 #include "verify/token_tree.h"
 
 namespace specula {
@@ -56,6 +57,15 @@ struct DraftBound {
   int max_nodes = 0;
 };
 
+// The heads forward a Medusa drafter's proposal waits for (Drafter::pending_medusa): the first
+// `heads` heads of `backend` over one state row, on `workspace`.
+struct MedusaRows {
+  const MedusaBackend* backend = nullptr;
+  Workspace* workspace = nullptr;
+  std::span<const float> state;  // [hidden] the target's last state before its final norm
+  int heads = 0;
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
@@ -89,6 +99,11 @@ class Drafter {
   // A head's pending forward done: its logits (over the head's draft vocabulary) and out, in
   // [rows, head hidden] each row's output state.
   virtual void head_forward_done(std::span<const float> /*logits*/, std::span<const float> /*out*/) {}
+  // A Medusa drafter's heads forward, once per proposal (nullptr for other drafters, and once
+  // it has run): drafters sharing a backend and workspace run theirs as one batched call.
+  virtual const MedusaRows* pending_medusa() const { return nullptr; }
+  // Its logits: in [heads, vocab] head i's at row i. The proposal is then complete.
+  virtual void medusa_done(std::span<const float> /*logits*/) {}
 
   // The chain (or static tree) this proposal draws whole on its draft model's device
   // (Backend::forward_draft), in place of its pending forwards (ForwardContext::run_chains on
@@ -128,7 +143,9 @@ struct DeviceRounds {
   std::size_t first_call = 0;
 };
 
-// Runs the pending forwards of every drafter: first the chains drawn on a device
+// Runs the pending forwards of every drafter: first the Medusa heads forwards (one batched call
+// per heads backend and workspace, each call's heads the most any of its drafters reads; not
+// a draft round, so not among `calls`), then the chains drawn on a device
 // (Drafter::device_chain), those sharing a draft cache in one run_chains (dynamic trees in one
 // of their own per shape) — or, for the drafters `leave_on_device` marks (empty: none), in one
 // enqueue_chains whose draws stay there (Drafter::chain_left_on_device): one such call a draft

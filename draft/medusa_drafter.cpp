@@ -58,18 +58,27 @@ void MedusaDrafter::start(std::span<const int> committed, DraftBound bound, Phil
   SPECULA_CHECK(target_cache_.length(target_seq_) >= n - 1, "medusa: the target holds ",
                 target_cache_.length(target_seq_), " of ", n - 1, " committed tokens");
   committed_ = committed;
+  pending_ = {};
   DraftBound within = bound;
   within.max_depth = std::min(bound.max_depth, c.num_heads);
   growth_.begin(within, rng);
   if (n < 2) return;  // a one-token prompt's root has no state before it: nothing is proposed
-  const std::span<const float> states =
-      target_cache_.states(target_seq_, n - 2).subspan(static_cast<std::size_t>(state_offset_),
-                                                       static_cast<std::size_t>(c.hidden_size));
   // The heads of the depths the proposal can feed: a context at the last depth is a leaf.
   heads_ = std::min(within.max_depth, shape_depth_);
   if (heads_ == 0) return;
-  logits_.resize(static_cast<std::size_t>(heads_) * c.vocab_size);
-  medusa_.forward(states, 1, heads_, workspace_, logits_);
+  const std::span<const float> state =
+      target_cache_.states(target_seq_, n - 2).subspan(static_cast<std::size_t>(state_offset_),
+                                                       static_cast<std::size_t>(c.hidden_size));
+  state_.assign(state.begin(), state.end());
+  pending_ = MedusaRows{&medusa_, &workspace_, state_, heads_};
+}
+
+void MedusaDrafter::medusa_done(std::span<const float> logits) {
+  const MedusaConfig& c = medusa_.config();
+  SPECULA_CHECK(pending_.backend && logits.size() == static_cast<std::size_t>(heads_) * c.vocab_size,
+                "medusa: heads logits given without a pending forward, or not [", heads_, ", ", c.vocab_size, "]");
+  pending_ = {};
+  logits_.assign(logits.begin(), logits.end());
   ++forwards_;
   depth_q_.assign(static_cast<std::size_t>(heads_), {});
 
@@ -80,6 +89,11 @@ void MedusaDrafter::start(std::span<const int> committed, DraftBound bound, Phil
     fill_rows(nodes.last);
     growth_.fed(nodes, c.vocab_size);
   }
+}
+
+Proposal MedusaDrafter::take_proposal() {
+  SPECULA_CHECK(!pending_.backend, "medusa: the proposal's heads forward has not run (run_draft_forwards)");
+  return growth_.take(medusa_.config().vocab_size);
 }
 
 }  // namespace specula

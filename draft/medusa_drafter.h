@@ -1,6 +1,7 @@
 // defines: MedusaDrafter, the proposer that drafts with Medusa heads (model/medusa_model.h) on
 // the target's last hidden state: a chain or a static tree at most num_heads deep, from one
-// forward of the heads a step. Its step, for committed tokens t_0 .. t_{n-1} (t_{n-1} the
+// forward of the heads a step (one batched call for every sequence of a step: run_draft_forwards).
+// Its step, for committed tokens t_0 .. t_{n-1} (t_{n-1} the
 // root, not yet in the target's cache, which holds slots 0 .. n-2):
 //   - the target cache's state of slot n-2 at tap layer num_hidden_layers (KvCache::
 //     keep_states) goes through the heads once; head i's distribution (the sampler's
@@ -35,7 +36,9 @@ class MedusaDrafter : public Drafter {
                 RowControls controls = {});
 
   void start(std::span<const int> committed, DraftBound bound, Philox& rng) override;
-  Proposal take_proposal() override { return growth_.take(medusa_.config().vocab_size); }
+  const MedusaRows* pending_medusa() const override { return pending_.backend ? &pending_ : nullptr; }
+  void medusa_done(std::span<const float> logits) override;
+  Proposal take_proposal() override;
   void accept(const TokenTree&, std::span<const int>, std::span<const int>) override {}
 
   int draft_forwards() const { return forwards_; }
@@ -58,6 +61,8 @@ class MedusaDrafter : public Drafter {
 
   // The proposal in progress.
   std::span<const int> committed_;
+  std::vector<float> state_;                  // [hidden] the state the heads read
+  MedusaRows pending_;                        // the heads forward, until it has run
   std::vector<float> logits_;                 // [heads_, vocab] the heads' logits of the root's state
   std::vector<std::vector<float>> depth_q_;   // [heads_][vocab or empty] q of a depth without controls
   std::vector<float> edited_;

@@ -1,6 +1,7 @@
 // Speculative decoding with Medusa heads on the target's last hidden state end to end:
 // greedy output equals plain greedy output (chains and static trees, one request and many at
-// once) for random heads and the shipped ones; sampled output follows the target's exact
+// once) for random heads and the shipped ones; the heads forwards of a step's drafters run as
+// one batched call; sampled output follows the target's exact
 // distribution; requests the heads or a scheduler cannot serve are refused by name; the
 // shipped heads reproduce their eval.json.
 #include <catch2/catch.hpp>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "draft/medusa_drafter.h"
 #include "model/medusa_checkpoint_writer.h"
 #include "runtime/generate.h"
 #include "runtime/scheduler.h"
@@ -103,6 +105,62 @@ TEST_CASE("medusa: many requests at once give each its own greedy output", "[run
     CHECK(scheduler.outcome(r).samples.front() == expected[static_cast<std::size_t>(r)]);
   }
   CHECK(scheduler.kv_stats().blocks_in_use == 0);
+}
+
+TEST_CASE("medusa: drafters sharing heads run one batched heads forward and propose what each proposes alone",
+          "[runtime][heads]") {
+  // Three greedy chains of 3 from the random heads, each over its own prompt's last state: one
+  // heads forward of three rows, and each drafter's chain that of its own forward of one row.
+  struct Counting : MedusaBackend {
+    const MedusaBackend& inner;
+    mutable std::vector<int> rows;  // each forward's rows
+    explicit Counting(const MedusaBackend& b) : MedusaBackend(b.medusa()), inner(b) {}
+    BackendKind kind() const override { return inner.kind(); }
+    std::unique_ptr<Workspace> make_workspace() const override { return inner.make_workspace(); }
+    void forward(std::span<const float> states, int n, int heads, Workspace& workspace,
+                 std::span<float> logits) const override {
+      rows.push_back(n);
+      inner.forward(states, n, heads, workspace, logits);
+    }
+  } heads(store().medusa(random_medusa(), test::model_dir("target-16m")));
+  const Backend& target = store().get(test::model_dir("target-16m"));
+  const int last = target.config().num_hidden_layers;
+  const auto prompts = reference_prompts();
+  const auto logit_order = [](std::span<const float> l, std::span<float> p) { std::copy(l.begin(), l.end(), p.begin()); };
+  TreeShape chain;
+  chain.topology = chain_topology(3);
+  const auto propose = [&](std::span<const std::size_t> which) {
+    KvCache cache(target.model().kv_layout(16), 64);
+    cache.keep_states({last}, target.config().hidden_size);
+    const auto workspace = heads.make_workspace();
+    std::vector<std::unique_ptr<MedusaDrafter>> drafters;
+    std::vector<Drafter*> pointers;
+    std::vector<std::vector<int>> committed;
+    Philox rng(3);
+    for (std::size_t i : which) {
+      committed.emplace_back(prompts[i].begin(), prompts[i].begin() + 20);
+      const int seq = test::plain_prefill(target, cache, std::span(committed.back()).first(19));
+      drafters.push_back(std::make_unique<MedusaDrafter>(heads, *workspace, cache, seq, last, logit_order, false, chain));
+      drafters.back()->start(committed.back(), {3}, rng);
+      pointers.push_back(drafters.back().get());
+    }
+    heads.rows.clear();
+    std::vector<DraftCall> calls;
+    run_draft_forwards(pointers, &calls);
+    CHECK(calls.empty());  // a heads forward is not a draft round
+    std::vector<std::vector<int>> tokens;
+    for (auto& d : drafters) tokens.push_back(d->take_proposal().tree.tokens);
+    return tokens;
+  };
+  const std::size_t all[] = {0, 1, 2};
+  const std::vector<std::vector<int>> together = propose(all);
+  CHECK(heads.rows == std::vector<int>{3});
+  for (std::size_t i : all) {
+    const std::vector<std::vector<int>> alone = propose(std::span(&i, 1));
+    CHECK(heads.rows == std::vector<int>{1});
+    CHECK(alone.front() == together[i]);
+    CHECK(together[i].size() == 3);
+  }
 }
 
 TEST_CASE("medusa: under the threshold and load policies each request gets its own greedy output",
