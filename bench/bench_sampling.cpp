@@ -1,7 +1,9 @@
 // defines: the per-token cost of each sampling strategy — Sampler::distribution plus one
 // draw — at vocab 4096 and 128K (and, for top-p, the sizes between), with top-p on peaked
 // logits (small nucleus) and flat logits (nucleus of most of the vocabulary), next to a
-// full-sort top-p for comparison.  Counter "kept": tokens with nonzero probability.
+// full-sort top-p for comparison.  Counter "kept": tokens with nonzero probability. And the
+// logit controls' cost per row (apply_controls: every control on, a history of 512 prompt,
+// 256 generated and 4 path tokens), beside greedy's, at the same sizes.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "base/rng.h"
+#include "sampling/logit_controls.h"
 #include "sampling/sampler.h"
 
 namespace {
@@ -66,6 +69,34 @@ void top_p_full_sort(benchmark::State& state, double sigma) {
   state.counters["kept"] = kept;
 }
 
+// apply_controls on one row, every control on; "edits": the tokens edited.
+void controls(benchmark::State& state) {
+  const int vocab = int(state.range(0));
+  const std::vector<float> logits = normal_logits(vocab, kPeaked);
+  LogitControls c;
+  c.repetition_penalty = 1.2f;
+  c.frequency_penalty = 0.3f;
+  c.presence_penalty = 0.2f;
+  c.no_repeat_ngram_size = 3;
+  for (int i = 0; i < 16; ++i) c.logit_bias.emplace_back(i * 37, 1.0f);
+  c.banned_tokens = {5, 7};
+  c.min_new_tokens = 1000;
+  Philox rng(3);
+  std::vector<int> prompt(512), generated(256), path(4);
+  const std::vector<int> eos{2};
+  for (std::vector<int>* part : {&prompt, &generated, &path})
+    for (int& t : *part) t = int(rng.uniform() * 2000);
+  std::vector<float> row;
+  for (auto _ : state) {
+    row = logits;
+    apply_controls(c, {prompt, generated, path, eos}, std::span<float>(row));
+    benchmark::DoNotOptimize(row.data());
+  }
+  std::vector<TokenEdit> edits;
+  control_edits(c, {prompt, generated, path, eos}, vocab, edits);
+  state.counters["edits"] = double(edits.size());
+}
+
 void vocab_sizes(benchmark::internal::Benchmark* b) { b->Arg(4096)->Arg(131072); }
 void top_p_sizes(benchmark::internal::Benchmark* b) {
   for (int vocab = 4096; vocab <= 131072; vocab *= 2) b->Arg(vocab);
@@ -81,4 +112,5 @@ BENCHMARK_CAPTURE(strategy, top_p_0.9_peaked, SamplingOptions::sample(1.0f, 0, 0
 BENCHMARK_CAPTURE(strategy, top_p_0.9_flat, SamplingOptions::sample(1.0f, 0, 0.9f, 0.0f), kFlat)->Apply(top_p_sizes);
 BENCHMARK_CAPTURE(top_p_full_sort, peaked, kPeaked)->Apply(vocab_sizes);
 BENCHMARK_CAPTURE(top_p_full_sort, flat, kFlat)->Apply(vocab_sizes);
+BENCHMARK(controls)->Apply(vocab_sizes);
 BENCHMARK_MAIN();

@@ -61,7 +61,8 @@ std::string_view first_active_control(const LogitControls& c) {
 }
 
 void control_edits(const LogitControls& c, const ControlHistory& h, int vocab, std::vector<TokenEdit>& edits) {
-  // One entry per touch, then sorted by token and merged.
+  // One entry per touch, then sorted by token and merged (the merge is order-free: a token is
+  // biased once).
   edits.clear();
   const auto touch = [&](int token) -> TokenEdit* {
     if (!in_vocab(token, vocab)) return nullptr;
@@ -91,7 +92,7 @@ void control_edits(const LogitControls& c, const ControlHistory& h, int vocab, s
   if (h.generated.size() + h.path.size() < static_cast<std::size_t>(c.min_new_tokens))
     for (int eos : h.eos_ids)
       if (TokenEdit* e = touch(eos)) e->masked = true;
-  std::stable_sort(edits.begin(), edits.end(), [](const TokenEdit& a, const TokenEdit& b) { return a.token < b.token; });
+  std::sort(edits.begin(), edits.end(), [](const TokenEdit& a, const TokenEdit& b) { return a.token < b.token; });
   std::size_t kept = 0;
   for (const TokenEdit& e : edits) {
     if (kept > 0 && edits[kept - 1].token == e.token) {
