@@ -20,40 +20,29 @@ struct BlockShared {
   float f_out;
 };
 
+// Every thread's v folded by thread 0 from slot 0 on, in thread order, with `combine`.
+template <class T, class Combine>
+__device__ inline T block_fold(T v, T* slots, T& out, Combine combine) {
+  slots[threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    T total = slots[0];
+    for (int t = 1; t < static_cast<int>(blockDim.x); ++t) total = combine(total, slots[t]);
+    out = total;
+  }
+  __syncthreads();
+  return out;
+}
+
 __device__ inline double block_sum(double v, BlockShared& sh) {
-  sh.d[threadIdx.x] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double total = 0.0;
-    for (int t = 0; t < static_cast<int>(blockDim.x); ++t) total = __dadd_rn(total, sh.d[t]);
-    sh.d_out = total;
-  }
-  __syncthreads();
-  return sh.d_out;
+  return block_fold(v, sh.d, sh.d_out, [](double a, double b) { return __dadd_rn(a, b); });
 }
-
 __device__ inline int block_sum(int v, BlockShared& sh) {
-  sh.i[threadIdx.x] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int total = 0;
-    for (int t = 0; t < static_cast<int>(blockDim.x); ++t) total += sh.i[t];
-    sh.i_out = total;
-  }
-  __syncthreads();
-  return sh.i_out;
+  return block_fold(v, sh.i, sh.i_out, [](int a, int b) { return a + b; });
 }
-
+// NaN only where slot 0 holds it (a NaN elsewhere never compares greater).
 __device__ inline float block_max(float v, BlockShared& sh) {
-  sh.f[threadIdx.x] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float m = sh.f[0];
-    for (int t = 1; t < static_cast<int>(blockDim.x); ++t) m = sh.f[t] > m ? sh.f[t] : m;
-    sh.f_out = m;
-  }
-  __syncthreads();
-  return sh.f_out;
+  return block_fold(v, sh.f, sh.f_out, [](float a, float b) { return b > a ? b : a; });
 }
 
 // The block's best (value, index) from each thread's (best, at) (at -1: none): the largest
