@@ -80,6 +80,14 @@ void check_dynamic(const DraftRounds& draft) {
 
 }  // namespace
 
+void check_draw_options(const DrawOptions& o, const char* what, int index) {
+  SPECULA_CHECK(std::isfinite(o.temperature) && o.temperature >= 0, what, " ", index, ": temperature ", o.temperature,
+                " is not finite and >= 0");
+  SPECULA_CHECK(o.top_k >= 0, what, " ", index, ": top_k ", o.top_k, " is negative");
+  SPECULA_CHECK(o.top_p > 0 && o.top_p <= 1, what, " ", index, ": top_p ", o.top_p, " is outside (0, 1]");
+  SPECULA_CHECK(o.min_p >= 0 && o.min_p <= 1, what, " ", index, ": min_p ", o.min_p, " is outside [0, 1]");
+}
+
 void check_draft_rounds(const DraftRounds& draft, int vocab) {
   SPECULA_CHECK(vocab > 0, "device draft: vocabulary of ", vocab, " tokens");
   SPECULA_CHECK(draft.plans.size() == draft.batches.size(), "device draft: ", draft.plans.size(), " plans for ",
@@ -116,14 +124,8 @@ void check_draft_rounds(const DraftRounds& draft, int vocab) {
     for (int l = 0; l < batch.num_logits(); ++l, ++logit_row)
       drawn_before += draft.children.empty() ? 1 : draft.children[static_cast<std::size_t>(logit_row)];
   }
-  for (int l = 0; l < logit_rows; ++l) {
-    const DrawOptions& o = draft.options[static_cast<std::size_t>(l)];
-    SPECULA_CHECK(std::isfinite(o.temperature) && o.temperature >= 0, "device draft: logit row ", l, ": temperature ",
-                  o.temperature, " is not finite and >= 0");
-    SPECULA_CHECK(o.top_k >= 0, "device draft: logit row ", l, ": top_k ", o.top_k, " is negative");
-    SPECULA_CHECK(o.top_p > 0 && o.top_p <= 1, "device draft: logit row ", l, ": top_p ", o.top_p, " is outside (0, 1]");
-    SPECULA_CHECK(o.min_p >= 0 && o.min_p <= 1, "device draft: logit row ", l, ": min_p ", o.min_p, " is outside [0, 1]");
-  }
+  for (int l = 0; l < logit_rows; ++l)
+    check_draw_options(draft.options[static_cast<std::size_t>(l)], "device draft: logit row", l);
   for (int d = 0; d < draws; ++d) {
     const double u = draft.uniforms[static_cast<std::size_t>(d)];
     SPECULA_CHECK(u >= 0 && u < 1, "device draft: draw ", d, ": uniform ", u, " is outside [0, 1)");

@@ -98,6 +98,10 @@ struct DraftRounds {
 // uniforms in [0, 1); dynamic rounds as DraftRounds::dynamic says.
 void check_draft_rounds(const DraftRounds& draft, int vocab);
 
+// Throws SpeculaError naming `what` and `index` (e.g. "device draft: logit row", 3) unless `o`
+// is in range: temperature finite and >= 0, top_k >= 0, top_p in (0, 1], min_p in [0, 1].
+void check_draw_options(const DrawOptions& o, const char* what, int index);
+
 // The draws of rounds enqueued on a device and not read back (Backend::enqueue_draft): each
 // draw's token and, where the rounds kept q, the distributions stay on the device, where a
 // forward_verify of the same device reads them (DeviceVerify::draws; a node's q row is the one

@@ -17,6 +17,7 @@
 #include "engine/cpu/ops.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/cuda_check.cuh"
+#include "engine/cuda/cuda_draws.cuh"
 #include "engine/cuda/device.h"
 #include "engine/cuda/device_memory.cuh"
 #include "engine/cuda/device_weights.cuh"
@@ -137,8 +138,7 @@ struct CudaWorkspace : Workspace {
   cudaEvent_t marks[3] = {};       // forward_verify's start, forward done, verification done
   DeviceBuffer draft;              // forward_draft's upload and outputs (DraftUpload)
   PinnedBuffer draft_staging;      // its upload on the host, [upload_bytes]
-  std::vector<cudaEvent_t> draft_marks;  // forward_draft's start, then each round's end
-  std::uint64_t draft_generation = 0;    // rounds enqueued on it (CudaDraws of an older one are stale)
+  DrawMarks draft_marks;           // around forward_draft's rounds
   DeviceBuffer draw_feeds;               // forward_verify's gather indices into device draws (DrawGather)
   PinnedBuffer draw_feeds_staging;       // the same on the host
   PinnedBuffer draws_back;               // the draws' tokens, back after the verification
@@ -153,7 +153,6 @@ struct CudaWorkspace : Workspace {
     if (stream) cudaStreamSynchronize(stream);
     for (cudaEvent_t e : marks)
       if (e) cudaEventDestroy(e);
-    for (cudaEvent_t e : draft_marks) cudaEventDestroy(e);
     if (stream) cudaStreamDestroy(stream);
   }
 };
@@ -356,7 +355,7 @@ class CudaBackend : public Backend {
     SPECULA_CHECK(parents.size() == nodes, "forward_draft: parents holds ", parents.size(), " entries for ", nodes,
                   " dynamic tree nodes");
     CudaWorkspace& ws = cuda_workspace(workspace);
-    const EnqueuedRounds out = enqueue_rounds(draft, pages, ws);
+    const DrawsAt out = enqueue_rounds(draft, pages, ws);
     // A dynamic tree's draws are its candidates: read for refusals only.
     std::vector<int> candidates(draft.dynamic.on() ? draws : 0);
     const std::span<int> drawn = draft.dynamic.on() ? std::span<int>(candidates) : tokens;
@@ -369,85 +368,22 @@ class CudaBackend : public Backend {
     }
     CUDA_CHECK(cudaStreamSynchronize(ws.stream));
     for (std::size_t d = 0; d < draws; ++d) SPECULA_CHECK(drawn[d] != -1, refused_draw(d));
-    return round_seconds(ws, draft.rounds());
+    return ws.draft_marks.seconds(draft.rounds());
   }
 
   std::shared_ptr<const DeviceDraws> enqueue_draft(const DraftRounds& draft, PageStorage& pages,
                                                    Workspace& workspace) const override {
     CudaWorkspace& ws = cuda_workspace(workspace);
-    const EnqueuedRounds out = enqueue_rounds(draft, pages, ws);
-    return std::make_shared<CudaDraws>(ws, ws.draft_generation, draft, out);
+    const DrawsAt out = enqueue_rounds(draft, pages, ws);
+    return std::make_shared<CudaDraws>(ws.draft_marks, draft.draw_rows(), draft.keep_q, draft.rounds(),
+                                       draft.dynamic.budget, draft.dynamic_nodes(), out);
   }
 
  private:
-  // Where enqueue_rounds leaves its draws on the device.
-  struct EnqueuedRounds {
-    const int* tokens = nullptr;        // [draws]
-    const float* probs = nullptr;       // [logit rows, vocab] where the rounds keep q
-    const int* node_tokens = nullptr;   // [dynamic nodes] with dynamic trees
-    const int* node_parents = nullptr;  // [dynamic nodes] with dynamic trees
-  };
-
   static std::string refused_draw(std::size_t d) {
     return detail::concat("forward_draft: draw ", d,
                           " was refused: its logit row has a NaN or +inf logit, or every logit -inf");
   }
-
-  // The device seconds of the last `rounds` rounds enqueued on `ws` (their work done).
-  static std::vector<double> round_seconds(const CudaWorkspace& ws, int rounds) {
-    std::vector<double> seconds;
-    for (std::size_t r = 0; r < static_cast<std::size_t>(rounds); ++r) {
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, ws.draft_marks[r], ws.draft_marks[r + 1]));
-      seconds.push_back(ms * 1e-3);
-    }
-    return seconds;
-  }
-
-  // Draws left in a workspace's draft buffer by enqueue_draft: valid while the workspace's
-  // draft generation is theirs; `done` (the last round's mark) is recorded after them. Of
-  // dynamic trees, the draws are the nodes, and the children the rounds drew their candidates.
-  class CudaDraws : public DeviceDraws {
-   public:
-    CudaDraws(const CudaWorkspace& ws, std::uint64_t generation, const DraftRounds& draft, const EnqueuedRounds& at)
-        : ws_(ws),
-          generation_(generation),
-          draw_rows_(draft.draw_rows()),
-          keep_q_(draft.keep_q),
-          rounds_(draft.rounds()),
-          tree_budget_(draft.dynamic.budget),
-          nodes_(draft.dynamic_nodes()),
-          at_(at) {}
-    int draws() const override { return tree_budget_ > 0 ? nodes_ : static_cast<int>(draw_rows_.size()); }
-    // The row of probs() draw d was drawn from.
-    int q_row(int d) const { return draw_rows_[static_cast<std::size_t>(d)]; }
-    bool keeps_q() const override { return keep_q_; }
-    int tree_budget() const override { return tree_budget_; }
-    std::vector<double> round_seconds() const override {
-      check_current();
-      return CudaBackend::round_seconds(ws_, rounds_);
-    }
-    void check_current() const {
-      SPECULA_CHECK(ws_.draft_generation == generation_,
-                    "device draws: a later forward_draft on their workspace has overwritten them");
-    }
-    cudaEvent_t done() const { return ws_.draft_marks[static_cast<std::size_t>(rounds_)]; }
-    const int* tokens() const { return tree_budget_ > 0 ? at_.node_tokens : at_.tokens; }  // [draws()]
-    const float* probs() const { return at_.probs; }
-    const int* parents() const { return at_.node_parents; }  // [draws()] of dynamic trees
-    // Of dynamic trees, the children the rounds drew (-1: a refused row), [children()].
-    const int* children_drawn() const { return at_.tokens; }
-    int children() const { return tree_budget_ > 0 ? static_cast<int>(draw_rows_.size()) : 0; }
-
-   private:
-    const CudaWorkspace& ws_;
-    std::uint64_t generation_;
-    std::vector<int> draw_rows_;  // [the rounds' draws] each draw's logit row
-    bool keep_q_;
-    int rounds_;
-    int tree_budget_, nodes_;     // dynamic trees: nodes a tree, in all
-    EnqueuedRounds at_;
-  };
 
   // Where one source of device draws is gathered from in a forward_verify: int offsets into
   // the feed indices (-1: not from these draws) of the step's rows, [batch rows], the
@@ -520,14 +456,14 @@ class CudaBackend : public Backend {
   // second round of its shape (DraftUpload::round_shape) where its step is graph-eligible;
   // events before the first round and after each. Starts a new draft generation of the
   // workspace (earlier CudaDraws of it are stale).
-  EnqueuedRounds enqueue_rounds(const DraftRounds& draft, PageStorage& pages, CudaWorkspace& ws) const {
+  DrawsAt enqueue_rounds(const DraftRounds& draft, PageStorage& pages, CudaWorkspace& ws) const {
     const ModelConfig& c = config();
     const int vocab = c.vocab_size;
     check_draft_rounds(draft, vocab);
     const std::size_t v = static_cast<std::size_t>(vocab);
     const cudaStream_t s = ws.stream;
     check_pages(pages);
-    ++ws.draft_generation;
+    ws.draft_marks.begin(draft.rounds());
     const DeviceKvPages& device_pages = device_pages_after_copies(pages, account_, ws.copies, s);
     const DraftUpload up = pack_draft(draft, vocab, c.sliding_window, options_, device_pages.id());
     for (const StepUpload& step : up.steps) check_keys(step);
@@ -537,17 +473,12 @@ class CudaBackend : public Backend {
       grow(ws.draft, up.device_bytes, 1 << 20);
     }
     ws.draft_staging.reserve(align_up(up.upload_bytes, 1 << 20));
-    while (ws.draft_marks.size() < static_cast<std::size_t>(draft.rounds()) + 1) {
-      cudaEvent_t e = nullptr;
-      CUDA_CHECK(cudaEventCreate(&e));
-      ws.draft_marks.push_back(e);
-    }
     std::memcpy(ws.draft_staging.ptr, up.data.data(), up.upload_bytes);
     unsigned char* base = ws.draft.as<unsigned char>();
     const auto at = [base](std::size_t offset) { return static_cast<void*>(base + offset); };
     const auto floats = [&](std::size_t offset) { return static_cast<float*>(at(offset)); };
     int* drawn = static_cast<int*>(at(up.at.tokens));
-    CUDA_CHECK(cudaEventRecord(ws.draft_marks[0], s));
+    CUDA_CHECK(cudaEventRecord(ws.draft_marks.events[0], s));
     CUDA_CHECK(cudaMemcpyAsync(at(up.upload_at), ws.draft_staging.ptr, up.upload_bytes, cudaMemcpyHostToDevice, s));
     for (int r = 0; r < draft.rounds(); ++r) {
       const std::size_t ru = static_cast<std::size_t>(r);
@@ -585,9 +516,9 @@ class CudaBackend : public Backend {
         CUDA_CHECK(cudaGraphLaunch(graph, s));
       else
         round();
-      CUDA_CHECK(cudaEventRecord(ws.draft_marks[ru + 1], s));
+      CUDA_CHECK(cudaEventRecord(ws.draft_marks.events[ru + 1], s));
     }
-    EnqueuedRounds out{drawn, draft.keep_q ? floats(up.at.probs) : nullptr};
+    DrawsAt out{drawn, draft.keep_q ? floats(up.at.probs) : nullptr};
     if (up.dynamic.on()) {
       out.node_tokens = static_cast<const int*>(at(up.at.node_tokens));
       out.node_parents = static_cast<const int*>(at(up.at.node_parents));

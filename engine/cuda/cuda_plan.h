@@ -5,11 +5,13 @@
 // sources), the memory plan made before the first token (plan_memory: weights + workspace + KV
 // pool against the card's free memory, refused with the sizes named), the one host-to-device
 // upload of a step (pack_step: per-row descriptors, page lists, visibility lists, logit rows,
-// at offsets fixed by the graph key's capacities), and the key of a captured decode graph.
+// at offsets fixed by the graph key's capacities), the key of a captured decode graph, and
+// append_aligned (one array of an upload at its aligned offset).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <span>
 #include <string>
@@ -52,6 +54,15 @@ inline constexpr std::size_t kPlannedUploadBytes = std::size_t{16} << 20;
 inline constexpr std::size_t kCublasWorkspace = std::size_t{32} << 20;
 
 inline std::size_t align_up(std::size_t n, std::size_t a = kAlign) { return (n + a - 1) / a * a; }
+
+// Appends `count` elements of `src` to an upload at the next multiple of kAlign; returns where.
+template <class T>
+std::size_t append_aligned(std::vector<unsigned char>& data, const T* src, std::size_t count) {
+  const std::size_t at = align_up(data.size());
+  data.resize(at + count * sizeof(T), 0);
+  if (count > 0) std::memcpy(data.data() + at, src, count * sizeof(T));
+  return at;
+}
 
 // Throws SpeculaError naming what the CUDA kernels do not handle: matrices read as anything but
 // bf16 (`--draft-weights` f16/f32), KV pages other than F32/BF16, an inner dimension not a

@@ -5,19 +5,6 @@
 #include <cstring>
 
 namespace specula::cuda {
-namespace {
-
-// Appends `count` elements of `src` at the next multiple of kAlign; returns where.
-template <class T>
-std::size_t append(std::vector<unsigned char>& data, const T* src, std::size_t count) {
-  const std::size_t at = align_up(data.size());
-  data.resize(at + count * sizeof(T), 0);
-  if (count > 0) std::memcpy(data.data() + at, src, count * sizeof(T));
-  return at;
-}
-
-}  // namespace
-
 DraftUpload pack_draft(const DraftRounds& draft, int vocab, int window, const CudaOptions& options,
                        std::uint64_t pages_id) {
   check_draft_rounds(draft, vocab);
@@ -73,7 +60,7 @@ DraftUpload pack_draft(const DraftRounds& draft, int vocab, int window, const Cu
     up.at.pool_size = reserve(static_cast<std::size_t>(up.sequences) * sizeof(int));
   }
   up.upload_at = align_up(end);
-  const auto place = [&](const auto* src, std::size_t count) { return up.upload_at + append(up.data, src, count); };
+  const auto place = [&](const auto* src, std::size_t count) { return up.upload_at + append_aligned(up.data, src, count); };
   std::vector<float> temperature(logit_rows), top_p(logit_rows), min_p(logit_rows);
   std::vector<int> top_k(logit_rows);
   for (std::size_t l = 0; l < logit_rows; ++l) {
