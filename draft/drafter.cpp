@@ -60,11 +60,8 @@ DraftCall run_head_forward(const HeadForwardContext& context, std::span<Drafter*
   return call;
 }
 
-// One batched Medusa heads forward for `group` (drafters sharing a backend and workspace): their
-// state rows side by side in, each drafter's first heads of its row back.
-void run_medusa_forward(std::span<Drafter* const> group) {
-  const MedusaRows& first = *group.front()->pending_medusa();
-  const std::size_t vocab = static_cast<std::size_t>(first.backend->config().vocab_size);
+// The state rows of `group`'s pending Medusa forwards side by side, and the most heads any reads.
+std::pair<std::vector<float>, int> medusa_rows(std::span<Drafter* const> group) {
   std::vector<float> states;
   int heads = 0;
   for (Drafter* d : group) {
@@ -72,6 +69,15 @@ void run_medusa_forward(std::span<Drafter* const> group) {
     states.insert(states.end(), m.state.begin(), m.state.end());
     heads = std::max(heads, m.heads);
   }
+  return {std::move(states), heads};
+}
+
+// One batched Medusa heads forward for `group` (drafters sharing a backend and workspace): their
+// state rows side by side in, each drafter's first heads of its row back.
+void run_medusa_forward(std::span<Drafter* const> group) {
+  const MedusaRows& first = *group.front()->pending_medusa();
+  const std::size_t vocab = static_cast<std::size_t>(first.backend->config().vocab_size);
+  const auto [states, heads] = medusa_rows(group);
   const int n = static_cast<int>(group.size());
   std::vector<float> logits(static_cast<std::size_t>(n) * static_cast<std::size_t>(heads) * vocab);
   first.backend->forward(states, n, heads, *first.workspace, logits);
@@ -79,6 +85,18 @@ void run_medusa_forward(std::span<Drafter* const> group) {
     const std::size_t own = static_cast<std::size_t>(group[r]->pending_medusa()->heads);
     group[r]->medusa_done(std::span<const float>(logits).subspan(r * static_cast<std::size_t>(heads) * vocab, own * vocab));
   }
+}
+
+// The same forward for `group`, each drafter's tree drawn from its row on the heads' device and
+// left there.
+void leave_medusa_draws(std::span<Drafter* const> group) {
+  const MedusaRows& first = *group.front()->pending_medusa();
+  const auto [states, heads] = medusa_rows(group);
+  std::vector<MedusaTree> trees;
+  for (Drafter* d : group) trees.push_back(d->medusa_device_tree());
+  const EnqueuedDraws enqueued =
+      first.backend->enqueue_draws(states, static_cast<int>(group.size()), heads, trees, *first.workspace);
+  for (std::size_t i = 0; i < group.size(); ++i) group[i]->chain_left_on_device(enqueued.draws, enqueued.draw_of[i]);
 }
 
 // The device chains of `group` (drafters sharing its cache) in one run_chains (one shape of
@@ -130,10 +148,19 @@ std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters,
   // Per draft cache, the chains read back, then those left on the device: a later forward_draft
   // on the cache's workspace would overwrite the draws left there. One call per shape: dynamic
   // trees by (budget, width, top_k), zeros for the others.
-  std::map<std::pair<const MedusaBackend*, Workspace*>, std::vector<Drafter*>> medusa;
-  for (Drafter* d : drafters)
-    if (const MedusaRows* m = d->pending_medusa()) medusa[{m->backend, m->workspace}].push_back(d);
-  for (const auto& [key, group] : medusa) run_medusa_forward(group);
+  // Medusa heads per backend and workspace, the calls read back before the one left there.
+  std::map<std::tuple<const MedusaBackend*, Workspace*, bool>, std::vector<Drafter*>> medusa;
+  for (std::size_t i = 0; i < drafters.size(); ++i)
+    if (const MedusaRows* m = drafters[i]->pending_medusa()) {
+      const bool leave = m->device && !leave_on_device.empty() && leave_on_device[i];
+      medusa[{m->backend, m->workspace, leave}].push_back(drafters[i]);
+    }
+  for (const auto& [key, group] : medusa) {
+    if (std::get<2>(key))
+      leave_medusa_draws(group);
+    else
+      run_medusa_forward(group);
+  }
   using ChainCall = std::tuple<const KvCache*, int, int, int>;
   std::map<ChainCall, std::vector<Drafter*>> chains, left;
   for (std::size_t i = 0; i < drafters.size(); ++i) {

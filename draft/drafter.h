@@ -58,12 +58,14 @@ struct DraftBound {
 };
 
 // The heads forward a Medusa drafter's proposal waits for (Drafter::pending_medusa): the first
-// `heads` heads of `backend` over one state row, on `workspace`.
+// `heads` heads of `backend` over one state row, on `workspace`; where `device`, the proposal
+// may instead be drawn whole on the backend's device (Drafter::medusa_device_tree).
 struct MedusaRows {
   const MedusaBackend* backend = nullptr;
   Workspace* workspace = nullptr;
   std::span<const float> state;  // [hidden] the target's last state before its final norm
   int heads = 0;
+  bool device = false;
 };
 
 class Drafter {
@@ -104,6 +106,10 @@ class Drafter {
   virtual const MedusaRows* pending_medusa() const { return nullptr; }
   // Its logits: in [heads, vocab] head i's at row i. The proposal is then complete.
   virtual void medusa_done(std::span<const float> /*logits*/) {}
+  // Or, where pending_medusa()->device, the tree to draw from the heads' row on their device in
+  // its place (MedusaBackend::enqueue_draws), its uniforms drawn now from the proposal's rng:
+  // called at most once a proposal; its draws then arrive by chain_left_on_device.
+  virtual MedusaTree medusa_device_tree() { return {}; }
 
   // The chain (or static tree) this proposal draws whole on its draft model's device
   // (Backend::forward_draft), in place of its pending forwards (ForwardContext::run_chains on
@@ -145,13 +151,15 @@ struct DeviceRounds {
 
 // Runs the pending forwards of every drafter: first the Medusa heads forwards (one batched call
 // per heads backend and workspace, each call's heads the most any of its drafters reads; not
-// a draft round, so not among `calls`), then the chains drawn on a device
-// (Drafter::device_chain), those sharing a draft cache in one run_chains (dynamic trees in one
-// of their own per shape) — or, for the drafters `leave_on_device` marks (empty: none), in one
-// enqueue_chains whose draws stay there (Drafter::chain_left_on_device): one such call a draft
-// cache, of its first shape (chains and static trees, or one shape of dynamic trees), the other
-// shapes read back before it —, then round by round, those sharing a draft cache (a draft
-// model's or a head's) as one batched call. Each call is appended to `calls` when given (a
+// a draft round, so not among `calls`), those of the drafters `leave_on_device` marks whose
+// proposal a device may draw (MedusaRows::device) in one enqueue_draws a backend and workspace
+// instead, after its read-back call, their trees left there (Drafter::chain_left_on_device);
+// then the chains drawn on a device (Drafter::device_chain), those sharing a draft cache in one
+// run_chains (dynamic trees in one of their own per shape) — or, for the drafters
+// `leave_on_device` marks (empty: none), in one enqueue_chains whose draws stay there
+// (Drafter::chain_left_on_device): one such call a draft cache, of its first shape (chains and
+// static trees, or one shape of dynamic trees), the other shapes read back before it —, then
+// round by round, those sharing a draft cache (a draft model's or a head's) as one batched call. Each call is appended to `calls` when given (a
 // device chain's: each round, with its device time). Returns the rounds left on a device.
 std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls = nullptr,
                                              std::span<const bool> leave_on_device = {});

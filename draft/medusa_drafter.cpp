@@ -8,14 +8,18 @@ namespace specula {
 
 MedusaDrafter::MedusaDrafter(const MedusaBackend& medusa, Workspace& workspace, KvCache& target_cache,
                              KvCache::SeqId target_seq, int target_layers, DistributionFn distribution, bool stochastic,
-                             TreeShape shape, RowControls controls)
+                             TreeShape shape, RowControls controls, std::optional<DrawOptions> device)
     : medusa_(medusa),
       workspace_(workspace),
       target_cache_(target_cache),
       target_seq_(target_seq),
       distribution_(std::move(distribution)),
       controls_(controls),
-      growth_(stochastic, shape) {
+      growth_(stochastic, shape),
+      device_options_(device) {
+  SPECULA_CHECK(!device || device->greedy() == !stochastic, "medusa: device draws ",
+                device && device->greedy() ? "greedy" : "sampled", " for a ", stochastic ? "sampled" : "greedy",
+                " drafter");
   SPECULA_CHECK(shape.topology.depth() <= medusa_.config().num_heads, medusa_.medusa().dir(), ": a tree ",
                 shape.topology.depth(), " deep needs as many Medusa heads; the folder has ",
                 medusa_.config().num_heads);
@@ -58,7 +62,9 @@ void MedusaDrafter::start(std::span<const int> committed, DraftBound bound, Phil
   SPECULA_CHECK(target_cache_.length(target_seq_) >= n - 1, "medusa: the target holds ",
                 target_cache_.length(target_seq_), " of ", n - 1, " committed tokens");
   committed_ = committed;
+  rng_ = &rng;
   pending_ = {};
+  device_length_ = 0;
   DraftBound within = bound;
   within.max_depth = std::min(bound.max_depth, c.num_heads);
   growth_.begin(within, rng);
@@ -71,6 +77,50 @@ void MedusaDrafter::start(std::span<const int> committed, DraftBound bound, Phil
                                                        static_cast<std::size_t>(c.hidden_size));
   state_.assign(state.begin(), state.end());
   pending_ = MedusaRows{&medusa_, &workspace_, state_, heads_};
+  if (!device_options_ || controls_.active() || !medusa_.drafts_on_device()) return;
+  device_parents_.clear();
+  device_length_ = growth_.plain_chain_length();
+  if (device_length_ == 0) {
+    device_parents_ = growth_.device_tree_parents();
+    device_length_ = static_cast<int>(device_parents_.size());
+  }
+  // Its deepest context must have a head: a chain's last node at depth heads_ at most.
+  int depth = device_parents_.empty() ? device_length_ : 0;
+  std::vector<int> node_depth;
+  for (const int parent : device_parents_) {
+    node_depth.push_back(parent < 0 ? 1 : node_depth[static_cast<std::size_t>(parent)] + 1);
+    depth = std::max(depth, node_depth.back());
+  }
+  if (depth > heads_) device_length_ = 0;
+  pending_.device = device_length_ > 0;
+}
+
+MedusaTree MedusaDrafter::medusa_device_tree() {
+  SPECULA_CHECK(pending_.device, "medusa: a device tree asked of a proposal the device cannot draw");
+  pending_.device = false;  // its uniforms are drawn once
+  MedusaTree tree;
+  tree.length = device_length_;
+  tree.parents = device_parents_;
+  const bool chain = device_parents_.empty();
+  // Greedy chains take the argmax; greedy trees rank children by the draft's softmax.
+  tree.options = chain || !device_options_->greedy() ? *device_options_ : DrawOptions{1.0f};
+  tree.mode = chain ? (device_options_->greedy() ? kDrawTopK : kDrawSampled) : static_cast<int>(growth_.draw_mode());
+  device_uniforms_.clear();
+  if (tree.sampled())
+    for (int i = 0; i < device_length_; ++i) device_uniforms_.push_back(rng_->uniform());
+  tree.uniforms = device_uniforms_;
+  return tree;
+}
+
+void MedusaDrafter::chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) {
+  SPECULA_CHECK(pending_.backend && static_cast<int>(node_draws.size()) == device_length_,
+                "medusa: device draws given without a pending device tree, or not ", device_length_, " of them");
+  pending_ = {};
+  ++forwards_;
+  if (device_parents_.empty())
+    growth_.chain_left_on_device(std::move(draws), node_draws);
+  else
+    growth_.tree_left_on_device(device_parents_, std::move(draws), node_draws);
 }
 
 void MedusaDrafter::medusa_done(std::span<const float> logits) {

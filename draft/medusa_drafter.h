@@ -11,9 +11,15 @@
 //     from its q, greedy top-k, sampled chains i.i.d., static trees without replacement), each
 //     feed it asks for answered with its nodes' depths' rows, no forward; a context at depth
 //     num_heads is a leaf.
+// With `device` draw options, on a backend that draws on its device, a plain chain or a static
+// tree (no logit controls, no stop_below, no siblings) may instead be drawn whole there from the
+// heads' row and left for the target's verification (medusa_device_tree, chain_left_on_device:
+// the heads' draws of plan_medusa_draws, one uniform a node in node order, as the host grows it).
 // It keeps no cache of its own and runs no forward per level; accept() has nothing to do.
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "draft/drafter.h"
@@ -30,14 +36,18 @@ class MedusaDrafter : public Drafter {
   // The target's states of `target_seq` are read from `target_cache`, which keeps tap layer
   // `target_layers` (the target's num_hidden_layers) among its state layers. `stochastic`:
   // children are sampled from `distribution` and q is returned; otherwise they are its top-k.
-  // A static shape must be at most num_heads deep.
+  // A static shape must be at most num_heads deep. `device`: the device's chain under which
+  // `distribution` is drawn (greedy, temperature 0, exactly when not `stochastic`); nullopt: the
+  // host draws every proposal.
   MedusaDrafter(const MedusaBackend& medusa, Workspace& workspace, KvCache& target_cache, KvCache::SeqId target_seq,
                 int target_layers, DistributionFn distribution, bool stochastic, TreeShape shape,
-                RowControls controls = {});
+                RowControls controls = {}, std::optional<DrawOptions> device = std::nullopt);
 
   void start(std::span<const int> committed, DraftBound bound, Philox& rng) override;
   const MedusaRows* pending_medusa() const override { return pending_.backend ? &pending_ : nullptr; }
   void medusa_done(std::span<const float> logits) override;
+  MedusaTree medusa_device_tree() override;
+  void chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) override;
   Proposal take_proposal() override;
   void accept(const TokenTree&, std::span<const int>, std::span<const int>) override {}
 
@@ -57,10 +67,15 @@ class MedusaDrafter : public Drafter {
   DistributionFn distribution_;
   RowControls controls_;
   TreeGrowth growth_;
+  std::optional<DrawOptions> device_options_;
   int forwards_ = 0;
 
   // The proposal in progress.
   std::span<const int> committed_;
+  Philox* rng_ = nullptr;
+  int device_length_ = 0;                     // nodes of the proposal a device may draw (0: none)
+  std::vector<int> device_parents_;           // [device_length_] its tree's parents, empty for a chain
+  std::vector<double> device_uniforms_;       // [device_length_] where sampled
   std::vector<float> state_;                  // [hidden] the state the heads read
   MedusaRows pending_;                        // the heads forward, until it has run
   std::vector<float> logits_;                 // [heads_, vocab] the heads' logits of the root's state

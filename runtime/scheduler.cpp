@@ -379,15 +379,15 @@ std::unique_ptr<Drafter> Scheduler::make_drafter(Request& r, KvCache::SeqId targ
   if (d.method == DraftMethod::kNgram) return std::make_unique<NgramDrafter>(NgramConfig{d.ngram_min, d.ngram_max, d.gamma});
   TreeShape shape = r.tree_shape;
   if (shape.adaptive && gamma > 0) shape.topology = chain_topology(gamma);
+  const SamplingOptions& o = r.options.sampling;
+  const DrawOptions device = r.sampler->is_greedy() ? DrawOptions{} : DrawOptions{o.temperature, o.top_k, o.top_p, o.min_p};
   if (d.method == DraftMethod::kMedusa)
     return std::make_unique<MedusaDrafter>(r.medusa->medusa, *r.medusa->workspace, cache_, target_seq,
                                            target_.config().num_hidden_layers, r.draft_distribution,
-                                           !r.sampler->is_greedy(), std::move(shape), r.controls);
+                                           !r.sampler->is_greedy(), std::move(shape), r.controls, device);
   if (drafts_with_eagle_head(d.method))
     return std::make_unique<HeadDrafter>(r.head->context, draft_seq, cache_, target_seq,
                                          r.draft_distribution, !r.sampler->is_greedy(), std::move(shape), r.controls);
-  const SamplingOptions& o = r.options.sampling;
-  const DrawOptions device = r.sampler->is_greedy() ? DrawOptions{} : DrawOptions{o.temperature, o.top_k, o.top_p, o.min_p};
   return std::make_unique<ModelDrafter>(r.draft->context, draft_seq, r.draft_distribution, !r.sampler->is_greedy(),
                                         std::move(shape), r.controls, device);
 }

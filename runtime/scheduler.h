@@ -60,7 +60,8 @@ struct SchedulerStats {
   long preemptions = 0;
   long draft_calls = 0;     // batched draft forwards (one per draft cache and round)
   long device_verified = 0; // speculative sequence steps sampled and verified on the target's device
-  long device_drafted = 0;  // speculative sequence steps whose chain or tree was drawn whole on the draft model's device
+  long device_drafted = 0;  // speculative sequence steps whose chain or tree was drawn whole on a draft device (a draft
+                            // model's, or Medusa heads' left there)
   long device_chained = 0;  // of those, the steps whose chain or tree went to the target's verification on the device
                             // without coming back first (one synchronisation for the step)
 };

@@ -21,8 +21,9 @@ DeviceDrafting run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     seqs[i]->start_draft(bounds[i]);
     drafters.push_back(&seqs[i]->drafter());
-    if (drafters.back()->device_chain()) ++out.chains;
     leave[i] = device_verify && seqs[i]->verifies_on_device();
+    const MedusaRows* heads = drafters.back()->pending_medusa();
+    if (drafters.back()->device_chain() || (heads && heads->device && leave[i])) ++out.chains;
   }
   out.left = run_draft_forwards(drafters, calls, std::span<const bool>(leave.get(), seqs.size()));
   return out;

@@ -150,8 +150,9 @@ class SpeculativeSequence {
   std::vector<int> edit_first_;     // device_verify's first edit of each context, [tree size + 2]
 };
 
-// What run_drafts did on devices: the proposals drawn there (Drafter::device_chain), and the
-// rounds whose draws were left there for the target's verification.
+// What run_drafts did on devices: the proposals drawn there (a draft model's device_chain, or
+// Medusa heads' trees left there), and the rounds whose draws were left there for the target's
+// verification (a draft model's; the heads' draws are not rounds).
 struct DeviceDrafting {
   int chains = 0;
   std::vector<DeviceRounds> left;
@@ -161,8 +162,8 @@ struct DeviceDrafting {
 // forwards (run_draft_forwards: chains and static trees drawn whole on a draft device, then
 // round by round, those sharing a forward context (one draft cache) as one batched call; each
 // appended to `calls` when given); afterwards every verify_rows() is ready. With `device_verify` (the
-// caller verifies on the target's device where verifies_on_device()), the device chains of
-// those sequences stay on the device for device_verify.
+// caller verifies on the target's device where verifies_on_device()), the device chains and
+// Medusa trees of those sequences stay on the device for device_verify.
 DeviceDrafting run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
                           std::vector<DraftCall>* calls = nullptr, bool device_verify = false);
 

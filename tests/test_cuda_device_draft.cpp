@@ -15,6 +15,10 @@
 //   tokens and committed tokens of the same ones read back first, the verification captured as
 //   a graph as theirs is; a tree's absent nodes are skipped there as the read-back tree drops
 //   them; draws a later draft overwrote are refused;
+// - [gpu] Medusa heads' chains and static trees drawn on their device and left there
+//   (MedusaBackend::enqueue_draws) give the verdicts, drafted and committed tokens of the same
+//   drafters growing them on the host from the rows read back; draws a later enqueue overwrote
+//   are refused;
 // - [gpu] dynamic trees grown whole on the device (the dynamic-tree kernel) are the trees the
 //   host drafter grows best-first, where every batch finds its nodes; one call per shape;
 // - [gpu] draft rounds replayed as graphs draw the tokens and q of rounds enqueued kernel by
@@ -25,15 +29,18 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <numeric>
 #include <span>
 
+#include "draft/medusa_drafter.h"
 #include "draft/model_drafter.h"
 #include "draft/tree_topology.h"
 #include "engine/backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/draft_plan.h"
 #include "engine/forward.h"
+#include "model/medusa_checkpoint_writer.h"
 #include "runtime/decoders.h"
 #include "runtime/speculative_sequence.h"
 #include "sampling/sampler.h"
@@ -533,6 +540,131 @@ TEST_CASE("cuda backend: chains and trees left on the draft device verify as tho
     std::vector<DeviceVerdict> verdicts(seqs.size());
     CHECK_THROWS_WITH(left.target.context().run(parts, logits, verify, verdicts), Contains("overwritten"));
     CHECK_THROWS_WITH(drafting.left.front().draws->round_seconds(), Contains("overwritten"));
+  }
+}
+
+// One side of the Medusa comparison below: a target engine keeping the last layer's states, the
+// heads' workspace, and the speculative sequences over them (destroyed first).
+struct MedusaSide {
+  test::Engine target;
+  std::unique_ptr<Workspace> heads;
+  std::vector<std::unique_ptr<SpeculativeSequence>> seqs;
+};
+
+// One step of `side` as the scheduler's: drafts (the heads' trees left on their device when
+// `leave`, else grown on the host from the rows read back), every verify row in one target
+// forward that verifies on the device, commits. Returns the verdicts, each with the drafted
+// tokens: of a tree left on the device, the draws that came back; of one grown on the host, its
+// tokens.
+std::vector<DeviceVerdict> medusa_step(MedusaSide& side, bool leave, const SamplingOptions& sampling) {
+  std::vector<SpeculativeSequence*> seqs;
+  for (const auto& s : side.seqs) seqs.push_back(s.get());
+  const std::vector<DraftBound> bounds(seqs.size(), DraftBound{8});
+  const DeviceDrafting drafting = run_drafts(seqs, bounds, nullptr, leave);
+  CHECK(drafting.chains == (leave ? static_cast<int>(seqs.size()) : 0));
+  CHECK(drafting.left.empty());  // the heads' draws are not draft rounds
+  std::vector<SequenceRows> parts;
+  std::vector<DeviceVerify> verify;
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    parts.push_back(seqs[i]->verify_rows());
+    verify.push_back(seqs[i]->device_verify(static_cast<int>(i), sampling));
+    CHECK((verify.back().draws != nullptr) == leave);
+  }
+  std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) *
+                            static_cast<std::size_t>(side.target.config().vocab_size));
+  std::vector<DeviceVerdict> verdicts(seqs.size());
+  side.target.context().run(parts, logits, verify, verdicts);
+  SpeculativeStats stats;
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i]->commit_verdict(verdicts[i], stats);
+    CHECK(verdicts[i].drafted.empty() == !leave);
+    if (!leave) verdicts[i].drafted.assign(parts[i].tokens.begin() + 1, parts[i].tokens.end());
+  }
+  return verdicts;
+}
+
+// Medusa heads' chains and static trees drawn on their device and left there
+// (MedusaBackend::enqueue_draws) give the verdicts, drafted and committed tokens of the same
+// drafters growing them on the host from the heads' rows read back, over two steps: random
+// heads (three, one ResBlock) on draft-1m; greedy and T = 1 (the same uniforms on both sides, no
+// child absent), and top-k 1, where all but one child of each context is absent and skipped.
+// Draws a later enqueue on the heads' workspace overwrote are refused.
+TEST_CASE("cuda backend: Medusa trees left on the heads' device verify as those grown on the host", "[gpu]") {
+  REQUIRE_GPU();
+  const std::string target_dir = test::model_dir("draft-1m");
+  const Model target_model(target_dir);
+  const auto target = make_backend(BackendKind::kCuda, target_model, std::nullopt);
+  static test::TempDir dir;
+  RandomMedusa random;
+  random.num_heads = 3;
+  random.num_layers = 1;
+  random.seed = 31;
+  random.weight_std = 0.05f;
+  write_random_medusa(dir.path.string(), target_model.config(), random);
+  const MedusaBackend& heads = test::store().medusa(dir.path.string(), target_dir, BackendKind::kCuda);
+  REQUIRE(heads.drafts_on_device());
+  const int last = target_model.config().num_hidden_layers;
+  const auto prompts = test::reference_prompts();
+  const std::pair<const char*, SamplingOptions> modes[] = {
+      kModes[0], {"T = 1", SamplingOptions::sample()}, {"top-k 1", SamplingOptions::sample(1.0f, 1)}};
+  const std::vector<int> branching{2, 2};
+  const std::vector<TreeShape> shapes{TreeShape{chain_topology(3)}, TreeShape{chain_topology(2)},
+                                      TreeShape{branching_topology(branching)}, TreeShape{TreeTopology{{-1, -1, 0, 0, 1, 2}}}};
+  for (const auto& [name, sampling] : modes) {
+    INFO(name);
+    const bool stochastic = sampling.strategy == Strategy::kSample, absent = sampling.top_k == 1;
+    const DistributionFn distribution = draft_distribution(sampling, DraftOptions{});
+    const auto sampler = make_sampler(sampling);
+    MedusaSide host{test::Engine(*target, 16, 128), heads.make_workspace(), {}};
+    MedusaSide left{test::Engine(*target, 16, 128), heads.make_workspace(), {}};
+    for (MedusaSide* side : {&host, &left}) {
+      side->target.cache.keep_states({last}, target_model.config().hidden_size);
+      for (std::size_t i = 0; i < shapes.size(); ++i) {
+        const std::vector<int>& p = prompts[i % prompts.size()];
+        const std::vector<int> prompt(p.begin(), p.begin() + std::min<std::size_t>(p.size(), 12));
+        const int seq = side->target.cache.create();
+        side->target.prefill(seq, std::span(prompt).first(prompt.size() - 1));
+        auto drafter = std::make_unique<MedusaDrafter>(heads, *side->heads, side->target.cache, seq, last, distribution,
+                                                       stochastic, shapes[i], RowControls{}, draw_options(sampling));
+        side->seqs.push_back(std::make_unique<SpeculativeSequence>(side->target.context(), seq, std::move(drafter),
+                                                                   *sampler, prompt, Philox(17, i), VerifyRule::kToken));
+      }
+    }
+    for (int step = 0; step < 2; ++step) {
+      INFO("step " << step);
+      const std::vector<DeviceVerdict> expected = medusa_step(host, false, sampling);
+      const std::vector<DeviceVerdict> got = medusa_step(left, true, sampling);
+      for (std::size_t i = 0; i < shapes.size(); ++i) {
+        INFO("sequence " << i);
+        const int nodes = shapes[i].topology.size();
+        CHECK(got[i].drafted.size() == static_cast<std::size_t>(nodes));
+        std::vector<int> present;  // the host's tree lacks the absent nodes
+        std::copy_if(got[i].drafted.begin(), got[i].drafted.end(), std::back_inserter(present), [](int t) { return t >= 0; });
+        CHECK(present == expected[i].drafted);
+        CHECK(present.size() == static_cast<std::size_t>(absent ? shapes[i].topology.depth() : nodes));  // top-k 1: a child a level
+        if (!absent) CHECK(got[i].accepted_nodes == expected[i].accepted_nodes);
+        CHECK(got[i].accepted_nodes.size() == expected[i].accepted_nodes.size());
+        CHECK(got[i].tokens == expected[i].tokens);
+        CHECK(left.seqs[i]->committed() == host.seqs[i]->committed());
+      }
+    }
+    // A later enqueue on the heads' workspace overwrites the draws a verification would read.
+    std::vector<SpeculativeSequence*> seqs;
+    for (const auto& s : left.seqs) seqs.push_back(s.get());
+    const std::vector<DraftBound> bounds(seqs.size(), DraftBound{8});
+    run_drafts(seqs, bounds, nullptr, true);
+    std::vector<SequenceRows> parts;
+    std::vector<DeviceVerify> verify;
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      parts.push_back(seqs[i]->verify_rows());
+      verify.push_back(seqs[i]->device_verify(static_cast<int>(i), sampling));
+    }
+    const std::vector<float> state(static_cast<std::size_t>(heads.config().hidden_size), 0.5f);
+    const MedusaTree one{1, draw_options(sampling), {}, kDrawTopK, {}};
+    heads.enqueue_draws(state, 1, 1, std::span(&one, 1), *left.heads);
+    std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * static_cast<std::size_t>(target->config().vocab_size));
+    std::vector<DeviceVerdict> verdicts(seqs.size());
+    CHECK_THROWS_WITH(left.target.context().run(parts, logits, verify, verdicts), Contains("overwritten"));
   }
 }
 

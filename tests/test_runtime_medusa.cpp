@@ -180,6 +180,51 @@ TEST_CASE("medusa: speculative sampling's second tokens follow the target's cond
   }
 }
 
+TEST_CASE("medusa: the device's draw plan runs a batch's contexts level by level", "[runtime][heads]") {
+  // Tree 0: a sampled chain of 3; tree 1: greedy children, two under the root, two under node 0,
+  // one under node 1. Contexts by depth, trees in order within a depth; each context's children
+  // consecutive draws in node order.
+  const std::vector<double> uniforms{0.1, 0.2, 0.3};
+  const std::vector<int> parents{-1, -1, 0, 0, 1};
+  std::vector<MedusaTree> trees{{3, DrawOptions{0.8f, 40, 0.9f, 0.02f}, {}, kDrawSampled, uniforms},
+                                {5, DrawOptions{1.0f}, parents, kDrawTopK, {}}};
+  const MedusaDrawPlan plan = plan_medusa_draws(trees, 3);
+  CHECK(plan.context_rows == std::vector<int>{0, 3, 1, 4, 4, 2});  // row r * heads + depth
+  CHECK(plan.level_first == std::vector<int>{0, 2, 5, 6});
+  CHECK(plan.child_first == std::vector<int>{0, 1, 3, 4, 6, 7, 8});
+  CHECK(plan.modes == std::vector<int>{kDrawSampled, kDrawTopK, kDrawSampled, kDrawTopK, kDrawTopK, kDrawSampled});
+  CHECK(plan.sources == std::vector<int>{-1, -1, 0, 1, 2, 3});  // the draw of the node each follows
+  CHECK(plan.draw_of == std::vector<std::vector<int>>{{0, 3, 7}, {1, 2, 4, 5, 6}});
+  CHECK(plan.draw_rows == std::vector<int>{0, 1, 1, 2, 3, 3, 4, 5});
+  CHECK(plan.uniforms == std::vector<double>{0.1, 0, 0, 0.2, 0, 0, 0, 0.3});
+  CHECK(plan.options[2].top_k == 40);
+  CHECK(plan.options[3].temperature == 1.0f);
+  CHECK(plan.keep_q);
+  trees[0] = {2, DrawOptions{}, {}, kDrawTopK, {}};
+  CHECK_FALSE(plan_medusa_draws(trees, 3).keep_q);  // greedy: no distribution is verified against
+
+  using Catch::Contains;
+  CHECK_THROWS_WITH(plan_medusa_draws(trees, 1), Contains("tree 0 node 1 lies at depth 2; the heads reach depth 1"));
+  const std::vector<int> unordered{-1, 0, -1};
+  trees[1] = {3, DrawOptions{1.0f}, unordered, kDrawTopK, {}};
+  CHECK_THROWS_WITH(plan_medusa_draws(trees, 3), Contains("tree 1 node 2 has parent -1"));
+  trees[1] = {2, DrawOptions{1.0f}, {}, kDrawWithoutReplacement, {}};
+  CHECK_THROWS_WITH(plan_medusa_draws(trees, 3), Contains("tree 1 draws by mode 1"));
+  const std::vector<double> outside{0.5, 1.0};
+  trees[1] = {2, DrawOptions{1.0f}, {}, kDrawSampled, outside};
+  CHECK_THROWS_WITH(plan_medusa_draws(trees, 3), Contains("tree 1 node 1: uniform 1"));
+  trees[1] = {2, DrawOptions{-1.0f}, {}, kDrawTopK, {}};
+  CHECK_THROWS_WITH(plan_medusa_draws(trees, 3), Contains("tree 1: temperature -1"));
+
+  // The CPU backend draws on the host: a drafter with device options never offers its tree.
+  const MedusaBackend& heads = store().medusa(random_medusa(), test::model_dir("target-16m"));
+  const auto workspace = heads.make_workspace();
+  const std::vector<float> state(static_cast<std::size_t>(heads.config().hidden_size), 0.5f);
+  CHECK_FALSE(heads.drafts_on_device());
+  CHECK_THROWS_WITH(heads.enqueue_draws(state, 1, 2, std::span(trees).first(1), *workspace),
+                    Contains("backend 'cpu' draws the Medusa heads' trees on the host"));
+}
+
 TEST_CASE("medusa: requests the heads cannot serve are refused by name", "[runtime][heads]") {
   const std::vector<int> prompt = reference_prompts()[0];
   SECTION("a chain longer than the heads") {

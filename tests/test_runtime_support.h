@@ -152,8 +152,10 @@ inline void check_device_verified_greedy(const std::function<GenerateOptions(int
   // where no logit control edits their rows.
   const bool model = draft.method == DraftMethod::kModel;
   const bool device_chain = model && draft.drafts_chain() && draft.siblings == 0 && !request(0).controls.active();
-  if (model && draft.dynamic_tree()) {
-    // Those whose batches lie within the step's bound (not those near a request's end).
+  const bool medusa = draft.method == DraftMethod::kMedusa && !request(0).controls.active();
+  if ((model && draft.dynamic_tree()) || medusa) {
+    // Those whose batches lie within the step's bound, or that draft at all (a Medusa step
+    // whose bound leaves only the bonus token drafts nothing).
     CHECK(scheduler.stats().device_drafted > 0);
     CHECK(scheduler.stats().device_drafted <= steps);
   } else {

@@ -1,10 +1,16 @@
 // MedusaCudaBackend: Medusa heads behind engine/medusa_backend.h on GPU 0, medusa_cpu.cpp's
 // forward kernel for kernel: the target's final norm over the states, then per head its
 // ResBlocks x += SiLU(W x + b) and its lm_head, every product the batch-invariant bf16 kernel.
-// Each call uploads the states, enqueues everything on the workspace's stream, copies the
-// logits back and synchronises once.
+// forward uploads the states, enqueues everything on the workspace's stream, copies the logits
+// back and synchronises once; enqueue_draws uploads the states with the trees' plan, enqueues the
+// same heads, then the sampling kernel over the contexts' rows and the children kernel level by
+// level, and leaves the draws there (CudaDraws) without waiting.
+#include <cstring>
+#include <memory>
+
 #include "engine/cpu/matmul.h"
 #include "engine/cuda/cuda_check.cuh"
+#include "engine/cuda/cuda_draws.cuh"
 #include "engine/cuda/device.h"
 #include "engine/cuda/device_memory.cuh"
 #include "engine/cuda/device_weights.cuh"
@@ -20,7 +26,48 @@ struct MedusaCudaWorkspace : StreamWorkspace {
   DeviceBuffer x, y;         // [n, hidden] a head's stream and one block's product
   DeviceBuffer head_logits;  // [n, vocab] one head's logits
   DeviceBuffer logits;       // [n, heads, vocab] head i's row r at [r, i]
+  DeviceBuffer draws;        // enqueue_draws' upload (DrawUpload) and outputs, read by a later forward_verify
+  PinnedBuffer staging;      // its upload on the host
+  DrawMarks marks;           // around enqueue_draws' one round
 };
+
+// enqueue_draws' buffer: the upload (the states and plan_medusa_draws' arrays) at its start,
+// then the contexts' logit rows and distributions and the draws. Offsets in bytes.
+struct DrawUpload {
+  std::vector<unsigned char> data;  // the upload, [upload bytes]
+  std::size_t states = 0, context_rows = 0, temperature = 0, top_k = 0, top_p = 0, min_p = 0, child_first = 0,
+              modes = 0, sources = 0, uniforms = 0;
+  std::size_t context_logits = 0, probs = 0, tokens = 0, bytes = 0;
+};
+
+DrawUpload pack_draws(std::span<const float> states, const MedusaDrawPlan& plan, int vocab) {
+  DrawUpload up;
+  const std::size_t contexts = static_cast<std::size_t>(plan.contexts());
+  std::vector<float> temperature, top_p, min_p;
+  std::vector<int> top_k;
+  for (const DrawOptions& o : plan.options) {
+    temperature.push_back(o.temperature);
+    top_k.push_back(o.top_k);
+    top_p.push_back(o.top_p);
+    min_p.push_back(o.min_p);
+  }
+  up.states = append_aligned(up.data, states.data(), states.size());
+  up.context_rows = append_aligned(up.data, plan.context_rows.data(), contexts);
+  up.temperature = append_aligned(up.data, temperature.data(), contexts);
+  up.top_k = append_aligned(up.data, top_k.data(), contexts);
+  up.top_p = append_aligned(up.data, top_p.data(), contexts);
+  up.min_p = append_aligned(up.data, min_p.data(), contexts);
+  up.child_first = append_aligned(up.data, plan.child_first.data(), contexts + 1);
+  up.modes = append_aligned(up.data, plan.modes.data(), contexts);
+  up.sources = append_aligned(up.data, plan.sources.data(), contexts);
+  up.uniforms = append_aligned(up.data, plan.uniforms.data(), plan.uniforms.size());
+  const std::size_t rows_bytes = contexts * static_cast<std::size_t>(vocab) * sizeof(float);
+  up.context_logits = align_up(up.data.size());
+  up.probs = align_up(up.context_logits + rows_bytes);
+  up.tokens = align_up(up.probs + rows_bytes);
+  up.bytes = up.tokens + static_cast<std::size_t>(plan.draws()) * sizeof(int);
+  return up;
+}
 
 class MedusaCudaBackend : public MedusaBackend {
  public:
@@ -52,24 +99,88 @@ class MedusaCudaBackend : public MedusaBackend {
 
   void forward(std::span<const float> states, int n, int heads, Workspace& workspace,
                std::span<float> logits) const override {
+    MedusaCudaWorkspace& s = medusa_workspace(workspace);
+    const std::size_t vocab = static_cast<std::size_t>(config().vocab_size);
+    check_rows(states, n, heads);
+    SPECULA_CHECK(logits.size() == static_cast<std::size_t>(n) * static_cast<std::size_t>(heads) * vocab,
+                  "medusa forward: ", n, " rows of ", heads, " heads need logits of ",
+                  static_cast<std::size_t>(n) * static_cast<std::size_t>(heads) * vocab, " floats, got ", logits.size());
+    grow(s.states, states.size_bytes());
+    CUDA_CHECK(cudaMemcpyAsync(s.states.ptr, states.data(), states.size_bytes(), cudaMemcpyHostToDevice, s.stream));
+    enqueue_heads(s.states.as<float>(), n, heads, s);
+    CUDA_CHECK(cudaMemcpyAsync(logits.data(), s.logits.ptr, logits.size_bytes(), cudaMemcpyDeviceToHost, s.stream));
+    CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  }
+
+  bool drafts_on_device() const override { return true; }
+
+  EnqueuedDraws enqueue_draws(std::span<const float> states, int n, int heads, std::span<const MedusaTree> trees,
+                              Workspace& workspace) const override {
+    MedusaCudaWorkspace& s = medusa_workspace(workspace);
+    const int vocab = config().vocab_size;
+    check_rows(states, n, heads);
+    SPECULA_CHECK(trees.size() == static_cast<std::size_t>(n), "medusa draws: ", trees.size(), " trees for ", n, " rows");
+    const MedusaDrawPlan plan = plan_medusa_draws(trees, heads);
+    const DrawUpload up = pack_draws(states, plan, vocab);
+    const cudaStream_t stream = s.stream;
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // no queued work still reads the draws' buffer or its staging
+    s.marks.begin(1);
+    grow(s.draws, up.bytes, 1 << 20);
+    s.staging.reserve(align_up(up.data.size(), 1 << 20));
+    std::memcpy(s.staging.ptr, up.data.data(), up.data.size());
+    unsigned char* base = s.draws.as<unsigned char>();
+    const auto ints = [base](std::size_t at) { return reinterpret_cast<int*>(base + at); };
+    const auto floats = [base](std::size_t at) { return reinterpret_cast<float*>(base + at); };
+    CUDA_CHECK(cudaEventRecord(s.marks.events[0], stream));
+    CUDA_CHECK(cudaMemcpyAsync(base, s.staging.ptr, up.data.size(), cudaMemcpyHostToDevice, stream));
+    enqueue_heads(floats(up.states), n, heads, s);
+    // Each context's head row, its distribution, then its children, a level after the one it follows.
+    const int contexts = plan.contexts();
+    launch_copy_rows(s.logits.as<float>(), vocab, ints(up.context_rows), floats(up.context_logits), vocab, contexts, vocab,
+                     stream);
+    launch_sample(floats(up.context_logits), floats(up.temperature), ints(up.top_k), floats(up.top_p), floats(up.min_p),
+                  nullptr, contexts, vocab, floats(up.probs), nullptr, stream);
+    const auto* uniforms = reinterpret_cast<const double*>(base + up.uniforms);
+    const std::size_t v = static_cast<std::size_t>(vocab);
+    for (std::size_t d = 0; d + 1 < plan.level_first.size(); ++d) {
+      const int first = plan.level_first[d], count = plan.level_first[d + 1] - first;
+      const std::size_t f = static_cast<std::size_t>(first);
+      launch_draw_children(floats(up.probs) + f * v, vocab, count, ints(up.child_first) + f, ints(up.modes) + f,
+                           ints(up.sources) + f, uniforms, ints(up.tokens), stream);
+    }
+    CUDA_CHECK(cudaEventRecord(s.marks.events[1], stream));
+    const DrawsAt at{ints(up.tokens), plan.keep_q ? floats(up.probs) : nullptr};
+    return EnqueuedDraws{std::make_shared<CudaDraws>(s.marks, plan.draw_rows, plan.keep_q, 1, 0, 0, at), plan.draw_of};
+  }
+
+ private:
+  static MedusaCudaWorkspace& medusa_workspace(Workspace& workspace) {
     auto* ws = dynamic_cast<MedusaCudaWorkspace*>(&workspace);
     SPECULA_CHECK(ws != nullptr, "medusa forward: the workspace was not made by the CUDA Medusa backend");
-    MedusaCudaWorkspace& s = *ws;
+    return *ws;
+  }
+
+  void check_rows(std::span<const float> states, int n, int heads) const {
+    const MedusaConfig& c = config();
+    SPECULA_CHECK(heads >= 1 && heads <= c.num_heads, "medusa forward: ", heads, " heads asked of ", c.num_heads);
+    SPECULA_CHECK(n > 0 && states.size() == static_cast<std::size_t>(n) * static_cast<std::size_t>(c.hidden_size),
+                  "medusa forward: ", n, " rows need states of ", static_cast<std::size_t>(n) * c.hidden_size,
+                  " floats, got ", states.size());
+  }
+
+  // The heads over `states` (device, [n, hidden], normed in place) on the workspace's stream,
+  // their logits left in s.logits, [n, heads, vocab].
+  void enqueue_heads(float* states, int n, int heads, MedusaCudaWorkspace& s) const {
     const MedusaConfig& c = config();
     const int hidden = c.hidden_size, vocab = c.vocab_size;
     const std::size_t rows = static_cast<std::size_t>(n), k = static_cast<std::size_t>(heads);
-    SPECULA_CHECK(heads >= 1 && heads <= c.num_heads, "medusa forward: ", heads, " heads asked of ", c.num_heads);
-    SPECULA_CHECK(n > 0 && states.size() == rows * hidden && logits.size() == rows * k * vocab, "medusa forward: ", n,
-                  " rows of ", heads, " heads need states of ", rows * hidden, " floats and logits of ",
-                  rows * k * vocab, ", got ", states.size(), " and ", logits.size());
-    grow(s.states, states.size_bytes());
-    grow(s.x, states.size_bytes());
-    grow(s.y, states.size_bytes());
+    const std::size_t state_bytes = rows * static_cast<std::size_t>(hidden) * sizeof(float);
+    grow(s.x, state_bytes);
+    grow(s.y, state_bytes);
     grow(s.head_logits, rows * vocab * sizeof(float));
-    grow(s.logits, logits.size_bytes());
+    grow(s.logits, rows * k * vocab * sizeof(float));
     const cudaStream_t stream = s.stream;
-    float *normed = s.states.as<float>(), *x = s.x.as<float>(), *y = s.y.as<float>();
-    CUDA_CHECK(cudaMemcpyAsync(normed, states.data(), states.size_bytes(), cudaMemcpyHostToDevice, stream));
+    float *normed = states, *x = s.x.as<float>(), *y = s.y.as<float>();
     launch_rms_norm(normed, nullptr, final_norm_.as<float>(), eps_, normed, n, hidden, stream);
     for (std::size_t i = 0; i < k; ++i) {
       const Head& head = heads_[i];
@@ -84,11 +195,8 @@ class MedusaCudaBackend : public MedusaBackend {
       launch_copy_rows(s.head_logits.as<float>(), vocab, nullptr, s.logits.as<float>() + i * vocab,
                        static_cast<int>(k) * vocab, n, vocab, stream);
     }
-    CUDA_CHECK(cudaMemcpyAsync(logits.data(), s.logits.ptr, logits.size_bytes(), cudaMemcpyDeviceToHost, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 
- private:
   struct Block {
     DeviceBuffer weight;  // bf16 [hidden, hidden]
     DeviceBuffer bias;    // f32 [hidden]
