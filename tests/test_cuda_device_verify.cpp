@@ -62,9 +62,9 @@ struct Case {
   VerifyRule rule = VerifyRule::kToken;
   int logprob_top = -1;  // >= 0: the emitted tokens' log-probabilities asked
   LogprobSource logprob_source = LogprobSource::kRaw;
-  LogitControls controls;  // over the tokens before the root (the last two generated) and each context's path
-  std::vector<TokenEdit> edits;
-  std::vector<int> edit_first;
+  LogitControls controls{};  // over the tokens before the root (the last two generated) and each context's path
+  std::vector<TokenEdit> edits{};
+  std::vector<int> edit_first{};
   RowControls row_controls(std::span<const int> committed) const {
     return RowControls{&controls, committed.size() - 2, kEos};
   }
