@@ -145,10 +145,7 @@ DeviceRounds leave_device_chains(const ForwardContext& context, std::span<Drafte
 
 std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls,
                                              std::span<const bool> leave_on_device) {
-  // Per draft cache, the chains read back, then those left on the device: a later forward_draft
-  // on the cache's workspace would overwrite the draws left there. One call per shape: dynamic
-  // trees by (budget, width, top_k), zeros for the others.
-  // Medusa heads per backend and workspace, the calls read back before the one left there.
+  // Medusa heads per backend and workspace, the call read back before the one left there.
   std::map<std::tuple<const MedusaBackend*, Workspace*, bool>, std::vector<Drafter*>> medusa;
   for (std::size_t i = 0; i < drafters.size(); ++i)
     if (const MedusaRows* m = drafters[i]->pending_medusa()) {
@@ -161,6 +158,9 @@ std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters,
     else
       run_medusa_forward(group);
   }
+  // Per draft cache, the chains read back, then those left on the device: a later forward_draft
+  // on the cache's workspace would overwrite the draws left there. One call per shape: dynamic
+  // trees by (budget, width, top_k), zeros for the others.
   using ChainCall = std::tuple<const KvCache*, int, int, int>;
   std::map<ChainCall, std::vector<Drafter*>> chains, left;
   for (std::size_t i = 0; i < drafters.size(); ++i) {

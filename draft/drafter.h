@@ -159,8 +159,9 @@ struct DeviceRounds {
 // `leave_on_device` marks (empty: none), in one enqueue_chains whose draws stay there
 // (Drafter::chain_left_on_device): one such call a draft cache, of its first shape (chains and
 // static trees, or one shape of dynamic trees), the other shapes read back before it —, then
-// round by round, those sharing a draft cache (a draft model's or a head's) as one batched call. Each call is appended to `calls` when given (a
-// device chain's: each round, with its device time). Returns the rounds left on a device.
+// round by round, those sharing a draft cache (a draft model's or a head's) as one batched call.
+// Each call is appended to `calls` when given (a device chain's: each round, with its device
+// time). Returns the rounds left on a device.
 std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls = nullptr,
                                              std::span<const bool> leave_on_device = {});
 

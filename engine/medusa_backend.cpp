@@ -1,7 +1,6 @@
 #include "engine/medusa_backend.h"
 
 #include <algorithm>
-#include <numeric>
 #include <string>
 
 #include "base/error.h"
