@@ -88,8 +88,8 @@ void run_medusa_forward(std::span<Drafter* const> group) {
 }
 
 // The same forward for `group`, each drafter's tree drawn from its row on the heads' device and
-// left there.
-void leave_medusa_draws(std::span<Drafter* const> group) {
+// left there: one round, not among the draft calls.
+DeviceRounds leave_medusa_draws(std::span<Drafter* const> group) {
   const MedusaRows& first = *group.front()->pending_medusa();
   const auto [states, heads] = medusa_rows(group);
   std::vector<MedusaTree> trees;
@@ -97,6 +97,7 @@ void leave_medusa_draws(std::span<Drafter* const> group) {
   const EnqueuedDraws enqueued =
       first.backend->enqueue_draws(states, static_cast<int>(group.size()), heads, trees, *first.workspace);
   for (std::size_t i = 0; i < group.size(); ++i) group[i]->chain_left_on_device(enqueued.draws, enqueued.draw_of[i]);
+  return DeviceRounds{enqueued.draws, 0, false};
 }
 
 // The device chains of `group` (drafters sharing its cache) in one run_chains (one shape of
@@ -152,9 +153,10 @@ std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters,
       const bool leave = m->device && !leave_on_device.empty() && leave_on_device[i];
       medusa[{m->backend, m->workspace, leave}].push_back(drafters[i]);
     }
+  std::vector<DeviceRounds> on_device;
   for (const auto& [key, group] : medusa) {
     if (std::get<2>(key))
-      leave_medusa_draws(group);
+      on_device.push_back(leave_medusa_draws(group));
     else
       run_medusa_forward(group);
   }
@@ -183,7 +185,6 @@ std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters,
     }
   }
   for (const auto& [call, group] : chains) run_device_chains(*group.front()->forward_context(), group, calls);
-  std::vector<DeviceRounds> on_device;
   for (const auto& [call, group] : left)
     on_device.push_back(leave_device_chains(*group.front()->forward_context(), group, calls));
   for (;;) {

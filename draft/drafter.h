@@ -143,10 +143,12 @@ struct DraftCall {
 };
 
 // Rounds of device chains left on their device: calls[first_call + r] is round r, its seconds
-// 0 until a forward_verify that read the draws has returned (DeviceDraws::round_seconds).
+// 0 until a forward_verify that read the draws has returned (DeviceDraws::round_seconds); or,
+// not in_calls, the one round of Medusa heads' trees left there (not a draft round).
 struct DeviceRounds {
   std::shared_ptr<const DeviceDraws> draws;
   std::size_t first_call = 0;
+  bool in_calls = true;
 };
 
 // Runs the pending forwards of every drafter: first the Medusa heads forwards (one batched call
@@ -161,7 +163,7 @@ struct DeviceRounds {
 // static trees, or one shape of dynamic trees), the other shapes read back before it —, then
 // round by round, those sharing a draft cache (a draft model's or a head's) as one batched call.
 // Each call is appended to `calls` when given (a device chain's: each round, with its device
-// time). Returns the rounds left on a device.
+// time). Returns the rounds left on a device (the Medusa heads' too).
 std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls = nullptr,
                                              std::span<const bool> leave_on_device = {});
 

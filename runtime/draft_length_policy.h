@@ -52,7 +52,7 @@ struct SequenceView {
 // What a step did.
 struct StepOutcome {
   std::vector<DraftCall> draft_calls;  // its batched draft-model calls
-  double draft_s = 0;                  // its whole draft phase
+  double draft_s = 0;                  // its whole draft phase, with the device time of draws left on a device
   int drafting = 0;                    // sequences that drafted
   int deepest = 0;                     // the deepest bound among them
   int rows = 0;                        // target rows

@@ -790,11 +790,12 @@ void Scheduler::step() {
   for (const DeviceRounds& rounds : left) {
     const std::vector<double> round_s = rounds.draws->round_seconds();
     for (std::size_t r = 0; r < round_s.size(); ++r) {
-      outcome.draft_calls[rounds.first_call + r].seconds = round_s[r];
+      if (rounds.in_calls) outcome.draft_calls[rounds.first_call + r].seconds = round_s[r];
       left_s += round_s[r];
     }
   }
-  const StepTimes times{outcome.draft_s + left_s, std::max(0.0, forward_s - device.sample_verify_s - left_s),
+  outcome.draft_s += left_s;
+  const StepTimes times{outcome.draft_s, std::max(0.0, forward_s - device.sample_verify_s - left_s),
                         device.sample_verify_s};
   const int rows = batch_rows(parts);
   ++stats_.steps;

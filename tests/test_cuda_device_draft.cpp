@@ -562,7 +562,9 @@ std::vector<DeviceVerdict> medusa_step(MedusaSide& side, bool leave, const Sampl
   const std::vector<DraftBound> bounds(seqs.size(), DraftBound{8});
   const DeviceDrafting drafting = run_drafts(seqs, bounds, nullptr, leave);
   CHECK(drafting.chains == (leave ? static_cast<int>(seqs.size()) : 0));
-  CHECK(drafting.left.empty());  // the heads' draws are not draft rounds
+  // One round of draws left there, not a draft round.
+  CHECK(drafting.left.size() == (leave ? 1u : 0u));
+  CHECK(std::none_of(drafting.left.begin(), drafting.left.end(), [](const DeviceRounds& r) { return r.in_calls; }));
   std::vector<SequenceRows> parts;
   std::vector<DeviceVerify> verify;
   for (std::size_t i = 0; i < seqs.size(); ++i) {
@@ -574,6 +576,11 @@ std::vector<DeviceVerdict> medusa_step(MedusaSide& side, bool leave, const Sampl
                             static_cast<std::size_t>(side.target.config().vocab_size));
   std::vector<DeviceVerdict> verdicts(seqs.size());
   side.target.context().run(parts, logits, verify, verdicts);
+  for (const DeviceRounds& rounds : drafting.left) {
+    const std::vector<double> seconds = rounds.draws->round_seconds();
+    CHECK(seconds.size() == 1);
+    CHECK(seconds.at(0) >= 0);
+  }
   SpeculativeStats stats;
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     seqs[i]->commit_verdict(verdicts[i], stats);
