@@ -146,7 +146,7 @@ DeviceRounds leave_device_chains(const ForwardContext& context, std::span<Drafte
 
 std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls,
                                              std::span<const bool> leave_on_device) {
-  // Medusa heads per backend and workspace, the call read back before the one left there.
+  // Medusa heads per backend and workspace: the call read back first, then the one left there.
   std::map<std::tuple<const MedusaBackend*, Workspace*, bool>, std::vector<Drafter*>> medusa;
   for (std::size_t i = 0; i < drafters.size(); ++i)
     if (const MedusaRows* m = drafters[i]->pending_medusa()) {

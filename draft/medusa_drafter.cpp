@@ -84,14 +84,9 @@ void MedusaDrafter::start(std::span<const int> committed, DraftBound bound, Phil
     device_parents_ = growth_.device_tree_parents();
     device_length_ = static_cast<int>(device_parents_.size());
   }
-  // Its deepest context must have a head: a chain's last node at depth heads_ at most.
-  int depth = device_parents_.empty() ? device_length_ : 0;
-  std::vector<int> node_depth;
-  for (const int parent : device_parents_) {
-    node_depth.push_back(parent < 0 ? 1 : node_depth[static_cast<std::size_t>(parent)] + 1);
-    depth = std::max(depth, node_depth.back());
-  }
-  if (depth > heads_) device_length_ = 0;
+  // Every context needs a head: a static tree lies within the shape and the bound (heads_ deep),
+  // an adaptive chain may outgrow them.
+  if (device_parents_.empty() && device_length_ > heads_) device_length_ = 0;
   pending_.device = device_length_ > 0;
 }
 

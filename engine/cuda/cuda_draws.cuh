@@ -16,7 +16,7 @@
 
 namespace specula::cuda {
 
-// events[0] is recorded before a workspace's first round of draws, events[r + 1] after round r;
+// events[0] marks the start of a workspace's rounds of draws, events[r + 1] the end of round r;
 // generation counts the enqueues (draws of an older one are stale: their buffers were reused).
 struct DrawMarks {
   std::vector<cudaEvent_t> events;

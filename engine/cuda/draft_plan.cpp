@@ -5,6 +5,23 @@
 #include <cstring>
 
 namespace specula::cuda {
+DrawOptionsAt append_draw_options(std::vector<unsigned char>& data, std::span<const DrawOptions> options) {
+  std::vector<float> temperature, top_p, min_p;
+  std::vector<int> top_k;
+  for (const DrawOptions& o : options) {
+    temperature.push_back(o.temperature);
+    top_k.push_back(o.top_k);
+    top_p.push_back(o.top_p);
+    min_p.push_back(o.min_p);
+  }
+  DrawOptionsAt at;
+  at.temperature = append_aligned(data, temperature.data(), options.size());
+  at.top_k = append_aligned(data, top_k.data(), options.size());
+  at.top_p = append_aligned(data, top_p.data(), options.size());
+  at.min_p = append_aligned(data, min_p.data(), options.size());
+  return at;
+}
+
 DraftUpload pack_draft(const DraftRounds& draft, int vocab, int window, const CudaOptions& options,
                        std::uint64_t pages_id) {
   check_draft_rounds(draft, vocab);
@@ -61,18 +78,11 @@ DraftUpload pack_draft(const DraftRounds& draft, int vocab, int window, const Cu
   }
   up.upload_at = align_up(end);
   const auto place = [&](const auto* src, std::size_t count) { return up.upload_at + append_aligned(up.data, src, count); };
-  std::vector<float> temperature(logit_rows), top_p(logit_rows), min_p(logit_rows);
-  std::vector<int> top_k(logit_rows);
-  for (std::size_t l = 0; l < logit_rows; ++l) {
-    temperature[l] = draft.options[l].temperature;
-    top_k[l] = draft.options[l].top_k;
-    top_p[l] = draft.options[l].top_p;
-    min_p[l] = draft.options[l].min_p;
-  }
-  up.at.temperature = place(temperature.data(), logit_rows);
-  up.at.top_k = place(top_k.data(), logit_rows);
-  up.at.top_p = place(top_p.data(), logit_rows);
-  up.at.min_p = place(min_p.data(), logit_rows);
+  const DrawOptionsAt chains = append_draw_options(up.data, draft.options);
+  up.at.temperature = up.upload_at + chains.temperature;
+  up.at.top_k = up.upload_at + chains.top_k;
+  up.at.top_p = up.upload_at + chains.top_p;
+  up.at.min_p = up.upload_at + chains.min_p;
   if (up.children) {
     up.at.child_first = place(child_first.data(), child_first.size());
     up.at.child_modes = place(draft.child_modes.data(), logit_rows);

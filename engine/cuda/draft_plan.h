@@ -2,11 +2,13 @@
 // (Backend::forward_draft on the CUDA backend), CUDA-free so that the CPU suite tests it: every
 // round's step upload (pack_step), the rows' feeds, the logit rows' options (and children),
 // the draws' uniforms in one upload, and where the kernels' outputs (the drawn tokens, the
-// distributions) sit after it.
+// distributions) sit after it; and append_draw_options, the sampling chains' arrays of an
+// upload (pack_draft's, and the Medusa heads' draws in medusa_cuda.cu).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "engine/cuda/cuda_plan.h"
@@ -27,6 +29,14 @@ struct DynamicCandidate {
 // Byte offsets are into one device buffer: the outputs, then the upload [upload_at,
 // upload_at + upload_bytes) with round 0's step last, so that a later round's offsets do not
 // depend on how many rows the first round (the catch-up) has.
+// Where append_draw_options put each row's sampling chain in an upload (bytes from its start).
+struct DrawOptionsAt {
+  std::size_t temperature = 0, top_k = 0, top_p = 0, min_p = 0;
+};
+// Appends the rows' temperature, top_k, top_p and min_p as four arrays of [rows]
+// (append_aligned, in that order).
+DrawOptionsAt append_draw_options(std::vector<unsigned char>& data, std::span<const DrawOptions> options);
+
 struct DraftUpload {
   std::vector<StepUpload> steps;       // [rounds] each round's step upload
   std::vector<std::size_t> step_at;    // [rounds] where each sits (bytes, kAlign-aligned)

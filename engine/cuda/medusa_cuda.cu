@@ -14,6 +14,7 @@
 #include "engine/cuda/device.h"
 #include "engine/cuda/device_memory.cuh"
 #include "engine/cuda/device_weights.cuh"
+#include "engine/cuda/draft_plan.h"
 #include "engine/cuda/head_cuda.h"
 #include "engine/cuda/kernels.cuh"
 
@@ -35,28 +36,17 @@ struct MedusaCudaWorkspace : StreamWorkspace {
 // then the contexts' logit rows and distributions and the draws. Offsets in bytes.
 struct DrawUpload {
   std::vector<unsigned char> data;  // the upload, [upload bytes]
-  std::size_t states = 0, context_rows = 0, temperature = 0, top_k = 0, top_p = 0, min_p = 0, child_first = 0,
-              modes = 0, sources = 0, uniforms = 0;
+  std::size_t states = 0, context_rows = 0, child_first = 0, modes = 0, sources = 0, uniforms = 0;
+  DrawOptionsAt options;
   std::size_t context_logits = 0, probs = 0, tokens = 0, bytes = 0;
 };
 
 DrawUpload pack_draws(std::span<const float> states, const MedusaDrawPlan& plan, int vocab) {
   DrawUpload up;
   const std::size_t contexts = static_cast<std::size_t>(plan.contexts());
-  std::vector<float> temperature, top_p, min_p;
-  std::vector<int> top_k;
-  for (const DrawOptions& o : plan.options) {
-    temperature.push_back(o.temperature);
-    top_k.push_back(o.top_k);
-    top_p.push_back(o.top_p);
-    min_p.push_back(o.min_p);
-  }
   up.states = append_aligned(up.data, states.data(), states.size());
   up.context_rows = append_aligned(up.data, plan.context_rows.data(), contexts);
-  up.temperature = append_aligned(up.data, temperature.data(), contexts);
-  up.top_k = append_aligned(up.data, top_k.data(), contexts);
-  up.top_p = append_aligned(up.data, top_p.data(), contexts);
-  up.min_p = append_aligned(up.data, min_p.data(), contexts);
+  up.options = append_draw_options(up.data, plan.options);
   up.child_first = append_aligned(up.data, plan.child_first.data(), contexts + 1);
   up.modes = append_aligned(up.data, plan.modes.data(), contexts);
   up.sources = append_aligned(up.data, plan.sources.data(), contexts);
@@ -138,8 +128,9 @@ class MedusaCudaBackend : public MedusaBackend {
     const int contexts = plan.contexts();
     launch_copy_rows(s.logits.as<float>(), vocab, ints(up.context_rows), floats(up.context_logits), vocab, contexts, vocab,
                      stream);
-    launch_sample(floats(up.context_logits), floats(up.temperature), ints(up.top_k), floats(up.top_p), floats(up.min_p),
-                  nullptr, contexts, vocab, floats(up.probs), nullptr, stream);
+    launch_sample(floats(up.context_logits), floats(up.options.temperature), ints(up.options.top_k),
+                  floats(up.options.top_p), floats(up.options.min_p), nullptr, contexts, vocab, floats(up.probs), nullptr,
+                  stream);
     const auto* uniforms = reinterpret_cast<const double*>(base + up.uniforms);
     const std::size_t v = static_cast<std::size_t>(vocab);
     for (std::size_t d = 0; d + 1 < plan.level_first.size(); ++d) {
