@@ -129,17 +129,36 @@ void run_device_chains(const ForwardContext& context, std::span<Drafter* const> 
   }
 }
 
-// The device chains of `group` (drafters sharing its cache) in one enqueue_chains, left there.
-DeviceRounds leave_device_chains(const ForwardContext& context, std::span<Drafter* const> group,
-                                 std::vector<DraftCall>* calls) {
-  std::vector<DeviceChain> chains;
-  for (Drafter* d : group) chains.push_back(*d->device_chain());
-  EnqueuedChains enqueued = context.enqueue_chains(chains);
+// `group`'s chains enqueued and left on a device: each round among `calls`, each drafter given
+// its draws.
+DeviceRounds left_chains(const EnqueuedChains& enqueued, std::span<Drafter* const> group, std::vector<DraftCall>* calls) {
   DeviceRounds rounds{enqueued.draws, calls ? calls->size() : 0};
   if (calls)
     for (const int rows : enqueued.round_rows) calls->push_back(DraftCall{rows, 0});
   for (std::size_t i = 0; i < group.size(); ++i) group[i]->chain_left_on_device(enqueued.draws, enqueued.draw_of[i]);
   return rounds;
+}
+
+// The device chains of `group` (drafters sharing its cache) in one enqueue_chains, left there.
+DeviceRounds leave_device_chains(const ForwardContext& context, std::span<Drafter* const> group,
+                                 std::vector<DraftCall>* calls) {
+  std::vector<DeviceChain> chains;
+  for (Drafter* d : group) chains.push_back(*d->device_chain());
+  return left_chains(context.enqueue_chains(chains), group, calls);
+}
+
+// The proposals of `group` (head drafters sharing a head's cache) drawn on the head's device in
+// one enqueue_chains, left there.
+DeviceRounds leave_head_chains(const HeadForwardContext& context, std::span<Drafter* const> group,
+                               std::vector<DraftCall>* calls) {
+  std::vector<DeviceChain> chains;
+  std::vector<float> taps;
+  for (Drafter* d : group) {
+    const HeadChain c = d->head_device_chain();
+    chains.push_back(c.chain);
+    taps.insert(taps.end(), c.taps.begin(), c.taps.end());
+  }
+  return left_chains(context.enqueue_chains(chains, taps), group, calls);
 }
 
 }  // namespace
@@ -187,6 +206,12 @@ std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters,
   for (const auto& [call, group] : chains) run_device_chains(*group.front()->forward_context(), group, calls);
   for (const auto& [call, group] : left)
     on_device.push_back(leave_device_chains(*group.front()->forward_context(), group, calls));
+  std::map<const KvCache*, std::vector<Drafter*>> heads_left;
+  for (std::size_t i = 0; i < drafters.size(); ++i)
+    if (drafters[i]->head_drafts_on_device() && !leave_on_device.empty() && leave_on_device[i])
+      heads_left[&drafters[i]->head_context()->cache].push_back(drafters[i]);
+  for (const auto& [cache, group] : heads_left)
+    on_device.push_back(leave_head_chains(*group.front()->head_context(), group, calls));
   for (;;) {
     // One batched call per draft cache. Keyed by the cache, not the context: each drafter holds
     // its own copy of the context (keyed by that, every sequence's round ran alone).

@@ -60,6 +60,13 @@ struct DraftBound {
 // The heads forward a Medusa drafter's proposal waits for (Drafter::pending_medusa): the first
 // `heads` heads of `backend` over one state row, on `workspace`; where `device`, the proposal
 // may instead be drawn whole on the backend's device (Drafter::medusa_device_tree).
+// A head drafter's proposal as its head's device draws it whole (Drafter::head_device_chain):
+// the chain or static tree, its first rows the head's catch-up, and the catch-up's taps.
+struct HeadChain {
+  DeviceChain chain;
+  std::span<const float> taps;  // [chain.first's rows, num_taps * target_hidden_size]
+};
+
 struct MedusaRows {
   const MedusaBackend* backend = nullptr;
   Workspace* workspace = nullptr;
@@ -97,10 +104,18 @@ class Drafter {
   // its forward also takes each row's input state and gives each row's output state.
   virtual const HeadForwardContext* head_context() const { return nullptr; }
   // The input states of the pending forward's rows: in [rows, head hidden].
-  virtual std::span<const float> pending_states() const { return {}; }
+  virtual std::span<const float> pending_states() { return {}; }
   // A head's pending forward done: its logits (over the head's draft vocabulary) and out, in
   // [rows, head hidden] each row's output state.
   virtual void head_forward_done(std::span<const float> /*logits*/, std::span<const float> /*out*/) {}
+  // Whether a head drafter's proposal may be drawn whole on its head's device
+  // (HeadForwardContext::enqueue_chains) in place of its pending forwards, where the caller
+  // leaves it there for the target's verification: before any forward of the proposal has run
+  // (false for other drafters).
+  virtual bool head_drafts_on_device() const { return false; }
+  // That proposal to draw, its uniforms drawn now from the proposal's rng: called at most once a
+  // proposal, in place of its pending forwards; its draws then arrive by chain_left_on_device.
+  virtual HeadChain head_device_chain() { return {}; }
   // A Medusa drafter's heads forward, once per proposal (nullptr for other drafters, and once
   // it has run): drafters sharing a backend and workspace run theirs as one batched call.
   virtual const MedusaRows* pending_medusa() const { return nullptr; }
@@ -156,7 +171,9 @@ struct DeviceRounds {
 // a draft round, so not among `calls`), those of the drafters `leave_on_device` marks whose
 // proposal a device may draw (MedusaRows::device) in one enqueue_draws a backend and workspace
 // instead, after its read-back call, their trees left there (Drafter::chain_left_on_device);
-// then the chains drawn on a device (Drafter::device_chain), those sharing a draft cache in one
+// the proposals of head drafters `leave_on_device` marks that their head's device may draw
+// (Drafter::head_drafts_on_device), in one enqueue_chains a head cache, left there; then the
+// chains drawn on a device (Drafter::device_chain), those sharing a draft cache in one
 // run_chains (dynamic trees in one of their own per shape) — or, for the drafters
 // `leave_on_device` marks (empty: none), in one enqueue_chains whose draws stay there
 // (Drafter::chain_left_on_device): one such call a draft cache, of its first shape (chains and

@@ -1,22 +1,22 @@
 #include "draft/head_drafter.h"
 
 #include <algorithm>
+#include <cassert>
 #include <limits>
 
 #include "base/error.h"
 
 namespace specula {
 
-void head_entry_inputs(const HeadForwardContext& head, int cached, KvCache& target_cache, KvCache::SeqId target_seq,
-                       std::span<const int> tokens, std::vector<float>& x, std::vector<int>& entry_tokens,
-                       std::vector<int>& positions) {
+void head_entry_taps(int cached, KvCache& target_cache, KvCache::SeqId target_seq,
+                     std::span<const int> tokens, std::vector<float>& taps, std::vector<int>& entry_tokens,
+                     std::vector<int>& positions) {
   const int total = static_cast<int>(tokens.size());
   const int rows = total - 1 - cached;  // entries of t_{cached + 1} .. t_{total - 1}
   SPECULA_CHECK(rows >= 1 && target_cache.length(target_seq) >= total - 1, "draft head: the target holds ",
                 target_cache.length(target_seq), " of ", total - 1, " tokens; the head ", cached);
-  const std::size_t h = static_cast<std::size_t>(head.head.config().hidden_size());
   const std::size_t width = static_cast<std::size_t>(target_cache.state_width());
-  std::vector<float> taps(static_cast<std::size_t>(rows) * width);
+  taps.resize(static_cast<std::size_t>(rows) * width);
   entry_tokens.resize(static_cast<std::size_t>(rows));
   positions.resize(static_cast<std::size_t>(rows));
   for (int r = 0; r < rows; ++r) {
@@ -26,16 +26,16 @@ void head_entry_inputs(const HeadForwardContext& head, int cached, KvCache& targ
     entry_tokens[static_cast<std::size_t>(r)] = tokens[static_cast<std::size_t>(j)];
     positions[static_cast<std::size_t>(r)] = j;
   }
-  x.resize(static_cast<std::size_t>(rows) * h);
-  head.head.project(taps, x, rows, head.workspace);
 }
 
 void feed_head_entries(const HeadForwardContext& head, KvCache::SeqId seq, KvCache& target_cache,
                        KvCache::SeqId target_seq, std::span<const int> tokens, std::vector<float>& logits,
                        std::vector<float>& out) {
-  std::vector<float> x;
+  std::vector<float> taps;
   std::vector<int> entry_tokens, positions;
-  head_entry_inputs(head, head.cache.length(seq), target_cache, target_seq, tokens, x, entry_tokens, positions);
+  head_entry_taps(head.cache.length(seq), target_cache, target_seq, tokens, taps, entry_tokens, positions);
+  std::vector<float> x(entry_tokens.size() * static_cast<std::size_t>(head.head.config().hidden_size()));
+  head.head.project(taps, x, static_cast<int>(entry_tokens.size()), head.workspace);
   logits.resize(static_cast<std::size_t>(head.head.config().draft_vocab_size));
   out.resize(x.size());
   head.run(SequenceRows{seq, entry_tokens, positions, {}, RowLogits::kLast}, x, logits, out);
@@ -43,14 +43,18 @@ void feed_head_entries(const HeadForwardContext& head, KvCache::SeqId seq, KvCac
 
 HeadDrafter::HeadDrafter(const HeadForwardContext& head, KvCache::SeqId seq, KvCache& target_cache,
                          KvCache::SeqId target_seq, DistributionFn distribution, bool stochastic, TreeShape shape,
-                         RowControls controls)
+                         RowControls controls, std::optional<DrawOptions> device)
     : head_(head),
       seq_(seq),
       target_cache_(target_cache),
       target_seq_(target_seq),
       distribution_(std::move(distribution)),
       controls_(controls),
-      growth_(stochastic, std::move(shape)) {
+      growth_(stochastic, std::move(shape)),
+      device_options_(device) {
+  SPECULA_CHECK(!device || device->greedy() == !stochastic, "draft head: device draws ",
+                device && device->greedy() ? "greedy" : "sampled", " for a ", stochastic ? "sampled" : "greedy",
+                " drafter");
   const std::vector<int>& taps = head_.head.config().tap_layers;
   SPECULA_CHECK(std::equal(taps.begin(), taps.end(), target_cache_.state_layers().begin(),
                            target_cache_.state_layers().end()),
@@ -114,18 +118,67 @@ void HeadDrafter::head_forward_done(std::span<const float> logits, std::span<con
 
 void HeadDrafter::start(std::span<const int> committed, DraftBound bound, Philox& rng) {
   committed_ = committed;
+  rng_ = &rng;
   root_position_ = static_cast<int>(committed.size()) - 1;
   growth_.begin(bound, rng);
   pending_.reset();
+  device_length_ = 0;
+  tree_parents_.clear();
   if (committed.size() < 2) {  // no state before the root: nothing to draft from
     prefix_end_ = head_.cache.length(seq_);
     return;
   }
-  // The catch-up: the entries the head's cache lacks, the root's last.
-  head_entry_inputs(head_, head_.cache.length(seq_), target_cache_, target_seq_, committed, x_, tokens_, positions_);
+  // The catch-up: the entries the head's cache lacks, the root's last (their input states
+  // projected once a host forward asks for them).
+  head_entry_taps(head_.cache.length(seq_), target_cache_, target_seq_, committed, taps_, tokens_, positions_);
+  x_.clear();
   prefix_end_ = root_position_;
   pending_ = SequenceRows{seq_, tokens_, positions_, {}, RowLogits::kLast};
   catching_up_ = true;
+  if (!device_options_ || controls_.active() || !head_.head.drafts_on_device()) return;
+  device_length_ = growth_.plain_chain_length();
+  if (device_length_ > 0) return;
+  tree_parents_ = growth_.device_tree_parents();
+  device_length_ = static_cast<int>(tree_parents_.size());
+}
+
+std::span<const float> HeadDrafter::pending_states() {
+  if (catching_up_ && x_.empty()) {
+    x_.resize(tokens_.size() * static_cast<std::size_t>(hidden()));
+    head_.head.project(taps_, x_, static_cast<int>(tokens_.size()), head_.workspace);
+  }
+  return x_;
+}
+
+HeadChain HeadDrafter::head_device_chain() {
+  SPECULA_CHECK(head_drafts_on_device(), "draft head: the proposal is not one its device draws");
+  Philox& rng = *rng_;
+  device_uniforms_.clear();
+  if (tree_parents_.empty()) {
+    if (!device_options_->greedy())
+      for (int i = 0; i < device_length_; ++i) device_uniforms_.push_back(rng.uniform());
+    return {DeviceChain{*pending_, device_length_, *device_options_, device_uniforms_, {}, kDrawTopK}, taps_};
+  }
+  // Greedy drafting ranks a tree's children by the head's softmax (draft_distribution).
+  const DrawOptions tree_options = device_options_->greedy() ? DrawOptions{1.0f} : *device_options_;
+  const int mode = static_cast<int>(growth_.draw_mode());
+  if (mode != kDrawTopK)
+    for (int i = 0; i < device_length_; ++i) device_uniforms_.push_back(rng.uniform());
+  return {DeviceChain{*pending_, device_length_, tree_options, device_uniforms_, tree_parents_, mode}, taps_};
+}
+
+void HeadDrafter::chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) {
+  assert(head_drafts_on_device() && static_cast<int>(node_draws.size()) == device_length_);
+  if (tree_parents_.empty()) {
+    growth_.chain_left_on_device(std::move(draws), node_draws);
+    forwards_ += device_length_;
+  } else {
+    growth_.tree_left_on_device(tree_parents_, std::move(draws), node_draws);
+    forwards_ += growth_.levels();
+  }
+  pending_.reset();
+  catching_up_ = false;
+  device_length_ = 0;
 }
 
 void HeadDrafter::accept(const TokenTree& tree, std::span<const int> accepted_nodes, std::span<const int>) {

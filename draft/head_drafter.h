@@ -13,7 +13,9 @@
 //   - after verification every tree entry is dropped (the next catch-up feeds the accepted
 //     tokens again, with the target's states of the path the target verified).
 // Its forwards are pending forwards (Drafter::head_context), so run_draft_forwards batches
-// every sequence's of one head into one call per round.
+// every sequence's of one head into one call per round; or, where the head's backend draws on
+// its device, a chain or static tree may be drawn there whole (Drafter::head_device_chain) with
+// the same entries, left there for the target's verification.
 #pragma once
 
 #include <optional>
@@ -27,18 +29,18 @@
 
 namespace specula {
 
-// Feeds `seq` of head.cache (which holds the entries of tokens[1 .. cached]) the entries of
-// tokens[cached + 1 .. tokens.size()): token j with the target's states of slot j - 1 of
-// `target_seq` (target_cache must hold them), at position j, in one forward.
-//   logits: out [draft_vocab] of the last entry; out: out [entries, hidden] each entry's output state
 // The inputs of the entries a head's cache holding `cached` entries lacks, tokens[cached +
-// 1 .. tokens.size()): token j with the feature of the target's states of slot j - 1 of
-// `target_seq` (HeadBackend::project), at position j.
-//   x: out [entries, hidden]; entry_tokens, positions: out [entries]
-void head_entry_inputs(const HeadForwardContext& head, int cached, KvCache& target_cache, KvCache::SeqId target_seq,
-                       std::span<const int> tokens, std::vector<float>& x, std::vector<int>& entry_tokens,
-                       std::vector<int>& positions);
+// 1 .. tokens.size()): token j with the target's states of slot j - 1 of `target_seq`
+// (target_cache must hold them), at position j.
+//   taps: out [entries, num_taps * target_hidden_size]; entry_tokens, positions: out [entries]
+void head_entry_taps(int cached, KvCache& target_cache, KvCache::SeqId target_seq,
+                     std::span<const int> tokens, std::vector<float>& taps, std::vector<int>& entry_tokens,
+                     std::vector<int>& positions);
 
+// Feeds `seq` of head.cache (which holds the entries of tokens[1 .. cached]) the entries of
+// tokens[cached + 1 .. tokens.size()) (head_entry_taps, each fed the head's feature of its taps,
+// HeadBackend::project) in one forward.
+//   logits: out [draft_vocab] of the last entry; out: out [entries, hidden] each entry's output state
 void feed_head_entries(const HeadForwardContext& head, KvCache::SeqId seq, KvCache& target_cache,
                        KvCache::SeqId target_seq, std::span<const int> tokens, std::vector<float>& logits,
                        std::vector<float>& out);
@@ -49,9 +51,13 @@ class HeadDrafter : public Drafter {
   // prefix of the entries already, feed_head_entries, as a fork of its prompt's). The target's
   // states of `target_seq` are read from `target_cache`, which keeps the head's tap layers.
   // `stochastic`: children are sampled from `distribution` (chains i.i.d., static trees
-  // without replacement) and q is returned; otherwise they are its top-k.
+  // without replacement) and q is returned; otherwise they are its top-k. `device`: the options
+  // `distribution` applies, as the head backend's device draws with them (greedy when
+  // !stochastic); where given and the backend draws on its device, a plain chain or a static
+  // tree without controls may be drawn there whole (ModelDrafter's rules for its uniforms).
   HeadDrafter(const HeadForwardContext& head, KvCache::SeqId seq, KvCache& target_cache, KvCache::SeqId target_seq,
-              DistributionFn distribution, bool stochastic, TreeShape shape, RowControls controls = {});
+              DistributionFn distribution, bool stochastic, TreeShape shape, RowControls controls = {},
+              std::optional<DrawOptions> device = std::nullopt);
   ~HeadDrafter() override;
   HeadDrafter(const HeadDrafter&) = delete;
   HeadDrafter& operator=(const HeadDrafter&) = delete;
@@ -59,9 +65,12 @@ class HeadDrafter : public Drafter {
   void start(std::span<const int> committed, DraftBound bound, Philox& rng) override;
   const SequenceRows* pending_forward() override { return pending_ ? &*pending_ : nullptr; }
   const HeadForwardContext* head_context() const override { return &head_; }
-  std::span<const float> pending_states() const override { return x_; }
+  std::span<const float> pending_states() override;
   void head_forward_done(std::span<const float> logits, std::span<const float> out) override;
   int catch_up_rows(int committed) const override { return std::max(0, committed - 2 - head_.cache.length(seq_)); }
+  bool head_drafts_on_device() const override { return catching_up_ && device_length_ > 0; }
+  HeadChain head_device_chain() override;
+  void chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) override;
   Proposal take_proposal() override { return growth_.take(head_.target.vocab_size); }
   void accept(const TokenTree& tree, std::span<const int> accepted_nodes, std::span<const int> committed) override;
 
@@ -86,11 +95,17 @@ class HeadDrafter : public Drafter {
 
   // The proposal in progress.
   std::span<const int> committed_;
+  Philox* rng_ = nullptr;              // the proposal's (start's), until it is taken
   int root_position_ = 0;
   int prefix_end_ = 0;                 // head cache length before the tree's entries
   std::optional<SequenceRows> pending_;  // the forward asked for: the catch-up or a feed
   bool catching_up_ = false;
-  std::vector<float> x_;               // [pending rows, hidden] their input states
+  std::vector<float> taps_;            // [catch-up rows, taps width] the catch-up's taps
+  std::vector<float> x_;               // [pending rows, hidden] their input states (the catch-up's once asked for)
+  std::optional<DrawOptions> device_options_;
+  int device_length_ = 0;              // nodes of the proposal its device may draw whole, else 0
+  std::vector<int> tree_parents_;      // [device_length_] where that proposal is a tree
+  std::vector<double> device_uniforms_;  // [device_length_] where sampled
   std::vector<float> context_out_;     // [contexts fed, hidden] output state of each context's entry
   // Scratch.
   std::vector<int> tokens_, positions_;

@@ -6,6 +6,12 @@
 
 namespace specula {
 
+std::shared_ptr<const DeviceDraws> HeadBackend::enqueue_draft(const DraftRounds&, std::span<const int>,
+                                                              std::span<const float>, PageStorage&, Workspace&) const {
+  throw SpeculaError(head_.dir() + ": backend '" + name_of(kind()) +
+                     "' runs the head's draft forwards one at a time; only 'cuda' draws them on its device");
+}
+
 std::unique_ptr<HeadBackend> make_head_backend(BackendKind kind, const HeadModel& head, const Model& target) {
   const HeadConfig& h = head.config();
   const ModelConfig& t = target.config();

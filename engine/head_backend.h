@@ -10,6 +10,7 @@
 
 #include "engine/backend.h"
 #include "engine/batch.h"
+#include "engine/device_draft.h"
 #include "kv/kv_plan.h"
 #include "kv/page_storage.h"
 #include "model/head_model.h"
@@ -47,6 +48,20 @@ class HeadBackend {
   //           the final norm), the next draft step's x; it may be x itself
   virtual void forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
                        std::span<const float> x, std::span<float> logits, std::span<float> out) const = 0;
+
+  // Whether enqueue_draft draws on a device (the CUDA backend's; the CPU backend refuses it).
+  virtual bool drafts_on_device() const { return false; }
+  // Rounds of this head's forwards with their draws, enqueued on its device back to back and
+  // left there (Backend::enqueue_draft's contract, engine/device_draft.h; no dynamic trees):
+  // nothing comes back and nothing waits. Round 0's rows take project(taps) as their input
+  // states; a later round's row i the output state of row state_feeds[i] (rows numbered
+  // across rounds). A logit row's draft-vocabulary logits are laid into a row of the target's
+  // vocabulary (each at its target id, -inf elsewhere) before its options' chain draws from
+  // it, so that draws are target ids, fed as tokens, and q rows are the target's.
+  //   taps: in [round 0 rows, num_taps * target_hidden_size]; state_feeds: in [rows of every round]
+  virtual std::shared_ptr<const DeviceDraws> enqueue_draft(const DraftRounds& draft, std::span<const int> state_feeds,
+                                                           std::span<const float> taps, PageStorage& pages,
+                                                           Workspace& workspace) const;
 
  protected:
   explicit HeadBackend(const HeadModel& head) : head_(head) {}

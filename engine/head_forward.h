@@ -1,11 +1,13 @@
 // defines: HeadForwardContext, what one stream of draft-head forwards runs on (a head backend,
 // the head's KV cache, the stream's workspace), and its run(): plan the rows of its sequences,
-// append their slots, call the head backend. The head's counterpart of ForwardContext.
+// append their slots, call the head backend; and enqueue_chains, its rounds of chains and
+// static trees left on the head's device. The head's counterpart of ForwardContext.
 #pragma once
 
 #include <span>
 
 #include "engine/batch.h"
+#include "engine/forward.h"
 #include "engine/head_backend.h"
 #include "kv/kv_cache.h"
 
@@ -26,6 +28,14 @@ struct HeadForwardContext {
   void run(const SequenceRows& part, std::span<const float> x, std::span<float> logits, std::span<float> out) const {
     run(std::span(&part, 1), x, logits, out);
   }
+  // `chains` (distinct sequences of `cache`, chains and static trees) drawn on the head's
+  // device and left there (HeadBackend::enqueue_draft): round 0 is every chain's first rows
+  // (their input states the head's feature of `taps`), a later round a level of nodes, each
+  // fed its parent context's output state (ChainRounds::state_feeds); q kept where a chain is
+  // sampled. Every round's slots are appended before the first runs; where anything throws,
+  // every sequence is as it was.
+  //   taps: in [rows of every chain's first, num_taps * target_hidden_size], chains in order
+  EnqueuedChains enqueue_chains(std::span<const DeviceChain> chains, std::span<const float> taps) const;
 };
 
 }  // namespace specula

@@ -387,7 +387,8 @@ std::unique_ptr<Drafter> Scheduler::make_drafter(Request& r, KvCache::SeqId targ
                                            !r.sampler->is_greedy(), std::move(shape), r.controls, device);
   if (drafts_with_eagle_head(d.method))
     return std::make_unique<HeadDrafter>(r.head->context, draft_seq, cache_, target_seq,
-                                         r.draft_distribution, !r.sampler->is_greedy(), std::move(shape), r.controls);
+                                         r.draft_distribution, !r.sampler->is_greedy(), std::move(shape), r.controls,
+                                         device);
   return std::make_unique<ModelDrafter>(r.draft->context, draft_seq, r.draft_distribution, !r.sampler->is_greedy(),
                                         std::move(shape), r.controls, device);
 }

@@ -23,7 +23,8 @@ DeviceDrafting run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<
     drafters.push_back(&seqs[i]->drafter());
     leave[i] = device_verify && seqs[i]->verifies_on_device();
     const MedusaRows* heads = drafters.back()->pending_medusa();
-    if (drafters.back()->device_chain() || (heads && heads->device && leave[i])) ++out.chains;
+    const bool head_left = drafters.back()->head_drafts_on_device() && leave[i];
+    if (drafters.back()->device_chain() || (heads && heads->device && leave[i]) || head_left) ++out.chains;
   }
   out.left = run_draft_forwards(drafters, calls, std::span<const bool>(leave.get(), seqs.size()));
   return out;

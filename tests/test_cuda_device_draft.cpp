@@ -33,13 +33,16 @@
 #include <numeric>
 #include <span>
 
+#include "draft/head_drafter.h"
 #include "draft/medusa_drafter.h"
 #include "draft/model_drafter.h"
 #include "draft/tree_topology.h"
 #include "engine/backend.h"
+#include "engine/chain_rounds.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/draft_plan.h"
 #include "engine/forward.h"
+#include "model/head_checkpoint_writer.h"
 #include "model/medusa_checkpoint_writer.h"
 #include "runtime/decoders.h"
 #include "runtime/speculative_sequence.h"
@@ -551,20 +554,22 @@ struct MedusaSide {
   std::vector<std::unique_ptr<SpeculativeSequence>> seqs;
 };
 
-// One step of `side` as the scheduler's: drafts (the heads' trees left on their device when
-// `leave`, else grown on the host from the rows read back), every verify row in one target
-// forward that verifies on the device, commits. Returns the verdicts, each with the drafted
-// tokens: of a tree left on the device, the draws that came back; of one grown on the host, its
-// tokens.
-std::vector<DeviceVerdict> medusa_step(MedusaSide& side, bool leave, const SamplingOptions& sampling) {
+// One step of `seqs` (over `target`) as the scheduler's: drafts (the heads' proposals left on
+// their device when `leave`, else grown on the host), every verify row in one target forward
+// that verifies on the device, commits. Left proposals come as one enqueue, its rounds draft
+// calls (`in_calls`: an EAGLE head's) or not (Medusa's one). Returns the verdicts, each with the
+// drafted tokens: of a proposal left on the device, the draws that came back; of one grown on
+// the host, its tokens.
+std::vector<DeviceVerdict> heads_step(test::Engine& target, std::span<const std::unique_ptr<SpeculativeSequence>> owned,
+                                      bool leave, const SamplingOptions& sampling, bool in_calls) {
   std::vector<SpeculativeSequence*> seqs;
-  for (const auto& s : side.seqs) seqs.push_back(s.get());
+  for (const auto& s : owned) seqs.push_back(s.get());
   const std::vector<DraftBound> bounds(seqs.size(), DraftBound{8});
-  const DeviceDrafting drafting = run_drafts(seqs, bounds, nullptr, leave);
+  std::vector<DraftCall> calls;
+  const DeviceDrafting drafting = run_drafts(seqs, bounds, &calls, leave);
   CHECK(drafting.chains == (leave ? static_cast<int>(seqs.size()) : 0));
-  // One round of draws left there, not a draft round.
   CHECK(drafting.left.size() == (leave ? 1u : 0u));
-  CHECK(std::none_of(drafting.left.begin(), drafting.left.end(), [](const DeviceRounds& r) { return r.in_calls; }));
+  CHECK(std::all_of(drafting.left.begin(), drafting.left.end(), [&](const DeviceRounds& r) { return r.in_calls == in_calls; }));
   std::vector<SequenceRows> parts;
   std::vector<DeviceVerify> verify;
   for (std::size_t i = 0; i < seqs.size(); ++i) {
@@ -573,13 +578,13 @@ std::vector<DeviceVerdict> medusa_step(MedusaSide& side, bool leave, const Sampl
     CHECK((verify.back().draws != nullptr) == leave);
   }
   std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) *
-                            static_cast<std::size_t>(side.target.config().vocab_size));
+                            static_cast<std::size_t>(target.config().vocab_size));
   std::vector<DeviceVerdict> verdicts(seqs.size());
-  side.target.context().run(parts, logits, verify, verdicts);
+  target.context().run(parts, logits, verify, verdicts);
   for (const DeviceRounds& rounds : drafting.left) {
     const std::vector<double> seconds = rounds.draws->round_seconds();
-    CHECK(seconds.size() == 1);
-    CHECK(seconds.at(0) >= 0);
+    CHECK(seconds.size() == (in_calls ? calls.size() - rounds.first_call : 1u));
+    CHECK(std::all_of(seconds.begin(), seconds.end(), [](double t) { return t >= 0; }));
   }
   SpeculativeStats stats;
   for (std::size_t i = 0; i < seqs.size(); ++i) {
@@ -588,6 +593,41 @@ std::vector<DeviceVerdict> medusa_step(MedusaSide& side, bool leave, const Sampl
     if (!leave) verdicts[i].drafted.assign(parts[i].tokens.begin() + 1, parts[i].tokens.end());
   }
   return verdicts;
+}
+
+// Checks the verdicts of proposals left on a device (`got`) against those of the same drafters
+// growing them on the host (`expected`): the same drafted tokens less the absent ones (`absent`,
+// top-k 1: all but one child of each context, so a node a level), accepted nodes (their count
+// where nodes are absent, the indices then differing), emitted and committed tokens.
+void check_left_as_grown(std::span<const DeviceVerdict> got, std::span<const DeviceVerdict> expected,
+                         std::span<const TreeShape> shapes, bool absent,
+                         std::span<const std::unique_ptr<SpeculativeSequence>> left,
+                         std::span<const std::unique_ptr<SpeculativeSequence>> grown) {
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    INFO("sequence " << i);
+    const int nodes = shapes[i].topology.size();
+    CHECK(got[i].drafted.size() == static_cast<std::size_t>(nodes));
+    std::vector<int> present;  // the host's tree lacks the absent nodes
+    std::copy_if(got[i].drafted.begin(), got[i].drafted.end(), std::back_inserter(present), [](int t) { return t >= 0; });
+    CHECK(present == expected[i].drafted);
+    CHECK(present.size() == static_cast<std::size_t>(absent ? shapes[i].topology.depth() : nodes));
+    if (!absent) CHECK(got[i].accepted_nodes == expected[i].accepted_nodes);
+    CHECK(got[i].accepted_nodes.size() == expected[i].accepted_nodes.size());
+    CHECK(got[i].tokens == expected[i].tokens);
+    CHECK(left[i]->committed() == grown[i]->committed());
+  }
+}
+
+// The modes of the heads' comparisons: greedy, T = 1 (the same uniforms on both sides, no child
+// absent), and top-k 1, where all but one child of each context is absent.
+const std::pair<const char*, SamplingOptions> kHeadModes[] = {
+    kModes[0], {"T = 1", SamplingOptions::sample()}, {"top-k 1", SamplingOptions::sample(1.0f, 1)}};
+
+// The shapes of the heads' comparisons: chains of 3 and 2, trees 2x2 and {-1, -1, 0, 0, 1, 2}.
+std::vector<TreeShape> head_shapes() {
+  const std::vector<int> branching{2, 2};
+  return {TreeShape{chain_topology(3)}, TreeShape{chain_topology(2)}, TreeShape{branching_topology(branching)},
+          TreeShape{TreeTopology{{-1, -1, 0, 0, 1, 2}}}};
 }
 
 // Medusa heads' chains and static trees drawn on their device and left there
@@ -613,14 +653,10 @@ TEST_CASE("cuda backend: Medusa trees left on the heads' device verify as those 
   REQUIRE(heads.drafts_on_device());
   const int last = target_model.config().num_hidden_layers;
   const auto prompts = test::reference_prompts();
-  const std::pair<const char*, SamplingOptions> modes[] = {
-      kModes[0], {"T = 1", SamplingOptions::sample()}, {"top-k 1", SamplingOptions::sample(1.0f, 1)}};
-  const std::vector<int> branching{2, 2};
-  const std::vector<TreeShape> shapes{TreeShape{chain_topology(3)}, TreeShape{chain_topology(2)},
-                                      TreeShape{branching_topology(branching)}, TreeShape{TreeTopology{{-1, -1, 0, 0, 1, 2}}}};
-  for (const auto& [name, sampling] : test::kSanitized ? std::span(modes).last(2) : std::span(modes)) {
+  const std::vector<TreeShape> shapes = head_shapes();
+  for (const auto& [name, sampling] : test::kSanitized ? std::span(kHeadModes).last(2) : std::span(kHeadModes)) {
     INFO(name);
-    const bool stochastic = sampling.strategy == Strategy::kSample, absent = sampling.top_k == 1;
+    const bool stochastic = sampling.strategy == Strategy::kSample;
     const DistributionFn distribution = draft_distribution(sampling, DraftOptions{});
     const auto sampler = make_sampler(sampling);
     MedusaSide host{test::Engine(*target, 16, 128), heads.make_workspace(), {}};
@@ -640,21 +676,9 @@ TEST_CASE("cuda backend: Medusa trees left on the heads' device verify as those 
     }
     for (int step = 0; step < (test::kSanitized ? 1 : 2); ++step) {
       INFO("step " << step);
-      const std::vector<DeviceVerdict> expected = medusa_step(host, false, sampling);
-      const std::vector<DeviceVerdict> got = medusa_step(left, true, sampling);
-      for (std::size_t i = 0; i < shapes.size(); ++i) {
-        INFO("sequence " << i);
-        const int nodes = shapes[i].topology.size();
-        CHECK(got[i].drafted.size() == static_cast<std::size_t>(nodes));
-        std::vector<int> present;  // the host's tree lacks the absent nodes
-        std::copy_if(got[i].drafted.begin(), got[i].drafted.end(), std::back_inserter(present), [](int t) { return t >= 0; });
-        CHECK(present == expected[i].drafted);
-        CHECK(present.size() == static_cast<std::size_t>(absent ? shapes[i].topology.depth() : nodes));  // top-k 1: a child a level
-        if (!absent) CHECK(got[i].accepted_nodes == expected[i].accepted_nodes);
-        CHECK(got[i].accepted_nodes.size() == expected[i].accepted_nodes.size());
-        CHECK(got[i].tokens == expected[i].tokens);
-        CHECK(left.seqs[i]->committed() == host.seqs[i]->committed());
-      }
+      const std::vector<DeviceVerdict> expected = heads_step(host.target, host.seqs, false, sampling, false);
+      const std::vector<DeviceVerdict> got = heads_step(left.target, left.seqs, true, sampling, false);
+      check_left_as_grown(got, expected, shapes, sampling.top_k == 1, left.seqs, host.seqs);
     }
     // A later enqueue on the heads' workspace overwrites the draws a verification would read.
     std::vector<SpeculativeSequence*> seqs;
@@ -673,6 +697,109 @@ TEST_CASE("cuda backend: Medusa trees left on the heads' device verify as those 
     std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * static_cast<std::size_t>(target->config().vocab_size));
     std::vector<DeviceVerdict> verdicts(seqs.size());
     CHECK_THROWS_WITH(left.target.context().run(parts, logits, verify, verdicts), Contains("overwritten"));
+  }
+}
+
+// One side of the EAGLE comparison below: a target engine keeping the head's tap layers, the
+// head's cache, workspace and context, and the speculative sequences over them (destroyed
+// first).
+struct HeadSide {
+  test::Engine target;
+  KvCache head_cache;
+  std::unique_ptr<Workspace> workspace;
+  HeadForwardContext context;
+  std::vector<std::unique_ptr<SpeculativeSequence>> seqs;
+  HeadSide(const Backend& target_backend, const HeadBackend& head)
+      : target(target_backend, 16, 128),
+        head_cache(head.kv_layout(16), 128),
+        workspace(head.make_workspace()),
+        context{head, target_backend.config(), head_cache, *workspace} {
+    const HeadConfig& c = head.config();
+    target.cache.keep_states(c.tap_layers, c.num_taps() * target_backend.config().hidden_size);
+  }
+};
+
+// An EAGLE head's chains and static trees drawn on its device and left there
+// (HeadForwardContext::enqueue_chains: the catch-up's taps projected there, each level fed its
+// parent's output state and the draws mapped to target ids there) give the verdicts, drafted
+// and committed tokens of the same drafters growing them on the host round by round, over two
+// steps: a random EAGLE-3 head over 3000 of draft-1m's tokens (a draft-to-target map) and a
+// random EAGLE-1 head; greedy, T = 1 and top-k 1 as the Medusa comparison's (sanitized: the
+// EAGLE-3 head, the two sampled modes, one step). Draws a later enqueue on the head's
+// workspace overwrote are refused.
+TEST_CASE("cuda backend: EAGLE heads' proposals left on their device verify as those grown on the host", "[gpu]") {
+  REQUIRE_GPU();
+  const std::string target_dir = test::model_dir("draft-1m");
+  const Model target_model(target_dir);
+  const ModelConfig& config = target_model.config();
+  const auto target = make_backend(BackendKind::kCuda, target_model, std::nullopt);
+  static test::TempDir eagle3_dir, eagle1_dir;
+  RandomHead e3;
+  e3.tap_ids = {0, 1, config.num_hidden_layers};  // inputs of layers 0 and 1, the last layer's output
+  e3.layout = HeadLayout::kSpeculators;
+  e3.draft_vocab = 3000;
+  e3.seed = 41;
+  e3.weight_std = 0.05f;
+  write_random_head(eagle3_dir.path.string(), config, e3);
+  RandomHead e1;
+  e1.kind = HeadKind::kEagle1;
+  e1.seed = 42;
+  e1.weight_std = 0.05f;
+  write_random_head(eagle1_dir.path.string(), config, e1);
+  const std::pair<const char*, HeadKind> kinds[] = {{"EAGLE-3", HeadKind::kEagle3}, {"EAGLE-1", HeadKind::kEagle1}};
+  const auto prompts = test::reference_prompts();
+  const std::vector<TreeShape> shapes = head_shapes();
+  for (const auto& [kind_name, kind] : test::kSanitized ? std::span(kinds).first(1) : std::span(kinds)) {
+    const std::string& dir = kind == HeadKind::kEagle3 ? eagle3_dir.path.string() : eagle1_dir.path.string();
+    const HeadBackend& head = test::store().head(dir, target_dir, BackendKind::kCuda, kind);
+    REQUIRE(head.drafts_on_device());
+    for (const auto& [name, sampling] : test::kSanitized ? std::span(kHeadModes).last(2) : std::span(kHeadModes)) {
+      INFO(kind_name << ", " << name);
+      const bool stochastic = sampling.strategy == Strategy::kSample;
+      const DistributionFn distribution = draft_distribution(sampling, DraftOptions{});
+      const auto sampler = make_sampler(sampling);
+      HeadSide host(*target, head), left(*target, head);
+      for (HeadSide* side : {&host, &left}) {
+        for (std::size_t i = 0; i < shapes.size(); ++i) {
+          const std::vector<int>& p = prompts[i % prompts.size()];
+          const std::vector<int> prompt(p.begin(), p.begin() + std::min<std::size_t>(p.size(), 12));
+          const int seq = side->target.cache.create();
+          side->target.prefill(seq, std::span(prompt).first(prompt.size() - 1));
+          auto drafter = std::make_unique<HeadDrafter>(side->context, side->head_cache.create(), side->target.cache, seq,
+                                                       distribution, stochastic, shapes[i], RowControls{},
+                                                       draw_options(sampling));
+          side->seqs.push_back(std::make_unique<SpeculativeSequence>(
+              side->target.context(), seq, std::move(drafter), *sampler, prompt, Philox(19, i), VerifyRule::kToken));
+        }
+      }
+      for (int step = 0; step < (test::kSanitized ? 1 : 2); ++step) {
+        INFO("step " << step);
+        const std::vector<DeviceVerdict> expected = heads_step(host.target, host.seqs, false, sampling, true);
+        const std::vector<DeviceVerdict> got = heads_step(left.target, left.seqs, true, sampling, true);
+        check_left_as_grown(got, expected, shapes, sampling.top_k == 1, left.seqs, host.seqs);
+      }
+      // A later enqueue on the head's workspace overwrites the draws a verification would read.
+      std::vector<SpeculativeSequence*> seqs;
+      for (const auto& s : left.seqs) seqs.push_back(s.get());
+      const std::vector<DraftBound> bounds(seqs.size(), DraftBound{8});
+      run_drafts(seqs, bounds, nullptr, true);
+      std::vector<SequenceRows> parts;
+      std::vector<DeviceVerify> verify;
+      for (std::size_t i = 0; i < seqs.size(); ++i) {
+        parts.push_back(seqs[i]->verify_rows());
+        verify.push_back(seqs[i]->device_verify(static_cast<int>(i), sampling));
+      }
+      const std::vector<int> tokens{5, 6, 7}, positions{0, 1, 2};
+      const std::vector<double> uniforms(2, 0.5);
+      const DeviceChain chain{{left.head_cache.create(), tokens, positions, {}, RowLogits::kLast}, 2,
+                              draw_options(sampling), stochastic ? std::span<const double>(uniforms) : std::span<const double>(),
+                              {}, kDrawTopK};
+      const std::vector<float> taps(3 * static_cast<std::size_t>(head.config().num_taps() * config.hidden_size), 0.5f);
+      left.context.enqueue_chains(std::span(&chain, 1), taps);
+      std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * static_cast<std::size_t>(config.vocab_size));
+      std::vector<DeviceVerdict> verdicts(seqs.size());
+      CHECK_THROWS_WITH(left.target.context().run(parts, logits, verify, verdicts), Contains("overwritten"));
+    }
   }
 }
 
@@ -744,6 +871,56 @@ TEST_CASE("cuda backend: draft rounds replayed as graphs draw what rounds enqueu
     }
     CHECK(captured[5] == 0);  // replayed
   }
+}
+
+// A head's rounds (plan_chain_rounds' state feeds): round 0 takes the taps' feature, and each
+// node of a later round the output state of its parent context's row, the root context's being
+// its chain's last first row: a chain of 3 after 4 first rows, a tree {-1, -1, 0, 0, 1} after 2.
+// HeadForwardContext::enqueue_chains refuses a dynamic tree, taps of the wrong size and the CPU
+// head backend, each leaving the head's cache as it was.
+TEST_CASE("device draft: a head's rounds feed each node its parent context's output state", "[engine]") {
+  const std::string target_dir = test::model_dir("draft-1m");
+  const ModelConfig& config = test::store().model(target_dir).config();
+  static test::TempDir dir;
+  RandomHead random;
+  random.tap_ids = {0, 1, config.num_hidden_layers};
+  random.layout = HeadLayout::kSpeculators;
+  random.seed = 43;
+  write_random_head(dir.path.string(), config, random);
+  const HeadBackend& head = test::store().head(dir.path.string(), target_dir, BackendKind::kCpu, HeadKind::kEagle3);
+  KvCache cache(head.kv_layout(16), 16);
+  const std::vector<int> chain_tokens{1, 2, 3, 4}, chain_positions{0, 1, 2, 3}, tree_tokens{5, 6}, tree_positions{0, 1};
+  const std::vector<int> tree_parents{-1, -1, 0, 0, 1};
+  const int a = cache.create(), b = cache.create();
+  const std::vector<DeviceChain> chains{
+      DeviceChain{{a, chain_tokens, chain_positions, {}, RowLogits::kLast}, 3, DrawOptions{}, {}, {}, kDrawTopK},
+      DeviceChain{{b, tree_tokens, tree_positions, {}, RowLogits::kLast}, 5, DrawOptions{1.0f}, {}, tree_parents, kDrawTopK}};
+  {
+    KvCache planned(head.kv_layout(16), 16);
+    planned.create();
+    planned.create();
+    const ChainRounds plan = plan_chain_rounds(planned, config, chains, false);
+    CHECK(plan.round_rows == std::vector<int>{6, 3, 1});
+    // Round 1: the chain's node 0 (row 6) and the tree's nodes 0 and 1 (rows 7, 8); round 2: the
+    // chain's node 1 (row 9); the tree's level 2 are leaves.
+    CHECK(plan.state_feeds == std::vector<int>{-1, -1, -1, -1, -1, -1, 3, 5, 5, 6});
+  }
+  const auto workspace = head.make_workspace();
+  const HeadForwardContext context{head, config, cache, *workspace};
+  const std::size_t width = static_cast<std::size_t>(head.config().num_taps() * config.hidden_size);
+  const std::vector<float> taps(6 * width, 0.5f);
+  CHECK_THROWS_WITH(context.enqueue_chains(chains, taps), Contains("only 'cuda' draws them on its device"));
+  CHECK_THROWS_WITH(context.enqueue_chains(chains, std::span(taps).first(5 * width)),
+                    Contains("taps hold") && Contains("the 6 first rows"));
+  DeviceChain dynamic = chains[0];
+  dynamic.length = 4;
+  dynamic.dynamic_width = 2;
+  dynamic.dynamic_top_k = 2;
+  dynamic.options = DrawOptions{1.0f};
+  CHECK_THROWS_WITH(context.enqueue_chains(std::span(&dynamic, 1), std::span(taps).first(4 * width)),
+                    Contains("chain 0 is a dynamic tree"));
+  CHECK(cache.length(a) == 0);
+  CHECK(cache.length(b) == 0);
 }
 
 TEST_CASE("device draft: malformed rounds and chains are refused naming the field", "[engine]") {

@@ -5,7 +5,7 @@
 // more often than the same head's fed other layers' states; sampled output follows the
 // target's exact distribution; the shipped EAGLE-3 and EAGLE-1 heads reproduce their eval.json.
 // On the cuda backend ([gpu]) greedy speculation with the heads (EAGLE-3, EAGLE-1, Medusa)
-// emits plain greedy decoding's tokens, the Medusa heads' chains and trees drawn on the device
+// emits plain greedy decoding's tokens, the heads' chains and static trees drawn on the device
 // and left there for the verification.
 #include <catch2/catch.hpp>
 #include <algorithm>
@@ -200,6 +200,7 @@ TEST_CASE("draft heads on the cuda backend: greedy speculation emits plain greed
       {"Medusa heads, chain 3", test::head_draft(DraftMethod::kMedusa, medusa_head, 3)}};
   if (!test::kSanitized || !host) {
     drafters.emplace_back("EAGLE-3 head, chain 3", eagle3(eagle3_head, 3));
+    drafters.emplace_back("EAGLE-3 head, static tree 2,2", eagle3(eagle3_head, 2, {2, 2}));
     drafters.emplace_back("EAGLE-1 head, chain 2", eagle1(eagle1_head, 2));
   }
   for (const auto& [name, draft] : drafters) {

@@ -126,8 +126,9 @@ inline long policy_batch_drafted(GammaPolicy policy, LengthThreshold threshold,
 // `size` greedy requests (request(r)) drafted by `draft` through one scheduler whose target
 // verifies on its device: each emits plain[r], and every speculative step was verified on the
 // device, its time taken from the device's events; a draft model's plain chains (without
-// logit controls) were drawn on its device and verified there without coming back in between; its dynamic trees were grown
-// there (the steps whose bound leaves room for their batches) and read back.
+// logit controls) were drawn on its device and verified there without coming back in between,
+// and so were its dynamic trees (the steps whose bound leaves room for their batches) and the
+// heads' chains and static trees (EAGLE, Medusa: the steps that draft at all).
 inline void check_device_verified_greedy(const std::function<GenerateOptions(int)>& request, const DraftOptions& draft,
                                          int size, std::span<const std::vector<int>> plain) {
   SchedulerLimits limits;
@@ -152,9 +153,10 @@ inline void check_device_verified_greedy(const std::function<GenerateOptions(int
   // where no logit control edits their rows.
   const bool model = draft.method == DraftMethod::kModel;
   const bool device_chain = model && draft.drafts_chain() && draft.siblings == 0 && !request(0).controls.active();
-  const bool medusa = draft.method == DraftMethod::kMedusa && !request(0).controls.active();
-  if ((model && draft.dynamic_tree()) || medusa) {
-    // Those whose batches lie within the step's bound, or that draft at all (a Medusa step
+  const bool heads = (draft.method == DraftMethod::kMedusa || drafts_with_eagle_head(draft.method)) &&
+                     !draft.dynamic_tree() && !request(0).controls.active();
+  if ((model && draft.dynamic_tree()) || heads) {
+    // Those whose batches lie within the step's bound, or that draft at all (a heads' step
     // whose bound leaves only the bonus token drafts nothing).
     CHECK(scheduler.stats().device_drafted > 0);
     CHECK(scheduler.stats().device_drafted <= steps);

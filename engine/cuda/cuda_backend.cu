@@ -460,7 +460,6 @@ class CudaBackend : public Backend {
     const ModelConfig& c = config();
     const int vocab = c.vocab_size;
     check_draft_rounds(draft, vocab);
-    const std::size_t v = static_cast<std::size_t>(vocab);
     const cudaStream_t s = ws.stream;
     check_pages(pages);
     ws.draft_marks.begin(draft.rounds());
@@ -489,22 +488,7 @@ class CudaBackend : public Backend {
           launch_gather_tokens(drawn, static_cast<const int*>(at(up.feeds_of(r))), upload + step.layout.rows,
                                kRowDescInts, step.key.num_rows, false, s);
         enqueue(step, ws, device_pages.view(), upload);
-        const int logit = up.first_logit[ru];
-        const auto* uniforms = static_cast<const double*>(at(up.at.uniforms));
-        float* probs = floats(up.at.probs) + static_cast<std::size_t>(up.probs_row(r, draft.keep_q)) * v;
-        const auto sample = [&](const double* u, int* tokens) {
-          launch_sample(ws.logits.as<float>(), floats(up.at.temperature) + logit,
-                        static_cast<const int*>(at(up.at.top_k)) + logit, floats(up.at.top_p) + logit,
-                        floats(up.at.min_p) + logit, u, step.key.num_logits, vocab, probs, tokens, s);
-        };
-        if (!up.children) {
-          sample(uniforms + up.first_draw[ru], drawn + up.first_draw[ru]);
-          return;
-        }
-        sample(nullptr, nullptr);
-        const auto ints = [&](std::size_t offset) { return static_cast<const int*>(at(offset)) + logit; };
-        launch_draw_children(probs, vocab, step.key.num_logits, ints(up.at.child_first), ints(up.at.child_modes),
-                             ints(up.at.sources), uniforms, drawn, s);
+        const float* probs = enqueue_round_draws(up, r, draft.keep_q, base, ws.logits.as<float>(), vocab, s);
         if (up.dynamic.on()) launch_grow_dynamic(dynamic_args(up, r, base, probs, drawn + up.first_draw[ru]), s);
       };
       ++ws.steps;

@@ -1,8 +1,9 @@
 // defines: DrawMarks (a workspace's events around the rounds of draws it enqueued, and their
-// generation), DrawsAt (where those draws lie in device memory) and CudaDraws, the engine's
-// DeviceDraws on the CUDA module: draws a draft model's rounds (cuda_backend.cu) or Medusa heads
-// (medusa_cuda.cu) left on the device, which forward_verify reads on the target's stream after
-// waiting for done().
+// generation), DrawsAt (where those draws lie in device memory), CudaDraws, the engine's
+// DeviceDraws on the CUDA module: draws a draft model's rounds (cuda_backend.cu), an EAGLE
+// head's (head_cuda.cu) or Medusa heads (medusa_cuda.cu) left on the device, which
+// forward_verify reads on the target's stream after waiting for done(); and
+// enqueue_round_draws, the draws of one draft round from its logit rows.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +13,7 @@
 
 #include "base/error.h"
 #include "engine/cuda/cuda_check.cuh"
+#include "engine/cuda/draft_plan.h"
 #include "engine/device_draft.h"
 
 namespace specula::cuda {
@@ -104,5 +106,13 @@ class CudaDraws : public DeviceDraws {
   int tree_budget_, nodes_;     // dynamic trees: nodes a tree, in all
   DrawsAt at_;
 };
+
+// Round `round`'s draws (DraftUpload's layout in the draft buffer at `base`) on `stream`: its
+// logit rows' distributions (launch_sample) into the probs output (DraftUpload::probs_row),
+// then one draw a row or, where the rounds draw children, each row's children
+// (launch_draw_children). Returns where the round's distributions are.
+//   logits: in [the round's logit rows, vocab]
+float* enqueue_round_draws(const DraftUpload& up, int round, bool keep_q, unsigned char* base, const float* logits,
+                           int vocab, cudaStream_t stream);
 
 }  // namespace specula::cuda

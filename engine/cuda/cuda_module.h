@@ -22,7 +22,7 @@
 
 namespace specula::cuda {
 
-inline constexpr int kCudaModuleAbi = 16;
+inline constexpr int kCudaModuleAbi = 17;
 inline constexpr const char* kCudaModuleSymbol = "specula_cuda_module";
 
 // Each member is the function of the same name in device.h, cuda_backend.h, head_cuda.h or

@@ -2,12 +2,15 @@
 // head_cpu.cpp's step kernel for kernel: matrices in bf16 through the batch-invariant product
 // (never cuBLASLt, so a row's results do not depend on the batch), the KV pages on the device.
 // Each call uploads its inputs, enqueues everything on the workspace's stream, copies the
-// results back and synchronises once.
+// results back and synchronises once; enqueue_draft runs rounds of forwards and their draws
+// back to back and leaves the draws on the device.
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "engine/cpu/ops.h"
 #include "engine/cuda/cuda_check.cuh"
+#include "engine/cuda/cuda_draws.cuh"
 #include "engine/cuda/device.h"
 #include "engine/cuda/device_memory.cuh"
 #include "engine/cuda/device_weights.cuh"
@@ -17,8 +20,8 @@
 namespace specula::cuda {
 namespace {
 
-// One stream's scratch; each buffer grows to the largest forward seen (the stream is idle
-// between calls, so a buffer is replaced before anything is enqueued).
+// One stream's scratch; each buffer grows to the largest forward seen (each call waits for the
+// stream first, so a buffer is replaced while nothing enqueued reads it).
 struct HeadCudaWorkspace : StreamWorkspace {
   DeviceBuffer taps;          // [n, num_taps * target_hidden] project's input
   DeviceBuffer x;             // [n, hidden] the rows' input states
@@ -33,7 +36,34 @@ struct HeadCudaWorkspace : StreamWorkspace {
   DeviceBuffer logits;        // [num_logits, draft_vocab]
   DeviceBuffer upload;        // pack_step's data
   DeviceBuffer copies;        // the cache's queued KV copies
+  // enqueue_draft's: its buffer (HeadDraftUpload), read by a later forward_verify, and its upload
+  // on the host; every round's rows' input and output states, [rows of every round, hidden]
+  // each; a round's logit rows over the target's vocabulary, [logit rows, vocab].
+  DeviceBuffer draft;
+  PinnedBuffer draft_staging;
+  DeviceBuffer states_in, states_out;
+  DeviceBuffer spread;
+  DrawMarks draft_marks;      // around enqueue_draft's rounds
 };
+
+// enqueue_draft's buffer: pack_draft's (its outputs, then the upload), the upload extended by
+// the taps and the state feeds (byte offsets into the buffer).
+struct HeadDraftUpload {
+  DraftUpload draft;
+  std::size_t taps = 0;         // [round 0 rows, taps width] float
+  std::size_t state_feeds = 0;  // [rows of every round] int
+};
+
+HeadDraftUpload pack_head_draft(const DraftRounds& draft, std::span<const int> state_feeds, std::span<const float> taps,
+                                int vocab, const CudaOptions& options, std::uint64_t pages_id) {
+  HeadDraftUpload up{pack_draft(draft, vocab, 0, options, pages_id)};
+  DraftUpload& d = up.draft;
+  up.taps = d.upload_at + append_aligned(d.data, taps.data(), taps.size());
+  up.state_feeds = d.upload_at + append_aligned(d.data, state_feeds.data(), state_feeds.size());
+  d.upload_bytes = d.data.size();
+  d.device_bytes = d.upload_at + d.upload_bytes;
+  return up;
+}
 
 HeadCudaWorkspace& head_workspace(Workspace& workspace) {
   auto* ws = dynamic_cast<HeadCudaWorkspace*>(&workspace);
@@ -104,6 +134,8 @@ class HeadCudaBackend : public HeadBackend {
       hidden_norm_ = upload_f32(cpu::tensor_f32(*head.hidden_norm()));
     }
     inv_freq_ = upload_f32(cpu::RopeTable(l.head_dim(), l.rope_theta, l.rope_scaling).inv_freq());
+    const std::vector<int>& to_target = head.draft_to_target();
+    draft_to_target_ = upload_bytes(to_target.data(), to_target.size() * sizeof(int));
     // Pack_step's limits: the workspace grows to any forward.
     options_.max_rows = options_.max_logit_rows = std::numeric_limits<int>::max();
   }
@@ -128,15 +160,11 @@ class HeadCudaBackend : public HeadBackend {
                   " rows need taps of ", rows * in, " floats and x of ", rows * hidden, ", got ", taps.size(), " and ",
                   x.size());
     HeadCudaWorkspace& s = head_workspace(workspace);
+    CUDA_CHECK(cudaStreamSynchronize(s.stream));  // an enqueued draft may still read the buffers
     grow(s.taps, taps.size_bytes());
     grow(s.x, x.size_bytes());
     CUDA_CHECK(cudaMemcpyAsync(s.taps.ptr, taps.data(), taps.size_bytes(), cudaMemcpyHostToDevice, s.stream));
-    if (eagle1_)  // the feature: the target's last hidden state after the target's final norm
-      launch_rms_norm(s.taps.as<float>(), nullptr, final_norm_.as<float>(), final_norm_eps_, s.x.as<float>(), n, hidden,
-                      s.stream);
-    else
-      launch_linear(s.taps.as<float>(), fc_.as<__nv_bfloat16>(), nullptr, s.x.as<float>(), n, in, hidden, false, gemm_,
-                    s.stream);
+    enqueue_project(s.taps.as<float>(), s.x.as<float>(), n, s.stream);
     CUDA_CHECK(cudaMemcpyAsync(x.data(), s.x.ptr, x.size_bytes(), cudaMemcpyDeviceToHost, s.stream));
     CUDA_CHECK(cudaStreamSynchronize(s.stream));
   }
@@ -144,11 +172,8 @@ class HeadCudaBackend : public HeadBackend {
   void forward(const RaggedBatch& batch, const KvPlan& plan, PageStorage& pages, Workspace& workspace,
                std::span<const float> x, std::span<float> logits, std::span<float> out) const override {
     const HeadConfig& c = config();
-    const ModelConfig& l = c.layer;
     const int n = batch.num_rows(), num_logits = batch.num_logits();
-    const int hidden = l.hidden_size, q_dim = l.q_dim(), kv_dim = l.kv_dim(), ffn = l.intermediate_size;
-    const int qkv_width = q_dim + 2 * kv_dim, head_dim = l.head_dim();
-    const std::size_t rows = static_cast<std::size_t>(n), width = static_cast<std::size_t>(hidden);
+    const std::size_t rows = static_cast<std::size_t>(n), width = static_cast<std::size_t>(c.hidden_size());
     const std::size_t logit_rows = static_cast<std::size_t>(num_logits);
     SPECULA_CHECK(n > 0 && static_cast<int>(plan.row_slots.size()) == n, "head forward: the plan has ",
                   plan.row_slots.size(), " new slots for ", n, " rows");
@@ -156,41 +181,175 @@ class HeadCudaBackend : public HeadBackend {
                   " and ", out.size(), " floats, need ", rows * width);
     SPECULA_CHECK(logits.size() == logit_rows * c.draft_vocab_size, "head forward: logits buffer holds ",
                   logits.size(), " floats, need ", logit_rows * c.draft_vocab_size);
-    const KvLayout& layout = pages.layout();
-    SPECULA_CHECK(layout.kv_dim() == kv_dim && layout.num_layers == 1 && layout.device_pages &&
-                      layout.dtype == KvDType::kF32,
-                  "head forward: the KV pages do not have the head's device layout (HeadBackend::kv_layout)");
+    check_pages(pages);
 
     HeadCudaWorkspace& s = head_workspace(workspace);
     const cudaStream_t stream = s.stream;
-    const std::size_t f = sizeof(float);
-    grow(s.x, rows * width * f);
-    grow(s.a, rows * 2 * width * f);
-    grow(s.out, rows * width * f);
-    grow(s.h, rows * width * f);
-    grow(s.t, rows * width * f);
-    grow(s.qkv, rows * qkv_width * f);
-    grow(s.attn, rows * q_dim * f);
-    grow(s.gu, rows * 2 * ffn * f);
-    grow(s.act, rows * ffn * f);
-    grow(s.last, logit_rows * width * f);
-    grow(s.logits, logits.size_bytes());
-
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // an enqueued draft may still read the buffers
+    grow_layer(s, n, num_logits);
+    grow(s.x, x.size_bytes());
+    grow(s.out, out.size_bytes());
     const DeviceKvPages& device_pages = device_pages_after_copies(pages, account_, s.copies, stream);
     const StepUpload up = pack_step(batch, plan, 0, options_, device_pages.id());
-    SPECULA_CHECK(attention_smem_bytes(up.key.keys_cap, head_dim) <= static_cast<std::size_t>(max_smem_),
-                  "head forward on backend 'cuda': a row sees ", up.max_keys,
-                  " keys; the attention kernel's shared memory (", max_smem_, " bytes) holds ",
-                  max_attention_keys(static_cast<std::size_t>(max_smem_), head_dim), " at most");
+    check_keys(up);
     const std::size_t upload_bytes = up.data.size() * sizeof(std::int32_t);
     grow(s.upload, upload_bytes);
     CUDA_CHECK(cudaMemcpyAsync(s.upload.ptr, up.data.data(), upload_bytes, cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaMemcpyAsync(s.x.ptr, x.data(), x.size_bytes(), cudaMemcpyHostToDevice, stream));
-    const std::int32_t* upload = s.upload.as<std::int32_t>();
+    enqueue_layer(up, s.upload.as<std::int32_t>(), s.x.as<float>(), s.out.as<float>(), device_pages.view(), s);
+    CUDA_CHECK(cudaMemcpyAsync(out.data(), s.out.ptr, out.size_bytes(), cudaMemcpyDeviceToHost, stream));
+    if (num_logits > 0)
+      CUDA_CHECK(cudaMemcpyAsync(logits.data(), s.logits.ptr, logits.size_bytes(), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+
+  bool drafts_on_device() const override { return true; }
+
+  // One upload (pack_head_draft), the taps' feature into round 0's input states, then per round:
+  // its rows' tokens from the earlier draws and their input states from the earlier rounds'
+  // outputs, the layer, its logit rows laid into the target's vocabulary, their draws
+  // (enqueue_round_draws); events before the first round and after each.
+  std::shared_ptr<const DeviceDraws> enqueue_draft(const DraftRounds& draft, std::span<const int> state_feeds,
+                                                   std::span<const float> taps, PageStorage& pages,
+                                                   Workspace& workspace) const override {
+    const HeadConfig& c = config();
+    const int vocab = c.layer.vocab_size, hidden = c.hidden_size();
+    check_draft_rounds(draft, vocab);
+    SPECULA_CHECK(!draft.dynamic.on(), "head device draft: dynamic trees are grown on the host");
+    check_state_feeds(draft, state_feeds);
+    const std::size_t first_rows = draft.rounds() > 0 ? static_cast<std::size_t>(draft.batches[0].num_rows()) : 0;
+    const std::size_t taps_width = static_cast<std::size_t>(c.num_taps() * c.target_hidden_size);
+    SPECULA_CHECK(taps.size() == first_rows * taps_width, "head device draft: taps hold ", taps.size(),
+                  " floats; round 0's ", first_rows, " rows need ", first_rows * taps_width);
+    check_pages(pages);
+    HeadCudaWorkspace& s = head_workspace(workspace);
+    const cudaStream_t stream = s.stream;
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // no queued work still reads the buffers or the staging
+    s.draft_marks.begin(draft.rounds());
+    const DeviceKvPages& device_pages = device_pages_after_copies(pages, account_, s.copies, stream);
+    const HeadDraftUpload up = pack_head_draft(draft, state_feeds, taps, vocab, options_, device_pages.id());
+    const DraftUpload& d = up.draft;
+    int widest = 0, most_logits = 0;
+    for (const StepUpload& step : d.steps) {
+      check_keys(step);
+      widest = std::max(widest, step.key.num_rows);
+      most_logits = std::max(most_logits, step.key.num_logits);
+    }
+    const std::size_t f = sizeof(float), h = static_cast<std::size_t>(hidden), v = static_cast<std::size_t>(vocab);
+    grow_layer(s, widest, most_logits);
+    grow(s.draft, d.device_bytes, 1 << 20);
+    grow(s.states_in, static_cast<std::size_t>(draft.rows()) * h * f);
+    grow(s.states_out, static_cast<std::size_t>(draft.rows()) * h * f);
+    grow(s.spread, static_cast<std::size_t>(most_logits) * v * f);
+    s.draft_staging.reserve(align_up(d.upload_bytes, 1 << 20));
+    std::memcpy(s.draft_staging.ptr, d.data.data(), d.upload_bytes);
+    unsigned char* base = s.draft.as<unsigned char>();
+    const auto ints = [base](std::size_t at) { return reinterpret_cast<int*>(base + at); };
+    float *states_in = s.states_in.as<float>(), *states_out = s.states_out.as<float>();
+    CUDA_CHECK(cudaEventRecord(s.draft_marks.events[0], stream));
+    CUDA_CHECK(cudaMemcpyAsync(base + d.upload_at, s.draft_staging.ptr, d.upload_bytes, cudaMemcpyHostToDevice, stream));
+    enqueue_project(reinterpret_cast<const float*>(base + up.taps), states_in, static_cast<int>(first_rows), stream);
+    for (int r = 0; r < draft.rounds(); ++r) {
+      const std::size_t ru = static_cast<std::size_t>(r);
+      const StepUpload& step = d.steps[ru];
+      auto* upload = reinterpret_cast<std::int32_t*>(base + d.step_at[ru]);
+      const int n = step.key.num_rows;
+      const std::size_t first = static_cast<std::size_t>(d.first_row[ru]);
+      if (r > 0) {
+        launch_gather_tokens(ints(d.at.tokens), ints(d.feeds_of(r)), upload + step.layout.rows, kRowDescInts, n, false,
+                             stream);
+        launch_copy_rows(states_out, hidden, ints(up.state_feeds) + first, states_in + first * h, hidden, n, hidden,
+                         stream);
+      }
+      enqueue_layer(step, upload, states_in + first * h, states_out + first * h, device_pages.view(), s);
+      launch_spread_columns(s.logits.as<float>(), c.draft_vocab_size, draft_to_target_.as<int>(),
+                            -std::numeric_limits<float>::infinity(), s.spread.as<float>(), vocab, step.key.num_logits,
+                            stream);
+      enqueue_round_draws(d, r, draft.keep_q, base, s.spread.as<float>(), vocab, stream);
+      CUDA_CHECK(cudaEventRecord(s.draft_marks.events[ru + 1], stream));
+    }
+    const DrawsAt at{ints(d.at.tokens), draft.keep_q ? reinterpret_cast<const float*>(base + d.at.probs) : nullptr};
+    return std::make_shared<CudaDraws>(s.draft_marks, draft.draw_rows(), draft.keep_q, draft.rounds(), 0, 0, at);
+  }
+
+ private:
+  // Throws SpeculaError unless `pages` have the head's device layout (kv_layout()).
+  void check_pages(const PageStorage& pages) const {
+    const KvLayout& layout = pages.layout();
+    SPECULA_CHECK(layout.kv_dim() == config().layer.kv_dim() && layout.num_layers == 1 && layout.device_pages &&
+                      layout.dtype == KvDType::kF32,
+                  "head forward: the KV pages do not have the head's device layout (HeadBackend::kv_layout)");
+  }
+
+  // Throws SpeculaError unless the attention kernel's shared memory holds the keys a row of
+  // `up` sees.
+  void check_keys(const StepUpload& up) const {
+    const int head_dim = config().layer.head_dim();
+    SPECULA_CHECK(attention_smem_bytes(up.key.keys_cap, head_dim) <= static_cast<std::size_t>(max_smem_),
+                  "head forward on backend 'cuda': a row sees ", up.max_keys,
+                  " keys; the attention kernel's shared memory (", max_smem_, " bytes) holds ",
+                  max_attention_keys(static_cast<std::size_t>(max_smem_), head_dim), " at most");
+  }
+
+  // Throws SpeculaError unless state_feeds has a row of `draft`'s rounds each, -1 for round 0's
+  // and an earlier round's row for every later one's.
+  static void check_state_feeds(const DraftRounds& draft, std::span<const int> state_feeds) {
+    SPECULA_CHECK(state_feeds.size() == static_cast<std::size_t>(draft.rows()), "head device draft: ",
+                  state_feeds.size(), " state feeds for ", draft.rows(), " rows");
+    int row = 0, round_first = 0;
+    for (int r = 0; r < draft.rounds(); ++r) {
+      for (int i = 0; i < draft.batches[static_cast<std::size_t>(r)].num_rows(); ++i, ++row) {
+        const int feed = state_feeds[static_cast<std::size_t>(row)];
+        SPECULA_CHECK(r == 0 ? feed == -1 : feed >= 0 && feed < round_first, "head device draft: row ", row,
+                      " (round ", r, ") takes the state of row ", feed, "; need ",
+                      r == 0 ? "-1 in round 0" : "a row of an earlier round");
+      }
+      round_first = row;
+    }
+  }
+
+  // The head's feature of n rows of taps (device) into x (device), on `stream`.
+  void enqueue_project(const float* taps, float* x, int n, cudaStream_t stream) const {
+    const HeadConfig& c = config();
+    const int hidden = c.hidden_size();
+    if (eagle1_)  // the feature: the target's last hidden state after the target's final norm
+      launch_rms_norm(taps, nullptr, final_norm_.as<float>(), final_norm_eps_, x, n, hidden, stream);
+    else
+      launch_linear(taps, fc_.as<__nv_bfloat16>(), nullptr, x, n, c.num_taps() * c.target_hidden_size, hidden, false,
+                    gemm_, stream);
+  }
+
+  // The layer's scratch grown for n rows and num_logits logit rows.
+  void grow_layer(HeadCudaWorkspace& s, int n, int num_logits) const {
+    const ModelConfig& l = config().layer;
+    const std::size_t f = sizeof(float), rows = static_cast<std::size_t>(n), width = static_cast<std::size_t>(l.hidden_size);
+    grow(s.a, rows * 2 * width * f);
+    grow(s.h, rows * width * f);
+    grow(s.t, rows * width * f);
+    grow(s.qkv, rows * static_cast<std::size_t>(l.q_dim() + 2 * l.kv_dim()) * f);
+    grow(s.attn, rows * static_cast<std::size_t>(l.q_dim()) * f);
+    grow(s.gu, rows * 2 * static_cast<std::size_t>(l.intermediate_size) * f);
+    grow(s.act, rows * static_cast<std::size_t>(l.intermediate_size) * f);
+    grow(s.last, static_cast<std::size_t>(num_logits) * width * f);
+    grow(s.logits, static_cast<std::size_t>(num_logits) * static_cast<std::size_t>(config().draft_vocab_size) * f);
+  }
+
+  // The layer over the rows of `up` (its data at `upload` on the device) on the workspace's
+  // stream: their input states xs, every row's output state into res (EAGLE-3: before the final
+  // norm), the logit rows' draft-vocabulary logits into s.logits.
+  //   xs: in [rows, hidden]; res: out [rows, hidden] (may not alias xs)
+  void enqueue_layer(const StepUpload& up, const std::int32_t* upload, const float* xs, float* res,
+                     const DevicePagesView& pages, HeadCudaWorkspace& s) const {
+    const HeadConfig& c = config();
+    const ModelConfig& l = c.layer;
+    const int n = up.key.num_rows, num_logits = up.key.num_logits;
+    const int hidden = l.hidden_size, q_dim = l.q_dim(), kv_dim = l.kv_dim(), ffn = l.intermediate_size;
+    const int qkv_width = q_dim + 2 * kv_dim, head_dim = l.head_dim();
+    const cudaStream_t stream = s.stream;
     const auto* row_descs = reinterpret_cast<const RowDesc*>(upload + up.layout.rows);
     const float eps = l.rms_norm_eps;
-    float *xs = s.x.as<float>(), *a = s.a.as<float>(), *res = s.out.as<float>(), *h = s.h.as<float>();
-    float *t = s.t.as<float>(), *qkv = s.qkv.as<float>(), *attn = s.attn.as<float>();
+    float *a = s.a.as<float>(), *h = s.h.as<float>(), *t = s.t.as<float>(), *qkv = s.qkv.as<float>();
+    float* attn = s.attn.as<float>();
 
     // EAGLE-3: a = cat(input_layernorm(embedding), hidden_norm(x)), the attention's input; the
     // residual is x or hidden_norm(x). EAGLE-1: a = cat(embedding, x); the residual fc(a) + bias
@@ -211,16 +370,14 @@ class HeadCudaBackend : public HeadBackend {
     launch_linear(attention_input, qkv_.as<__nv_bfloat16>(), nullptr, qkv, n, eagle1_ ? hidden : 2 * hidden, qkv_width,
                   false, gemm_, stream);
     launch_qk_rope_store(qkv, row_descs, inv_freq_.as<float>(), nullptr, nullptr, eps, n, l.num_attention_heads,
-                         l.num_key_value_heads, head_dim, device_pages.view(), 0, stream);
+                         l.num_key_value_heads, head_dim, pages, 0, stream);
     launch_attention(qkv, qkv_width, row_descs, upload + up.layout.pages, upload + up.layout.mask, n,
-                     l.num_attention_heads, l.num_key_value_heads, head_dim, up.key.keys_cap, device_pages.view(), 0,
-                     attn, stream);
+                     l.num_attention_heads, l.num_key_value_heads, head_dim, up.key.keys_cap, pages, 0, attn, stream);
     launch_linear(attn, o_.as<__nv_bfloat16>(), nullptr, res, n, q_dim, hidden, true, gemm_, stream);
     launch_rms_norm(res, nullptr, post_norm_.as<float>(), eps, h, n, hidden, stream);
     launch_linear(h, gate_up_.as<__nv_bfloat16>(), nullptr, s.gu.as<float>(), n, hidden, 2 * ffn, false, gemm_, stream);
     launch_silu_mul(s.gu.as<float>(), s.act.as<float>(), n, ffn, stream);
     launch_linear(s.act.as<float>(), down_.as<__nv_bfloat16>(), nullptr, res, n, ffn, hidden, true, gemm_, stream);
-    CUDA_CHECK(cudaMemcpyAsync(out.data(), res, out.size_bytes(), cudaMemcpyDeviceToHost, stream));
 
     // The rows that want logits side by side (EAGLE-3: normalised by the head's final norm),
     // then one product with lm_head.
@@ -233,12 +390,9 @@ class HeadCudaBackend : public HeadBackend {
         launch_rms_norm(res, wanted, final_norm_.as<float>(), eps, last, num_logits, hidden, stream);
       launch_linear(last, lm_head_.as<__nv_bfloat16>(), nullptr, s.logits.as<float>(), num_logits, hidden,
                     c.draft_vocab_size, false, gemm_, stream);
-      CUDA_CHECK(cudaMemcpyAsync(logits.data(), s.logits.ptr, logits.size_bytes(), cudaMemcpyDeviceToHost, stream));
     }
-    CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 
- private:
   std::shared_ptr<PoolAccount> account_;
   bool eagle1_;
   const TensorView& embed_view_;
@@ -254,6 +408,7 @@ class HeadCudaBackend : public HeadBackend {
   // head's); EAGLE-1: post_norm_, fc_bias_ and final_norm_ (the target's, for project).
   DeviceBuffer input_norm_, hidden_norm_, post_norm_, final_norm_, fc_bias_;
   DeviceBuffer inv_freq_;                        // f32 [head_dim / 2]
+  DeviceBuffer draft_to_target_;                 // int [draft_vocab] each draft id's target id
 };
 
 }  // namespace

@@ -85,6 +85,12 @@ static_assert(offsetof(RowDesc, token) == 0);
 void launch_copy_rows(const float* src, int src_stride, const int* gather, float* dst, int dst_stride, int n, int dim,
                       cudaStream_t stream);
 
+// dst[r, columns[j]] = src[r, j] for n rows, every other entry of dst `fill` (an EAGLE head's
+// draft-vocabulary logits laid into the target's vocabulary, -inf elsewhere). Columns distinct.
+//   src: in [n, src_dim]; columns: in [src_dim], each in [0, dst_dim); dst: out [n, dst_dim]
+void launch_spread_columns(const float* src, int src_dim, const int* columns, float fill, float* dst, int dst_dim,
+                           int n, cudaStream_t stream);
+
 // x[i] += silu(z[i]) (Medusa's residual block x + SiLU(W x + b), with z = W x + b).
 //   z: in [count]; x: in/out [count]
 void launch_add_silu(const float* z, float* x, std::size_t count, cudaStream_t stream);

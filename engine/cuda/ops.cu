@@ -120,6 +120,19 @@ __global__ void copy_rows_kernel(const float* src, int src_stride, const int* ga
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < dim; i += gridDim.x * blockDim.x) d[i] = s[i];
 }
 
+// Row r of dst filled with `fill`, then (spread_columns_kernel, launched after) src's entries
+// laid at their columns.
+__global__ void fill_rows_kernel(float* dst, int dim, float fill) {
+  float* d = dst + static_cast<std::size_t>(blockIdx.y) * dim;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < dim; i += gridDim.x * blockDim.x) d[i] = fill;
+}
+
+__global__ void spread_columns_kernel(const float* src, int src_dim, const int* columns, float* dst, int dst_dim) {
+  const float* s = src + static_cast<std::size_t>(blockIdx.y) * src_dim;
+  float* d = dst + static_cast<std::size_t>(blockIdx.y) * dst_dim;
+  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < src_dim; j += gridDim.x * blockDim.x) d[columns[j]] = s[j];
+}
+
 // x += silu(z) = z / (1 + e^-z), elementwise (Medusa's residual block, medusa_cpu.cpp).
 __global__ void add_silu_kernel(const float* z, float* x, std::size_t count) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
@@ -201,6 +214,17 @@ void launch_copy_rows(const float* src, int src_stride, const int* gather, float
   if (n == 0) return;
   const dim3 grid((dim + kRowThreads - 1) / kRowThreads, n);
   SPECULA_LAUNCH(copy_rows_kernel, grid, kRowThreads, 0, stream, src, src_stride, gather, dst, dst_stride, dim);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_spread_columns(const float* src, int src_dim, const int* columns, float fill, float* dst, int dst_dim,
+                           int n, cudaStream_t stream) {
+  if (n == 0) return;
+  SPECULA_LAUNCH(fill_rows_kernel, dim3((dst_dim + kRowThreads - 1) / kRowThreads, n), kRowThreads, 0, stream, dst,
+                 dst_dim, fill);
+  CUDA_CHECK_LAUNCH();
+  SPECULA_LAUNCH(spread_columns_kernel, dim3((src_dim + kRowThreads - 1) / kRowThreads, n), kRowThreads, 0, stream, src,
+                 src_dim, columns, dst, dst_dim);
   CUDA_CHECK_LAUNCH();
 }
 

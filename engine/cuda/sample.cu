@@ -41,6 +41,7 @@
 // probs row holds the numerators (-1 marks a dropped token) until it is normalised.
 #include "engine/cuda/block_reduce.cuh"
 #include "engine/cuda/cuda_check.cuh"
+#include "engine/cuda/cuda_draws.cuh"
 #include "engine/cuda/kernels.cuh"
 #include "engine/device_verify.h"
 
@@ -356,6 +357,25 @@ void launch_draw_children(const float* probs, int vocab, int contexts, const int
   SPECULA_LAUNCH(draw_children_kernel, dim3(contexts), dim3(threads), 0, stream, probs, vocab, child_first, mode,
                  source, uniforms, tokens);
   CUDA_CHECK_LAUNCH();
+}
+
+float* enqueue_round_draws(const DraftUpload& up, int round, bool keep_q, unsigned char* base, const float* logits,
+                           int vocab, cudaStream_t stream) {
+  const std::size_t r = static_cast<std::size_t>(round);
+  const int logit = up.first_logit[r], rows = up.first_logit[r + 1] - logit, first_draw = up.first_draw[r];
+  const auto floats = [base](std::size_t at) { return reinterpret_cast<float*>(base + at); };
+  const auto ints = [base, logit](std::size_t at) { return reinterpret_cast<int*>(base + at) + logit; };
+  const auto* uniforms = reinterpret_cast<const double*>(base + up.at.uniforms);
+  int* drawn = reinterpret_cast<int*>(base + up.at.tokens);
+  float* probs = floats(up.at.probs) + static_cast<std::size_t>(up.probs_row(round, keep_q)) * static_cast<std::size_t>(vocab);
+  const double* row_uniforms = up.children ? nullptr : uniforms + first_draw;
+  launch_sample(logits, floats(up.at.temperature) + logit, ints(up.at.top_k), floats(up.at.top_p) + logit,
+                floats(up.at.min_p) + logit, row_uniforms, rows, vocab, probs, up.children ? nullptr : drawn + first_draw,
+                stream);
+  if (up.children)
+    launch_draw_children(probs, vocab, rows, ints(up.at.child_first), ints(up.at.child_modes), ints(up.at.sources),
+                         uniforms, drawn, stream);
+  return probs;
 }
 
 }  // namespace specula::cuda
