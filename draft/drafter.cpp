@@ -206,12 +206,19 @@ std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters,
   for (const auto& [call, group] : chains) run_device_chains(*group.front()->forward_context(), group, calls);
   for (const auto& [call, group] : left)
     on_device.push_back(leave_device_chains(*group.front()->forward_context(), group, calls));
-  std::map<const KvCache*, std::vector<Drafter*>> heads_left;
-  for (std::size_t i = 0; i < drafters.size(); ++i)
-    if (drafters[i]->head_drafts_on_device() && !leave_on_device.empty() && leave_on_device[i])
-      heads_left[&drafters[i]->head_context()->cache].push_back(drafters[i]);
-  for (const auto& [cache, group] : heads_left)
-    on_device.push_back(leave_head_chains(*group.front()->head_context(), group, calls));
+  // Per head cache, the proposals of its first drafter's shape left on the device; the others
+  // grow on the host.
+  std::map<const KvCache*, std::pair<DynamicDraft, std::vector<Drafter*>>> heads_left;
+  for (std::size_t i = 0; i < drafters.size(); ++i) {
+    const std::optional<DynamicDraft> shape = drafters[i]->head_device_shape();
+    if (!shape || leave_on_device.empty() || !leave_on_device[i]) continue;
+    auto& [first_shape, group] =
+        heads_left.try_emplace(&drafters[i]->head_context()->cache, *shape, std::vector<Drafter*>{}).first->second;
+    if (std::tie(shape->budget, shape->width, shape->top_k) == std::tie(first_shape.budget, first_shape.width, first_shape.top_k))
+      group.push_back(drafters[i]);
+  }
+  for (const auto& [cache, left_group] : heads_left)
+    on_device.push_back(leave_head_chains(*left_group.second.front()->head_context(), left_group.second, calls));
   for (;;) {
     // One batched call per draft cache. Keyed by the cache, not the context: each drafter holds
     // its own copy of the context (keyed by that, every sequence's round ran alone).

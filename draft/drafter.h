@@ -8,6 +8,7 @@
 
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -108,11 +109,11 @@ class Drafter {
   // A head's pending forward done: its logits (over the head's draft vocabulary) and out, in
   // [rows, head hidden] each row's output state.
   virtual void head_forward_done(std::span<const float> /*logits*/, std::span<const float> /*out*/) {}
-  // Whether a head drafter's proposal may be drawn whole on its head's device
-  // (HeadForwardContext::enqueue_chains) in place of its pending forwards, where the caller
-  // leaves it there for the target's verification: before any forward of the proposal has run
-  // (false for other drafters).
-  virtual bool head_drafts_on_device() const { return false; }
+  // Where a head drafter's proposal may be drawn whole on its head's device
+  // (HeadForwardContext::enqueue_chains) in place of its pending forwards, and the caller
+  // leaves it there for the target's verification: its shape, a dynamic tree's or off (a chain
+  // or static tree). Nullopt once a forward of the proposal has run, and for other drafters.
+  virtual std::optional<DynamicDraft> head_device_shape() const { return std::nullopt; }
   // That proposal to draw, its uniforms drawn now from the proposal's rng: called at most once a
   // proposal, in place of its pending forwards; its draws then arrive by chain_left_on_device.
   virtual HeadChain head_device_chain() { return {}; }
@@ -140,6 +141,10 @@ class Drafter {
   // then complete (Proposal::draws), a tree with all its nodes (those absent come back
   // kAbsentDraw with the verdict; a dynamic tree's parents come back with it too).
   virtual void chain_left_on_device(std::shared_ptr<const DeviceDraws> /*draws*/, std::span<const int> /*node_draws*/) {}
+
+  // Whether the proposal in progress was drawn on a device (read back: chain_drawn, or left
+  // there: chain_left_on_device).
+  virtual bool drawn_on_device() const { return false; }
 
   // The finished proposal (once pending_forward() is nullptr).
   virtual Proposal take_proposal() = 0;
@@ -172,7 +177,8 @@ struct DeviceRounds {
 // proposal a device may draw (MedusaRows::device) in one enqueue_draws a backend and workspace
 // instead, after its read-back call, their trees left there (Drafter::chain_left_on_device);
 // the proposals of head drafters `leave_on_device` marks that their head's device may draw
-// (Drafter::head_drafts_on_device), in one enqueue_chains a head cache, left there; then the
+// (Drafter::head_device_shape), in one enqueue_chains a head cache, left there (of its first
+// drafter's shape, as a draft cache's; the others grow on the host, below); then the
 // chains drawn on a device (Drafter::device_chain), those sharing a draft cache in one
 // run_chains (dynamic trees in one of their own per shape) — or, for the drafters
 // `leave_on_device` marks (empty: none), in one enqueue_chains whose draws stay there

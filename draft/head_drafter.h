@@ -14,8 +14,8 @@
 //     tokens again, with the target's states of the path the target verified).
 // Its forwards are pending forwards (Drafter::head_context), so run_draft_forwards batches
 // every sequence's of one head into one call per round; or, where the head's backend draws on
-// its device, a chain or static tree may be drawn there whole (Drafter::head_device_chain) with
-// the same entries, left there for the target's verification.
+// its device, a chain, static tree or dynamic tree may be drawn there whole
+// (Drafter::head_device_chain) with the same entries, left there for the target's verification.
 #pragma once
 
 #include <optional>
@@ -53,8 +53,9 @@ class HeadDrafter : public Drafter {
   // `stochastic`: children are sampled from `distribution` (chains i.i.d., static trees
   // without replacement) and q is returned; otherwise they are its top-k. `device`: the options
   // `distribution` applies, as the head backend's device draws with them (greedy when
-  // !stochastic); where given and the backend draws on its device, a plain chain or a static
-  // tree without controls may be drawn there whole (ModelDrafter's rules for its uniforms).
+  // !stochastic); where given and the backend draws on its device, a plain chain, a static
+  // tree or a dynamic tree without controls may be drawn there whole (ModelDrafter's rules for
+  // its uniforms).
   HeadDrafter(const HeadForwardContext& head, KvCache::SeqId seq, KvCache& target_cache, KvCache::SeqId target_seq,
               DistributionFn distribution, bool stochastic, TreeShape shape, RowControls controls = {},
               std::optional<DrawOptions> device = std::nullopt);
@@ -68,9 +69,12 @@ class HeadDrafter : public Drafter {
   std::span<const float> pending_states() override;
   void head_forward_done(std::span<const float> logits, std::span<const float> out) override;
   int catch_up_rows(int committed) const override { return std::max(0, committed - 2 - head_.cache.length(seq_)); }
-  bool head_drafts_on_device() const override { return catching_up_ && device_length_ > 0; }
+  std::optional<DynamicDraft> head_device_shape() const override {
+    return catching_up_ && device_length_ > 0 ? std::optional(dynamic_) : std::nullopt;
+  }
   HeadChain head_device_chain() override;
   void chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) override;
+  bool drawn_on_device() const override { return drawn_on_device_; }
   Proposal take_proposal() override { return growth_.take(head_.target.vocab_size); }
   void accept(const TokenTree& tree, std::span<const int> accepted_nodes, std::span<const int> committed) override;
 
@@ -104,7 +108,9 @@ class HeadDrafter : public Drafter {
   std::vector<float> x_;               // [pending rows, hidden] their input states (the catch-up's once asked for)
   std::optional<DrawOptions> device_options_;
   int device_length_ = 0;              // nodes of the proposal its device may draw whole, else 0
-  std::vector<int> tree_parents_;      // [device_length_] where that proposal is a tree
+  DynamicDraft dynamic_;               // that proposal's shape where it is a dynamic tree
+  std::vector<int> tree_parents_;      // [device_length_] where that proposal is a static tree
+  bool drawn_on_device_ = false;       // the proposal was left on the device
   std::vector<double> device_uniforms_;  // [device_length_] where sampled
   std::vector<float> context_out_;     // [contexts fed, hidden] output state of each context's entry
   // Scratch.

@@ -65,6 +65,7 @@ void MedusaDrafter::start(std::span<const int> committed, DraftBound bound, Phil
   rng_ = &rng;
   pending_ = {};
   device_length_ = 0;
+  drawn_on_device_ = false;
   DraftBound within = bound;
   within.max_depth = std::min(bound.max_depth, c.num_heads);
   growth_.begin(within, rng);
@@ -112,6 +113,7 @@ void MedusaDrafter::chain_left_on_device(std::shared_ptr<const DeviceDraws> draw
                 "medusa: device draws given without a pending device tree, or not ", device_length_, " of them");
   pending_ = {};
   ++forwards_;
+  drawn_on_device_ = true;
   if (device_parents_.empty())
     growth_.chain_left_on_device(std::move(draws), node_draws);
   else

@@ -48,6 +48,7 @@ class MedusaDrafter : public Drafter {
   void medusa_done(std::span<const float> logits) override;
   MedusaTree medusa_device_tree() override;
   void chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) override;
+  bool drawn_on_device() const override { return drawn_on_device_; }
   Proposal take_proposal() override;
   void accept(const TokenTree&, std::span<const int>, std::span<const int>) override {}
 
@@ -76,6 +77,7 @@ class MedusaDrafter : public Drafter {
   int device_length_ = 0;                     // nodes of the proposal a device may draw (0: none)
   std::vector<int> device_parents_;           // [device_length_] its tree's parents, empty for a chain
   std::vector<double> device_uniforms_;       // [device_length_] where sampled
+  bool drawn_on_device_ = false;              // the proposal was left on the device
   std::vector<float> state_;                  // [hidden] the state the heads read
   MedusaRows pending_;                        // the heads forward, until it has run
   std::vector<float> logits_;                 // [heads_, vocab] the heads' logits of the root's state

@@ -39,6 +39,7 @@ void ModelDrafter::start(std::span<const int> committed, DraftBound bound, Philo
 
   device_chain_.reset();
   device_nodes_.clear();
+  drawn_on_device_ = false;
   if (!device_options_ || controls_.active() || !draft_.backend.drafts_on_device() || draft_.cache.state_width() != 0)
     return;
   chain_uniforms_.clear();
@@ -97,6 +98,7 @@ void ModelDrafter::chain_left_on_device(std::shared_ptr<const DeviceDraws> draws
 
 void ModelDrafter::end_device_chain(int forwards) {
   forwards_ += forwards;
+  drawn_on_device_ = true;
   device_chain_.reset();
   pending_.reset();
   catching_up_ = false;

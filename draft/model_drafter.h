@@ -53,6 +53,7 @@ class ModelDrafter : public Drafter {
   const DeviceChain* device_chain() const override { return device_chain_ ? &*device_chain_ : nullptr; }
   void chain_drawn(std::span<const int> tokens, std::span<const int> parents, std::span<const float> q) override;
   void chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) override;
+  bool drawn_on_device() const override { return drawn_on_device_; }
   Proposal take_proposal() override;
   void accept(const TokenTree& tree, std::span<const int> accepted_nodes, std::span<const int> committed) override;
 
@@ -88,6 +89,7 @@ class ModelDrafter : public Drafter {
   std::vector<int> pending_positions_;
   std::optional<DrawOptions> device_options_;
   std::optional<DeviceChain> device_chain_;  // this proposal's, when its device draws it
+  bool drawn_on_device_ = false;             // this proposal was drawn there
   std::vector<double> chain_uniforms_;       // [its length] where sampled
   std::vector<int> tree_parents_;            // [its nodes] where it is a tree
   std::vector<int> device_nodes_;            // [proposal nodes] each node's row in a device tree's rows, else empty

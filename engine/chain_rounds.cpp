@@ -164,6 +164,12 @@ ChainRounds plan_dynamic_rounds(KvCache& cache, const ModelConfig& config, std::
     out.draw_of.emplace_back(static_cast<std::size_t>(shape.length));
     std::iota(out.draw_of.back().begin(), out.draw_of.back().end(), static_cast<int>(i) * shape.length);
   }
+  std::vector<int> root_row;  // [chains] each tree's root context row (its last first row)
+  int first_rows = 0;
+  for (const DeviceChain& c : chains) {
+    first_rows += static_cast<int>(c.first.tokens.size());
+    root_row.push_back(first_rows - 1);
+  }
   for (int r = 0; r < rounds; ++r) {
     std::vector<SequenceRows> parts;
     for (std::size_t i = 0; i < chains.size(); ++i) {
@@ -175,6 +181,7 @@ ChainRounds plan_dynamic_rounds(KvCache& cache, const ModelConfig& config, std::
                                      std::span(placeholder_parents).first(static_cast<std::size_t>(r) * w),
                                      RowLogits::kAll});
       out.draft.feeds.insert(out.draft.feeds.end(), parts.back().tokens.size(), -1);
+      out.state_feeds.insert(out.state_feeds.end(), parts.back().tokens.size(), r == 0 ? -1 : root_row[i]);
       const std::size_t contexts = r == 0 ? 1 : w;
       out.draft.options.insert(out.draft.options.end(), contexts, c.options);
       out.draft.children.insert(out.draft.children.end(), contexts, top_k);

@@ -24,9 +24,11 @@ struct ChainRounds {
   DraftRounds draft;
   std::vector<std::vector<int>> draw_of;
   std::vector<int> round_rows;  // [rounds] each round's rows
-  // [rows of every round] (chains and static trees) the row, numbered across rounds, whose
-  // output state a row takes as its input (a head's rounds): a node's, its parent context's
-  // (the root context's: its chain's last first row); -1 for the first round's rows.
+  // [rows of every round] the row, numbered across rounds, whose output state a row takes as
+  // its input (a head's rounds): a node's, its parent context's (the root context's: its
+  // chain's last first row); -1 for the first round's rows. Of dynamic trees, every later row's
+  // is its tree's root context row, which the device rewrites for a node under another node
+  // (DynamicTreeArgs::next_state_rows).
   std::vector<int> state_feeds;
 };
 

@@ -52,10 +52,10 @@ class HeadBackend {
   // Whether enqueue_draft draws on a device (the CUDA backend's; the CPU backend refuses it).
   virtual bool drafts_on_device() const { return false; }
   // Rounds of this head's forwards with their draws, enqueued on its device back to back and
-  // left there (Backend::enqueue_draft's contract, engine/device_draft.h; no dynamic trees):
-  // nothing comes back and nothing waits. Round 0's rows take project(taps) as their input
-  // states; a later round's row i the output state of row state_feeds[i] (rows numbered
-  // across rounds). A logit row's draft-vocabulary logits are laid into a row of the target's
+  // left there (Backend::enqueue_draft's contract, engine/device_draft.h): nothing comes back
+  // and nothing waits. Round 0's rows take project(taps) as their input states; a later round's
+  // row i the output state of row state_feeds[i] (rows numbered across rounds; of dynamic
+  // trees, the device rewrites those of nodes under another node: ChainRounds::state_feeds). A logit row's draft-vocabulary logits are laid into a row of the target's
   // vocabulary (each at its target id, -inf elsewhere) before its options' chain draws from
   // it, so that draws are target ids, fed as tokens, and q rows are the target's.
   //   taps: in [round 0 rows, num_taps * target_hidden_size]; state_feeds: in [rows of every round]

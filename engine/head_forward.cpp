@@ -19,16 +19,14 @@ EnqueuedChains HeadForwardContext::enqueue_chains(std::span<const DeviceChain> c
   check_chains(chains);
   const std::size_t width = static_cast<std::size_t>(head.config().num_taps() * head.config().target_hidden_size);
   std::size_t first_rows = 0;
-  for (std::size_t i = 0; i < chains.size(); ++i) {
-    SPECULA_CHECK(!chains[i].is_dynamic(), "head device draft: chain ", i,
-                  " is a dynamic tree; a head grows those on the host");
-    first_rows += chains[i].first.tokens.size();
-  }
+  for (const DeviceChain& c : chains) first_rows += c.first.tokens.size();
   SPECULA_CHECK(taps.size() == first_rows * width, "head device draft: taps hold ", taps.size(), " floats; the ",
                 first_rows, " first rows need ", first_rows * width);
+  const bool dynamic = !chains.empty() && chains.front().is_dynamic();
   const bool sampled = std::any_of(chains.begin(), chains.end(), [](const DeviceChain& c) { return c.sampled(); });
   return with_rollback(cache, chains, [&] {
-    ChainRounds plan = plan_chain_rounds(cache, target, chains, sampled);
+    ChainRounds plan =
+        dynamic ? plan_dynamic_rounds(cache, target, chains) : plan_chain_rounds(cache, target, chains, sampled);
     EnqueuedChains out;
     out.draws = head.enqueue_draft(plan.draft, plan.state_feeds, taps, cache.storage(), workspace);
     out.draw_of = std::move(plan.draw_of);

@@ -28,12 +28,13 @@ struct HeadForwardContext {
   void run(const SequenceRows& part, std::span<const float> x, std::span<float> logits, std::span<float> out) const {
     run(std::span(&part, 1), x, logits, out);
   }
-  // `chains` (distinct sequences of `cache`, chains and static trees) drawn on the head's
-  // device and left there (HeadBackend::enqueue_draft): round 0 is every chain's first rows
-  // (their input states the head's feature of `taps`), a later round a level of nodes, each
-  // fed its parent context's output state (ChainRounds::state_feeds); q kept where a chain is
-  // sampled. Every round's slots are appended before the first runs; where anything throws,
-  // every sequence is as it was.
+  // `chains` (distinct sequences of `cache`: chains and static trees, or dynamic trees of one
+  // shape) drawn on the head's device and left there (HeadBackend::enqueue_draft): round 0 is
+  // every chain's first rows (their input states the head's feature of `taps`), a later round a
+  // level of nodes (a dynamic tree's next batch), each fed its parent context's output state
+  // (ChainRounds::state_feeds); q kept where a chain is sampled; of dynamic trees the nodes stay
+  // (ForwardContext::enqueue_chains). Every round's slots are appended before the first runs;
+  // where anything throws, every sequence is as it was.
   //   taps: in [rows of every chain's first, num_taps * target_hidden_size], chains in order
   EnqueuedChains enqueue_chains(std::span<const DeviceChain> chains, std::span<const float> taps) const;
 };

@@ -1,5 +1,6 @@
 #include "runtime/speculative_sequence.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 
@@ -22,11 +23,9 @@ DeviceDrafting run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<
     seqs[i]->start_draft(bounds[i]);
     drafters.push_back(&seqs[i]->drafter());
     leave[i] = device_verify && seqs[i]->verifies_on_device();
-    const MedusaRows* heads = drafters.back()->pending_medusa();
-    const bool head_left = drafters.back()->head_drafts_on_device() && leave[i];
-    if (drafters.back()->device_chain() || (heads && heads->device && leave[i]) || head_left) ++out.chains;
   }
   out.left = run_draft_forwards(drafters, calls, std::span<const bool>(leave.get(), seqs.size()));
+  out.chains = static_cast<int>(std::count_if(drafters.begin(), drafters.end(), [](const Drafter* d) { return d->drawn_on_device(); }));
   return out;
 }
 

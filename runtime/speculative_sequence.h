@@ -150,9 +150,9 @@ class SpeculativeSequence {
   std::vector<int> edit_first_;     // device_verify's first edit of each context, [tree size + 2]
 };
 
-// What run_drafts did on devices: the proposals drawn there (a draft model's device_chain, or
-// Medusa heads' trees left there), and the rounds whose draws were left there for the target's
-// verification (a draft model's; the heads' draws are not rounds).
+// What run_drafts did on devices: the proposals drawn there (Drafter::drawn_on_device: a draft
+// model's device_chain, a head's or Medusa heads' proposal left there), and the rounds whose
+// draws were left there for the target's verification (DeviceRounds).
 struct DeviceDrafting {
   int chains = 0;
   std::vector<DeviceRounds> left;

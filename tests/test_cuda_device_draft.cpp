@@ -605,7 +605,7 @@ void check_left_as_grown(std::span<const DeviceVerdict> got, std::span<const Dev
                          std::span<const std::unique_ptr<SpeculativeSequence>> grown) {
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     INFO("sequence " << i);
-    const int nodes = shapes[i].topology.size();
+    const int nodes = shapes[i].dynamic_budget > 0 ? shapes[i].dynamic_budget : shapes[i].topology.size();
     CHECK(got[i].drafted.size() == static_cast<std::size_t>(nodes));
     std::vector<int> present;  // the host's tree lacks the absent nodes
     std::copy_if(got[i].drafted.begin(), got[i].drafted.end(), std::back_inserter(present), [](int t) { return t >= 0; });
@@ -725,7 +725,10 @@ struct HeadSide {
 // and committed tokens of the same drafters growing them on the host round by round, over two
 // steps: a random EAGLE-3 head over 3000 of draft-1m's tokens (a draft-to-target map) and a
 // random EAGLE-1 head; greedy, T = 1 and top-k 1 as the Medusa comparison's (sanitized: the
-// EAGLE-3 head, the two sampled modes, one step). Draws a later enqueue on the head's
+// EAGLE-3 head, the two sampled modes, one step). Dynamic trees too (the EAGLE-3 head, 8 nodes
+// taken 2 a round of the top 2 children, so that every batch finds its nodes and nodes under
+// other nodes feed later rounds; greedy and T = 1; sanitized: T = 1), each later round's rows
+// fed the positions and states the device chose for them. Draws a later enqueue on the head's
 // workspace overwrote are refused.
 TEST_CASE("cuda backend: EAGLE heads' proposals left on their device verify as those grown on the host", "[gpu]") {
   REQUIRE_GPU();
@@ -746,14 +749,24 @@ TEST_CASE("cuda backend: EAGLE heads' proposals left on their device verify as t
   e1.seed = 42;
   e1.weight_std = 0.05f;
   write_random_head(eagle1_dir.path.string(), config, e1);
-  const std::pair<const char*, HeadKind> kinds[] = {{"EAGLE-3", HeadKind::kEagle3}, {"EAGLE-1", HeadKind::kEagle1}};
+  const std::pair<const char*, HeadKind> kinds[] = {
+      {"EAGLE-1", HeadKind::kEagle1}, {"EAGLE-3", HeadKind::kEagle3}, {"EAGLE-3, dynamic trees", HeadKind::kEagle3}};
   const auto prompts = test::reference_prompts();
-  const std::vector<TreeShape> shapes = head_shapes();
-  for (const auto& [kind_name, kind] : test::kSanitized ? std::span(kinds).first(1) : std::span(kinds)) {
+  TreeShape dynamic;
+  dynamic.dynamic_budget = 8;
+  dynamic.dynamic_width = 2;
+  dynamic.dynamic_top_k = 2;
+  for (const auto& [kind_name, kind] : test::kSanitized ? std::span(kinds).last(2) : std::span(kinds)) {
+    const bool grown = std::string(kind_name).find("dynamic") != std::string::npos;
+    const std::vector<TreeShape> shapes = grown ? std::vector<TreeShape>(3, dynamic) : head_shapes();
     const std::string& dir = kind == HeadKind::kEagle3 ? eagle3_dir.path.string() : eagle1_dir.path.string();
     const HeadBackend& head = test::store().head(dir, target_dir, BackendKind::kCuda, kind);
     REQUIRE(head.drafts_on_device());
-    for (const auto& [name, sampling] : test::kSanitized ? std::span(kHeadModes).last(2) : std::span(kHeadModes)) {
+    // Sanitized, greedy goes (the scheduler's test covers it); dynamic trees, top-k 1 too.
+    const std::size_t first_mode = test::kSanitized ? 1 : 0;
+    const std::span<const std::pair<const char*, SamplingOptions>> modes =
+        std::span(kHeadModes).subspan(first_mode, (grown ? 2 : 3) - first_mode);
+    for (const auto& [name, sampling] : modes) {
       INFO(kind_name << ", " << name);
       const bool stochastic = sampling.strategy == Strategy::kSample;
       const DistributionFn distribution = draft_distribution(sampling, DraftOptions{});
@@ -875,9 +888,10 @@ TEST_CASE("cuda backend: draft rounds replayed as graphs draw what rounds enqueu
 
 // A head's rounds (plan_chain_rounds' state feeds): round 0 takes the taps' feature, and each
 // node of a later round the output state of its parent context's row, the root context's being
-// its chain's last first row: a chain of 3 after 4 first rows, a tree {-1, -1, 0, 0, 1} after 2.
-// HeadForwardContext::enqueue_chains refuses a dynamic tree, taps of the wrong size and the CPU
-// head backend, each leaving the head's cache as it was.
+// its chain's last first row: a chain of 3 after 4 first rows, a tree {-1, -1, 0, 0, 1} after 2;
+// of dynamic trees, every later row its tree's root context row until the device says.
+// HeadForwardContext::enqueue_chains refuses taps of the wrong size and the CPU head backend,
+// each leaving the head's cache as it was.
 TEST_CASE("device draft: a head's rounds feed each node its parent context's output state", "[engine]") {
   const std::string target_dir = test::model_dir("draft-1m");
   const ModelConfig& config = test::store().model(target_dir).config();
@@ -904,6 +918,14 @@ TEST_CASE("device draft: a head's rounds feed each node its parent context's out
     // Round 1: the chain's node 0 (row 6) and the tree's nodes 0 and 1 (rows 7, 8); round 2: the
     // chain's node 1 (row 9); the tree's level 2 are leaves.
     CHECK(plan.state_feeds == std::vector<int>{-1, -1, -1, -1, -1, -1, 3, 5, 5, 6});
+    std::vector<DeviceChain> trees = chains;
+    for (DeviceChain& c : trees) {
+      c = DeviceChain{c.first, 4, DrawOptions{1.0f}, {}, {}, kDrawTopK, 2, 2};
+      c.first.seq = planned.create();
+    }
+    const ChainRounds grown = plan_dynamic_rounds(planned, config, trees);
+    CHECK(grown.round_rows == std::vector<int>{6, 4});
+    CHECK(grown.state_feeds == std::vector<int>{-1, -1, -1, -1, -1, -1, 3, 3, 5, 5});
   }
   const auto workspace = head.make_workspace();
   const HeadForwardContext context{head, config, cache, *workspace};
@@ -912,13 +934,6 @@ TEST_CASE("device draft: a head's rounds feed each node its parent context's out
   CHECK_THROWS_WITH(context.enqueue_chains(chains, taps), Contains("only 'cuda' draws them on its device"));
   CHECK_THROWS_WITH(context.enqueue_chains(chains, std::span(taps).first(5 * width)),
                     Contains("taps hold") && Contains("the 6 first rows"));
-  DeviceChain dynamic = chains[0];
-  dynamic.length = 4;
-  dynamic.dynamic_width = 2;
-  dynamic.dynamic_top_k = 2;
-  dynamic.options = DrawOptions{1.0f};
-  CHECK_THROWS_WITH(context.enqueue_chains(std::span(&dynamic, 1), std::span(taps).first(4 * width)),
-                    Contains("chain 0 is a dynamic tree"));
   CHECK(cache.length(a) == 0);
   CHECK(cache.length(b) == 0);
 }

@@ -127,8 +127,9 @@ inline long policy_batch_drafted(GammaPolicy policy, LengthThreshold threshold,
 // verifies on its device: each emits plain[r], and every speculative step was verified on the
 // device, its time taken from the device's events; a draft model's plain chains (without
 // logit controls) were drawn on its device and verified there without coming back in between,
-// and so were its dynamic trees (the steps whose bound leaves room for their batches) and the
-// heads' chains and static trees (EAGLE, Medusa: the steps that draft at all).
+// and so were its dynamic trees (the steps whose bound leaves room for their batches), an EAGLE
+// head's chains and trees (dynamic ones: as a draft model's) and Medusa heads' chains and
+// static trees (the steps that draft at all).
 inline void check_device_verified_greedy(const std::function<GenerateOptions(int)>& request, const DraftOptions& draft,
                                          int size, std::span<const std::vector<int>> plain) {
   SchedulerLimits limits;
@@ -153,8 +154,9 @@ inline void check_device_verified_greedy(const std::function<GenerateOptions(int
   // where no logit control edits their rows.
   const bool model = draft.method == DraftMethod::kModel;
   const bool device_chain = model && draft.drafts_chain() && draft.siblings == 0 && !request(0).controls.active();
-  const bool heads = (draft.method == DraftMethod::kMedusa || drafts_with_eagle_head(draft.method)) &&
-                     !draft.dynamic_tree() && !request(0).controls.active();
+  const bool heads = ((draft.method == DraftMethod::kMedusa && !draft.dynamic_tree()) ||
+                      drafts_with_eagle_head(draft.method)) &&
+                     !request(0).controls.active();
   if ((model && draft.dynamic_tree()) || heads) {
     // Those whose batches lie within the step's bound, or that draft at all (a heads' step
     // whose bound leaves only the bonus token drafts nothing).

@@ -489,7 +489,9 @@ class CudaBackend : public Backend {
                                kRowDescInts, step.key.num_rows, false, s);
         enqueue(step, ws, device_pages.view(), upload);
         const float* probs = enqueue_round_draws(up, r, draft.keep_q, base, ws.logits.as<float>(), vocab, s);
-        if (up.dynamic.on()) launch_grow_dynamic(dynamic_args(up, r, base, probs, drawn + up.first_draw[ru]), s);
+        if (up.dynamic.on())
+          launch_grow_dynamic(
+              dynamic_tree_args(up, r, base, probs, drawn + up.first_draw[ru], vocab, c.sliding_window), s);
       };
       ++ws.steps;
       const cudaGraphExec_t graph =
@@ -508,35 +510,6 @@ class CudaBackend : public Backend {
       out.node_parents = static_cast<const int*>(at(up.at.node_parents));
     }
     return out;
-  }
-
-  // The dynamic-tree kernel's arguments after round r of `up` in the draft buffer at `base`.
-  DynamicTreeArgs dynamic_args(const DraftUpload& up, int r, unsigned char* base, const float* probs,
-                               const int* children) const {
-    const std::size_t next = static_cast<std::size_t>(r) + 1;
-    DynamicTreeArgs a;
-    a.round = r;
-    a.sequences = up.sequences;
-    a.width = up.dynamic.width;
-    a.top_k = up.dynamic.top_k;
-    a.budget = up.dynamic.budget;
-    a.vocab = config().vocab_size;
-    a.window = config().sliding_window;
-    a.pool_cap = up.pool_cap;
-    a.probs = probs;
-    a.children = children;
-    a.pool = reinterpret_cast<DynamicCandidate*>(base + up.at.pool);
-    a.pool_size = reinterpret_cast<int*>(base + up.at.pool_size);
-    a.node_tokens = reinterpret_cast<int*>(base + up.at.node_tokens);
-    a.node_parents = reinterpret_cast<int*>(base + up.at.node_parents);
-    a.node_depth = reinterpret_cast<int*>(base + up.at.node_depth);
-    a.node_score = reinterpret_cast<double*>(base + up.at.node_score);
-    if (next < up.steps.size()) {
-      auto* step = reinterpret_cast<std::int32_t*>(base + up.step_at[next]);
-      a.next_rows = reinterpret_cast<RowDesc*>(step + up.steps[next].layout.rows);
-      a.next_mask = step + up.steps[next].layout.mask;
-    }
-    return a;
   }
 
   static CudaWorkspace& cuda_workspace(Workspace& workspace) {

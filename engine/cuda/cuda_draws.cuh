@@ -2,8 +2,9 @@
 // generation), DrawsAt (where those draws lie in device memory), CudaDraws, the engine's
 // DeviceDraws on the CUDA module: draws a draft model's rounds (cuda_backend.cu), an EAGLE
 // head's (head_cuda.cu) or Medusa heads (medusa_cuda.cu) left on the device, which
-// forward_verify reads on the target's stream after waiting for done(); and
-// enqueue_round_draws, the draws of one draft round from its logit rows.
+// forward_verify reads on the target's stream after waiting for done(); enqueue_round_draws,
+// the draws of one draft round from its logit rows, and dynamic_tree_args, the dynamic-tree
+// kernel's arguments after a round.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +15,7 @@
 #include "base/error.h"
 #include "engine/cuda/cuda_check.cuh"
 #include "engine/cuda/draft_plan.h"
+#include "engine/cuda/kernels.cuh"
 #include "engine/device_draft.h"
 
 namespace specula::cuda {
@@ -114,5 +116,11 @@ class CudaDraws : public DeviceDraws {
 //   logits: in [the round's logit rows, vocab]
 float* enqueue_round_draws(const DraftUpload& up, int round, bool keep_q, unsigned char* base, const float* logits,
                            int vocab, cudaStream_t stream);
+
+// The dynamic-tree kernel's arguments after round `round` of `up` in the draft buffer at `base`
+// (a model of `vocab` tokens, sliding `window`): the round's distributions `probs` and its
+// children's draws `children`; the next round's rows where there is one.
+DynamicTreeArgs dynamic_tree_args(const DraftUpload& up, int round, unsigned char* base, const float* probs,
+                                  const int* children, int vocab, int window);
 
 }  // namespace specula::cuda

@@ -7,6 +7,7 @@
 
 #include "engine/cuda/block_reduce.cuh"
 #include "engine/cuda/cuda_check.cuh"
+#include "engine/cuda/cuda_draws.cuh"
 #include "engine/cuda/kernels.cuh"
 #include "engine/device_draft.h"
 
@@ -92,10 +93,15 @@ __global__ void grow_dynamic_kernel(DynamicTreeArgs a) {
     const int node = first + k;
     RowDesc& row = a.next_rows[static_cast<std::size_t>(s) * static_cast<std::size_t>(a.width) + k];
     const bool present = tokens[node] >= 0;
+    if (a.next_state_rows && present && parents[node] >= 0) {
+      const int p = parents[node];  // fed in round p / width + 1, the sequence's row p % width there
+      a.next_state_rows[s * a.width + k] = a.first_rows + (p / a.width) * a.sequences * a.width + s * a.width + p % a.width;
+    }
     const int d = present ? depth[node] : 1;
-    const int tree_start = row.prefix_len;  // a tree row's prefix ends where its tree starts
+    const int tree_start = row.prefix_len;     // a tree row's prefix ends where its tree starts
+    const int root_position = row.position - 1;  // the placeholder's position is the root's + 1
     row.token = present ? tokens[node] : 0;
-    row.position = tree_start - 1 + d;
+    row.position = root_position + d;
     row.num_extra = d;
     if (a.window > 0) row.first = row.position - a.window + 1 > 0 ? row.position - a.window + 1 : 0;
     std::int32_t* mask = a.next_mask + row.extra_begin;
@@ -146,6 +152,34 @@ void launch_grow_dynamic(const DynamicTreeArgs& args, cudaStream_t stream) {
   if (args.sequences == 0) return;
   SPECULA_LAUNCH(grow_dynamic_kernel, dim3(args.sequences), dim3(kGrowThreads), 0, stream, args);
   CUDA_CHECK_LAUNCH();
+}
+
+DynamicTreeArgs dynamic_tree_args(const DraftUpload& up, int round, unsigned char* base, const float* probs,
+                                  const int* children, int vocab, int window) {
+  const std::size_t next = static_cast<std::size_t>(round) + 1;
+  DynamicTreeArgs a;
+  a.round = round;
+  a.sequences = up.sequences;
+  a.width = up.dynamic.width;
+  a.top_k = up.dynamic.top_k;
+  a.budget = up.dynamic.budget;
+  a.vocab = vocab;
+  a.window = window;
+  a.pool_cap = up.pool_cap;
+  a.probs = probs;
+  a.children = children;
+  a.pool = reinterpret_cast<DynamicCandidate*>(base + up.at.pool);
+  a.pool_size = reinterpret_cast<int*>(base + up.at.pool_size);
+  a.node_tokens = reinterpret_cast<int*>(base + up.at.node_tokens);
+  a.node_parents = reinterpret_cast<int*>(base + up.at.node_parents);
+  a.node_depth = reinterpret_cast<int*>(base + up.at.node_depth);
+  a.node_score = reinterpret_cast<double*>(base + up.at.node_score);
+  if (next < up.steps.size()) {
+    auto* step = reinterpret_cast<std::int32_t*>(base + up.step_at[next]);
+    a.next_rows = reinterpret_cast<RowDesc*>(step + up.steps[next].layout.rows);
+    a.next_mask = step + up.steps[next].layout.mask;
+  }
+  return a;
 }
 
 }  // namespace specula::cuda

@@ -208,14 +208,14 @@ class HeadCudaBackend : public HeadBackend {
   // One upload (pack_head_draft), the taps' feature into round 0's input states, then per round:
   // its rows' tokens from the earlier draws and their input states from the earlier rounds'
   // outputs, the layer, its logit rows laid into the target's vocabulary, their draws
-  // (enqueue_round_draws); events before the first round and after each.
+  // (enqueue_round_draws) and, of dynamic trees, the next batch of nodes with the next round's
+  // rows and state feeds (launch_grow_dynamic); events before the first round and after each.
   std::shared_ptr<const DeviceDraws> enqueue_draft(const DraftRounds& draft, std::span<const int> state_feeds,
                                                    std::span<const float> taps, PageStorage& pages,
                                                    Workspace& workspace) const override {
     const HeadConfig& c = config();
     const int vocab = c.layer.vocab_size, hidden = c.hidden_size();
     check_draft_rounds(draft, vocab);
-    SPECULA_CHECK(!draft.dynamic.on(), "head device draft: dynamic trees are grown on the host");
     check_state_feeds(draft, state_feeds);
     const std::size_t first_rows = draft.rounds() > 0 ? static_cast<std::size_t>(draft.batches[0].num_rows()) : 0;
     const std::size_t taps_width = static_cast<std::size_t>(c.num_taps() * c.target_hidden_size);
@@ -265,11 +265,24 @@ class HeadCudaBackend : public HeadBackend {
       launch_spread_columns(s.logits.as<float>(), c.draft_vocab_size, draft_to_target_.as<int>(),
                             -std::numeric_limits<float>::infinity(), s.spread.as<float>(), vocab, step.key.num_logits,
                             stream);
-      enqueue_round_draws(d, r, draft.keep_q, base, s.spread.as<float>(), vocab, stream);
+      const float* probs = enqueue_round_draws(d, r, draft.keep_q, base, s.spread.as<float>(), vocab, stream);
+      if (d.dynamic.on()) {
+        DynamicTreeArgs a = dynamic_tree_args(d, r, base, probs, ints(d.at.tokens) + d.first_draw[ru], vocab, 0);
+        if (a.next_rows) {
+          a.next_state_rows = ints(up.state_feeds) + d.first_row[ru + 1];
+          a.first_rows = static_cast<int>(first_rows);
+        }
+        launch_grow_dynamic(a, stream);
+      }
       CUDA_CHECK(cudaEventRecord(s.draft_marks.events[ru + 1], stream));
     }
-    const DrawsAt at{ints(d.at.tokens), draft.keep_q ? reinterpret_cast<const float*>(base + d.at.probs) : nullptr};
-    return std::make_shared<CudaDraws>(s.draft_marks, draft.draw_rows(), draft.keep_q, draft.rounds(), 0, 0, at);
+    DrawsAt at{ints(d.at.tokens), draft.keep_q ? reinterpret_cast<const float*>(base + d.at.probs) : nullptr};
+    if (d.dynamic.on()) {
+      at.node_tokens = ints(d.at.node_tokens);
+      at.node_parents = ints(d.at.node_parents);
+    }
+    return std::make_shared<CudaDraws>(s.draft_marks, draft.draw_rows(), draft.keep_q, draft.rounds(),
+                                       draft.dynamic.budget, draft.dynamic_nodes(), at);
   }
 
  private:

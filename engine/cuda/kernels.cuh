@@ -198,8 +198,13 @@ void launch_draw_children(const float* probs, int vocab, int contexts, const int
 // nodes round * width .. (the next width, within budget) take the best candidates not yet taken
 // (score, then push order), kAbsentDraw where none is left; then, where next_rows is given, the
 // next round's row k of the sequence (row sequence * width + k) becomes node round * width + k:
-// its token, position (tree start - 1 + depth), first key (window) and tree mask (its ancestors'
-// slots and its own, root first, in the room the row's placeholder mask has).
+// its token, position (the root's + depth, the row's placeholder position being the root's + 1),
+// first key (window) and tree mask (its ancestors' slots and its own, root first, in the room
+// the row's placeholder mask has); and, where
+// next_state_rows is given (a head's rounds), the row whose output state that row takes: its
+// node's parent's row (rows numbered across rounds: round 0's first_rows, then `width` a
+// sequence a round, so the parent p fed in round p / width + 1), left as it is where the node
+// is the root's child or absent.
 struct DynamicTreeArgs {
   int round = 0, sequences = 0, width = 0, top_k = 0, budget = 0, vocab = 0, window = 0, pool_cap = 0;
   const float* probs = nullptr;     // in [the round's logit rows, vocab]
@@ -212,6 +217,8 @@ struct DynamicTreeArgs {
   double* node_score = nullptr;     // in/out [sequences, budget]
   RowDesc* next_rows = nullptr;     // in/out [sequences * width] the next round's rows, or null in the last round
   std::int32_t* next_mask = nullptr;  // in/out the next round's mask array
+  int* next_state_rows = nullptr;   // in/out [sequences * width] the next round's state feeds, or null
+  int first_rows = 0;               // round 0's rows, where next_state_rows is given
 };
 void launch_grow_dynamic(const DynamicTreeArgs& args, cudaStream_t stream);
 
