@@ -214,8 +214,7 @@ std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters,
     if (!shape || leave_on_device.empty() || !leave_on_device[i]) continue;
     auto& [first_shape, group] =
         heads_left.try_emplace(&drafters[i]->head_context()->cache, *shape, std::vector<Drafter*>{}).first->second;
-    if (std::tie(shape->budget, shape->width, shape->top_k) == std::tie(first_shape.budget, first_shape.width, first_shape.top_k))
-      group.push_back(drafters[i]);
+    if (*shape == first_shape) group.push_back(drafters[i]);
   }
   for (const auto& [cache, left_group] : heads_left)
     on_device.push_back(leave_head_chains(*left_group.second.front()->head_context(), left_group.second, calls));

@@ -58,16 +58,16 @@ struct DraftBound {
   int max_nodes = 0;
 };
 
-// The heads forward a Medusa drafter's proposal waits for (Drafter::pending_medusa): the first
-// `heads` heads of `backend` over one state row, on `workspace`; where `device`, the proposal
-// may instead be drawn whole on the backend's device (Drafter::medusa_device_tree).
 // A head drafter's proposal as its head's device draws it whole (Drafter::head_device_chain):
-// the chain or static tree, its first rows the head's catch-up, and the catch-up's taps.
+// the chain or tree, its first rows the head's catch-up, and the catch-up's taps.
 struct HeadChain {
   DeviceChain chain;
   std::span<const float> taps;  // [chain.first's rows, num_taps * target_hidden_size]
 };
 
+// The heads forward a Medusa drafter's proposal waits for (Drafter::pending_medusa): the first
+// `heads` heads of `backend` over one state row, on `workspace`; where `device`, the proposal
+// may instead be drawn whole on the backend's device (Drafter::medusa_device_tree).
 struct MedusaRows {
   const MedusaBackend* backend = nullptr;
   Workspace* workspace = nullptr;

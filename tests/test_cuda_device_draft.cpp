@@ -29,6 +29,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <numeric>
 #include <span>
@@ -618,6 +619,37 @@ void check_left_as_grown(std::span<const DeviceVerdict> got, std::span<const Dev
   }
 }
 
+// Steps of `left` (proposals left on the drafting device) against `host` (the same drafters
+// growing them on the host) as check_left_as_grown compares them, two (sanitized: one); then a
+// later enqueue on the left side's drafting workspace (`overwrite`) between the next drafts and
+// their verification: the draws it overwrote are refused.
+void compare_left_with_grown(test::Engine& host_target, std::span<const std::unique_ptr<SpeculativeSequence>> host,
+                             test::Engine& left_target, std::span<const std::unique_ptr<SpeculativeSequence>> left,
+                             std::span<const TreeShape> shapes, const SamplingOptions& sampling, bool in_calls,
+                             const std::function<void()>& overwrite) {
+  for (int step = 0; step < (test::kSanitized ? 1 : 2); ++step) {
+    INFO("step " << step);
+    const std::vector<DeviceVerdict> expected = heads_step(host_target, host, false, sampling, in_calls);
+    const std::vector<DeviceVerdict> got = heads_step(left_target, left, true, sampling, in_calls);
+    check_left_as_grown(got, expected, shapes, sampling.top_k == 1, left, host);
+  }
+  std::vector<SpeculativeSequence*> seqs;
+  for (const auto& s : left) seqs.push_back(s.get());
+  const std::vector<DraftBound> bounds(seqs.size(), DraftBound{8});
+  run_drafts(seqs, bounds, nullptr, true);
+  std::vector<SequenceRows> parts;
+  std::vector<DeviceVerify> verify;
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    parts.push_back(seqs[i]->verify_rows());
+    verify.push_back(seqs[i]->device_verify(static_cast<int>(i), sampling));
+  }
+  overwrite();
+  std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) *
+                            static_cast<std::size_t>(left_target.config().vocab_size));
+  std::vector<DeviceVerdict> verdicts(seqs.size());
+  CHECK_THROWS_WITH(left_target.context().run(parts, logits, verify, verdicts), Contains("overwritten"));
+}
+
 // The modes of the heads' comparisons: greedy, T = 1 (the same uniforms on both sides, no child
 // absent), and top-k 1, where all but one child of each context is absent.
 const std::pair<const char*, SamplingOptions> kHeadModes[] = {
@@ -674,29 +706,10 @@ TEST_CASE("cuda backend: Medusa trees left on the heads' device verify as those 
                                                                    *sampler, prompt, Philox(17, i), VerifyRule::kToken));
       }
     }
-    for (int step = 0; step < (test::kSanitized ? 1 : 2); ++step) {
-      INFO("step " << step);
-      const std::vector<DeviceVerdict> expected = heads_step(host.target, host.seqs, false, sampling, false);
-      const std::vector<DeviceVerdict> got = heads_step(left.target, left.seqs, true, sampling, false);
-      check_left_as_grown(got, expected, shapes, sampling.top_k == 1, left.seqs, host.seqs);
-    }
-    // A later enqueue on the heads' workspace overwrites the draws a verification would read.
-    std::vector<SpeculativeSequence*> seqs;
-    for (const auto& s : left.seqs) seqs.push_back(s.get());
-    const std::vector<DraftBound> bounds(seqs.size(), DraftBound{8});
-    run_drafts(seqs, bounds, nullptr, true);
-    std::vector<SequenceRows> parts;
-    std::vector<DeviceVerify> verify;
-    for (std::size_t i = 0; i < seqs.size(); ++i) {
-      parts.push_back(seqs[i]->verify_rows());
-      verify.push_back(seqs[i]->device_verify(static_cast<int>(i), sampling));
-    }
     const std::vector<float> state(static_cast<std::size_t>(heads.config().hidden_size), 0.5f);
     const MedusaTree one{1, draw_options(sampling), {}, kDrawTopK, {}};
-    heads.enqueue_draws(state, 1, 1, std::span(&one, 1), *left.heads);
-    std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * static_cast<std::size_t>(target->config().vocab_size));
-    std::vector<DeviceVerdict> verdicts(seqs.size());
-    CHECK_THROWS_WITH(left.target.context().run(parts, logits, verify, verdicts), Contains("overwritten"));
+    compare_left_with_grown(host.target, host.seqs, left.target, left.seqs, shapes, sampling, false,
+                            [&] { heads.enqueue_draws(state, 1, 1, std::span(&one, 1), *left.heads); });
   }
 }
 
@@ -785,33 +798,14 @@ TEST_CASE("cuda backend: EAGLE heads' proposals left on their device verify as t
               side->target.context(), seq, std::move(drafter), *sampler, prompt, Philox(19, i), VerifyRule::kToken));
         }
       }
-      for (int step = 0; step < (test::kSanitized ? 1 : 2); ++step) {
-        INFO("step " << step);
-        const std::vector<DeviceVerdict> expected = heads_step(host.target, host.seqs, false, sampling, true);
-        const std::vector<DeviceVerdict> got = heads_step(left.target, left.seqs, true, sampling, true);
-        check_left_as_grown(got, expected, shapes, sampling.top_k == 1, left.seqs, host.seqs);
-      }
-      // A later enqueue on the head's workspace overwrites the draws a verification would read.
-      std::vector<SpeculativeSequence*> seqs;
-      for (const auto& s : left.seqs) seqs.push_back(s.get());
-      const std::vector<DraftBound> bounds(seqs.size(), DraftBound{8});
-      run_drafts(seqs, bounds, nullptr, true);
-      std::vector<SequenceRows> parts;
-      std::vector<DeviceVerify> verify;
-      for (std::size_t i = 0; i < seqs.size(); ++i) {
-        parts.push_back(seqs[i]->verify_rows());
-        verify.push_back(seqs[i]->device_verify(static_cast<int>(i), sampling));
-      }
       const std::vector<int> tokens{5, 6, 7}, positions{0, 1, 2};
       const std::vector<double> uniforms(2, 0.5);
       const DeviceChain chain{{left.head_cache.create(), tokens, positions, {}, RowLogits::kLast}, 2,
                               draw_options(sampling), stochastic ? std::span<const double>(uniforms) : std::span<const double>(),
                               {}, kDrawTopK};
       const std::vector<float> taps(3 * static_cast<std::size_t>(head.config().num_taps() * config.hidden_size), 0.5f);
-      left.context.enqueue_chains(std::span(&chain, 1), taps);
-      std::vector<float> logits(static_cast<std::size_t>(logit_rows(parts)) * static_cast<std::size_t>(config.vocab_size));
-      std::vector<DeviceVerdict> verdicts(seqs.size());
-      CHECK_THROWS_WITH(left.target.context().run(parts, logits, verify, verdicts), Contains("overwritten"));
+      compare_left_with_grown(host.target, host.seqs, left.target, left.seqs, shapes, sampling, true,
+                              [&] { left.context.enqueue_chains(std::span(&chain, 1), taps); });
     }
   }
 }
