@@ -503,8 +503,9 @@ TEST_CASE("cuda kernels: children drawn as draw_siblings draws them", "[gpu]") {
 // TreeGrowth on the same q rows: each context's row over a small vocabulary of a few weight
 // levels (ties among a row's tokens, and equal path scores across rows), top_k >= width so that
 // every batch finds its nodes. The same nodes and parents, and each round's rows for the next:
-// a node's token, position and depth, its mask the slots of its ancestors and itself, root
-// first, nothing past it.
+// a node's token, position (the root's + depth, the root's read from the placeholder row: in the
+// slot before the tree, or a position past it as in a head's cache) and depth, its mask the
+// slots of its ancestors and itself, root first, nothing past it.
 TEST_CASE("cuda kernels: dynamic trees grown as TreeGrowth grows them", "[gpu]") {
   REQUIRE_GPU();
   const int trials = test::kSanitized ? 40 : 400;
@@ -545,7 +546,12 @@ TEST_CASE("cuda kernels: dynamic trees grown as TreeGrowth grows them", "[gpu]")
           auto& children = in.children[static_cast<std::size_t>(r)];
           children.insert(children.end(), top.begin(), top.end());
         }
-    for (int s = 0; s < in.sequences; ++s) in.tree_start.push_back(uniform_int(rng, 1, 100));
+    // The root sits in the slot before the tree (a draft model's cache) or a position after it
+    // (a head's, whose entries start at position 1).
+    for (int s = 0; s < in.sequences; ++s) {
+      in.tree_start.push_back(uniform_int(rng, 1, 100));
+      in.root_position.push_back(in.tree_start.back() - 1 + uniform_int(rng, 0, 1));
+    }
     const cuda::harness::DynamicGrowth got = cuda::harness::grow_dynamic(in);
     for (int s = 0; s < in.sequences; ++s) {
       const auto& seq = rows[static_cast<std::size_t>(s)];
@@ -572,6 +578,7 @@ TEST_CASE("cuda kernels: dynamic trees grown as TreeGrowth grows them", "[gpu]")
       }
       // Round r (< rounds - 1) wrote the rows of nodes r * width .. for round r + 1.
       const int tree_start = in.tree_start[static_cast<std::size_t>(s)];
+      const int root_position = in.root_position[static_cast<std::size_t>(s)];
       for (std::size_t r = 0; r + 1 < static_cast<std::size_t>(rounds); ++r)
         for (int k = 0; k < in.width; ++k) {
           const int node = static_cast<int>(r) * in.width + k;
@@ -583,7 +590,7 @@ TEST_CASE("cuda kernels: dynamic trees grown as TreeGrowth grows them", "[gpu]")
             expected.insert(expected.begin(), tree_start + n);
           const auto mask = got.masks[r].begin() + static_cast<std::ptrdiff_t>(row) * in.budget;
           const bool same = d.token == tree.tokens[static_cast<std::size_t>(node)] &&
-                            d.position == tree_start - 1 + depth && d.num_extra == depth &&
+                            d.position == root_position + depth && d.num_extra == depth &&
                             std::equal(expected.begin(), expected.end(), mask) &&
                             (depth == in.budget || mask[depth] == -1);
           row_mismatches += same ? 0 : 1;

@@ -280,7 +280,8 @@ DynamicGrowth grow_dynamic(const DynamicBatch& batch) {
     const bool next = r + 1 < rounds;
     std::vector<RowDesc> placeholders(sequences * width);
     for (std::size_t i = 0; i < placeholders.size(); ++i)
-      placeholders[i] = RowDesc{-1, -1, -1, -1, batch.tree_start[i / width], static_cast<int>(i * budget), -1, 0};
+      placeholders[i] = RowDesc{-1, batch.root_position[i / width] + 1, -1, -1, batch.tree_start[i / width],
+                                static_cast<int>(i * budget), -1, 0};
     Device<RowDesc> rows(view(placeholders), s);
     Device<int> mask(sequences * width * budget, s);
     mask.poison();

@@ -106,6 +106,7 @@ struct DynamicBatch {
   std::vector<std::vector<float>> probs;   // [rounds][round's logit rows, vocab]
   std::vector<std::vector<int>> children;  // [rounds][round's logit rows, top_k]
   std::vector<int> tree_start;             // [sequences] the next rows' prefix_len (the tree's first slot)
+  std::vector<int> root_position;          // [sequences] the root's position (the next rows' placeholders': its + 1)
 };
 // What the kernel wrote: the nodes, and the rows each round but the last wrote for the next
 // (row sequence * width + k's mask room at (sequence * width + k) * budget, poisoned before).
