@@ -163,7 +163,7 @@ struct DeviceDrafting {
 // round by round, those sharing a forward context (one draft cache) as one batched call; each
 // appended to `calls` when given); afterwards every verify_rows() is ready. With `device_verify` (the
 // caller verifies on the target's device where verifies_on_device()), the device chains and
-// Medusa trees of those sequences stay on the device for device_verify.
+// the heads' (EAGLE, Medusa) proposals of those sequences stay on the device for device_verify.
 DeviceDrafting run_drafts(std::span<SpeculativeSequence* const> seqs, std::span<const DraftBound> bounds,
                           std::vector<DraftCall>* calls = nullptr, bool device_verify = false);
 
