@@ -29,7 +29,8 @@ struct Proposal {
   // The chain ended short of its max_depth at DraftBound::stop_below.
   bool stopped = false;
   // The tree's last `siblings` nodes are other candidates for the chain's first token
-  // (DraftBound::siblings); the nodes before them are the chain.
+  // (DraftBound::siblings); the nodes before them are the chain. Of a tree left on a device,
+  // those its distribution could not give are kAbsentDraw once verification gives the tokens.
   int siblings = 0;
   // A tree drawn on a device and left there (Drafter::chain_left_on_device): node i's token is
   // draw node_draws[i] of `draws`, and q is theirs; the tree's tokens are placeholders until
@@ -50,7 +51,8 @@ struct Proposal {
 // before them (sampled drafting; the verifier's kWithoutReplacement rule) or the next most
 // probable ones (greedy), within max_nodes nodes in all (0: no bound): leaves the draft model
 // never feeds, tried by the verifier where the chain's first token is rejected. They cost a
-// verify row each and no draft forward.
+// verify row each and no draft forward (drawn whole on a device, also a row each in the
+// chain's second draft round, never read: TreeGrowth::device_shape).
 struct DraftBound {
   int max_depth = 0;
   double stop_below = 0;

@@ -118,13 +118,10 @@ void HeadDrafter::head_forward_done(std::span<const float> logits, std::span<con
 
 void HeadDrafter::start(std::span<const int> committed, DraftBound bound, Philox& rng) {
   committed_ = committed;
-  rng_ = &rng;
   root_position_ = static_cast<int>(committed.size()) - 1;
   growth_.begin(bound, rng);
   pending_.reset();
-  device_length_ = 0;
-  dynamic_ = {};
-  tree_parents_.clear();
+  device_shape_ = {};
   drawn_on_device_ = false;
   if (committed.size() < 2) {  // no state before the root: nothing to draft from
     prefix_end_ = head_.cache.length(seq_);
@@ -137,14 +134,7 @@ void HeadDrafter::start(std::span<const int> committed, DraftBound bound, Philox
   prefix_end_ = root_position_;
   pending_ = SequenceRows{seq_, tokens_, positions_, {}, RowLogits::kLast};
   catching_up_ = true;
-  if (!device_options_ || controls_.active() || !head_.head.drafts_on_device()) return;
-  device_length_ = growth_.plain_chain_length();
-  if (device_length_ > 0) return;
-  dynamic_ = growth_.device_dynamic();
-  device_length_ = dynamic_.budget;
-  if (dynamic_.on()) return;
-  tree_parents_ = growth_.device_tree_parents();
-  device_length_ = static_cast<int>(tree_parents_.size());
+  if (device_options_ && !controls_.active() && head_.head.drafts_on_device()) device_shape_ = growth_.device_shape();
 }
 
 std::span<const float> HeadDrafter::pending_states() {
@@ -157,39 +147,17 @@ std::span<const float> HeadDrafter::pending_states() {
 
 HeadChain HeadDrafter::head_device_chain() {
   SPECULA_CHECK(head_device_shape(), "draft head: the proposal is not one its device draws");
-  Philox& rng = *rng_;
-  device_uniforms_.clear();
-  if (tree_parents_.empty() && !dynamic_.on()) {
-    if (!device_options_->greedy())
-      for (int i = 0; i < device_length_; ++i) device_uniforms_.push_back(rng.uniform());
-    return {DeviceChain{*pending_, device_length_, *device_options_, device_uniforms_, {}, kDrawTopK}, taps_};
-  }
-  // Greedy drafting ranks a tree's children by the head's softmax (draft_distribution).
-  const DrawOptions tree_options = device_options_->greedy() ? DrawOptions{1.0f} : *device_options_;
-  if (dynamic_.on())
-    return {DeviceChain{*pending_, dynamic_.budget, tree_options, {}, {}, kDrawTopK, dynamic_.width, dynamic_.top_k},
-            taps_};
-  const int mode = static_cast<int>(growth_.draw_mode());
-  if (mode != kDrawTopK)
-    for (int i = 0; i < device_length_; ++i) device_uniforms_.push_back(rng.uniform());
-  return {DeviceChain{*pending_, device_length_, tree_options, device_uniforms_, tree_parents_, mode}, taps_};
+  growth_.device_uniforms(device_shape_, device_uniforms_);
+  return {device_shape_.chain(*pending_, *device_options_, device_uniforms_), taps_};
 }
 
 void HeadDrafter::chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) {
-  assert(head_device_shape() && static_cast<int>(node_draws.size()) == device_length_);
-  if (dynamic_.on()) {
-    growth_.dynamic_left_on_device(std::move(draws), node_draws);
-    forwards_ += dynamic_rounds(dynamic_.budget, dynamic_.width);
-  } else if (tree_parents_.empty()) {
-    growth_.chain_left_on_device(std::move(draws), node_draws);
-    forwards_ += device_length_;
-  } else {
-    growth_.tree_left_on_device(tree_parents_, std::move(draws), node_draws);
-    forwards_ += growth_.levels();
-  }
+  assert(head_device_shape() && static_cast<int>(node_draws.size()) == device_shape_.nodes);
+  growth_.device_left(device_shape_, std::move(draws), node_draws);
+  forwards_ += device_shape_.forwards;
   pending_.reset();
   catching_up_ = false;
-  device_length_ = 0;
+  device_shape_ = {};
   drawn_on_device_ = true;
 }
 

@@ -70,7 +70,7 @@ class HeadDrafter : public Drafter {
   void head_forward_done(std::span<const float> logits, std::span<const float> out) override;
   int catch_up_rows(int committed) const override { return std::max(0, committed - 2 - head_.cache.length(seq_)); }
   std::optional<DynamicDraft> head_device_shape() const override {
-    return catching_up_ && device_length_ > 0 ? std::optional(dynamic_) : std::nullopt;
+    return catching_up_ && device_shape_.on() ? std::optional(device_shape_.dynamic) : std::nullopt;
   }
   HeadChain head_device_chain() override;
   void chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) override;
@@ -99,7 +99,6 @@ class HeadDrafter : public Drafter {
 
   // The proposal in progress.
   std::span<const int> committed_;
-  Philox* rng_ = nullptr;              // the proposal's (start's), until it is taken
   int root_position_ = 0;
   int prefix_end_ = 0;                 // head cache length before the tree's entries
   std::optional<SequenceRows> pending_;  // the forward asked for: the catch-up or a feed
@@ -107,11 +106,9 @@ class HeadDrafter : public Drafter {
   std::vector<float> taps_;            // [catch-up rows, taps width] the catch-up's taps
   std::vector<float> x_;               // [pending rows, hidden] their input states (the catch-up's once asked for)
   std::optional<DrawOptions> device_options_;
-  int device_length_ = 0;              // nodes of the proposal its device may draw whole, else 0
-  DynamicDraft dynamic_;               // that proposal's shape where it is a dynamic tree
-  std::vector<int> tree_parents_;      // [device_length_] where that proposal is a static tree
+  TreeGrowth::DeviceShape device_shape_;  // the proposal as its device may draw it whole (off: it may not)
   bool drawn_on_device_ = false;       // the proposal was left on the device
-  std::vector<double> device_uniforms_;  // [device_length_] where sampled
+  std::vector<double> device_uniforms_;  // [its nodes] where sampled
   std::vector<float> context_out_;     // [contexts fed, hidden] output state of each context's entry
   // Scratch.
   std::vector<int> tokens_, positions_;

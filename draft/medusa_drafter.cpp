@@ -62,9 +62,8 @@ void MedusaDrafter::start(std::span<const int> committed, DraftBound bound, Phil
   SPECULA_CHECK(target_cache_.length(target_seq_) >= n - 1, "medusa: the target holds ",
                 target_cache_.length(target_seq_), " of ", n - 1, " committed tokens");
   committed_ = committed;
-  rng_ = &rng;
   pending_ = {};
-  device_length_ = 0;
+  device_shape_ = {};
   drawn_on_device_ = false;
   DraftBound within = bound;
   within.max_depth = std::min(bound.max_depth, c.num_heads);
@@ -79,45 +78,28 @@ void MedusaDrafter::start(std::span<const int> committed, DraftBound bound, Phil
   state_.assign(state.begin(), state.end());
   pending_ = MedusaRows{&medusa_, &workspace_, state_, heads_};
   if (!device_options_ || controls_.active() || !medusa_.drafts_on_device()) return;
-  device_parents_.clear();
-  device_length_ = growth_.plain_chain_length();
-  if (device_length_ == 0) {
-    device_parents_ = growth_.device_tree_parents();
-    device_length_ = static_cast<int>(device_parents_.size());
-  }
+  device_shape_ = growth_.device_shape();
   // Every context needs a head: a static tree lies within the shape and the bound (heads_ deep),
   // an adaptive chain may outgrow them.
-  if (device_parents_.empty() && device_length_ > heads_) device_length_ = 0;
-  pending_.device = device_length_ > 0;
+  if (device_shape_.dynamic.on() || device_shape_.forwards > heads_) device_shape_ = {};
+  pending_.device = device_shape_.on();
 }
 
 MedusaTree MedusaDrafter::medusa_device_tree() {
   SPECULA_CHECK(pending_.device, "medusa: a device tree asked of a proposal the device cannot draw");
   pending_.device = false;  // its uniforms are drawn once
-  MedusaTree tree;
-  tree.length = device_length_;
-  tree.parents = device_parents_;
-  const bool chain = device_parents_.empty();
-  // Greedy chains take the argmax; greedy trees rank children by the draft's softmax.
-  tree.options = chain || !device_options_->greedy() ? *device_options_ : DrawOptions{1.0f};
-  tree.mode = chain ? (device_options_->greedy() ? kDrawTopK : kDrawSampled) : static_cast<int>(growth_.draw_mode());
-  device_uniforms_.clear();
-  if (tree.sampled())
-    for (int i = 0; i < device_length_; ++i) device_uniforms_.push_back(rng_->uniform());
-  tree.uniforms = device_uniforms_;
-  return tree;
+  growth_.device_uniforms(device_shape_, device_uniforms_);
+  return MedusaTree{device_shape_.nodes, device_shape_.draw_options(*device_options_), device_shape_.parents,
+                    device_shape_.mode, device_uniforms_};
 }
 
 void MedusaDrafter::chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) {
-  SPECULA_CHECK(pending_.backend && static_cast<int>(node_draws.size()) == device_length_,
-                "medusa: device draws given without a pending device tree, or not ", device_length_, " of them");
+  SPECULA_CHECK(pending_.backend && static_cast<int>(node_draws.size()) == device_shape_.nodes,
+                "medusa: device draws given without a pending device tree, or not ", device_shape_.nodes, " of them");
   pending_ = {};
   ++forwards_;
   drawn_on_device_ = true;
-  if (device_parents_.empty())
-    growth_.chain_left_on_device(std::move(draws), node_draws);
-  else
-    growth_.tree_left_on_device(device_parents_, std::move(draws), node_draws);
+  growth_.device_left(device_shape_, std::move(draws), node_draws);
 }
 
 void MedusaDrafter::medusa_done(std::span<const float> logits) {

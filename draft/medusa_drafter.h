@@ -73,10 +73,8 @@ class MedusaDrafter : public Drafter {
 
   // The proposal in progress.
   std::span<const int> committed_;
-  Philox* rng_ = nullptr;
-  int device_length_ = 0;                     // nodes of the proposal a device may draw (0: none)
-  std::vector<int> device_parents_;           // [device_length_] its tree's parents, empty for a chain
-  std::vector<double> device_uniforms_;       // [device_length_] where sampled
+  TreeGrowth::DeviceShape device_shape_;      // the proposal as a device may draw it (off: none)
+  std::vector<double> device_uniforms_;       // [its nodes] where sampled
   bool drawn_on_device_ = false;              // the proposal was left on the device
   std::vector<float> state_;                  // [hidden] the state the heads read
   MedusaRows pending_;                        // the heads forward, until it has run

@@ -42,62 +42,26 @@ void ModelDrafter::start(std::span<const int> committed, DraftBound bound, Philo
   drawn_on_device_ = false;
   if (!device_options_ || controls_.active() || !draft_.backend.drafts_on_device() || draft_.cache.state_width() != 0)
     return;
-  chain_uniforms_.clear();
-  if (const int length = growth_.plain_chain_length(); length > 0) {
-    if (!device_options_->greedy())
-      for (int i = 0; i < length; ++i) chain_uniforms_.push_back(rng.uniform());
-    device_chain_ = DeviceChain{*pending_, length, *device_options_, chain_uniforms_, {}, kDrawTopK};
-    return;
-  }
-  // Greedy drafting ranks a tree's children by the draft's softmax (draft_distribution).
-  const DrawOptions tree_options = device_options_->greedy() ? DrawOptions{1.0f} : *device_options_;
-  if (const DynamicDraft dynamic = growth_.device_dynamic(); dynamic.on()) {
-    device_chain_ = DeviceChain{*pending_, dynamic.budget, tree_options, {}, {}, kDrawTopK, dynamic.width, dynamic.top_k};
-    return;
-  }
-  tree_parents_ = growth_.device_tree_parents();
-  if (tree_parents_.empty()) return;
-  const int nodes = static_cast<int>(tree_parents_.size());
-  const int mode = static_cast<int>(growth_.draw_mode());
-  if (mode != kDrawTopK)
-    for (int i = 0; i < nodes; ++i) chain_uniforms_.push_back(rng.uniform());
-  device_chain_ = DeviceChain{*pending_, nodes, tree_options, chain_uniforms_, tree_parents_, mode};
+  device_shape_ = growth_.device_shape();
+  if (!device_shape_.on()) return;
+  growth_.device_uniforms(device_shape_, device_uniforms_);
+  device_chain_ = device_shape_.chain(*pending_, *device_options_, device_uniforms_);
 }
 
 void ModelDrafter::chain_drawn(std::span<const int> tokens, std::span<const int> parents, std::span<const float> q) {
-  assert(device_chain_ && static_cast<int>(tokens.size()) == device_chain_->length);
-  if (device_chain_->is_dynamic()) {
-    device_nodes_ = growth_.dynamic_drawn(parents, tokens);
-    end_device_chain(dynamic_rounds(device_chain_->length, device_chain_->dynamic_width));
-    return;
-  }
-  if (!device_chain_->is_tree()) {
-    end_device_chain(device_chain_->length);
-    growth_.chain_drawn(tokens, q);
-    return;
-  }
-  device_nodes_ = growth_.tree_drawn(tree_parents_, tokens, q, vocab());
-  end_device_chain(growth_.levels());
+  assert(device_chain_ && static_cast<int>(tokens.size()) == device_shape_.nodes);
+  device_nodes_ = growth_.device_drawn(device_shape_, tokens, parents, q, vocab());
+  end_device_chain();
 }
 
 void ModelDrafter::chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) {
-  assert(device_chain_ && static_cast<int>(node_draws.size()) == device_chain_->length);
-  if (device_chain_->is_dynamic()) {
-    growth_.dynamic_left_on_device(std::move(draws), node_draws);
-    end_device_chain(dynamic_rounds(device_chain_->length, device_chain_->dynamic_width));
-    return;
-  }
-  if (!device_chain_->is_tree()) {
-    end_device_chain(device_chain_->length);
-    growth_.chain_left_on_device(std::move(draws), node_draws);
-    return;
-  }
-  growth_.tree_left_on_device(tree_parents_, std::move(draws), node_draws);
-  end_device_chain(growth_.levels());
+  assert(device_chain_ && static_cast<int>(node_draws.size()) == device_shape_.nodes);
+  device_nodes_ = growth_.device_left(device_shape_, std::move(draws), node_draws);
+  end_device_chain();
 }
 
-void ModelDrafter::end_device_chain(int forwards) {
-  forwards_ += forwards;
+void ModelDrafter::end_device_chain() {
+  forwards_ += device_shape_.forwards;
   drawn_on_device_ = true;
   device_chain_.reset();
   pending_.reset();

@@ -33,12 +33,10 @@ class ModelDrafter : public Drafter {
   // otherwise proposals are the deterministic top-k of `distribution`. `controls` edit each
   // row over the committed tokens and the row's own path before `distribution` reads it.
   // `device`: the options `distribution` applies, as the draft backend's device draws with
-  // them (greedy when !stochastic); where given and the backend drafts on its device, a plain
-  // chain (TreeGrowth::plain_chain_length), a static tree (TreeGrowth::device_tree_parents) or
-  // a dynamic tree (TreeGrowth::device_dynamic) without controls is drawn there whole
-  // (device_chain()), its uniforms drawn from the rng up front (a chain's in the host's order;
-  // a tree's one a node, in node order, where the host would skip those of children a
-  // distribution cannot give; a dynamic tree's none).
+  // them (greedy when !stochastic); where given and the backend drafts on its device, a
+  // proposal without controls that its device may draw whole (TreeGrowth::device_shape: a
+  // chain, with or without siblings, a static tree, a dynamic tree) is drawn there
+  // (device_chain()), its uniforms drawn from the rng up front (TreeGrowth::device_uniforms).
   ModelDrafter(const ForwardContext& draft, KvCache::SeqId seq, DistributionFn distribution, bool stochastic,
                TreeShape shape, RowControls controls = {}, std::optional<DrawOptions> device = std::nullopt);
   ~ModelDrafter() override;
@@ -63,8 +61,8 @@ class ModelDrafter : public Drafter {
 
  private:
   int vocab() const { return draft_.backend.config().vocab_size; }
-  // The device chain's `forwards` done: the proposal is complete.
-  void end_device_chain(int forwards);
+  // The device chain done: the proposal is complete.
+  void end_device_chain();
   // Asks for the forward of the growth's pending feed, if any.
   void request_feed();
   // q of `context` (0: the root, 1 + i: after node i) from its draft logits, edited by
@@ -88,11 +86,11 @@ class ModelDrafter : public Drafter {
   std::optional<SequenceRows> pending_;
   std::vector<int> pending_positions_;
   std::optional<DrawOptions> device_options_;
-  std::optional<DeviceChain> device_chain_;  // this proposal's, when its device draws it
+  TreeGrowth::DeviceShape device_shape_;     // this proposal's on the device, when its device draws it
+  std::optional<DeviceChain> device_chain_;  // the chain drawing it
   bool drawn_on_device_ = false;             // this proposal was drawn there
-  std::vector<double> chain_uniforms_;       // [its length] where sampled
-  std::vector<int> tree_parents_;            // [its nodes] where it is a tree
-  std::vector<int> device_nodes_;            // [proposal nodes] each node's row in a device tree's rows, else empty
+  std::vector<double> device_uniforms_;      // [its nodes] where sampled
+  std::vector<int> device_nodes_;            // [proposal nodes] each node's row in the device's rows, else empty
 };
 
 }  // namespace specula

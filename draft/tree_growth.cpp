@@ -107,7 +107,7 @@ void TreeGrowth::advance_static(int vocab) {
 void TreeGrowth::add_siblings(int vocab) {
   TokenTree& tree = proposal_.tree;
   const int chain = tree.size();  // one node a level: a chain
-  const int wanted = max_nodes_ > 0 ? std::min(siblings_, max_nodes_ - chain) : siblings_;
+  const int wanted = wanted_siblings(chain);
   if (chain != static_cast<int>(level_) || chain == 0 || wanted <= 0) return;
   // x_1 was drawn from q (sampled) or is its most probable token (greedy): the others are the
   // next draws without replacement, or the next most probable.
@@ -146,85 +146,131 @@ void TreeGrowth::advance_dynamic() {
   }
 }
 
-int TreeGrowth::plain_chain_length() const {
-  const bool chain = shape_.dynamic_budget == 0 && (shape_.adaptive || shape_.topology.is_chain());
-  if (!chain || stop_below_ > 0 || siblings_ > 0) return 0;
-  return std::max(0, std::min(max_depth_, gamma_));
+int TreeGrowth::wanted_siblings(int chain) const {
+  return std::max(0, max_nodes_ > 0 ? std::min(siblings_, max_nodes_ - chain) : siblings_);
 }
 
 SiblingDraw TreeGrowth::draw_mode() const { return mode_of(stochastic_, shape_); }
 
-std::vector<int> TreeGrowth::device_tree_parents() const {
-  std::vector<int> parents;
-  const bool tree = shape_.dynamic_budget == 0 && !shape_.adaptive && !shape_.topology.is_chain();
-  if (!tree || stop_below_ > 0 || siblings_ > 0) return parents;
+namespace {
+
+// Each node's depth (1: a root child) of a tree whose parents precede their children.
+std::vector<int> depths(std::span<const int> parents) {
+  std::vector<int> depth(parents.size());
+  for (std::size_t i = 0; i < parents.size(); ++i)
+    depth[i] = parents[i] < 0 ? 1 : depth[static_cast<std::size_t>(parents[i])] + 1;
+  return depth;
+}
+
+}  // namespace
+
+TreeGrowth::DeviceShape TreeGrowth::device_shape() const {
+  DeviceShape out;
+  if (max_depth_ <= 0) return out;
+  if (shape_.dynamic_budget > 0) {
+    const int budget = shape_.dynamic_budget, width = shape_.dynamic_width;
+    if (width <= 0 || shape_.dynamic_top_k <= 0 || dynamic_rounds(budget, width) - 1 >= max_depth_) return out;
+    out.dynamic = DynamicDraft{budget, width, shape_.dynamic_top_k};
+    out.nodes = budget;
+    out.forwards = dynamic_rounds(budget, width);
+    out.order.resize(static_cast<std::size_t>(budget));
+    std::iota(out.order.begin(), out.order.end(), 0);
+    return out;
+  }
+  if (stop_below_ > 0) return out;
+  if (shape_.adaptive || shape_.topology.is_chain()) {
+    const int length = std::min(max_depth_, gamma_);
+    const int siblings = wanted_siblings(length);
+    out.nodes = length + siblings;
+    out.forwards = length;
+    out.mode = stochastic_ ? kDrawSampled : kDrawTopK;
+    out.order.resize(static_cast<std::size_t>(out.nodes));
+    std::iota(out.order.begin(), out.order.end(), 0);
+    if (siblings == 0) return out;
+    // Growth order [x_1, siblings..., x_2, ..., x_length]; proposal order the chain first.
+    out.siblings = siblings;
+    out.mode = stochastic_ ? kDrawWithoutReplacement : kDrawTopK;
+    out.parents.assign(static_cast<std::size_t>(1 + siblings), -1);
+    for (int d = 1; d < length; ++d) {
+      out.parents.push_back(d == 1 ? 0 : siblings + d - 1);
+      out.order[static_cast<std::size_t>(d)] = siblings + d;
+    }
+    for (int j = 1; j <= siblings; ++j) out.order[static_cast<std::size_t>(length - 1 + j)] = j;
+    return out;
+  }
+  if (siblings_ > 0) return out;
   // advance_static's levels with every child drawn: (node, topology context) per frontier entry.
   std::vector<std::pair<int, int>> frontier{{-1, 0}};
   for (int level = 0; level < max_depth_ && !frontier.empty(); ++level) {
     std::vector<std::pair<int, int>> next;
     for (const auto& [node, shape_context] : frontier)
       for (const int child : topology_children_[static_cast<std::size_t>(shape_context)]) {
-        next.emplace_back(static_cast<int>(parents.size()), child + 1);
-        parents.push_back(node);
+        next.emplace_back(static_cast<int>(out.parents.size()), child + 1);
+        out.parents.push_back(node);
       }
     frontier = std::move(next);
   }
-  return parents;
+  out.nodes = static_cast<int>(out.parents.size());
+  out.mode = static_cast<int>(draw_mode());
+  const std::vector<int> depth = depths(out.parents);
+  out.forwards = depth.empty() ? 0 : *std::max_element(depth.begin(), depth.end());
+  out.order.resize(static_cast<std::size_t>(out.nodes));
+  std::iota(out.order.begin(), out.order.end(), 0);
+  return out;
 }
 
-std::vector<int> TreeGrowth::complete_tree(std::span<const int> parents, std::span<const int> tokens, int fed_rows) {
-  assert(proposal_.tree.size() == 0 && parents.size() == tokens.size());
+void TreeGrowth::device_uniforms(const DeviceShape& shape, std::vector<double>& uniforms) {
+  uniforms.clear();
+  if (!shape.sampled()) return;
+  uniforms.resize(static_cast<std::size_t>(shape.nodes));
+  for (const int node : shape.order) uniforms[static_cast<std::size_t>(node)] = rng_->uniform();
+}
+
+std::vector<int> TreeGrowth::complete_tree(const DeviceShape& shape, std::span<const int> parents,
+                                           std::span<const int> tokens, int fed_rows) {
+  assert(proposal_.tree.size() == 0 && parents.size() == tokens.size() && shape.order.size() == tokens.size());
   const std::size_t n = tokens.size();
-  std::vector<int> kept, compact(n, -1), depth(n);
-  int deepest = 0;
-  for (std::size_t i = 0; i < n; ++i) {
+  const std::vector<int> depth = depths(parents);
+  std::vector<int> kept, compact(n, -1);
+  for (const int node : shape.order) {
+    const std::size_t i = static_cast<std::size_t>(node);
     const int parent = parents[i];
-    depth[i] = parent < 0 ? 1 : depth[static_cast<std::size_t>(parent)] + 1;
-    deepest = std::max(deepest, depth[i]);
     if (tokens[i] == kAbsentDraw) continue;
     assert(parent < 0 || compact[static_cast<std::size_t>(parent)] >= 0);
+    // A chain's siblings (nodes 1 .. siblings here) come last, drawn with its first token
+    // without replacement where sampled.
+    if (node >= 1 && node <= shape.siblings) {
+      ++proposal_.siblings;
+      if (stochastic_) proposal_.tree.draw.front() = SiblingDraw::kWithoutReplacement;
+    }
     compact[i] = proposal_.tree.add_node(parent < 0 ? -1 : compact[static_cast<std::size_t>(parent)], tokens[i]);
-    kept.push_back(static_cast<int>(i));
+    kept.push_back(node);
   }
-  fed_nodes_ = static_cast<int>(std::count_if(kept.begin(), kept.end(), [&](int i) { return i < fed_rows; }));
-  level_ = deepest;
+  fed_nodes_ = static_cast<int>(std::find_if(kept.begin(), kept.end(), [&](int i) { return i >= fed_rows; }) - kept.begin());
+  level_ = depth.empty() ? 0 : *std::max_element(depth.begin(), depth.end());
   frontier_.clear();
   pending_.reset();
   return kept;
 }
 
-namespace {
-
-// The nodes of a static tree in growth order above its deepest level: those it feeds.
-int above_deepest(std::span<const int> parents) {
-  std::vector<int> depth(parents.size());
-  for (std::size_t i = 0; i < parents.size(); ++i)
-    depth[i] = parents[i] < 0 ? 1 : depth[static_cast<std::size_t>(parents[i])] + 1;
-  const int deepest = depth.empty() ? 0 : *std::max_element(depth.begin(), depth.end());
-  return static_cast<int>(std::count_if(depth.begin(), depth.end(), [deepest](int d) { return d < deepest; }));
-}
-
-}  // namespace
-
-DynamicDraft TreeGrowth::device_dynamic() const {
-  const int budget = shape_.dynamic_budget, width = shape_.dynamic_width;
-  if (budget <= 0 || width <= 0 || shape_.dynamic_top_k <= 0 || max_depth_ <= 0 ||
-      dynamic_rounds(budget, width) - 1 >= max_depth_)
-    return {};
-  return DynamicDraft{budget, width, shape_.dynamic_top_k};
-}
-
-std::vector<int> TreeGrowth::dynamic_drawn(std::span<const int> parents, std::span<const int> tokens) {
-  const DynamicDraft shape = device_dynamic();
-  assert(shape.on() && static_cast<int>(tokens.size()) == shape.budget);
-  return complete_tree(parents, tokens, (dynamic_rounds(shape.budget, shape.width) - 1) * shape.width);
-}
-
-std::vector<int> TreeGrowth::tree_drawn(std::span<const int> parents, std::span<const int> tokens,
-                                        std::span<const float> q, int vocab) {
-  assert(stochastic_ ? q.size() == tokens.size() * static_cast<std::size_t>(vocab) : q.empty());
-  const std::vector<int> kept = complete_tree(parents, tokens, above_deepest(parents));
-  if (!stochastic_) return kept;
+std::vector<int> TreeGrowth::device_drawn(const DeviceShape& shape, std::span<const int> tokens,
+                                          std::span<const int> parents, std::span<const float> q, int vocab) {
+  assert(shape.on() && static_cast<int>(tokens.size()) == shape.nodes);
+  assert(shape.sampled() && !shape.dynamic.on() ? q.size() == tokens.size() * static_cast<std::size_t>(vocab)
+                                                 : q.empty());
+  if (shape.dynamic.on())
+    return complete_tree(shape, parents, tokens, (shape.forwards - 1) * shape.dynamic.width);
+  if (!shape.is_tree()) {
+    std::vector<int> chain(tokens.size());
+    std::iota(chain.begin(), chain.end(), -1);
+    const std::vector<int> kept = complete_tree(shape, chain, tokens, shape.nodes - 1);
+    proposal_.q.assign(q.begin(), q.end());
+    return kept;
+  }
+  const std::vector<int> depth = depths(shape.parents);
+  const int fed_rows = static_cast<int>(std::count_if(depth.begin(), depth.end(), [&](int d) { return d < shape.forwards; }));
+  const std::vector<int> kept = complete_tree(shape, shape.parents, tokens, fed_rows);
+  if (q.empty()) return kept;
   // A context's distribution is the one its children were drawn from; a context without
   // children keeps a zero row.
   const std::size_t v = static_cast<std::size_t>(vocab);
@@ -232,7 +278,7 @@ std::vector<int> TreeGrowth::tree_drawn(std::span<const int> parents, std::span<
   for (std::size_t k = 0; k < kept.size(); ++k) compact[static_cast<std::size_t>(kept[k])] = static_cast<int>(k);
   proposal_.q.assign((kept.size() + 1) * v, 0.0f);
   for (std::size_t i = 0; i < tokens.size(); ++i) {
-    const int parent = parents[i];
+    const int parent = shape.parents[i];
     if (parent >= 0 && compact[static_cast<std::size_t>(parent)] < 0) continue;
     const std::size_t context = parent < 0 ? 0 : static_cast<std::size_t>(compact[static_cast<std::size_t>(parent)]) + 1;
     std::copy_n(q.begin() + static_cast<std::ptrdiff_t>(i * v), v, proposal_.q.begin() + static_cast<std::ptrdiff_t>(context * v));
@@ -240,43 +286,24 @@ std::vector<int> TreeGrowth::tree_drawn(std::span<const int> parents, std::span<
   return kept;
 }
 
-void TreeGrowth::tree_left_on_device(std::span<const int> parents, std::shared_ptr<const DeviceDraws> draws,
-                                     std::span<const int> node_draws) {
-  complete_tree(parents, std::vector<int>(parents.size(), 0), above_deepest(parents));
+std::vector<int> TreeGrowth::device_left(const DeviceShape& shape, std::shared_ptr<const DeviceDraws> draws,
+                                         std::span<const int> node_draws) {
+  assert(shape.on() && static_cast<int>(node_draws.size()) == shape.nodes);
+  std::vector<int> parents = shape.parents;
+  int fed_rows = 0;
+  if (shape.is_tree()) {
+    const std::vector<int> depth = depths(parents);
+    fed_rows = static_cast<int>(std::count_if(depth.begin(), depth.end(), [&](int d) { return d < shape.forwards; }));
+  } else {
+    parents.resize(node_draws.size());
+    std::iota(parents.begin(), parents.end(), -1);
+    fed_rows = shape.dynamic.on() ? (shape.forwards - 1) * shape.dynamic.width : shape.nodes - 1;
+  }
+  const std::vector<int> kept = complete_tree(shape, parents, std::vector<int>(node_draws.size(), 0), fed_rows);
   proposal_.draws = std::move(draws);
-  proposal_.node_draws.assign(node_draws.begin(), node_draws.end());
-}
-
-void TreeGrowth::dynamic_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) {
-  const DynamicDraft shape = device_dynamic();
-  assert(shape.on() && static_cast<int>(node_draws.size()) == shape.budget);
-  std::vector<int> chain(node_draws.size());
-  std::iota(chain.begin(), chain.end(), -1);
-  complete_tree(chain, std::vector<int>(chain.size(), 0), (dynamic_rounds(shape.budget, shape.width) - 1) * shape.width);
-  proposal_.draws = std::move(draws);
-  proposal_.node_draws.assign(node_draws.begin(), node_draws.end());
-}
-
-void TreeGrowth::chain_drawn(std::span<const int> tokens, std::span<const float> q) {
-  assert(stochastic_ ? !q.empty() : q.empty());
-  complete_chain(tokens);
-  proposal_.q.assign(q.begin(), q.end());
-}
-
-void TreeGrowth::chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) {
-  complete_chain(std::vector<int>(node_draws.size(), 0));
-  proposal_.draws = std::move(draws);
-  proposal_.node_draws.assign(node_draws.begin(), node_draws.end());
-}
-
-void TreeGrowth::complete_chain(std::span<const int> tokens) {
-  const int length = static_cast<int>(tokens.size());
-  assert(length == plain_chain_length() && proposal_.tree.size() == 0);
-  for (int i = 0; i < length; ++i) proposal_.tree.add_node(i - 1, tokens[static_cast<std::size_t>(i)]);
-  fed_nodes_ = length - 1;
-  level_ = length;
-  frontier_.clear();
-  pending_.reset();
+  proposal_.node_draws.clear();
+  for (const int node : kept) proposal_.node_draws.push_back(node_draws[static_cast<std::size_t>(node)]);
+  return kept;
 }
 
 Proposal TreeGrowth::take(int vocab) {

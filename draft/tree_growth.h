@@ -32,6 +32,7 @@
 #include "draft/drafter.h"
 #include "draft/tree_topology.h"
 #include "engine/device_draft.h"
+#include "engine/forward.h"
 
 namespace specula {
 
@@ -70,49 +71,63 @@ class TreeGrowth {
   // The finished proposal (q padded with zero rows for unfed leaves, or cleared when no
   // context's children were sampled).
   Proposal take(int vocab);
-  // The tokens of this proposal when it is a plain chain (a static chain topology, within its
-  // bound's max_depth, no stop_below, no siblings): what a device may draw whole; else 0.
-  int plain_chain_length() const;
-  // That chain drawn elsewhere, with this growth's rng in its order (one uniform a token, where
-  // sampled): its tokens, in [length], and the q rows of contexts 0 .. length - 1, in
-  // [length, vocab] (empty when greedy). The proposal is then complete, every node but the
-  // last fed.
-  void chain_drawn(std::span<const int> tokens, std::span<const float> q);
-  // The parents of this proposal's whole static tree in growth order (each level after the
-  // one above, its nodes in their parents' order, each context's children in rank order),
-  // within its bound's max_depth, when it is a tree a device may draw whole (a static
-  // topology that is not a chain, no stop_below, no siblings); else empty.
-  std::vector<int> device_tree_parents() const;
-  // This proposal's dynamic tree as a device may grow it whole (DraftRounds::dynamic: every
-  // node it feeds within its bound's max_depth, so that no round depends on depths); else
-  // off.
-  DynamicDraft device_dynamic() const;
-  // That tree grown elsewhere: each node's token, in [budget] (kAbsentDraw: none), and parent
-  // (-1: the root), in [budget], nodes in the order taken. The proposal is then the tree of the
-  // nodes there, those of the batches before the last fed. Returns the grown node of each
-  // proposal node.
-  std::vector<int> dynamic_drawn(std::span<const int> parents, std::span<const int> tokens);
-  // The draw mode of this proposal's children (verify/token_tree.h's SiblingDraw).
-  SiblingDraw draw_mode() const;
-  // That tree drawn elsewhere (one uniform a node, where sampled): each node's token, in
-  // [nodes] (kAbsentDraw: not there, nor anything under it), and the distribution it was drawn
-  // from, in [nodes, vocab] (empty unless sampled). The proposal is then the tree of the nodes
-  // there, every node above the deepest level fed. Returns the drawn node of each proposal node.
-  std::vector<int> tree_drawn(std::span<const int> parents, std::span<const int> tokens, std::span<const float> q,
-                              int vocab);
-  // That tree drawn on a device and left there: node i's token is draw node_draws[i] of
-  // `draws` (the tree holds placeholders for every node until verification gives them, absent
-  // ones kAbsentDraw: Proposal::draws).
-  void tree_left_on_device(std::span<const int> parents, std::shared_ptr<const DeviceDraws> draws,
-                           std::span<const int> node_draws);
-  // This proposal's dynamic tree (device_dynamic()) grown on a device and left there: node i is
-  // draw node_draws[i] of `draws`. The tree holds a chain of every node, with placeholders,
-  // until verification gives its tokens and parents (Proposal::draws); the nodes of the
-  // batches before the last are fed.
-  void dynamic_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws);
-  // That chain drawn on a device and left there: node i's token is draw node_draws[i] of
-  // `draws` (the tree holds placeholders until verification gives them, Proposal::draws).
-  void chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws);
+  // The proposal as a device may draw it whole, or nodes 0 where it may not (see device_shape).
+  struct DeviceShape {
+    int nodes = 0;             // tokens (a tree's nodes) drawn
+    std::vector<int> parents;  // [nodes] a static tree's, -1 the root, in growth order; empty otherwise
+    int mode = kDrawTopK;      // the kDraw* code every context's children are drawn by
+    DynamicDraft dynamic;      // on where a dynamic tree
+    int forwards = 0;          // draft forwards (device rounds) it takes
+    int siblings = 0;          // a chain's siblings: the root's children after the first
+    // The proposal order of the nodes: proposal node k is node order[k] here ([nodes]).
+    std::vector<int> order;
+
+    bool on() const { return nodes > 0; }
+    bool is_tree() const { return !parents.empty(); }
+    bool sampled() const { return mode != kDrawTopK; }
+    // The options its draws take where the drafter's distribution is `device`'s chain: a greedy
+    // tree ranks children by the softmax (as the host's draw_siblings ranks q), a chain takes
+    // the argmax.
+    DrawOptions draw_options(DrawOptions device) const {
+      return device.greedy() && (is_tree() || dynamic.on()) ? DrawOptions{1.0f} : device;
+    }
+    // The device chain drawing it after the catch-up rows `first`, with `uniforms`
+    // (device_uniforms) and draw_options(device); it views parents and uniforms.
+    DeviceChain chain(const SequenceRows& first, DrawOptions device, std::span<const double> uniforms) const {
+      return DeviceChain{first, nodes, draw_options(device), uniforms, parents, mode, dynamic.width, dynamic.top_k};
+    }
+  };
+  // This proposal (before root_ready), within its bound's max_depth, as a device may draw it:
+  //   a plain chain (a chain topology or an adaptive chain, no stop_below): its tokens;
+  //   that chain with siblings (DraftBound::siblings): a static tree whose root draws the
+  //     chain's first token and then its siblings (kWithoutReplacement where sampled, kTopK
+  //     where greedy), each chain node one child; in proposal order the chain, then the
+  //     siblings (those the bound's max_nodes allows);
+  //   a static tree (no stop_below, no siblings): each level after the one above, its nodes in
+  //     their parents' order, each context's children in rank order;
+  //   a dynamic tree (DraftRounds::dynamic) feeding every node within max_depth, so that no
+  //     round depends on depths.
+  // Else off (a chain with stop_below).
+  DeviceShape device_shape() const;
+  // The uniforms of `shape`'s draws from this growth's rng ([shape.nodes] where it is sampled,
+  // else empty), in the host's order (proposal order: a chain's tokens, then its siblings'),
+  // placed at the shape's nodes. Where the host would skip the draws of children a
+  // distribution cannot give, every node takes one here.
+  void device_uniforms(const DeviceShape& shape, std::vector<double>& uniforms);
+  // `shape` drawn elsewhere: each node's token, in [nodes] (kAbsentDraw: none, nor anything
+  // under it), each node's parent (a dynamic tree's, in [nodes], in the order taken; else
+  // ignored) and the distributions drawn from (empty unless sampled): a chain's contexts
+  // 0 .. nodes - 1, in [nodes, vocab]; a static tree's, each node's parent context's, in
+  // [nodes, vocab]. The proposal is then the tree of the nodes there, complete, the nodes the
+  // host would have fed fed. Returns each proposal node's node in the shape.
+  std::vector<int> device_drawn(const DeviceShape& shape, std::span<const int> tokens, std::span<const int> parents,
+                                std::span<const float> q, int vocab);
+  // `shape` drawn on a device and left there: node i of the shape is draw node_draws[i] of
+  // `draws`. The tree holds a placeholder for every node until verification gives their tokens
+  // (a dynamic tree's also their parents: a chain until then; Proposal::draws). Returns each
+  // proposal node's node in the shape.
+  std::vector<int> device_left(const DeviceShape& shape, std::shared_ptr<const DeviceDraws> draws,
+                               std::span<const int> node_draws);
   // After verification: adapts an adaptive chain's length to the accepted count.
   void accepted(int drafted, int accepted);
 
@@ -122,12 +137,15 @@ class TreeGrowth {
   static constexpr int kMaxAdaptiveGamma = 16;  // adaptive chains grow up to this length
 
  private:
-  // The proposal made the chain of `tokens`, complete, every node but the last fed.
-  void complete_chain(std::span<const int> tokens);
-  // The proposal made the tree of `parents` (parents before children) and `tokens` less its
-  // absent nodes, complete, the nodes before `fed_rows` fed; returns each proposal node's
-  // index there.
-  std::vector<int> complete_tree(std::span<const int> parents, std::span<const int> tokens, int fed_rows);
+  // The proposal made the tree of `shape`'s nodes with `tokens` less the absent ones, in
+  // shape.order, complete, those of the nodes before `fed_rows` (in the shape) that precede
+  // the first one not fed fed; returns each proposal node's node in the shape.
+  std::vector<int> complete_tree(const DeviceShape& shape, std::span<const int> parents, std::span<const int> tokens,
+                                 int fed_rows);
+  // The siblings a finished chain of `chain` tokens takes within max_nodes_.
+  int wanted_siblings(int chain) const;
+  // The draw mode of this proposal's children (verify/token_tree.h's SiblingDraw).
+  SiblingDraw draw_mode() const;
   struct Candidate {
     double score;  // cumulative log draft probability of the path
     long order;    // push order: ties go to the earlier (more probable sibling first)

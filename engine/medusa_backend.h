@@ -22,7 +22,7 @@ namespace specula {
 // at depth d (the root's 0) draws its children from head d's distribution under `options`, by
 // `mode` (kDraw*: a chain's one child kDrawSampled, or kDrawTopK where greedy), child i with
 // uniforms[i] (unread for kDrawTopK). Parents in growth order: each level after the one above,
-// its nodes in their parents' order (TreeGrowth::device_tree_parents).
+// its nodes in their parents' order (TreeGrowth::device_shape).
 struct MedusaTree {
   int length = 0;                    // nodes, >= 1
   DrawOptions options;

@@ -249,8 +249,10 @@ ChainStep SpeculativeSequence::last_chain() const {
   const int chain = proposal_.tree.size() - proposal_.siblings;
   const std::vector<int>& path = result_.accepted_nodes;
   const bool sibling_accepted = !path.empty() && path.front() >= chain;
-  return {chain, sibling_accepted ? 0 : static_cast<int>(path.size()), proposal_.stopped, proposal_.siblings,
-          sibling_accepted};
+  // Siblings drawn on a device keep their nodes where their distribution ran out (absent).
+  const std::span<const int> siblings = std::span(proposal_.tree.tokens).subspan(static_cast<std::size_t>(chain));
+  const int drawn = static_cast<int>(std::count_if(siblings.begin(), siblings.end(), [](int t) { return t != kAbsentDraw; }));
+  return {chain, sibling_accepted ? 0 : static_cast<int>(path.size()), proposal_.stopped, drawn, sibling_accepted};
 }
 
 const VerifyResult& SpeculativeSequence::step(DraftBound bound, SpeculativeStats& stats) {

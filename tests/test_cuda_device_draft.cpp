@@ -203,6 +203,7 @@ void check_same_tree(const Proposal& h, const Proposal& d, std::size_t vocab) {
   CHECK(d.tree.tokens == h.tree.tokens);
   CHECK(d.tree.parent == h.tree.parent);
   CHECK(d.tree.draw == h.tree.draw);
+  CHECK(d.siblings == h.siblings);
   REQUIRE(d.q.size() == h.q.size());
   if (d.q.empty()) return;
   std::vector<bool> has_children(static_cast<std::size_t>(d.tree.num_contexts()), false);
@@ -222,12 +223,14 @@ void check_same_tree(const Proposal& h, const Proposal& d, std::size_t vocab) {
   CHECK(zero_elsewhere);
 }
 
-// Static trees drawn whole on the device (ModelDrafter's device_tree_parents, run_chains with
+// Static trees drawn whole on the device (TreeGrowth::device_shape, run_chains with
 // tree_parents) against the host drafter growing the same trees level by level on the same
 // backend: a branching tree, an irregular one (leaves beside inner nodes on a level) cut to
-// depth 2, and a chain in the same call (drawn through the children kernel there); greedy
+// depth 2, a chain and a chain of 2 with 2 siblings (the device's root draws 3 children, the
+// proposal the chain first) in the same call (drawn through the children kernel there); greedy
 // (top-k of the draft's softmax) and sampled at T = 1 (without replacement) with the same uniforms;
-// two proposals each, the second after a path of two nodes was committed. Then top-k 1
+// two proposals each, the second after a path of two nodes was committed (the siblings'
+// chain's second token unfed: its device row, never written, must not be kept). Then top-k 1
 // sampling under a 3, 1, 1 tree: every root child after the first is absent, and so is all
 // under it; the proposal is the host's chain, and committing it keeps the device rows of its
 // nodes (the next proposal's q is the host's).
@@ -238,9 +241,10 @@ TEST_CASE("cuda backend: static trees drawn on the device are the host drafter's
   const std::size_t vocab = static_cast<std::size_t>(model.config().vocab_size);
   const std::vector<int> branching{3, 2};
   const std::vector<TreeShape> shapes{TreeShape{branching_topology(branching)},
-                                      TreeShape{TreeTopology{{-1, -1, 0, 0, 1, 2}}}, TreeShape{chain_topology(4)}};
-  const std::vector<DraftBound> bounds{DraftBound{8}, DraftBound{2}, DraftBound{8}};
-  const std::vector<int> nodes{9, 5, 4};
+                                      TreeShape{TreeTopology{{-1, -1, 0, 0, 1, 2}}}, TreeShape{chain_topology(4)},
+                                      TreeShape{chain_topology(2)}};
+  const std::vector<DraftBound> bounds{DraftBound{8}, DraftBound{2}, DraftBound{8}, DraftBound{8, 0, 2}};
+  const std::vector<int> nodes{9, 5, 4, 4};
   // Sampling without truncation: a child a distribution cannot give (the section below) leaves
   // the host's later contexts other uniforms than the device's.
   const std::pair<const char*, SamplingOptions> modes[] = {kModes[0], {"T = 1", SamplingOptions::sample()}};
@@ -256,7 +260,7 @@ TEST_CASE("cuda backend: static trees drawn on the device are the host drafter's
         host[i].drafter->start(host[i].committed, bounds[i], host[i].rng);
         on_device[i].drafter->start(on_device[i].committed, bounds[i], on_device[i].rng);
         REQUIRE(on_device[i].drafter->device_chain() != nullptr);
-        CHECK(on_device[i].drafter->device_chain()->is_tree() == (i < 2));
+        CHECK(on_device[i].drafter->device_chain()->is_tree() == (i != 2));
         host_drafters.push_back(host[i].drafter.get());
         device_drafters.push_back(on_device[i].drafter.get());
       }
@@ -264,7 +268,7 @@ TEST_CASE("cuda backend: static trees drawn on the device are the host drafter's
       std::vector<DraftCall> calls;
       run_draft_forwards(device_drafters, &calls);
       REQUIRE(calls.size() == 4);
-      CHECK(calls[1].rows == 3 + 2 + 1);
+      CHECK(calls[1].rows == 3 + 2 + 1 + 3);
       CHECK(calls[3].rows == 1);
       for (std::size_t i = 0; i < shapes.size(); ++i) {
         INFO("tree " << i);
@@ -309,7 +313,7 @@ TEST_CASE("cuda backend: static trees drawn on the device are the host drafter's
   }
 }
 
-// Dynamic trees grown whole on the device (TreeGrowth::device_dynamic, the dynamic-tree kernel)
+// Dynamic trees grown whole on the device (TreeGrowth::device_shape, the dynamic-tree kernel)
 // against the host drafter growing the same trees best-first on the same backend: 16 nodes 4 a
 // batch (4 children a context) beside 10 nodes 3 a batch (3 children, a last batch of one) and
 // 3 nodes 8 a batch (the root's round alone), with a chain in the same run_draft_forwards (one
@@ -415,9 +419,9 @@ struct Side {
 // One step of `seqs` as the scheduler's: drafts (their device chains left on the draft device
 // when `leave`), every verify row in one target forward that verifies on the device, commits.
 // Returns the verdicts.
-std::vector<DeviceVerdict> device_step(Side& side, bool leave, const SamplingOptions& sampling) {
+std::vector<DeviceVerdict> device_step(Side& side, bool leave, const SamplingOptions& sampling,
+                                       std::span<const DraftBound> bounds) {
   const std::vector<SpeculativeSequence*> seqs = side.pointers();
-  const std::vector<DraftBound> bounds(seqs.size(), DraftBound{8});
   std::vector<DraftCall> calls;
   const DeviceDrafting drafting = run_drafts(seqs, bounds, &calls, leave);
   CHECK(drafting.chains == static_cast<int>(seqs.size()));
@@ -449,7 +453,8 @@ TEST_CASE("cuda backend: chains and trees left on the draft device verify as tho
   const auto draft = make_backend(BackendKind::kCuda, draft_model, std::nullopt);
   const auto prompts = test::reference_prompts();
   const std::vector<int> branching{2, 2};
-  // Chains in every mode; static trees where no child is absent (greedy, T = 1: the two sides
+  // Chains in every mode; static trees and a chain with two siblings (a tree on the device, the
+  // chain first in the proposal) where no child is absent (greedy, T = 1: the two sides
   // then draw the same uniforms) and under top-k 1, where all but one child of each context is
   // absent (left on the device, the whole tree is verified without them; read back, the tree
   // of the others) and every verdict is deterministic. Dynamic trees (their rows and parents
@@ -476,9 +481,12 @@ TEST_CASE("cuda backend: chains and trees left on the draft device verify as tho
     const DistributionFn distribution = draft_distribution(sampling, DraftOptions{});
     const auto sampler = make_sampler(sampling);
     std::vector<TreeShape> shapes{TreeShape{chain_topology(3)}, TreeShape{chain_topology(1)}, TreeShape{chain_topology(4)}};
+    std::vector<DraftBound> bounds(shapes.size(), DraftBound{8});
     if (mode.kind == Kind::kChainsAndTrees) {
       shapes.push_back(TreeShape{branching_topology(branching)});
       shapes.push_back(TreeShape{TreeTopology{{-1, -1, 0, 0, 1, 2}}});
+      shapes.push_back(TreeShape{chain_topology(2)});  // with 2 siblings: a tree on the device
+      bounds.insert(bounds.end(), {DraftBound{8}, DraftBound{8}, DraftBound{8, 0, 2}});
     }
     if (mode.kind == Kind::kDynamic) shapes.assign(3, TreeShape{TreeTopology{}, 12, 4, 4});
     Side read_back{test::Engine(*target, 16, 128), test::Engine(*draft, 16, 128), {}};
@@ -499,16 +507,17 @@ TEST_CASE("cuda backend: chains and trees left on the draft device verify as tho
     for (int step = 0; step < 2; ++step) {
       INFO("step " << step);
       const std::size_t before = cuda::cuda_live_graphs();
-      const std::vector<DeviceVerdict> expected = device_step(read_back, false, sampling);
+      const std::vector<DeviceVerdict> expected = device_step(read_back, false, sampling, bounds);
       const std::size_t between = cuda::cuda_live_graphs();
-      const std::vector<DeviceVerdict> got = device_step(left, true, sampling);
+      const std::vector<DeviceVerdict> got = device_step(left, true, sampling, bounds);
       // Gathering draws leaves the graphs as they are without: the verification's captured at
       // the second step of its shape (the same shape on both sides unless nodes are absent).
       if (!absent) CHECK(cuda::cuda_live_graphs() - between == between - before);
       if (step == 1 && !absent) CHECK(between > before);
       for (std::size_t i = 0; i < shapes.size(); ++i) {
         INFO("sequence " << i);
-        const int nodes = mode.kind == Kind::kDynamic ? shapes[i].dynamic_budget : shapes[i].topology.size();
+        const int nodes = mode.kind == Kind::kDynamic ? shapes[i].dynamic_budget
+                                                      : shapes[i].topology.size() + bounds[i].siblings;
         CHECK(expected[i].drafted.empty());
         CHECK(got[i].drafted.size() == static_cast<std::size_t>(nodes));
         const auto present = std::count_if(got[i].drafted.begin(), got[i].drafted.end(), [](int t) { return t >= 0; });
@@ -527,7 +536,6 @@ TEST_CASE("cuda backend: chains and trees left on the draft device verify as tho
     }
     // Draws a later draft on their workspace overwrote are refused, not read.
     const std::vector<SpeculativeSequence*> seqs = left.pointers();
-    const std::vector<DraftBound> bounds(seqs.size(), DraftBound{8});
     const DeviceDrafting drafting = run_drafts(seqs, bounds, nullptr, true);
     REQUIRE(drafting.left.size() == 1);
     std::vector<SequenceRows> parts;
@@ -562,10 +570,10 @@ struct MedusaSide {
 // drafted tokens: of a proposal left on the device, the draws that came back; of one grown on
 // the host, its tokens.
 std::vector<DeviceVerdict> heads_step(test::Engine& target, std::span<const std::unique_ptr<SpeculativeSequence>> owned,
-                                      bool leave, const SamplingOptions& sampling, bool in_calls) {
+                                      std::span<const DraftBound> bounds, bool leave, const SamplingOptions& sampling,
+                                      bool in_calls) {
   std::vector<SpeculativeSequence*> seqs;
   for (const auto& s : owned) seqs.push_back(s.get());
-  const std::vector<DraftBound> bounds(seqs.size(), DraftBound{8});
   std::vector<DraftCall> calls;
   const DeviceDrafting drafting = run_drafts(seqs, bounds, &calls, leave);
   CHECK(drafting.chains == (leave ? static_cast<int>(seqs.size()) : 0));
@@ -601,12 +609,13 @@ std::vector<DeviceVerdict> heads_step(test::Engine& target, std::span<const std:
 // top-k 1: all but one child of each context, so a node a level), accepted nodes (their count
 // where nodes are absent, the indices then differing), emitted and committed tokens.
 void check_left_as_grown(std::span<const DeviceVerdict> got, std::span<const DeviceVerdict> expected,
-                         std::span<const TreeShape> shapes, bool absent,
+                         std::span<const TreeShape> shapes, std::span<const DraftBound> bounds, bool absent,
                          std::span<const std::unique_ptr<SpeculativeSequence>> left,
                          std::span<const std::unique_ptr<SpeculativeSequence>> grown) {
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     INFO("sequence " << i);
-    const int nodes = shapes[i].dynamic_budget > 0 ? shapes[i].dynamic_budget : shapes[i].topology.size();
+    const int nodes =
+        shapes[i].dynamic_budget > 0 ? shapes[i].dynamic_budget : shapes[i].topology.size() + bounds[i].siblings;
     CHECK(got[i].drafted.size() == static_cast<std::size_t>(nodes));
     std::vector<int> present;  // the host's tree lacks the absent nodes
     std::copy_if(got[i].drafted.begin(), got[i].drafted.end(), std::back_inserter(present), [](int t) { return t >= 0; });
@@ -625,17 +634,16 @@ void check_left_as_grown(std::span<const DeviceVerdict> got, std::span<const Dev
 // their verification: the draws it overwrote are refused.
 void compare_left_with_grown(test::Engine& host_target, std::span<const std::unique_ptr<SpeculativeSequence>> host,
                              test::Engine& left_target, std::span<const std::unique_ptr<SpeculativeSequence>> left,
-                             std::span<const TreeShape> shapes, const SamplingOptions& sampling, bool in_calls,
-                             const std::function<void()>& overwrite) {
+                             std::span<const TreeShape> shapes, std::span<const DraftBound> bounds,
+                             const SamplingOptions& sampling, bool in_calls, const std::function<void()>& overwrite) {
   for (int step = 0; step < (test::kSanitized ? 1 : 2); ++step) {
     INFO("step " << step);
-    const std::vector<DeviceVerdict> expected = heads_step(host_target, host, false, sampling, in_calls);
-    const std::vector<DeviceVerdict> got = heads_step(left_target, left, true, sampling, in_calls);
-    check_left_as_grown(got, expected, shapes, sampling.top_k == 1, left, host);
+    const std::vector<DeviceVerdict> expected = heads_step(host_target, host, bounds, false, sampling, in_calls);
+    const std::vector<DeviceVerdict> got = heads_step(left_target, left, bounds, true, sampling, in_calls);
+    check_left_as_grown(got, expected, shapes, bounds, sampling.top_k == 1, left, host);
   }
   std::vector<SpeculativeSequence*> seqs;
   for (const auto& s : left) seqs.push_back(s.get());
-  const std::vector<DraftBound> bounds(seqs.size(), DraftBound{8});
   run_drafts(seqs, bounds, nullptr, true);
   std::vector<SequenceRows> parts;
   std::vector<DeviceVerify> verify;
@@ -686,6 +694,7 @@ TEST_CASE("cuda backend: Medusa trees left on the heads' device verify as those 
   const int last = target_model.config().num_hidden_layers;
   const auto prompts = test::reference_prompts();
   const std::vector<TreeShape> shapes = head_shapes();
+  const std::vector<DraftBound> bounds(shapes.size(), DraftBound{8});
   for (const auto& [name, sampling] : test::kSanitized ? std::span(kHeadModes).last(2) : std::span(kHeadModes)) {
     INFO(name);
     const bool stochastic = sampling.strategy == Strategy::kSample;
@@ -708,7 +717,7 @@ TEST_CASE("cuda backend: Medusa trees left on the heads' device verify as those 
     }
     const std::vector<float> state(static_cast<std::size_t>(heads.config().hidden_size), 0.5f);
     const MedusaTree one{1, draw_options(sampling), {}, kDrawTopK, {}};
-    compare_left_with_grown(host.target, host.seqs, left.target, left.seqs, shapes, sampling, false,
+    compare_left_with_grown(host.target, host.seqs, left.target, left.seqs, shapes, bounds, sampling, false,
                             [&] { heads.enqueue_draws(state, 1, 1, std::span(&one, 1), *left.heads); });
   }
 }
@@ -732,7 +741,7 @@ struct HeadSide {
   }
 };
 
-// An EAGLE head's chains and static trees drawn on its device and left there
+// An EAGLE head's chains, static trees and a chain with siblings drawn on its device and left there
 // (HeadForwardContext::enqueue_chains: the catch-up's taps projected there, each level fed its
 // parent's output state and the draws mapped to target ids there) give the verdicts, drafted
 // and committed tokens of the same drafters growing them on the host round by round, over two
@@ -771,7 +780,12 @@ TEST_CASE("cuda backend: EAGLE heads' proposals left on their device verify as t
   dynamic.dynamic_top_k = 2;
   for (const auto& [kind_name, kind] : test::kSanitized ? std::span(kinds).last(2) : std::span(kinds)) {
     const bool grown = std::string(kind_name).find("dynamic") != std::string::npos;
-    const std::vector<TreeShape> shapes = grown ? std::vector<TreeShape>(3, dynamic) : head_shapes();
+    std::vector<TreeShape> shapes = grown ? std::vector<TreeShape>(3, dynamic) : head_shapes();
+    std::vector<DraftBound> bounds(shapes.size(), DraftBound{8});
+    if (!grown) {  // a chain of 2 with 2 siblings: a tree on the device, the chain first in the proposal
+      shapes.push_back(TreeShape{chain_topology(2)});
+      bounds.push_back(DraftBound{8, 0, 2});
+    }
     const std::string& dir = kind == HeadKind::kEagle3 ? eagle3_dir.path.string() : eagle1_dir.path.string();
     const HeadBackend& head = test::store().head(dir, target_dir, BackendKind::kCuda, kind);
     REQUIRE(head.drafts_on_device());
@@ -804,7 +818,7 @@ TEST_CASE("cuda backend: EAGLE heads' proposals left on their device verify as t
                               draw_options(sampling), stochastic ? std::span<const double>(uniforms) : std::span<const double>(),
                               {}, kDrawTopK};
       const std::vector<float> taps(3 * static_cast<std::size_t>(head.config().num_taps() * config.hidden_size), 0.5f);
-      compare_left_with_grown(host.target, host.seqs, left.target, left.seqs, shapes, sampling, true,
+      compare_left_with_grown(host.target, host.seqs, left.target, left.seqs, shapes, bounds, sampling, true,
                               [&] { left.context.enqueue_chains(std::span(&chain, 1), taps); });
     }
   }
