@@ -161,6 +161,29 @@ DeviceRounds leave_head_chains(const HeadForwardContext& context, std::span<Draf
   return left_chains(context.enqueue_chains(chains, taps), group, calls);
 }
 
+// One device call of a cache: its drafters' shape (a dynamic tree's budget, width and top_k;
+// zeros for chains and static trees).
+using ShapeCall = std::tuple<const KvCache*, int, int, int>;
+ShapeCall shape_call(const KvCache& cache, const DynamicDraft& shape) {
+  return {&cache, shape.budget, shape.width, shape.top_k};
+}
+
+// Keeps each cache's first call in `calls`, moving its others to `rest` (dropping them where
+// null).
+void keep_first_shapes(std::map<ShapeCall, std::vector<Drafter*>>& calls, std::map<ShapeCall, std::vector<Drafter*>>* rest) {
+  for (auto it = calls.begin(); it != calls.end();) {
+    if (it == calls.begin() || std::get<0>(std::prev(it)->first) != std::get<0>(it->first)) {
+      ++it;
+      continue;
+    }
+    if (rest) {
+      std::vector<Drafter*>& to = (*rest)[it->first];
+      to.insert(to.end(), it->second.begin(), it->second.end());
+    }
+    it = calls.erase(it);
+  }
+}
+
 }  // namespace
 
 std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters, std::vector<DraftCall>* calls,
@@ -181,43 +204,29 @@ std::vector<DeviceRounds> run_draft_forwards(std::span<Drafter* const> drafters,
   }
   // Per draft cache, the chains read back, then those left on the device: a later forward_draft
   // on the cache's workspace would overwrite the draws left there. One call per shape: dynamic
-  // trees by (budget, width, top_k), zeros for the others.
-  using ChainCall = std::tuple<const KvCache*, int, int, int>;
-  std::map<ChainCall, std::vector<Drafter*>> chains, left;
+  // trees by (budget, width, top_k), zeros for the others. Per head cache, the proposals left
+  // on the device (it reads none back).
+  std::map<ShapeCall, std::vector<Drafter*>> read_back, left, heads_left;
   for (std::size_t i = 0; i < drafters.size(); ++i) {
     Drafter* d = drafters[i];
-    const DeviceChain* c = d->device_chain();
-    if (!c) continue;
-    const ChainCall call = c->is_dynamic() ? ChainCall{&d->forward_context()->cache, c->length, c->dynamic_width, c->dynamic_top_k}
-                                           : ChainCall{&d->forward_context()->cache, 0, 0, 0};
     const bool leave = !leave_on_device.empty() && leave_on_device[i];
-    (leave ? left : chains)[call].push_back(d);
-  }
-  // A cache's first shape to leave stays left; its others are read back.
-  for (auto it = left.begin(); it != left.end();) {
-    if (it != left.begin() && std::get<0>(std::prev(it)->first) == std::get<0>(it->first)) {
-      std::vector<Drafter*>& read_back = chains[it->first];
-      read_back.insert(read_back.end(), it->second.begin(), it->second.end());
-      it = left.erase(it);
-    } else {
-      ++it;
+    if (const DeviceChain* c = d->device_chain()) {
+      const DynamicDraft shape =
+          c->is_dynamic() ? DynamicDraft{c->length, c->dynamic_width, c->dynamic_top_k} : DynamicDraft{};
+      (leave ? left : read_back)[shape_call(d->forward_context()->cache, shape)].push_back(d);
+    } else if (const std::optional<DynamicDraft> shape = d->head_device_shape(); shape && leave) {
+      heads_left[shape_call(d->head_context()->cache, *shape)].push_back(d);
     }
   }
-  for (const auto& [call, group] : chains) run_device_chains(*group.front()->forward_context(), group, calls);
+  // A cache's first shape to leave stays left; a draft cache's others are read back, a head
+  // cache's grow on the host.
+  keep_first_shapes(left, &read_back);
+  keep_first_shapes(heads_left, nullptr);
+  for (const auto& [call, group] : read_back) run_device_chains(*group.front()->forward_context(), group, calls);
   for (const auto& [call, group] : left)
     on_device.push_back(leave_device_chains(*group.front()->forward_context(), group, calls));
-  // Per head cache, the proposals of its first drafter's shape left on the device; the others
-  // grow on the host.
-  std::map<const KvCache*, std::pair<DynamicDraft, std::vector<Drafter*>>> heads_left;
-  for (std::size_t i = 0; i < drafters.size(); ++i) {
-    const std::optional<DynamicDraft> shape = drafters[i]->head_device_shape();
-    if (!shape || leave_on_device.empty() || !leave_on_device[i]) continue;
-    auto& [first_shape, group] =
-        heads_left.try_emplace(&drafters[i]->head_context()->cache, *shape, std::vector<Drafter*>{}).first->second;
-    if (*shape == first_shape) group.push_back(drafters[i]);
-  }
-  for (const auto& [cache, left_group] : heads_left)
-    on_device.push_back(leave_head_chains(*left_group.second.front()->head_context(), left_group.second, calls));
+  for (const auto& [call, group] : heads_left)
+    on_device.push_back(leave_head_chains(*group.front()->head_context(), group, calls));
   for (;;) {
     // One batched call per draft cache. Keyed by the cache, not the context: each drafter holds
     // its own copy of the context (keyed by that, every sequence's round ran alone).

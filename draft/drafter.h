@@ -178,14 +178,14 @@ struct DeviceRounds {
 // a draft round, so not among `calls`), those of the drafters `leave_on_device` marks whose
 // proposal a device may draw (MedusaRows::device) in one enqueue_draws a backend and workspace
 // instead, after its read-back call, their trees left there (Drafter::chain_left_on_device);
-// the proposals of head drafters `leave_on_device` marks that their head's device may draw
-// (Drafter::head_device_shape), in one enqueue_chains a head cache, left there (of its first
-// drafter's shape, as a draft cache's; the others grow on the host, below); then the
-// chains drawn on a device (Drafter::device_chain), those sharing a draft cache in one
+// then the chains drawn on a device (Drafter::device_chain), those sharing a draft cache in one
 // run_chains (dynamic trees in one of their own per shape) — or, for the drafters
 // `leave_on_device` marks (empty: none), in one enqueue_chains whose draws stay there
 // (Drafter::chain_left_on_device): one such call a draft cache, of its first shape (chains and
-// static trees, or one shape of dynamic trees), the other shapes read back before it —, then
+// static trees first, then dynamic trees by budget, width and top_k), the other shapes read
+// back before it —; then the proposals of head drafters `leave_on_device` marks that their
+// head's device may draw (Drafter::head_device_shape), in one enqueue_chains a head cache, left
+// there (of its first shape, as a draft cache's; the others grow on the host, below); then
 // round by round, those sharing a draft cache (a draft model's or a head's) as one batched call.
 // Each call is appended to `calls` when given (a device chain's: each round, with its device
 // time). Returns the rounds left on a device (the Medusa heads' too).

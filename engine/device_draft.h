@@ -59,7 +59,6 @@ struct DynamicDraft {
   int width = 0;   // nodes a batch takes
   int top_k = 0;   // children a context pushes
   bool on() const { return budget > 0; }
-  bool operator==(const DynamicDraft&) const = default;
   // Candidates a tree pushes: the root's top_k, then top_k for each node a round feeds.
   int pool_cap() const;
 };
