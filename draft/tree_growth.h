@@ -138,8 +138,8 @@ class TreeGrowth {
 
  private:
   // The proposal made the tree of `shape`'s nodes with `tokens` less the absent ones, in
-  // shape.order, complete, those of the nodes before `fed_rows` (in the shape) that precede
-  // the first one not fed fed; returns each proposal node's node in the shape.
+  // shape.order, complete; its fed nodes are its longest prefix whose shape nodes lie before
+  // `fed_rows`. Returns each proposal node's node in the shape.
   std::vector<int> complete_tree(const DeviceShape& shape, std::span<const int> parents, std::span<const int> tokens,
                                  int fed_rows);
   // The siblings a finished chain of `chain` tokens takes within max_nodes_.
