@@ -173,49 +173,56 @@ TreeGrowth::DeviceShape TreeGrowth::device_shape() const {
     out.dynamic = DynamicDraft{budget, width, shape_.dynamic_top_k};
     out.nodes = budget;
     out.forwards = dynamic_rounds(budget, width);
-    out.order.resize(static_cast<std::size_t>(budget));
-    std::iota(out.order.begin(), out.order.end(), 0);
+    out.fed = (out.forwards - 1) * width;
+  } else if (stop_below_ > 0) {
     return out;
-  }
-  if (stop_below_ > 0) return out;
-  if (shape_.adaptive || shape_.topology.is_chain()) {
+  } else if (shape_.adaptive || shape_.topology.is_chain()) {
     const int length = std::min(max_depth_, gamma_);
-    const int siblings = wanted_siblings(length);
-    out.nodes = length + siblings;
+    out.siblings = wanted_siblings(length);
+    out.nodes = length + out.siblings;
     out.forwards = length;
+    out.fed = length - 1;
     out.mode = stochastic_ ? kDrawSampled : kDrawTopK;
-    out.order.resize(static_cast<std::size_t>(out.nodes));
-    std::iota(out.order.begin(), out.order.end(), 0);
-    if (siblings == 0) return out;
-    // Growth order [x_1, siblings..., x_2, ..., x_length]; proposal order the chain first.
-    out.siblings = siblings;
-    out.mode = stochastic_ ? kDrawWithoutReplacement : kDrawTopK;
-    out.parents.assign(static_cast<std::size_t>(1 + siblings), -1);
-    for (int d = 1; d < length; ++d) {
-      out.parents.push_back(d == 1 ? 0 : siblings + d - 1);
-      out.order[static_cast<std::size_t>(d)] = siblings + d;
+    if (out.siblings > 0) {
+      // Growth order [x_1, siblings..., x_2, ..., x_length]; proposal order the chain first.
+      out.mode = stochastic_ ? kDrawWithoutReplacement : kDrawTopK;
+      out.parents.assign(static_cast<std::size_t>(1 + out.siblings), -1);
+      for (int d = 2; d <= length; ++d) out.parents.push_back(d == 2 ? 0 : out.siblings + d - 2);
     }
-    for (int j = 1; j <= siblings; ++j) out.order[static_cast<std::size_t>(length - 1 + j)] = j;
+  } else if (siblings_ > 0) {
     return out;
+  } else {
+    // advance_static's levels with every child drawn: (node, topology context) per frontier entry.
+    std::vector<std::pair<int, int>> frontier{{-1, 0}};
+    for (int level = 0; level < max_depth_ && !frontier.empty(); ++level) {
+      std::vector<std::pair<int, int>> next;
+      for (const auto& [node, shape_context] : frontier)
+        for (const int child : topology_children_[static_cast<std::size_t>(shape_context)]) {
+          next.emplace_back(static_cast<int>(out.parents.size()), child + 1);
+          out.parents.push_back(node);
+        }
+      frontier = std::move(next);
+    }
+    out.nodes = static_cast<int>(out.parents.size());
+    out.mode = static_cast<int>(draw_mode());
   }
-  if (siblings_ > 0) return out;
-  // advance_static's levels with every child drawn: (node, topology context) per frontier entry.
-  std::vector<std::pair<int, int>> frontier{{-1, 0}};
-  for (int level = 0; level < max_depth_ && !frontier.empty(); ++level) {
-    std::vector<std::pair<int, int>> next;
-    for (const auto& [node, shape_context] : frontier)
-      for (const int child : topology_children_[static_cast<std::size_t>(shape_context)]) {
-        next.emplace_back(static_cast<int>(out.parents.size()), child + 1);
-        out.parents.push_back(node);
-      }
-    frontier = std::move(next);
+  if (out.is_tree()) {  // a round a level; the levels above the deepest are fed
+    const std::vector<int> depth = depths(out.parents);
+    out.forwards = *std::max_element(depth.begin(), depth.end());
+    out.fed = static_cast<int>(std::count_if(depth.begin(), depth.end(), [&](int d) { return d < out.forwards; }));
   }
-  out.nodes = static_cast<int>(out.parents.size());
-  out.mode = static_cast<int>(draw_mode());
-  const std::vector<int> depth = depths(out.parents);
-  out.forwards = depth.empty() ? 0 : *std::max_element(depth.begin(), depth.end());
   out.order.resize(static_cast<std::size_t>(out.nodes));
   std::iota(out.order.begin(), out.order.end(), 0);
+  if (out.siblings > 0) {  // the chain's nodes after x_1, then the siblings
+    const int length = out.forwards;
+    for (int d = 1; d < length; ++d) out.order[static_cast<std::size_t>(d)] = out.siblings + d;
+    for (int j = 1; j <= out.siblings; ++j) out.order[static_cast<std::size_t>(length - 1 + j)] = j;
+  }
+  out.held_parents = out.parents;
+  if (!out.is_tree()) {
+    out.held_parents.resize(static_cast<std::size_t>(out.nodes));
+    std::iota(out.held_parents.begin(), out.held_parents.end(), -1);
+  }
   return out;
 }
 
@@ -227,7 +234,7 @@ void TreeGrowth::device_uniforms(const DeviceShape& shape, std::vector<double>& 
 }
 
 std::vector<int> TreeGrowth::complete_tree(const DeviceShape& shape, std::span<const int> parents,
-                                           std::span<const int> tokens, int fed_rows) {
+                                           std::span<const int> tokens) {
   assert(proposal_.tree.size() == 0 && parents.size() == tokens.size() && shape.order.size() == tokens.size());
   const std::size_t n = tokens.size();
   const std::vector<int> depth = depths(parents);
@@ -246,7 +253,7 @@ std::vector<int> TreeGrowth::complete_tree(const DeviceShape& shape, std::span<c
     compact[i] = proposal_.tree.add_node(parent < 0 ? -1 : compact[static_cast<std::size_t>(parent)], tokens[i]);
     kept.push_back(node);
   }
-  fed_nodes_ = static_cast<int>(std::find_if(kept.begin(), kept.end(), [&](int i) { return i >= fed_rows; }) - kept.begin());
+  fed_nodes_ = static_cast<int>(std::find_if(kept.begin(), kept.end(), [&](int i) { return i >= shape.fed; }) - kept.begin());
   level_ = depth.empty() ? 0 : *std::max_element(depth.begin(), depth.end());
   frontier_.clear();
   pending_.reset();
@@ -258,18 +265,12 @@ std::vector<int> TreeGrowth::device_drawn(const DeviceShape& shape, std::span<co
   assert(shape.on() && static_cast<int>(tokens.size()) == shape.nodes);
   assert(shape.sampled() && !shape.dynamic.on() ? q.size() == tokens.size() * static_cast<std::size_t>(vocab)
                                                  : q.empty());
-  if (shape.dynamic.on())
-    return complete_tree(shape, parents, tokens, (shape.forwards - 1) * shape.dynamic.width);
+  if (shape.dynamic.on()) return complete_tree(shape, parents, tokens);
+  const std::vector<int> kept = complete_tree(shape, shape.held_parents, tokens);
   if (!shape.is_tree()) {
-    std::vector<int> chain(tokens.size());
-    std::iota(chain.begin(), chain.end(), -1);
-    const std::vector<int> kept = complete_tree(shape, chain, tokens, shape.nodes - 1);
     proposal_.q.assign(q.begin(), q.end());
     return kept;
   }
-  const std::vector<int> depth = depths(shape.parents);
-  const int fed_rows = static_cast<int>(std::count_if(depth.begin(), depth.end(), [&](int d) { return d < shape.forwards; }));
-  const std::vector<int> kept = complete_tree(shape, shape.parents, tokens, fed_rows);
   if (q.empty()) return kept;
   // A context's distribution is the one its children were drawn from; a context without
   // children keeps a zero row.
@@ -289,17 +290,7 @@ std::vector<int> TreeGrowth::device_drawn(const DeviceShape& shape, std::span<co
 std::vector<int> TreeGrowth::device_left(const DeviceShape& shape, std::shared_ptr<const DeviceDraws> draws,
                                          std::span<const int> node_draws) {
   assert(shape.on() && static_cast<int>(node_draws.size()) == shape.nodes);
-  std::vector<int> parents = shape.parents;
-  int fed_rows = 0;
-  if (shape.is_tree()) {
-    const std::vector<int> depth = depths(parents);
-    fed_rows = static_cast<int>(std::count_if(depth.begin(), depth.end(), [&](int d) { return d < shape.forwards; }));
-  } else {
-    parents.resize(node_draws.size());
-    std::iota(parents.begin(), parents.end(), -1);
-    fed_rows = shape.dynamic.on() ? (shape.forwards - 1) * shape.dynamic.width : shape.nodes - 1;
-  }
-  const std::vector<int> kept = complete_tree(shape, parents, std::vector<int>(node_draws.size(), 0), fed_rows);
+  const std::vector<int> kept = complete_tree(shape, shape.held_parents, std::vector<int>(node_draws.size(), 0));
   proposal_.draws = std::move(draws);
   proposal_.node_draws.clear();
   for (const int node : kept) proposal_.node_draws.push_back(node_draws[static_cast<std::size_t>(node)]);

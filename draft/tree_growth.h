@@ -78,9 +78,13 @@ class TreeGrowth {
     int mode = kDrawTopK;      // the kDraw* code every context's children are drawn by
     DynamicDraft dynamic;      // on where a dynamic tree
     int forwards = 0;          // draft forwards (device rounds) it takes
+    int fed = 0;               // nodes [0, fed) are fed to a later round
     int siblings = 0;          // a chain's siblings: the root's children after the first
     // The proposal order of the nodes: proposal node k is node order[k] here ([nodes]).
     std::vector<int> order;
+    // Each node's parent as the proposal holds it until its tokens are known ([nodes]): a static
+    // tree's parents; a chain of every node for a chain and a dynamic tree.
+    std::vector<int> held_parents;
 
     bool on() const { return nodes > 0; }
     bool is_tree() const { return !parents.empty(); }
@@ -137,11 +141,10 @@ class TreeGrowth {
   static constexpr int kMaxAdaptiveGamma = 16;  // adaptive chains grow up to this length
 
  private:
-  // The proposal made the tree of `shape`'s nodes with `tokens` less the absent ones, in
-  // shape.order, complete; its fed nodes are its longest prefix whose shape nodes lie before
-  // `fed_rows`. Returns each proposal node's node in the shape.
-  std::vector<int> complete_tree(const DeviceShape& shape, std::span<const int> parents, std::span<const int> tokens,
-                                 int fed_rows);
+  // The proposal made the tree of `shape`'s nodes under `parents` with `tokens` less the absent
+  // ones, in shape.order, complete; its fed nodes are its longest prefix whose shape nodes lie
+  // before shape.fed. Returns each proposal node's node in the shape.
+  std::vector<int> complete_tree(const DeviceShape& shape, std::span<const int> parents, std::span<const int> tokens);
   // The siblings a finished chain of `chain` tokens takes within max_nodes_.
   int wanted_siblings(int chain) const;
   // The draw mode of this proposal's children (verify/token_tree.h's SiblingDraw).
