@@ -134,7 +134,9 @@ void HeadDrafter::start(std::span<const int> committed, DraftBound bound, Philox
   prefix_end_ = root_position_;
   pending_ = SequenceRows{seq_, tokens_, positions_, {}, RowLogits::kLast};
   catching_up_ = true;
-  if (device_options_ && !controls_.active() && head_.head.drafts_on_device()) device_shape_ = growth_.device_shape();
+  if (!device_options_ || !controls_.paths_on_device() || !head_.head.drafts_on_device()) return;
+  device_shape_ = growth_.device_shape();
+  if (controls_.active() && device_shape_.dynamic.on()) device_shape_ = {};
 }
 
 std::span<const float> HeadDrafter::pending_states() {
@@ -148,7 +150,12 @@ std::span<const float> HeadDrafter::pending_states() {
 HeadChain HeadDrafter::head_device_chain() {
   SPECULA_CHECK(head_device_shape(), "draft head: the proposal is not one its device draws");
   growth_.device_uniforms(device_shape_, device_uniforms_);
-  return {device_shape_.chain(*pending_, *device_options_, device_uniforms_), taps_};
+  HeadChain out{device_shape_.chain(*pending_, *device_options_, device_uniforms_), taps_};
+  if (controls_.active()) {
+    controls_.path_edits(committed_, head_.target.vocab_size, path_edits_);
+    out.chain.controls = &path_edits_;
+  }
+  return out;
 }
 
 void HeadDrafter::chain_left_on_device(std::shared_ptr<const DeviceDraws> draws, std::span<const int> node_draws) {

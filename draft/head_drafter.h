@@ -53,9 +53,9 @@ class HeadDrafter : public Drafter {
   // `stochastic`: children are sampled from `distribution` (chains i.i.d., static trees
   // without replacement) and q is returned; otherwise they are its top-k. `device`: the options
   // `distribution` applies, as the head backend's device draws with them (greedy when
-  // !stochastic); where given and the backend draws on its device, a plain chain, a static
-  // tree or a dynamic tree without controls may be drawn there whole (ModelDrafter's rules for
-  // its uniforms).
+  // !stochastic); where given and the backend draws on its device, a chain (with or without
+  // siblings), a static tree or a dynamic tree may be drawn there whole (ModelDrafter's rules
+  // for its uniforms and controls).
   HeadDrafter(const HeadForwardContext& head, KvCache::SeqId seq, KvCache& target_cache, KvCache::SeqId target_seq,
               DistributionFn distribution, bool stochastic, TreeShape shape, RowControls controls = {},
               std::optional<DrawOptions> device = std::nullopt);
@@ -109,6 +109,7 @@ class HeadDrafter : public Drafter {
   TreeGrowth::DeviceShape device_shape_;  // the proposal as its device may draw it whole (off: it may not)
   bool drawn_on_device_ = false;       // the proposal was left on the device
   std::vector<double> device_uniforms_;  // [its nodes] where sampled
+  PathEdits path_edits_;               // the device chain's controls, where active
   std::vector<float> context_out_;     // [contexts fed, hidden] output state of each context's entry
   // Scratch.
   std::vector<int> tokens_, positions_;

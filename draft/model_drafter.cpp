@@ -40,12 +40,16 @@ void ModelDrafter::start(std::span<const int> committed, DraftBound bound, Philo
   device_chain_.reset();
   device_nodes_.clear();
   drawn_on_device_ = false;
-  if (!device_options_ || controls_.active() || !draft_.backend.drafts_on_device() || draft_.cache.state_width() != 0)
+  if (!device_options_ || !controls_.paths_on_device() || !draft_.backend.drafts_on_device() ||
+      draft_.cache.state_width() != 0)
     return;
   device_shape_ = growth_.device_shape();
-  if (!device_shape_.on()) return;
+  if (!device_shape_.on() || (controls_.active() && device_shape_.dynamic.on())) return;
   growth_.device_uniforms(device_shape_, device_uniforms_);
   device_chain_ = device_shape_.chain(*pending_, *device_options_, device_uniforms_);
+  if (!controls_.active()) return;
+  controls_.path_edits(committed, vocab(), path_edits_);
+  device_chain_->controls = &path_edits_;
 }
 
 void ModelDrafter::chain_drawn(std::span<const int> tokens, std::span<const int> parents, std::span<const float> q) {

@@ -34,9 +34,11 @@ class ModelDrafter : public Drafter {
   // row over the committed tokens and the row's own path before `distribution` reads it.
   // `device`: the options `distribution` applies, as the draft backend's device draws with
   // them (greedy when !stochastic); where given and the backend drafts on its device, a
-  // proposal without controls that its device may draw whole (TreeGrowth::device_shape: a
-  // chain, with or without siblings, a static tree, a dynamic tree) is drawn there
-  // (device_chain()), its uniforms drawn from the rng up front (TreeGrowth::device_uniforms).
+  // proposal that its device may draw whole (TreeGrowth::device_shape: a chain, with or
+  // without siblings, a static tree, a dynamic tree) is drawn there (device_chain()), its
+  // uniforms drawn from the rng up front (TreeGrowth::device_uniforms), its rows edited there
+  // by the controls (RowControls::path_edits) where they are active — then not for a dynamic
+  // tree, nor under no_repeat_ngram_size.
   ModelDrafter(const ForwardContext& draft, KvCache::SeqId seq, DistributionFn distribution, bool stochastic,
                TreeShape shape, RowControls controls = {}, std::optional<DrawOptions> device = std::nullopt);
   ~ModelDrafter() override;
@@ -91,6 +93,7 @@ class ModelDrafter : public Drafter {
   bool drawn_on_device_ = false;             // this proposal was drawn there
   std::vector<double> device_uniforms_;      // [its nodes] where sampled
   std::vector<int> device_nodes_;            // [proposal nodes] each node's row in the device's rows, else empty
+  PathEdits path_edits_;                     // the device chain's controls, where active
 };
 
 }  // namespace specula

@@ -44,6 +44,17 @@ ChainShape shape_of(const DeviceChain& c) {
   return shape;
 }
 
+// A logit row of context `context` (0 the root, 1 + n after node n) under control set `set`:
+// its path's draws, the nodes from the root down to node n.
+void add_path(std::span<const int> draw_of, std::span<const int> parents, int context, int set, DraftControls& out) {
+  out.row_set.push_back(set);
+  const std::size_t start = out.path_draws.size();
+  for (int n = context - 1; n >= 0; n = parents[static_cast<std::size_t>(n)])
+    out.path_draws.push_back(draw_of[static_cast<std::size_t>(n)]);
+  std::reverse(out.path_draws.begin() + static_cast<std::ptrdiff_t>(start), out.path_draws.end());
+  out.path_first.push_back(static_cast<int>(out.path_draws.size()));
+}
+
 }  // namespace
 
 std::size_t check_chains(std::span<const DeviceChain> chains) {
@@ -62,6 +73,8 @@ std::size_t check_chains(std::span<const DeviceChain> chains) {
                     f.dynamic_width, " and top_k ", f.dynamic_top_k, " (one call grows one shape)");
       SPECULA_CHECK(c.dynamic_top_k >= 1 && !c.is_tree(), "device draft: dynamic tree ", i, " has top_k ",
                     c.dynamic_top_k, " and ", c.tree_parents.size(), " static parents; need top_k >= 1 and none");
+      SPECULA_CHECK(c.controls == nullptr, "device draft: dynamic tree ", i,
+                    " has logit controls; dynamic trees take none on the device");
     }
     if (c.is_tree()) {
       SPECULA_CHECK(static_cast<int>(c.tree_parents.size()) == c.length, "device draft: tree ", i, " has ",
@@ -83,6 +96,7 @@ std::size_t check_chains(std::span<const DeviceChain> chains) {
 }
 
 ChainRounds plan_chain_rounds(KvCache& cache, const ModelConfig& config, std::span<const DeviceChain> chains, bool keep_q) {
+  ChainRounds out;
   std::vector<ChainShape> shapes;
   int rounds = 0;
   std::size_t widest = 0;
@@ -92,8 +106,18 @@ ChainRounds plan_chain_rounds(KvCache& cache, const ModelConfig& config, std::sp
     widest = std::max(widest, static_cast<std::size_t>(c.length));
   }
   const bool children = std::any_of(chains.begin(), chains.end(), [](const DeviceChain& c) { return c.is_tree(); });
+  const bool controls =
+      std::any_of(chains.begin(), chains.end(), [](const DeviceChain& c) { return c.controls != nullptr; });
+  std::vector<int> set_of(chains.size(), -1);  // each chain's control set
+  if (controls) {
+    out.draft.controls.path_first.push_back(0);
+    for (std::size_t i = 0; i < chains.size(); ++i) {
+      if (chains[i].controls == nullptr) continue;
+      set_of[i] = static_cast<int>(out.draft.controls.sets.size());
+      out.draft.controls.sets.push_back(chains[i].controls);
+    }
+  }
   const std::vector<int> placeholders(widest, 0);
-  ChainRounds out;
   out.draft.keep_q = keep_q;
   out.draw_of.resize(chains.size());
   for (std::size_t i = 0; i < chains.size(); ++i) out.draw_of[i].resize(static_cast<std::size_t>(chains[i].length));
@@ -133,6 +157,7 @@ ChainRounds plan_chain_rounds(KvCache& cache, const ModelConfig& config, std::sp
       for (const int context : contexts) {
         const std::vector<int>& kids = shape.children[static_cast<std::size_t>(context)];
         out.draft.options.push_back(c.options);
+        if (controls) add_path(out.draw_of[i], shape.parents, context, set_of[i], out.draft.controls);
         if (children) {
           out.draft.children.push_back(static_cast<int>(kids.size()));
           out.draft.child_modes.push_back(c.is_tree() ? c.tree_mode : c.options.greedy() ? kDrawTopK : kDrawSampled);

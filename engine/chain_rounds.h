@@ -39,8 +39,9 @@ std::size_t check_chains(std::span<const DeviceChain> chains);
 // contiguous run) when it is deeper than r, each its draw's token at its position under its
 // ancestors. A logit row's draws are its context's children, in node order. Where any chain is
 // a tree, every logit row draws through children (a chain's: one, kDrawTopK of the one-hot
-// greedy distribution or kDrawSampled). Batches are planned with `config`'s token and position
-// bounds.
+// greedy distribution or kDrawSampled). A chain's controls edit each of its logit rows over the
+// draws of its context's path (DraftRounds::controls). Batches are planned with `config`'s token
+// and position bounds.
 ChainRounds plan_chain_rounds(KvCache& cache, const ModelConfig& config, std::span<const DeviceChain> chains,
                               bool keep_q);
 

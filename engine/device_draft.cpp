@@ -78,7 +78,46 @@ void check_dynamic(const DraftRounds& draft) {
   SPECULA_CHECK(!draft.keep_q, "device draft: dynamic trees keep no q (their children are the top-k)");
 }
 
+// first_draw: [logit rows] the first draw of each logit row's round.
+void check_controls(const DraftRounds& draft, int vocab, std::span<const int> first_draw) {
+  const DraftControls& c = draft.controls;
+  const std::size_t logit_rows = first_draw.size();
+  SPECULA_CHECK(!draft.dynamic.on(), "device draft: dynamic trees take no logit controls on the device");
+  SPECULA_CHECK(c.row_set.size() == logit_rows && c.path_first.size() == logit_rows + 1, "device draft: controls of ",
+                c.row_set.size(), " logit rows and ", c.path_first.size(), " path starts for ", logit_rows, " logit rows");
+  SPECULA_CHECK(c.path_first.front() == 0 && c.path_first.back() == static_cast<int>(c.path_draws.size()),
+                "device draft: controls' paths run from ", c.path_first.front(), " to ", c.path_first.back(),
+                ", not from 0 to the ", c.path_draws.size(), " path draws");
+  for (std::size_t l = 0; l < logit_rows; ++l) {
+    const int set = c.row_set[l];
+    SPECULA_CHECK(set >= -1 && set < static_cast<int>(c.sets.size()), "device draft: logit row ", l,
+                  " takes control set ", set, "; there are ", c.sets.size());
+    SPECULA_CHECK(c.path_first[l] <= c.path_first[l + 1], "device draft: controls' path starts decrease at logit row ", l);
+    for (int k = c.path_first[l]; k < c.path_first[l + 1]; ++k) {
+      const int d = c.path_draws[static_cast<std::size_t>(k)];
+      SPECULA_CHECK(d >= 0 && d < first_draw[l], "device draft: logit row ", l, "'s path holds draw ", d,
+                    "; an earlier round's draws are [0, ", first_draw[l], ")");
+    }
+  }
+  for (std::size_t i = 0; i < c.sets.size(); ++i)
+    check_path_edits(*c.sets[i], vocab, detail::concat("device draft: control set ", i));
+}
+
 }  // namespace
+
+void check_path_edits(const PathEdits& e, int vocab, std::string_view what) {
+  for (std::size_t k = 0; k < e.edits.size(); ++k) {
+    const TokenEdit& edit = e.edits[k];
+    SPECULA_CHECK(edit.token >= 0 && edit.token < vocab && (k == 0 || e.edits[k - 1].token < edit.token) &&
+                      edit.count >= 0 && std::isfinite(edit.bias),
+                  what, ": edit ", k, " has token ", edit.token, ", count ", edit.count, " and bias ", edit.bias,
+                  "; edits need ascending tokens in [0, ", vocab, "), counts >= 0 and finite biases");
+  }
+  SPECULA_CHECK(std::isfinite(e.repetition) && e.repetition > 0 && std::isfinite(e.frequency) &&
+                    std::isfinite(e.presence),
+                what, ": penalties ", e.repetition, ", ", e.frequency, " and ", e.presence,
+                " must be finite, the repetition penalty > 0");
+}
 
 void check_draw_options(const DrawOptions& o, const char* what, int index) {
   SPECULA_CHECK(std::isfinite(o.temperature) && o.temperature >= 0, what, " ", index, ": temperature ", o.temperature,
@@ -111,6 +150,7 @@ void check_draft_rounds(const DraftRounds& draft, int vocab) {
   SPECULA_CHECK(static_cast<int>(draft.uniforms.size()) == draws, "device draft: ", draft.uniforms.size(),
                 " uniforms for ", draws, " draws");
   int row = 0, logit_row = 0, drawn_before = 0;
+  std::vector<int> first_draw;  // [logit rows] the first draw of each logit row's round
   for (int r = 0; r < draft.rounds(); ++r) {
     const RaggedBatch& batch = draft.batches[static_cast<std::size_t>(r)];
     SPECULA_CHECK(static_cast<int>(draft.plans[static_cast<std::size_t>(r)].row_slots.size()) == batch.num_rows(),
@@ -121,6 +161,7 @@ void check_draft_rounds(const DraftRounds& draft, int vocab) {
       SPECULA_CHECK(feed >= -1 && feed < drawn_before, "device draft: round ", r, " row ", i, " is fed draw ", feed,
                     "; an earlier round's draws are [0, ", drawn_before, ")");
     }
+    first_draw.insert(first_draw.end(), static_cast<std::size_t>(batch.num_logits()), drawn_before);
     for (int l = 0; l < batch.num_logits(); ++l, ++logit_row)
       drawn_before += draft.children.empty() ? 1 : draft.children[static_cast<std::size_t>(logit_row)];
   }
@@ -130,6 +171,8 @@ void check_draft_rounds(const DraftRounds& draft, int vocab) {
     const double u = draft.uniforms[static_cast<std::size_t>(d)];
     SPECULA_CHECK(u >= 0 && u < 1, "device draft: draw ", d, ": uniform ", u, " is outside [0, 1)");
   }
+  if (draft.controls.on() || !draft.controls.path_first.empty() || !draft.controls.sets.empty())
+    check_controls(draft, vocab, first_draw);
   if (draft.dynamic.on() || draft.dynamic.width != 0 || draft.dynamic.top_k != 0) check_dynamic(draft);
 }
 

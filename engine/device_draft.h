@@ -1,4 +1,5 @@
-// defines: DrawOptions (the sampling chain of one draw, as plain numbers), DraftRounds (draft
+// defines: DrawOptions (the sampling chain of one draw, as plain numbers), DraftControls (logit
+// controls over paths drawn on the device), DraftRounds (draft
 // forwards a backend runs back to back on its device, every logit row's token drawn there and
 // fed to a later round's row without the host: Backend::forward_draft), and their check;
 // DeviceDraws, the draws of such rounds left on the device for the target's verification
@@ -8,10 +9,12 @@
 
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "engine/batch.h"
 #include "kv/kv_plan.h"
+#include "sampling/logit_controls.h"
 
 namespace specula {
 
@@ -66,6 +69,18 @@ struct DynamicDraft {
 inline int dynamic_rounds(int budget, int width) { return (budget + width - 1) / width; }
 inline int DynamicDraft::pool_cap() const { return (1 + (dynamic_rounds(budget, width) - 1) * width) * top_k; }
 
+// Logit controls of draft rows whose paths the device draws: logit row l's logits are edited
+// by *sets[row_set[l]] (-1: not edited) over its path, the tokens of the draws
+// path_draws[path_first[l], path_first[l + 1]) (root first; a path of absent draws is never
+// read), before its distribution. The sets are the caller's, alive through the call.
+struct DraftControls {
+  std::vector<const PathEdits*> sets;
+  std::vector<int> row_set;     // [logit rows] or empty (no controls)
+  std::vector<int> path_first;  // [logit rows + 1] where row_set is given
+  std::vector<int> path_draws;  // [path_first.back()]
+  bool on() const { return !row_set.empty(); }
+};
+
 struct DraftRounds {
   std::vector<RaggedBatch> batches;  // [rounds]
   std::vector<KvPlan> plans;         // [rounds] each batch's plan, prepared in round order
@@ -75,6 +90,7 @@ struct DraftRounds {
   std::vector<int> child_modes;      // [logit rows] kDraw* codes where children is given, else empty
   std::vector<double> uniforms;      // [draws] each draw's inverse-CDF uniform (unread where greedy or kDrawTopK)
   bool keep_q = false;               // every logit row's distribution comes back
+  DraftControls controls;
   // Where on: every round's sequences are the first round's, in its order; round 0 gives one
   // logit row a sequence (its root), each later round `width` rows a sequence, all with logits,
   // whose tokens, positions and tree masks the device writes (the batch's are placeholders:
@@ -95,8 +111,15 @@ struct DraftRounds {
 // `vocab` tokens: a plan per batch (its row slots one per row), feeds of an earlier round's
 // draw or -1 (every row of the first round -1), options in range (temperature finite and >= 0,
 // top_k >= 0, top_p in (0, 1], min_p in [0, 1]), children >= 0 with a kDraw* mode each,
-// uniforms in [0, 1); dynamic rounds as DraftRounds::dynamic says.
+// uniforms in [0, 1); controls with a set (edits ascending within the vocabulary, penalties
+// finite) or -1 per logit row and paths of draws of earlier rounds, none for dynamic trees;
+// dynamic rounds as DraftRounds::dynamic says.
 void check_draft_rounds(const DraftRounds& draft, int vocab);
+
+// Throws SpeculaError naming `what` unless `e` suits a vocabulary of `vocab` tokens: edits of
+// ascending tokens in [0, vocab) with counts >= 0 and finite biases; finite penalties, the
+// repetition penalty > 0.
+void check_path_edits(const PathEdits& e, int vocab, std::string_view what);
 
 // Throws SpeculaError naming `what` and `index` (e.g. "device draft: logit row", 3) unless `o`
 // is in range: temperature finite and >= 0, top_k >= 0, top_p in (0, 1], min_p in [0, 1].

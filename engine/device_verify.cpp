@@ -18,6 +18,11 @@ namespace {
 
 template <class Where>
 void check_edits(const DeviceVerify& v, int n, int vocab, const Where& where) {
+  if (v.path_edits != nullptr) {
+    SPECULA_CHECK(v.edit_first.empty() && v.draws != nullptr && v.draws->tree_budget() == 0, where(),
+                  "path edits take draws of a chain or static tree and no host edits");
+    return check_path_edits(*v.path_edits, vocab, where() + "path edits");
+  }
   if (v.edit_first.empty()) {
     SPECULA_CHECK(v.edits.empty(), where(), v.edits.size(), " edits given without edit_first");
     return;

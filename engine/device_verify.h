@@ -65,10 +65,13 @@ struct DeviceVerify {
   // Logit controls (sampling/logit_controls.h), where edit_first is not empty: context c's
   // row is edited by edits[edit_first[c], edit_first[c + 1]) (edited_logit under these
   // penalties) before the sampler reads it, greedy or not; raw log-probabilities read the
-  // unedited row, processed ones the sampler's. Not with draws (their paths are the device's).
+  // unedited row, processed ones the sampler's. Not with draws (their paths are the device's):
+  // there, where path_edits is given (not for dynamic trees), context c's row is edited on the
+  // device by them over its path's tokens (PathEdits' rule), the nodes from the root down.
   std::span<const TokenEdit> edits;
   std::span<const int> edit_first;  // [n + 2] or empty
   float repetition_penalty = 1, frequency_penalty = 0, presence_penalty = 0;
+  const PathEdits* path_edits = nullptr;
   bool greedy() const { return temperature == 0; }
 };
 
@@ -108,7 +111,8 @@ int first_logit_row(const RaggedBatch& batch, int part);
 // order, a chain of placeholder parents, no block rule, and every context's children kDrawTopK;
 // logprob_top in [-1, kMaxDeviceLogprobs] and a kLogprob* source; edits without draws, each
 // context's ascending distinct tokens in the vocabulary with counts >= 0 and finite biases,
-// edit_first from 0 to edits' size, and finite penalties.
+// edit_first from 0 to edits' size, and finite penalties; path edits only with draws of a
+// static tree or chain, their tokens likewise, penalties finite and repetition > 0.
 void check_device_verify(const RaggedBatch& batch, std::span<const DeviceVerify> verify, int vocab);
 
 }  // namespace specula

@@ -11,6 +11,7 @@
 #include "engine/backend.h"
 #include "engine/batch.h"
 #include "kv/kv_cache.h"
+#include "sampling/logit_controls.h"
 
 namespace specula {
 
@@ -40,6 +41,9 @@ struct DeviceChain {
   int tree_mode = kDrawTopK;             // kDraw* code of a tree's children
   int dynamic_width = 0;                 // > 0: a dynamic tree, nodes taken a round
   int dynamic_top_k = 0;                 // a dynamic tree's children pushed per context
+  // Where given (not for dynamic trees), every context's logits are edited by these controls
+  // over the context's path before its distribution (DraftRounds::controls).
+  const PathEdits* controls = nullptr;
 
   bool is_tree() const { return !tree_parents.empty(); }
   bool is_dynamic() const { return dynamic_width > 0; }

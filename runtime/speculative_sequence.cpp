@@ -134,11 +134,13 @@ DeviceVerify SpeculativeSequence::device_verify(int part, const SamplingOptions&
   v.node_draws = proposal_.node_draws;
   v.logprob_top = logprob_top_;
   v.logprob_source = logprob_source_ == LogprobSource::kProcessed ? kLogprobProcessed : kLogprobRaw;
-  if (controls_.active()) {
+  const int vocab = target_.backend.config().vocab_size;
+  if (controls_.active() && proposal_.draws) {
+    // Every context's edits over its own path, made on the device from the drawn tokens.
+    controls_.path_edits(committed_, vocab, path_edits_);
+    v.path_edits = &path_edits_;
+  } else if (controls_.active()) {
     // Every context's edits over its own path, as verify_and_commit edits its rows.
-    SPECULA_CHECK(!proposal_.draws, "speculative step: logit controls edit each context over its path; a proposal "
-                                    "left on the draft device has no tokens on the host");
-    const int vocab = target_.backend.config().vocab_size;
     edits_.clear();
     edit_first_.assign(1, 0);
     for (int c = 0; c <= tree.size(); ++c) {

@@ -93,8 +93,8 @@ class SpeculativeSequence {
   //    with the verdict), the step's tree for the forward (Backend::forward_verify; `part`:
   //    its index in the forward's parts, `sampling`: the options this sequence's sampler was
   //    made from; a chain left on the draft device goes as its draws; logit controls as each
-  //    context's edits over its path), drawing the step's uniforms as verify_and_commit
-  //    would,
+  //    context's edits over its path, made on the device over draws), drawing the step's
+  //    uniforms as verify_and_commit would,
   bool verifies_on_device() const;
   DeviceVerify device_verify(int part, const SamplingOptions& sampling);
   //    and the commit of the verdict that came back (with the drafted tokens of draws).
@@ -148,6 +148,7 @@ class SpeculativeSequence {
   std::vector<double> uniforms_;    // device_verify's uniforms
   std::vector<TokenEdit> edits_, context_edits_;  // device_verify's logit edits, and one context's
   std::vector<int> edit_first_;     // device_verify's first edit of each context, [tree size + 2]
+  PathEdits path_edits_;            // device_verify's controls over paths drawn on the device
 };
 
 // What run_drafts did on devices: the proposals drawn there (Drafter::drawn_on_device: a draft

@@ -128,6 +128,20 @@ void RowControls::edits(std::span<const int> tokens, std::span<const int> path, 
   control_edits(*controls, {tokens.first(prompt), tokens.subspan(prompt), path, eos_ids}, vocab, out);
 }
 
+void RowControls::path_edits(std::span<const int> tokens, int vocab, PathEdits& out) const {
+  SPECULA_CHECK(active() && controls->no_repeat_ngram_size == 0,
+                "logit controls: a device drawing the path takes active controls without no_repeat_ngram_size");
+  LogitControls without_min = *controls;
+  without_min.min_new_tokens = 0;
+  const std::size_t prompt = std::min(prompt_len, tokens.size());
+  control_edits(without_min, {tokens.first(prompt), tokens.subspan(prompt), {}, eos_ids}, vocab, out.edits);
+  out.eos_ids = eos_ids;
+  out.eos_until = controls->min_new_tokens - static_cast<int>(tokens.size() - prompt);
+  out.repetition = controls->repetition_penalty;
+  out.frequency = controls->frequency_penalty;
+  out.presence = controls->presence_penalty;
+}
+
 std::span<const float> RowControls::edited(std::span<const float> logits, std::span<const int> tokens,
                                            std::span<const int> path, std::vector<float>& scratch) const {
   if (!active()) return logits;

@@ -95,6 +95,20 @@ double edited_logit(const LogitControls& controls, const TokenEdit& edit, double
 void apply_controls(const LogitControls& controls, const ControlHistory& history, std::span<float> logits);
 void apply_controls(const LogitControls& controls, const ControlHistory& history, std::span<double> logits);
 
+// A row's controls split for a device that draws the row's path itself
+// (RowControls::path_edits): `edits` are control_edits over prompt + generated with no path and
+// no min_new_tokens. The device then merges in each distinct token t of the row's path (those
+// outside the vocabulary skipped): t's edit there (or a new one) becomes repeated where
+// repetition != 1 and gains t's occurrences in the path as count where frequency or presence
+// != 0; and every EOS id gets -inf while the path holds fewer than eos_until tokens. The row is
+// then what apply() makes of it over the same path, bit for bit.
+struct PathEdits {
+  std::vector<TokenEdit> edits;  // ascending by token
+  std::span<const int> eos_ids;
+  int eos_until = 0;             // min_new_tokens - generated tokens (<= 0: no EOS mask)
+  float repetition = 1, frequency = 0, presence = 0;
+};
+
 // A request's controls bound to its sequence: the prompt's length within the sequence's tokens
 // and the model's EOS ids. Decoders hold one per sequence and edit each row through it.
 struct RowControls {
@@ -107,6 +121,12 @@ struct RowControls {
   void apply(std::span<const int> tokens, std::span<const int> path, std::span<float> row) const;
   // The edits apply() makes to a row of `vocab` logits (none when inactive).
   void edits(std::span<const int> tokens, std::span<const int> path, int vocab, std::vector<TokenEdit>& out) const;
+  // Whether a device that draws the rows' paths can edit them (path_edits): inactive controls,
+  // or active ones without no_repeat_ngram_size, which reads the path's n-grams.
+  bool paths_on_device() const { return !active() || controls->no_repeat_ngram_size == 0; }
+  // The split of the edits of the rows after `tokens` and a path the device draws (active
+  // controls that paths_on_device: else SpeculaError).
+  void path_edits(std::span<const int> tokens, int vocab, PathEdits& out) const;
   // `logits` as the sampler reads them: themselves when inactive, else their edit in `scratch`.
   std::span<const float> edited(std::span<const float> logits, std::span<const int> tokens,
                                 std::span<const int> path, std::vector<float>& scratch) const;

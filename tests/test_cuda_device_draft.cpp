@@ -7,7 +7,7 @@
 //   several lengths in one call, two proposals each (the second after a commit and catch-up);
 // - [gpu] static trees drawn whole on the device (the children kernel) are the trees the host
 //   drafter grows level by level: greedy and sampled without replacement, a chain beside
-//   them in one call; children a distribution cannot give are dropped, their device rows
+//   them in one call, without and under logit controls; children a distribution cannot give are dropped, their device rows
 //   skipped when the accepted path is committed;
 // - [gpu] chains, static trees and dynamic trees left on the draft device
 //   (ForwardContext::enqueue_chains) and verified there in the target's forward (one
@@ -33,6 +33,7 @@
 #include <iterator>
 #include <numeric>
 #include <span>
+#include <tuple>
 
 #include "draft/head_drafter.h"
 #include "draft/medusa_drafter.h"
@@ -76,11 +77,24 @@ DrawOptions draw_options(const SamplingOptions& sampling) {
   return DrawOptions{sampling.temperature, sampling.top_k, sampling.top_p, sampling.min_p};
 }
 
+// Logit controls that move a small draft model's drafts: each path token penalised, a bias, a
+// ban, and EOS masked through the first three generated tokens.
+LogitControls moving_controls() {
+  LogitControls c;
+  c.repetition_penalty = 3.0f;
+  c.frequency_penalty = 1.5f;
+  c.presence_penalty = 0.5f;
+  c.logit_bias = {{7, 2.0f}};
+  c.banned_tokens = {9};
+  c.min_new_tokens = 3;
+  return c;
+}
+
 // One lane per shape on `engine`, lane i's prompt the first 12 tokens of reference prompt i:
-// a draft model's drafter of draft_distribution(sampling), drawing on the device when `device`,
-// its random stream Philox(seed, i).
+// a draft model's drafter of draft_distribution(sampling) under `controls` (nullptr: none),
+// drawing on the device when `device`, its random stream Philox(seed, i).
 std::vector<Lane> make_lanes(test::Engine& engine, const SamplingOptions& sampling, std::span<const TreeShape> shapes,
-                             bool device, std::uint64_t seed) {
+                             bool device, std::uint64_t seed, const LogitControls* controls = nullptr) {
   static const auto prompts = test::reference_prompts();
   const bool stochastic = sampling.strategy == Strategy::kSample;
   std::vector<Lane> lanes;
@@ -88,7 +102,8 @@ std::vector<Lane> make_lanes(test::Engine& engine, const SamplingOptions& sampli
     const std::vector<int> prompt(prompts[i].begin(), prompts[i].begin() + std::min<std::size_t>(prompts[i].size(), 12));
     lanes.push_back({std::make_unique<ModelDrafter>(engine.context(), engine.cache.create(),
                                                     draft_distribution(sampling, DraftOptions{}), stochastic, shapes[i],
-                                                    RowControls{}, device ? std::optional(draw_options(sampling)) : std::nullopt),
+                                                    RowControls{controls, prompt.size(), engine.context().backend.config().eos_token_ids},
+                                                    device ? std::optional(draw_options(sampling)) : std::nullopt),
                      prompt, Philox(seed, i)});
   }
   return lanes;
@@ -229,8 +244,10 @@ void check_same_tree(const Proposal& h, const Proposal& d, std::size_t vocab) {
 // depth 2, a chain and a chain of 2 with 2 siblings (the device's root draws 3 children, the
 // proposal the chain first) in the same call (drawn through the children kernel there); greedy
 // (top-k of the draft's softmax) and sampled at T = 1 (without replacement) with the same uniforms;
-// two proposals each, the second after a path of two nodes was committed (the siblings'
-// chain's second token unfed: its device row, never written, must not be kept). Then top-k 1
+// each also under logit controls (every row edited on the device over the path drawn there,
+// EOS masked in the first rows only); two proposals each, the second after a path of two nodes
+// was committed (the siblings' chain's second token unfed: its device row, never written,
+// must not be kept). Then top-k 1
 // sampling under a 3, 1, 1 tree: every root child after the first is absent, and so is all
 // under it; the proposal is the host's chain, and committing it keeps the device rows of its
 // nodes (the next proposal's q is the host's).
@@ -246,13 +263,19 @@ TEST_CASE("cuda backend: static trees drawn on the device are the host drafter's
   const std::vector<DraftBound> bounds{DraftBound{8}, DraftBound{2}, DraftBound{8}, DraftBound{8, 0, 2}};
   const std::vector<int> nodes{9, 5, 4, 4};
   // Sampling without truncation: a child a distribution cannot give (the section below) leaves
-  // the host's later contexts other uniforms than the device's.
-  const std::pair<const char*, SamplingOptions> modes[] = {kModes[0], {"T = 1", SamplingOptions::sample()}};
-  for (const auto& [name, sampling] : modes) {
+  // the host's later contexts other uniforms than the device's. Each also under controls, the
+  // device editing every row over the path it drew.
+  const LogitControls controls = moving_controls();
+  const std::tuple<const char*, SamplingOptions, const LogitControls*> modes[] = {
+      {"greedy", SamplingOptions{}, nullptr},
+      {"T = 1", SamplingOptions::sample(), nullptr},
+      {"greedy under controls", SamplingOptions{}, &controls},
+      {"T = 1 under controls", SamplingOptions::sample(), &controls}};
+  for (const auto& [name, sampling, under] : modes) {
     INFO(name);
     test::Engine host_engine(*backend, 16, 256), device_engine(*backend, 16, 256);
-    std::vector<Lane> host = make_lanes(host_engine, sampling, shapes, false, 13);
-    std::vector<Lane> on_device = make_lanes(device_engine, sampling, shapes, true, 13);
+    std::vector<Lane> host = make_lanes(host_engine, sampling, shapes, false, 13, under);
+    std::vector<Lane> on_device = make_lanes(device_engine, sampling, shapes, true, 13, under);
     for (int step = 0; step < 2; ++step) {
       INFO("proposal " << step);
       std::vector<Drafter*> host_drafters, device_drafters;
@@ -460,15 +483,25 @@ TEST_CASE("cuda backend: chains and trees left on the draft device verify as tho
   // of the others) and every verdict is deterministic. Dynamic trees (their rows and parents
   // written on the target's device) at T = 1, where every batch finds its nodes (greedy ones:
   // the scheduler's greedy speculation on the device, tests/test_cuda_device_verify.cpp).
+  // Chains and trees under logit controls that raise the path's tokens, at T = 1 (greedy ones:
+  // the scheduler's, as above): left on the device, every row is edited there over the drawn
+  // paths (draft and target); read back, the target's rows by the host's edits of the known
+  // paths.
   enum class Kind { kChains, kChainsAndTrees, kDynamic };
   struct Mode {
     const char* name;
     SamplingOptions sampling;
     Kind kind;
+    const LogitControls* controls = nullptr;
   };
+  LogitControls repeating = moving_controls();  // path tokens raised: their edits decide verdicts
+  repeating.repetition_penalty = 0.5f;
+  repeating.frequency_penalty = -1.5f;
+  repeating.presence_penalty = -0.5f;
   const Mode modes[] = {{kModes[0].first, kModes[0].second, Kind::kChainsAndTrees},
                         {kModes[1].first, kModes[1].second, Kind::kChains},
                         {"T = 1", SamplingOptions::sample(), Kind::kChainsAndTrees},
+                        {"T = 1 under controls", SamplingOptions::sample(), Kind::kChainsAndTrees, &repeating},
                         {"T = 1, dynamic trees", SamplingOptions::sample(), Kind::kDynamic},
                         {"top-k 1", SamplingOptions::sample(1.0f, 1), Kind::kChainsAndTrees}};
   // Sanitized: T = 1's dynamic trees and top-k 1 (it gathers q rows and verifies around absent
@@ -499,10 +532,12 @@ TEST_CASE("cuda backend: chains and trees left on the draft device verify as tho
         const int target_seq = side->target.cache.create(), draft_seq = side->draft.cache.create();
         side->target.prefill(target_seq, body);
         side->draft.prefill(draft_seq, body);
+        const RowControls row_controls{mode.controls, prompt.size(), target->config().eos_token_ids};
         auto drafter = std::make_unique<ModelDrafter>(side->draft.context(), draft_seq, distribution, stochastic,
-                                                      shapes[i], RowControls{}, device);
+                                                      shapes[i], row_controls, device);
         side->seqs.push_back(std::make_unique<SpeculativeSequence>(side->target.context(), target_seq, std::move(drafter),
-                                                                   *sampler, prompt, Philox(13, i), VerifyRule::kToken));
+                                                                   *sampler, prompt, Philox(13, i), VerifyRule::kToken,
+                                                                   row_controls));
       }
     for (int step = 0; step < 2; ++step) {
       INFO("step " << step);
@@ -1009,6 +1044,32 @@ TEST_CASE("device draft: malformed rounds and chains are refused naming the fiel
   d.children = {1, 0, 2, 1};  // round 0 draws one: draw 1 is round 1's
   refused(d, "round 1 row 0 is fed draw 1");
 
+  // Logit controls: rows 0, 2 and 3 under one set, row 2 edited over draw 1, row 3 over draw 0.
+  PathEdits edits;
+  edits.edits = {TokenEdit{3}, TokenEdit{9}};
+  DraftRounds controlled = good;
+  controlled.controls = DraftControls{{&edits}, {0, -1, 0, 0}, {0, 0, 0, 1, 2}, {1, 0}};
+  CHECK_NOTHROW(check_draft_rounds(controlled, vocab));
+  d = controlled;
+  d.controls.path_draws[1] = 2;  // its own round's draw
+  refused(d, "logit row 3's path holds draw 2");
+  d = controlled;
+  d.controls.row_set[1] = 1;
+  refused(d, "logit row 1 takes control set 1");
+  d = controlled;
+  d.controls.path_first.pop_back();
+  refused(d, "controls of 4 logit rows and 4 path starts");
+  PathEdits unordered = edits;
+  unordered.edits = {TokenEdit{9}, TokenEdit{3}};
+  d = controlled;
+  d.controls.sets = {&unordered};
+  refused(d, "control set 0: edit 1 has token 3");
+  PathEdits no_penalty = edits;
+  no_penalty.repetition = 0;
+  d = controlled;
+  d.controls.sets = {&no_penalty};
+  refused(d, "control set 0: penalties 0");
+
   // The CPU backend draws on the host: it refuses forward_draft by name, and run_chains leaves
   // every sequence as it was.
   const auto cpu = make_backend(BackendKind::kCpu, model, std::nullopt);
@@ -1135,6 +1196,54 @@ TEST_CASE("device draft: pack_draft lays out every round's step, the feeds, the 
   CHECK(longer_up.round_shape(1, true) == kept.round_shape(1, true));
   CHECK(longer_up.round_shape(0, true) != kept.round_shape(0, true));
   CHECK(cuda::pack_draft(longer, vocab, 0, options, 2).round_shape(1, true) != kept.round_shape(1, true));  // other pages
+
+  // Controls: each logit row's PathEditRow in the upload; what the rows read after round 0's
+  // step, so that no round's shape moves with the edits' count.
+  const int eos[] = {2};
+  PathEdits few, many;
+  few.edits = {TokenEdit{3}};
+  many.edits = {TokenEdit{3}, TokenEdit{5}, TokenEdit{9}};
+  few.eos_ids = many.eos_ids = eos;
+  many.eos_until = 2;
+  DraftRounds controlled = draft;
+  controlled.controls = DraftControls{{&few}, {0, -1, 0, 0}, {0, 0, 0, 1, 2}, {1, 0}};
+  const cuda::DraftUpload with_few = cuda::pack_draft(controlled, vocab, 0, options, 1);
+  controlled.controls.sets = {&many};
+  const cuda::DraftUpload with_many = cuda::pack_draft(controlled, vocab, 0, options, 1);
+  CHECK(with_many.controls);
+  CHECK_FALSE(kept.controls);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(with_few.round_shape(r, true) == with_many.round_shape(r, true));
+    CHECK(with_many.round_shape(r, true) != kept.round_shape(r, true));
+  }
+  CHECK(with_many.device_bytes == with_many.upload_at + with_many.upload_bytes);
+  std::vector<cuda::PathEditRow> rows(4);
+  std::memcpy(rows.data(), with_many.data.data() + (with_many.at.edit_rows - with_many.upload_at),
+              rows.size() * sizeof(cuda::PathEditRow));
+  const auto at = [&](std::int64_t offset) { return with_many.data.data() + (offset - static_cast<std::int64_t>(with_many.upload_at)); };
+  const std::int64_t after_steps = static_cast<std::int64_t>(with_many.step_at[0] + with_many.steps[0].data.size() * 4);
+  CHECK(rows[1].edits == 0);
+  CHECK(rows[1].path == 0);
+  CHECK(rows[1].eos == 0);
+  for (const std::size_t l : {0u, 2u, 3u}) {
+    INFO("logit row " << l);
+    CHECK(rows[l].edits == 3);
+    CHECK(rows[l].eos == 1);
+    CHECK(rows[l].eos_until == 2);
+    CHECK(rows[l].edits_at == rows[0].edits_at);  // one copy of the set's edits
+    CHECK(rows[l].edits_at >= after_steps);
+    CHECK(rows[l].path == (l == 0 ? 0 : 1));
+  }
+  int path_draw = -1, eos_id = -1;
+  std::memcpy(&path_draw, at(rows[2].path_at), sizeof(int));
+  CHECK(path_draw == 1);
+  std::memcpy(&path_draw, at(rows[3].path_at), sizeof(int));
+  CHECK(path_draw == 0);
+  std::memcpy(&eos_id, at(rows[0].eos_at), sizeof(int));
+  CHECK(eos_id == 2);
+  TokenEdit last;
+  std::memcpy(&last, at(rows[0].edits_at) + 2 * sizeof(TokenEdit), sizeof(TokenEdit));
+  CHECK(last.token == 9);
 
   // Children: the logit rows draw 2, 0, 1 and 1 (5 draws); round 1's rows were fed draws 1 and 0.
   draft.keep_q = false;

@@ -595,9 +595,10 @@ TEST_CASE("cuda backend: greedy speculation verified on the device emits plain g
 }
 
 // Logit controls through the scheduler on the device path: greedy speculation with every
-// control on (n-grams; draft-1m's chains, drawn on the host under the controls) verified on
-// the device emits plain decoding's tokens under the same controls, which differ from those
-// without them.
+// control on (n-grams; draft-1m's chains, drawn on the host under them) verified on the device
+// emits plain decoding's tokens under the same controls, which differ from those without them;
+// so does every control but the n-grams' with draft-1m's chains and static trees drawn on its
+// device, their rows edited there over the paths drawn there.
 TEST_CASE("cuda backend: greedy speculation with logit controls verifies on the device", "[gpu]") {
   REQUIRE_GPU();
   const auto prompts = test::reference_prompts();
@@ -609,29 +610,45 @@ TEST_CASE("cuda backend: greedy speculation with logit controls verifies on the 
   controls.logit_bias = {{13, 2.0f}, {29, -1.0f}};
   controls.banned_tokens = {4};
   controls.min_new_tokens = 4;
-  const auto request = [&](int r, bool with_controls) {
-    GenerateOptions o = test::base_options(prompts[static_cast<std::size_t>(r) % prompts.size()], 6);
-    o.model_dir = test::model_dir("draft-1m");
-    o.backend = BackendKind::kCuda;
-    if (with_controls) o.controls = controls;
-    return o;
-  };
-  const int size = 2;
-  std::vector<std::vector<int>> plain;
-  int changed = 0;  // requests whose tokens the controls change
-  for (int r = 0; r < size; ++r) {
-    plain.push_back(generate(test::store(), request(r, true))["ids"].get<std::vector<int>>());
-    changed += plain.back() != generate(test::store(), request(r, false))["ids"].get<std::vector<int>>() ? 1 : 0;
-  }
-  CHECK(changed > 0);
+  LogitControls without_ngrams = controls;
+  without_ngrams.no_repeat_ngram_size = 0;
   DraftOptions ngram;
   ngram.method = DraftMethod::kNgram;
   ngram.gamma = 3;
-  std::vector<std::pair<const char*, DraftOptions>> drafters{{"n-gram chain of 3", ngram}};
-  if (!test::kSanitized) drafters.emplace_back("draft-1m chain of 3", test::model_draft("draft-1m", 3, {}, 0));
-  for (const auto& [name, draft] : drafters) {
-    INFO(name);
-    test::check_device_verified_greedy([&](int r) { return request(r, true); }, draft, size, plain);
+  const DraftOptions chain = test::model_draft("draft-1m", 3, {}, 0), tree = test::model_draft("draft-1m", 2, {2, 2}, 0);
+  struct Lane {
+    const char* name;
+    const LogitControls* controls;
+    std::vector<std::pair<const char*, DraftOptions>> drafters;
+  };
+  std::vector<Lane> lanes{{"every control", &controls, {{"n-gram chain of 3", ngram}}},
+                          {"all but n-grams", &without_ngrams, {{"draft-1m chain of 3", chain}}}};
+  if (!test::kSanitized) {
+    lanes[0].drafters.emplace_back("draft-1m chain of 3", chain);
+    lanes[1].drafters.emplace_back("draft-1m tree 2, 2", tree);
+  }
+  const int size = 2;
+  for (const Lane& lane : lanes) {
+    INFO(lane.name);
+    const auto request = [&](int r, bool with_controls) {
+      GenerateOptions o = test::base_options(prompts[static_cast<std::size_t>(r) % prompts.size()], 6);
+      o.model_dir = test::model_dir("draft-1m");
+      o.backend = BackendKind::kCuda;
+      if (with_controls) o.controls = *lane.controls;
+      return o;
+    };
+    std::vector<std::vector<int>> plain;
+    int changed = 0;  // requests whose tokens the controls change
+    for (int r = 0; r < size; ++r) {
+      plain.push_back(generate(test::store(), request(r, true))["ids"].get<std::vector<int>>());
+      changed += plain.back() != generate(test::store(), request(r, false))["ids"].get<std::vector<int>>() ? 1 : 0;
+    }
+    CHECK(changed > 0);
+    for (const auto& [name, draft] : lane.drafters) {
+      INFO(name);
+      const long on_device = test::check_device_verified_greedy([&](int r) { return request(r, true); }, draft, size, plain);
+      if (lane.controls == &without_ngrams) CHECK(on_device > 0);  // edited on the device, drafted and verified
+    }
   }
 }
 
@@ -950,6 +967,19 @@ TEST_CASE("device verification: pack_verify puts greedy sequences first and runs
                                                            tree_request(3, {}, {})},
                           vocab)
             .shape() != up.shape());
+  // Logit edits: their count stays out of the shape (what the edit rows read lies after it).
+  const std::vector<TokenEdit> few{TokenEdit{3}}, more{TokenEdit{3}, TokenEdit{5}};
+  const std::vector<int> first_few{0, 1, 1}, first_more{0, 2, 2};
+  DeviceVerify edited_few = tree_request(2, one, one_parent), edited_more = edited_few;
+  edited_few.edits = few;
+  edited_few.edit_first = first_few;
+  edited_more.edits = more;
+  edited_more.edit_first = first_more;
+  const auto shape_with = [&](const DeviceVerify& e) {
+    return cuda::pack_verify(batch, std::vector<DeviceVerify>{sampled, e, tree_request(3, {}, {})}, vocab).shape();
+  };
+  CHECK(shape_with(edited_few) == shape_with(edited_more));
+  CHECK(shape_with(edited_few) != up.shape());
 
   // Verdicts land at each sequence's first node and context; a refused context is named.
   std::vector<int> result(up.result_ints(), 0);

@@ -24,10 +24,12 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <numeric>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "base/error.h"
@@ -42,6 +44,7 @@
 #include "engine/cuda/cuda_plan.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/kernel_harness.h"
+#include "sampling/logit_controls.h"
 #include "sampling/logit_transforms.h"
 #include "sampling/sampler.h"
 #include "tests/test_gpu_support.h"
@@ -601,6 +604,89 @@ TEST_CASE("cuda kernels: dynamic trees grown as TreeGrowth grows them", "[gpu]")
                          << shown.str() << "), " << row_mismatches << " rows differing");
   CHECK(mismatches == 0);
   CHECK(row_mismatches == 0);
+}
+
+// The logit-edit kernel against RowControls::apply over paths drawn on the device: random rows (vocabularies 7, 64 and 1000),
+// each under its own random controls (every control but no_repeat_ngram_size, each set with
+// some chance, min_new_tokens around the generated count so that the EOS mask lifts inside the
+// path) over random prompt and generated tokens, and a random path (0 to 6 draws of a few
+// tokens, so that tokens repeat, some absent or outside the vocabulary); some rows take no set.
+// Every element must equal the CPU's bit for bit (NaN: any NaN; a row without a set: its own).
+TEST_CASE("cuda kernels: rows edited over device-drawn paths as the host edits them", "[gpu]") {
+  REQUIRE_GPU();
+  constexpr int kEosIds[] = {1, 5};
+  Rng rng(3811);
+  int rows_checked = 0, mismatches = 0, eos_lifted = 0, repeated_on_path = 0;
+  std::ostringstream shown;
+  for (const int vocab : {7, 64, 1000}) {
+    const int rows = test::kSanitized ? 60 : 300;
+    std::vector<LogitControls> controls(static_cast<std::size_t>(rows));
+    std::vector<PathEdits> sets(static_cast<std::size_t>(rows));
+    std::vector<std::vector<int>> committed(static_cast<std::size_t>(rows)), paths(static_cast<std::size_t>(rows));
+    std::vector<std::size_t> prompt_len(static_cast<std::size_t>(rows));
+    cuda::harness::EditBatch in;
+    in.vocab = vocab;
+    DraftControls& draft = in.controls;
+    draft.path_first.push_back(0);
+    const auto token = [&] { return uniform_int(rng, 0, std::min(vocab, 12) - 1); };  // few: repeats
+    for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
+      LogitControls& c = controls[r];
+      if (coin(rng, 0.5)) c.repetition_penalty = coin(rng, 0.5) ? 1.3f : 0.8f;
+      if (coin(rng, 0.5)) c.frequency_penalty = static_cast<float>(uniform01(rng) * 4 - 2);
+      if (coin(rng, 0.5)) c.presence_penalty = static_cast<float>(uniform01(rng) * 4 - 2);
+      if (coin(rng, 0.3)) {
+        c.logit_bias = {{token(), 1.5f}};
+        if (c.logit_bias[0].first != vocab - 1) c.logit_bias.emplace_back(vocab - 1, -0.25f);
+      }
+      if (coin(rng, 0.3)) c.banned_tokens = {token()};
+      const int prompt = uniform_int(rng, 1, 5), generated = uniform_int(rng, 0, 4);
+      if (coin(rng, 0.4)) c.min_new_tokens = generated + uniform_int(rng, 0, 4);
+      for (int i = 0; i < prompt + generated; ++i) committed[r].push_back(token());
+      prompt_len[r] = static_cast<std::size_t>(prompt);
+      const int length = uniform_int(rng, 0, 6);
+      for (int i = 0; i < length; ++i) {
+        const int pick = uniform_int(rng, 0, 19);
+        paths[r].push_back(pick == 0 ? kAbsentDraw : pick == 1 ? vocab : token());
+        draft.path_draws.push_back(static_cast<int>(in.tokens.size()));
+        in.tokens.push_back(paths[r].back());
+      }
+      draft.path_first.push_back(static_cast<int>(draft.path_draws.size()));
+      const RowControls row{&controls[r], prompt_len[r], kEosIds};
+      const bool edited = row.active() && coin(rng, 0.9);
+      if (edited) {
+        row.path_edits(committed[r], vocab, sets[r]);
+        draft.sets.push_back(&sets[r]);
+      }
+      draft.row_set.push_back(edited ? static_cast<int>(draft.sets.size()) - 1 : -1);
+      std::string kind;
+      const std::vector<float> logits = random_logits(rng, vocab, kind);
+      in.logits.insert(in.logits.end(), logits.begin(), logits.end());
+    }
+    const std::vector<float> out = cuda::harness::edit_logits(in);
+    REQUIRE(out.size() == in.logits.size());
+    for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
+      const std::size_t v = static_cast<std::size_t>(vocab);
+      std::vector<float> expected(in.logits.begin() + static_cast<std::ptrdiff_t>(r * v),
+                                  in.logits.begin() + static_cast<std::ptrdiff_t>((r + 1) * v));
+      if (draft.row_set[r] >= 0) RowControls{&controls[r], prompt_len[r], kEosIds}.apply(committed[r], paths[r], expected);
+      const int generated = static_cast<int>(committed[r].size() - prompt_len[r]);
+      eos_lifted += draft.row_set[r] >= 0 && controls[r].min_new_tokens > generated &&
+                    generated + static_cast<int>(paths[r].size()) >= controls[r].min_new_tokens;
+      repeated_on_path += std::set<int>(paths[r].begin(), paths[r].end()).size() < paths[r].size();
+      ++rows_checked;
+      const auto same = [](float a, float b) {
+        return std::memcmp(&a, &b, sizeof(float)) == 0 || (std::isnan(a) && std::isnan(b));
+      };
+      if (std::equal(expected.begin(), expected.end(), out.begin() + static_cast<std::ptrdiff_t>(r * v), same)) continue;
+      if (++mismatches <= 3) shown << " vocab " << vocab << " row " << r;
+    }
+  }
+  WARN("path edits: " << rows_checked << " rows, " << eos_lifted << " with the EOS mask lifted on the path, "
+                      << repeated_on_path << " with a repeated path token, " << mismatches << " differing ("
+                      << shown.str() << ")");
+  CHECK(eos_lifted > 0);
+  CHECK(repeated_on_path > 0);
+  CHECK(mismatches == 0);
 }
 
 // The rows of dynamic trees a verify step reads from the draft device, planned as chains

@@ -126,11 +126,13 @@ inline long policy_batch_drafted(GammaPolicy policy, LengthThreshold threshold,
 // `size` greedy requests (request(r)) drafted by `draft` through one scheduler whose target
 // verifies on its device: each emits plain[r], and every speculative step was verified on the
 // device, its time taken from the device's events; a draft model's plain chains (without
-// logit controls) were drawn on its device and verified there without coming back in between,
-// and so were its dynamic trees (the steps whose bound leaves room for their batches), an EAGLE
-// head's chains and trees (dynamic ones: as a draft model's) and Medusa heads' chains and
-// static trees (the steps that draft at all).
-inline void check_device_verified_greedy(const std::function<GenerateOptions(int)>& request, const DraftOptions& draft,
+// logit controls that read n-grams) were drawn on its device and verified there without coming
+// back in between, and so were its dynamic trees (the steps whose bound leaves room for their
+// batches; without controls), an EAGLE head's chains and trees (dynamic ones: as a draft
+// model's) and Medusa heads' chains and static trees (the steps that draft at all; without
+// controls). Returns the steps drafted on the device (a static tree's: those whose bound
+// leaves it whole).
+inline long check_device_verified_greedy(const std::function<GenerateOptions(int)>& request, const DraftOptions& draft,
                                          int size, std::span<const std::vector<int>> plain) {
   SchedulerLimits limits;
   limits.max_sequences = size;
@@ -151,22 +153,27 @@ inline void check_device_verified_greedy(const std::function<GenerateOptions(int
   CHECK(steps > 0);
   CHECK(scheduler.stats().device_verified == steps);
   // A draft model's plain chains are drawn on its device (a CUDA draft backend), every step's,
-  // where no logit control edits their rows.
+  // where no logit control reads the path's n-grams (the device edits their rows). Under
+  // active controls, dynamic trees and Medusa's heads draw on the host.
+  const LogitControls& controls = request(0).controls;
+  const bool free = !controls.active(), edited_there = free || controls.no_repeat_ngram_size == 0;
   const bool model = draft.method == DraftMethod::kModel;
-  const bool device_chain = model && draft.drafts_chain() && draft.siblings == 0 && !request(0).controls.active();
-  const bool heads = ((draft.method == DraftMethod::kMedusa && !draft.dynamic_tree()) ||
-                      drafts_with_eagle_head(draft.method)) &&
-                     !request(0).controls.active();
-  if ((model && draft.dynamic_tree()) || heads) {
+  const bool device_chain = model && draft.drafts_chain() && draft.siblings == 0 && edited_there;
+  const bool heads = (draft.method == DraftMethod::kMedusa && !draft.dynamic_tree() && free) ||
+                     (drafts_with_eagle_head(draft.method) && (free || (edited_there && !draft.dynamic_tree())));
+  if ((model && draft.dynamic_tree() && free) || heads) {
     // Those whose batches lie within the step's bound, or that draft at all (a heads' step
     // whose bound leaves only the bonus token drafts nothing).
     CHECK(scheduler.stats().device_drafted > 0);
+    CHECK(scheduler.stats().device_drafted <= steps);
+  } else if (model && !draft.drafts_chain() && edited_there) {
     CHECK(scheduler.stats().device_drafted <= steps);
   } else {
     CHECK(scheduler.stats().device_drafted == (device_chain ? steps : 0));
   }
   // And those chains (trees) go to the target's verification without coming back first.
   CHECK(scheduler.stats().device_chained == scheduler.stats().device_drafted);
+  return scheduler.stats().device_drafted;
 }
 
 // The law of a drafter's speculative sampling under `sampling` past the first token: samples

@@ -605,7 +605,8 @@ class CudaBackend : public Backend {
   }
 
   // The verification of the uploaded inputs (captured as a graph per shape): where logit
-  // controls edit rows, the verified logit rows copied into the edited rows and edited there;
+  // controls edit rows, the verified logit rows copied into the edited rows and edited there
+  // (over the gathered tokens of paths drawn on the device, where those are);
   // the sampling kernel per run of verified (or edited) logit rows (p for stochastic contexts,
   // the argmax for greedy ones, a draw with uniform 0 whose -1 marks a row the CPU refuses), the greedy and the
   // stochastic verification kernels, the result into verify_back; where asked, the emitted
@@ -628,14 +629,12 @@ class CudaBackend : public Backend {
                                    ws.logits.as<float>() + static_cast<std::size_t>(run.logit_row) * v,
                                    static_cast<std::size_t>(run.rows) * v * sizeof(float), cudaMemcpyDeviceToDevice, s));
       LogitEditArgs e;
-      e.contexts = up.contexts;
+      e.rows = up.contexts;
       e.vocab = vocab;
-      e.edit_first = ints(up.at.edit_first);
-      e.edits = static_cast<const TokenEdit*>(at(up.at.edits));
-      e.repetition = floats(up.at.repetition);
-      e.frequency = floats(up.at.frequency);
-      e.presence = floats(up.at.presence);
-      e.rows = edited;
+      e.base = base;
+      e.edit_rows = static_cast<const PathEditRow*>(at(up.at.edit_rows));
+      e.tokens = ints(up.at.tokens);
+      e.logits = edited;
       launch_edit_logits(e, s);
     }
     for (const VerifyUpload::Run& run : up.sample_runs)

@@ -109,12 +109,13 @@ class CudaDraws : public DeviceDraws {
   DrawsAt at_;
 };
 
-// Round `round`'s draws (DraftUpload's layout in the draft buffer at `base`) on `stream`: its
-// logit rows' distributions (launch_sample) into the probs output (DraftUpload::probs_row),
+// Round `round`'s draws (DraftUpload's layout in the draft buffer at `base`) on `stream`: where
+// the rounds have controls, its logit rows edited over their paths (launch_edit_logits);
+// its logit rows' distributions (launch_sample) into the probs output (DraftUpload::probs_row),
 // then one draw a row or, where the rounds draw children, each row's children
 // (launch_draw_children). Returns where the round's distributions are.
-//   logits: in [the round's logit rows, vocab]
-float* enqueue_round_draws(const DraftUpload& up, int round, bool keep_q, unsigned char* base, const float* logits,
+//   logits: in/out [the round's logit rows, vocab] (edited in place)
+float* enqueue_round_draws(const DraftUpload& up, int round, bool keep_q, unsigned char* base, float* logits,
                            int vocab, cudaStream_t stream);
 
 // The dynamic-tree kernel's arguments after round `round` of `up` in the draft buffer at `base`

@@ -142,6 +142,7 @@ void kv_copies(std::span<const KvCopy> copies, PageStorage& pages, DType page_dt
 TreeVerdicts verify_tree(const TreeBatch& batch, bool greedy) { return harness_module().verify_tree(batch, greedy); }
 SampledRows sample(const SamplingBatch& batch) { return harness_module().sample(batch); }
 std::vector<int> draw_children(const ChildrenBatch& batch) { return harness_module().draw_children(batch); }
+std::vector<float> edit_logits(const EditBatch& batch) { return harness_module().edit_logits(batch); }
 DynamicGrowth grow_dynamic(const DynamicBatch& batch) { return harness_module().grow_dynamic(batch); }
 std::vector<std::int32_t> tree_rows(const TreeRowsBatch& batch) { return harness_module().tree_rows(batch); }
 

@@ -27,6 +27,7 @@ constexpr specula::cuda::CudaModule kModule = {
     &specula::cuda::harness::verify_tree,
     &specula::cuda::harness::sample,
     &specula::cuda::harness::draw_children,
+    &specula::cuda::harness::edit_logits,
     &specula::cuda::harness::grow_dynamic,
     &specula::cuda::harness::tree_rows,
 };

@@ -22,7 +22,7 @@
 
 namespace specula::cuda {
 
-inline constexpr int kCudaModuleAbi = 17;
+inline constexpr int kCudaModuleAbi = 18;
 inline constexpr const char* kCudaModuleSymbol = "specula_cuda_module";
 
 // Each member is the function of the same name in device.h, cuda_backend.h, head_cuda.h or
@@ -55,6 +55,7 @@ struct CudaModule {
   harness::TreeVerdicts (*verify_tree)(const harness::TreeBatch& batch, bool greedy);
   harness::SampledRows (*sample)(const harness::SamplingBatch& batch);
   std::vector<int> (*draw_children)(const harness::ChildrenBatch& batch);
+  std::vector<float> (*edit_logits)(const harness::EditBatch& batch);
   harness::DynamicGrowth (*grow_dynamic)(const harness::DynamicBatch& batch);
   std::vector<std::int32_t> (*tree_rows)(const harness::TreeRowsBatch& batch);
 };

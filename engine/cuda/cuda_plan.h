@@ -5,8 +5,9 @@
 // sources), the memory plan made before the first token (plan_memory: weights + workspace + KV
 // pool against the card's free memory, refused with the sizes named), the one host-to-device
 // upload of a step (pack_step: per-row descriptors, page lists, visibility lists, logit rows,
-// at offsets fixed by the graph key's capacities), the key of a captured decode graph, and
-// append_aligned (one array of an upload at its aligned offset).
+// at offsets fixed by the graph key's capacities), the key of a captured decode graph,
+// append_aligned (one array of an upload at its aligned offset) and PathEditRow (one row's logit
+// controls in an upload).
 #pragma once
 
 #include <cstddef>
@@ -63,6 +64,21 @@ std::size_t append_aligned(std::vector<unsigned char>& data, const T* src, std::
   if (count > 0) std::memcpy(data.data() + at, src, count * sizeof(T));
   return at;
 }
+
+// One row's logit controls as the edit kernel reads them (launch_edit_logits): its edits, EOS
+// ids and path lie at byte offsets into the kernel's buffer, so that their number may change
+// from call to call while nothing a captured graph is keyed on moves. The row becomes what
+// sampling/logit_controls.h's PathEdits rule makes of it: the edits (ascending tokens; a
+// host-known path's tokens already in them) merged with the path's tokens, then the EOS ids'
+// -inf while the path is shorter than eos_until.
+struct PathEditRow {
+  std::int64_t edits_at = 0;  // [edits] TokenEdit
+  std::int64_t eos_at = 0;    // [eos] int
+  std::int64_t path_at = 0;   // [path] int, indices into the kernel's tokens, root first
+  int edits = 0, eos = 0, path = 0;
+  int eos_until = 0;
+  float repetition = 1, frequency = 0, presence = 0;
+};
 
 // Throws SpeculaError naming what the CUDA kernels do not handle: matrices read as anything but
 // bf16 (`--draft-weights` f16/f32), KV pages other than F32/BF16, an inner dimension not a

@@ -22,6 +22,34 @@ DrawOptionsAt append_draw_options(std::vector<unsigned char>& data, std::span<co
   return at;
 }
 
+std::vector<PathEditRow> append_edit_rows(std::vector<unsigned char>& data, const DraftControls& controls,
+                                          std::size_t upload_at) {
+  std::vector<PathEditRow> sets;  // each set's edits and EOS ids, no path
+  for (const PathEdits* e : controls.sets) {
+    PathEditRow& set = sets.emplace_back();
+    set.edits_at = static_cast<std::int64_t>(upload_at + append_aligned(data, e->edits.data(), e->edits.size()));
+    set.eos_at = static_cast<std::int64_t>(upload_at + append_aligned(data, e->eos_ids.data(), e->eos_ids.size()));
+    set.edits = static_cast<int>(e->edits.size());
+    set.eos = static_cast<int>(e->eos_ids.size());
+    set.eos_until = e->eos_until;
+    set.repetition = e->repetition;
+    set.frequency = e->frequency;
+    set.presence = e->presence;
+  }
+  const std::size_t paths_at =
+      upload_at + append_aligned(data, controls.path_draws.data(), controls.path_draws.size());
+  std::vector<PathEditRow> rows;
+  for (std::size_t l = 0; l < controls.row_set.size(); ++l) {
+    const int set = controls.row_set[l];
+    PathEditRow& row = rows.emplace_back();
+    if (set < 0) continue;
+    row = sets[static_cast<std::size_t>(set)];
+    row.path_at = static_cast<std::int64_t>(paths_at + static_cast<std::size_t>(controls.path_first[l]) * sizeof(int));
+    row.path = controls.path_first[l + 1] - controls.path_first[l];
+  }
+  return rows;
+}
+
 DraftUpload pack_draft(const DraftRounds& draft, int vocab, int window, const CudaOptions& options,
                        std::uint64_t pages_id) {
   check_draft_rounds(draft, vocab);
@@ -92,10 +120,20 @@ DraftUpload pack_draft(const DraftRounds& draft, int vocab, int window, const Cu
   // Round 0's rows are fed no draw (check_draft_rounds): the feeds start at round 1's.
   const std::size_t fed_rows = draft.feeds.size() - static_cast<std::size_t>(up.first_row[std::min<std::size_t>(1, up.steps.size())]);
   up.at.feeds = place(draft.feeds.data() + (draft.feeds.size() - fed_rows), fed_rows);
+  up.controls = draft.controls.on();
+  if (up.controls) {  // zeros until what the rows read is placed
+    const std::vector<PathEditRow> unplaced(logit_rows);
+    up.at.edit_rows = place(unplaced.data(), logit_rows);
+  }
   up.step_at.resize(up.steps.size());
   for (std::size_t r = 1; r <= up.steps.size(); ++r) {
     const StepUpload& step = up.steps[r % up.steps.size()];
     up.step_at[r % up.steps.size()] = place(step.data.data(), step.data.size());
+  }
+  // What the edit rows read last: its size moves nothing before it.
+  if (up.controls) {
+    const std::vector<PathEditRow> rows = append_edit_rows(up.data, draft.controls, up.upload_at);
+    std::memcpy(up.data.data() + (up.at.edit_rows - up.upload_at), rows.data(), rows.size() * sizeof(PathEditRow));
   }
   up.upload_bytes = up.data.size();
   up.device_bytes = up.upload_at + up.upload_bytes;
@@ -114,7 +152,7 @@ std::vector<std::size_t> DraftUpload::round_shape(int round, bool keep_q) const 
                               static_cast<std::size_t>(first_logit[r]), static_cast<std::size_t>(first_draw[r]),
                               static_cast<std::size_t>(probs_row(round, keep_q)), upload_at, at.temperature, at.top_k,
                               at.top_p, at.min_p, at.child_first, at.child_modes, at.sources, at.uniforms, at.tokens,
-                              at.probs})
+                              at.probs, static_cast<std::size_t>(controls), at.edit_rows})
     out.push_back(v);
   if (!dynamic.on()) return out;
   // The dynamic-tree kernel writes the next round's rows.

@@ -37,6 +37,12 @@ struct DrawOptionsAt {
 // (append_aligned, in that order).
 DrawOptionsAt append_draw_options(std::vector<unsigned char>& data, std::span<const DrawOptions> options);
 
+// Appends the edits and EOS ids of `controls`' sets (once each) and every logit row's path (its
+// draws) to an upload whose first byte sits `upload_at` bytes into its device buffer; returns
+// each logit row's PathEditRow (a row without a set edits nothing).
+std::vector<PathEditRow> append_edit_rows(std::vector<unsigned char>& data, const DraftControls& controls,
+                                          std::size_t upload_at);
+
 struct DraftUpload {
   std::vector<StepUpload> steps;       // [rounds] each round's step upload
   std::vector<std::size_t> step_at;    // [rounds] where each sits (bytes, kAlign-aligned)
@@ -44,6 +50,7 @@ struct DraftUpload {
   std::vector<int> first_logit;        // [rounds + 1] each round's first logit row
   std::vector<int> first_draw;         // [rounds + 1] each round's first draw
   bool children = false;               // DraftRounds::children given: the children kernel draws
+  bool controls = false;               // DraftRounds::controls given: the edit kernel edits
   struct Offsets {
     std::size_t feeds = 0;                        // [rows from round 1 on] int, DraftRounds::feeds
     std::size_t temperature = 0, top_p = 0, min_p = 0;  // [logit rows] float
@@ -52,6 +59,7 @@ struct DraftUpload {
     std::size_t child_modes = 0;                  // [logit rows] int, kDraw* (children)
     std::size_t sources = 0;                      // [logit rows] int, the draw its row was fed, -1 (children)
     std::size_t uniforms = 0;                     // [draws] double
+    std::size_t edit_rows = 0;                    // [logit rows] PathEditRow (controls; what they read: last)
     std::size_t tokens = 0;                       // [draws] int, drawn (-1: a refused row; kAbsentDraw)
     std::size_t probs = 0;                        // [probs_rows, vocab] float, the logit rows' distributions
     // Dynamic trees: each sequence's nodes (tokens and parents come back) and candidates.

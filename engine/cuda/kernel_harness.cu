@@ -261,6 +261,26 @@ std::vector<int> draw_children(const ChildrenBatch& batch) {
   return tokens.get();
 }
 
+std::vector<float> edit_logits(const EditBatch& batch) {
+  const Stream s;
+  const std::size_t rows = batch.controls.row_set.size();
+  std::vector<unsigned char> data(rows * sizeof(PathEditRow));
+  const std::vector<PathEditRow> edit_rows = append_edit_rows(data, batch.controls, 0);
+  std::memcpy(data.data(), edit_rows.data(), rows * sizeof(PathEditRow));
+  Device<unsigned char> base(view(data), s);
+  Device<float> logits(view(batch.logits), s);
+  Device<int> tokens(view(batch.tokens), s);
+  LogitEditArgs a;
+  a.rows = static_cast<int>(rows);
+  a.vocab = batch.vocab;
+  a.base = base.ptr;
+  a.edit_rows = reinterpret_cast<const PathEditRow*>(base.ptr);
+  a.tokens = tokens.ptr;
+  a.logits = logits.ptr;
+  launch_edit_logits(a, s.s);
+  return logits.get();
+}
+
 DynamicGrowth grow_dynamic(const DynamicBatch& batch) {
   const Stream s;
   const std::size_t sequences = static_cast<std::size_t>(batch.sequences), budget = static_cast<std::size_t>(batch.budget);

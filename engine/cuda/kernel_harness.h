@@ -12,6 +12,7 @@
 
 #include "base/dtype.h"
 #include "engine/batch.h"
+#include "engine/device_draft.h"
 #include "engine/cuda/cuda_plan.h"
 #include "model/safetensors.h"
 #include "kv/kv_plan.h"
@@ -98,6 +99,17 @@ struct ChildrenBatch {
 };
 // launch_draw_children on `batch`: the tokens after it.
 std::vector<int> draw_children(const ChildrenBatch& batch);
+
+// Rows edited by logit controls over paths drawn on the device (launch_edit_logits), laid out
+// as a draft's (append_edit_rows).
+struct EditBatch {
+  std::vector<float> logits;  // [rows, vocab]
+  DraftControls controls;     // [rows] (its sets the caller's); path_draws index tokens
+  std::vector<int> tokens;    // the draws' tokens
+  int vocab = 0;
+};
+// launch_edit_logits on `batch`: the rows after it.
+std::vector<float> edit_logits(const EditBatch& batch);
 
 // Dynamic trees grown round by round (launch_grow_dynamic): round r's logit rows (one a sequence
 // in round 0, `width` a sequence after) and each row's top_k children (kAbsentDraw past its last).

@@ -150,16 +150,14 @@ struct LogprobArgs {
 };
 void launch_emitted_logprobs(const LogprobArgs& args, cudaStream_t stream);
 
-// The logit controls' edits of context rows (logit_edits.cu, one block per context): each
-// edit of context c (edits[edit_first[c], edit_first[c + 1]), distinct tokens) applied to its
-// token of row c as sampling/logit_controls.h's edited_logit does, under context c's
-// penalties, bit for bit.
+// The logit controls' edits of rows (logit_edits.cu, one block per row): row r edited as
+// edit_rows[r] says (PathEditRow), bit for bit as sampling/logit_controls.h's edited_logit.
 struct LogitEditArgs {
-  int contexts = 0, vocab = 0;
-  const int* edit_first = nullptr;                             // in [contexts + 1]
-  const TokenEdit* edits = nullptr;                            // in [edit_first[contexts]]
-  const float *repetition = nullptr, *frequency = nullptr, *presence = nullptr;  // in [contexts]
-  float* rows = nullptr;                                       // in/out [contexts, vocab]
+  int rows = 0, vocab = 0;
+  const unsigned char* base = nullptr;    // in: the buffer the rows' offsets point into
+  const PathEditRow* edit_rows = nullptr; // in [rows]
+  const int* tokens = nullptr;            // in: the tokens the rows' paths index
+  float* logits = nullptr;                // in/out [rows, vocab]
 };
 void launch_edit_logits(const LogitEditArgs& args, cudaStream_t stream);
 

@@ -359,7 +359,7 @@ void launch_draw_children(const float* probs, int vocab, int contexts, const int
   CUDA_CHECK_LAUNCH();
 }
 
-float* enqueue_round_draws(const DraftUpload& up, int round, bool keep_q, unsigned char* base, const float* logits,
+float* enqueue_round_draws(const DraftUpload& up, int round, bool keep_q, unsigned char* base, float* logits,
                            int vocab, cudaStream_t stream) {
   const std::size_t r = static_cast<std::size_t>(round);
   const int logit = up.first_logit[r], rows = up.first_logit[r + 1] - logit, first_draw = up.first_draw[r];
@@ -369,6 +369,16 @@ float* enqueue_round_draws(const DraftUpload& up, int round, bool keep_q, unsign
   int* drawn = reinterpret_cast<int*>(base + up.at.tokens);
   float* probs = floats(up.at.probs) + static_cast<std::size_t>(up.probs_row(round, keep_q)) * static_cast<std::size_t>(vocab);
   const double* row_uniforms = up.children ? nullptr : uniforms + first_draw;
+  if (up.controls) {
+    LogitEditArgs e;
+    e.rows = rows;
+    e.vocab = vocab;
+    e.base = base;
+    e.edit_rows = reinterpret_cast<const PathEditRow*>(base + up.at.edit_rows) + logit;
+    e.tokens = drawn;
+    e.logits = logits;
+    launch_edit_logits(e, stream);
+  }
   launch_sample(logits, floats(up.at.temperature) + logit, ints(up.at.top_k), floats(up.at.top_p) + logit,
                 floats(up.at.min_p) + logit, row_uniforms, rows, vocab, probs, up.children ? nullptr : drawn + first_draw,
                 stream);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "engine/cuda/cuda_plan.h"
 #include "engine/cuda/verify_tree.h"
 
 namespace specula::cuda {
@@ -16,6 +17,55 @@ std::size_t align16(std::size_t n) { return (n + kArrayAlign - 1) / kArrayAlign 
 template <class T>
 void put(std::vector<unsigned char>& data, std::size_t offset, std::span<const T> values) {
   if (!values.empty()) std::memcpy(data.data() + offset, values.data(), values.size_bytes());
+}
+
+// Appends entry `v`'s edit rows ([n + 1], one a context) to `rows` and what they read to `tail`
+// (offsets within it): each context's host-made edits; or, with path_edits, the entry's edits
+// and EOS ids once and each context's path, its nodes from the root down (numbered from
+// first_node on, as the verification's tokens hold them); else rows that edit nothing.
+void append_edit_rows(const DeviceVerify& v, int first_node, std::vector<unsigned char>& tail,
+                      std::vector<PathEditRow>& rows) {
+  const int n = static_cast<int>(v.tokens.size());
+  if (v.path_edits != nullptr) {
+    const PathEdits& e = *v.path_edits;
+    PathEditRow root;
+    root.edits_at = static_cast<std::int64_t>(append_aligned(tail, e.edits.data(), e.edits.size()));
+    root.eos_at = static_cast<std::int64_t>(append_aligned(tail, e.eos_ids.data(), e.eos_ids.size()));
+    root.edits = static_cast<int>(e.edits.size());
+    root.eos = static_cast<int>(e.eos_ids.size());
+    root.eos_until = e.eos_until;
+    root.repetition = e.repetition;
+    root.frequency = e.frequency;
+    root.presence = e.presence;
+    std::vector<int> paths, path_first{0};
+    for (int c = 0; c <= n; ++c) {
+      const std::size_t start = paths.size();
+      for (int node = c - 1; node >= 0; node = v.parents[static_cast<std::size_t>(node)])
+        paths.push_back(first_node + node);
+      std::reverse(paths.begin() + static_cast<std::ptrdiff_t>(start), paths.end());
+      path_first.push_back(static_cast<int>(paths.size()));
+    }
+    const std::size_t paths_at = append_aligned(tail, paths.data(), paths.size());
+    for (std::size_t c = 0; c <= static_cast<std::size_t>(n); ++c) {
+      PathEditRow& row = rows.emplace_back(root);
+      row.path_at = static_cast<std::int64_t>(paths_at + static_cast<std::size_t>(path_first[c]) * sizeof(int));
+      row.path = path_first[c + 1] - path_first[c];
+    }
+    return;
+  }
+  if (v.edit_first.empty()) {
+    rows.insert(rows.end(), static_cast<std::size_t>(n + 1), PathEditRow{});
+    return;
+  }
+  const std::size_t edits_at = append_aligned(tail, v.edits.data(), v.edits.size());
+  for (std::size_t c = 0; c <= static_cast<std::size_t>(n); ++c) {
+    PathEditRow& row = rows.emplace_back();
+    row.edits_at = static_cast<std::int64_t>(edits_at + static_cast<std::size_t>(v.edit_first[c]) * sizeof(TokenEdit));
+    row.edits = v.edit_first[c + 1] - v.edit_first[c];
+    row.repetition = v.repetition_penalty;
+    row.frequency = v.frequency_penalty;
+    row.presence = v.presence_penalty;
+  }
 }
 
 }  // namespace
@@ -49,10 +99,7 @@ std::vector<std::size_t> VerifyUpload::shape() const {
                                at.probs,
                                at.scratch,
                                at.result,
-                               at.edit_first,
-                               at.repetition,
-                               at.frequency,
-                               at.presence,
+                               at.edit_rows,
                                at.edited,
                                at.edits,
                                at.logprob_sequence,
@@ -62,7 +109,7 @@ std::vector<std::size_t> VerifyUpload::shape() const {
                                at.logprobs,
                                static_cast<std::size_t>(logprobs),
                                upload_bytes,
-                               device_bytes};
+                               at.edits};
   for (const Run& run : sample_runs)
     out.insert(out.end(), {static_cast<std::size_t>(run.logit_row), static_cast<std::size_t>(run.context),
                            static_cast<std::size_t>(run.rows)});
@@ -90,9 +137,8 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   std::vector<float> temperature, top_p, min_p;
   std::vector<double> uniforms;
   std::vector<int> logprob_sequence, logprob_source, logprob_top, logprob_first;
-  std::vector<int> edit_first{0};
-  std::vector<float> repetition, frequency, presence;
-  std::vector<TokenEdit> edits;
+  std::vector<PathEditRow> edit_rows;  // [contexts] offsets within `edited_tail`
+  std::vector<unsigned char> edited_tail;  // what the rows read, at.edits on the device
   for (std::size_t k = 0; k < order.size(); ++k) {
     const DeviceVerify& v = verify[order[k]];
     const int n = static_cast<int>(v.tokens.size());
@@ -115,14 +161,8 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
     temperature.insert(temperature.end(), static_cast<std::size_t>(n + 1), v.temperature);
     top_p.insert(top_p.end(), static_cast<std::size_t>(n + 1), v.top_p);
     min_p.insert(min_p.end(), static_cast<std::size_t>(n + 1), v.min_p);
-    repetition.insert(repetition.end(), static_cast<std::size_t>(n + 1), v.repetition_penalty);
-    frequency.insert(frequency.end(), static_cast<std::size_t>(n + 1), v.frequency_penalty);
-    presence.insert(presence.end(), static_cast<std::size_t>(n + 1), v.presence_penalty);
-    for (int c = 0; c <= n; ++c)
-      edit_first.push_back(edit_first.back() + (v.edit_first.empty() ? 0 : v.edit_first[static_cast<std::size_t>(c) + 1] -
-                                                                             v.edit_first[static_cast<std::size_t>(c)]));
-    edits.insert(edits.end(), v.edits.begin(), v.edits.end());
-    up.edits = up.edits || !v.edit_first.empty();
+    append_edit_rows(v, up.first_node[order[k]], edited_tail, edit_rows);
+    up.edits = up.edits || !v.edit_first.empty() || v.path_edits != nullptr;
     if (!v.greedy()) {
       draw.insert(draw.end(), v.draw.begin(), v.draw.end());
       rule.push_back(v.rule);
@@ -159,10 +199,7 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   up.at.logprob_top = take(logprob_top.size() * sizeof(int));
   up.at.logprob_first = take(logprob_first.size() * sizeof(int));
   const std::size_t edited_contexts = up.edits ? contexts : 0;
-  up.at.edit_first = take((up.edits ? edit_first.size() : 0) * sizeof(int));
-  up.at.repetition = take(edited_contexts * sizeof(float));
-  up.at.frequency = take(edited_contexts * sizeof(float));
-  up.at.presence = take(edited_contexts * sizeof(float));
+  up.at.edit_rows = take(edited_contexts * sizeof(PathEditRow));
   up.upload_bytes = at;
   up.at.probs = take(contexts * v * sizeof(float));
   up.at.scratch = take(scratch * sizeof(double));
@@ -170,7 +207,7 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   up.at.logprobs = take((up.logprobs ? contexts : 0) * sizeof(EmittedLogprob));
   up.at.edited = take(edited_contexts * v * sizeof(float));
   up.at.edits = at;
-  up.edit_bytes = edits.size() * sizeof(TokenEdit);
+  up.edit_bytes = up.edits ? edited_tail.size() : 0;
   up.device_bytes = align16(at + up.edit_bytes);
 
   // zeros: the draw uniforms and the q rows of sequences without q
@@ -192,11 +229,13 @@ VerifyUpload pack_verify(const RaggedBatch& batch, std::span<const DeviceVerify>
   put(up.data, up.at.logprob_top, std::span<const int>(logprob_top));
   put(up.data, up.at.logprob_first, std::span<const int>(logprob_first));
   if (up.edits) {
-    put(up.data, up.at.edit_first, std::span<const int>(edit_first));
-    put(up.data, up.at.repetition, std::span<const float>(repetition));
-    put(up.data, up.at.frequency, std::span<const float>(frequency));
-    put(up.data, up.at.presence, std::span<const float>(presence));
-    put(up.data, up.upload_bytes, std::span<const TokenEdit>(edits));
+    for (PathEditRow& row : edit_rows) {  // the tail's offsets as the device buffer's
+      row.edits_at += static_cast<std::int64_t>(up.at.edits);
+      row.eos_at += static_cast<std::int64_t>(up.at.edits);
+      row.path_at += static_cast<std::int64_t>(up.at.edits);
+    }
+    put(up.data, up.at.edit_rows, std::span<const PathEditRow>(edit_rows));
+    put(up.data, up.upload_bytes, std::span<const unsigned char>(edited_tail));
   }
   for (std::size_t i = 0; i < verify.size(); ++i) {
     if (verify[i].greedy() || verify[i].q.empty()) continue;

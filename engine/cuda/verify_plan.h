@@ -52,15 +52,15 @@ struct VerifyUpload {
     // [sequences] int, [sequences, 3] int; the kernel's output, [contexts] EmittedLogprob, which
     // comes back too.
     std::size_t logprob_sequence = 0, logprob_source = 0, logprob_top = 0, logprob_first = 0, logprobs = 0;
-    // Logit controls (where any entry has edits): each context's first edit, [contexts + 1]
-    // int; its sequence's penalties, [contexts] float each; the edited rows the sampling
-    // kernel reads, [contexts, vocab] float; the edits, [edit count] TokenEdit, last of all.
-    std::size_t edit_first = 0, repetition = 0, frequency = 0, presence = 0, edited = 0, edits = 0;
+    // Logit controls (where any entry has edits or path edits): each context's PathEditRow,
+    // [contexts]; the edited rows the sampling kernel reads, [contexts, vocab] float; what the
+    // rows read (edits, EOS ids, paths), [edit_bytes], last of all.
+    std::size_t edit_rows = 0, edited = 0, edits = 0;
   } at;
   bool logprobs = false;                          // an entry asks for log-probabilities
-  bool edits = false;                             // an entry has logit edits
-  // data holds the upload, then the edits ([edit_bytes], to at.edits): the edits' count stays
-  // out of the shape.
+  bool edits = false;                             // an entry has logit edits or path edits
+  // data holds the upload, then what the edit rows read ([edit_bytes], to at.edits): their
+  // count stays out of the upload's layout.
   std::size_t upload_bytes = 0, edit_bytes = 0, device_bytes = 0;
   // The result: [contexts] each context's sampled token (greedy: its argmax; -1: a row the CPU
   // refuses), [greedy + stochastic] accepted counts, [nodes] accepted nodes, [contexts] emitted
