@@ -17,8 +17,9 @@
 // Each excused row is counted: supports at most 1% of the rows; draws at most 1% of those with
 // a random uniform (those placed on a boundary are counted apart: many differ by design).
 // The children kernel against draw_siblings, the dynamic-tree kernel against TreeGrowth's
-// best-first growth (tied probabilities, so that equal scores meet the push-order rule), and
-// the tree-rows kernel against plan_batch and pack_step of the trees it was given.
+// best-first growth (tied probabilities, so that equal scores meet the push-order rule), the
+// tree-rows kernel against plan_batch and pack_step of the trees it was given, and the
+// logit-edit kernel over drawn paths against RowControls::apply.
 #include <algorithm>
 #include <array>
 #include <catch2/catch.hpp>
