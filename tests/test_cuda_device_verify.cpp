@@ -848,6 +848,11 @@ TEST_CASE("device verification: malformed requests are refused naming the entry 
   refused(edited(outside, edit_first), "edit 2 of context 1: token 4096 is outside [0, 4096)");
   refused(edited(negative, edit_first), "edit 2 of context 1: count -1 is negative");
   refused(edited(infinite_bias, edit_first), "edit 2 of context 1: bias inf is not finite");
+  // Path edits: only over draws left on a device (a tree on the host takes its own lists).
+  PathEdits path_edits;
+  v = tree_request(0, tokens, parents);
+  v.path_edits = &path_edits;
+  refused(v, "path edits take draws of a chain or static tree and no host edits");
 
   // Trees of device draws: q theirs; dynamic trees' draws whole, in order, planned as a chain.
   struct Draws : DeviceDraws {
