@@ -49,9 +49,9 @@ ChainShape shape_of(const DeviceChain& c) {
 void add_path(std::span<const int> draw_of, std::span<const int> parents, int context, int set, DraftControls& out) {
   out.row_set.push_back(set);
   const std::size_t start = out.path_draws.size();
-  for (int n = context - 1; n >= 0; n = parents[static_cast<std::size_t>(n)])
-    out.path_draws.push_back(draw_of[static_cast<std::size_t>(n)]);
-  std::reverse(out.path_draws.begin() + static_cast<std::ptrdiff_t>(start), out.path_draws.end());
+  append_path_nodes(parents, context, out.path_draws);
+  for (std::size_t k = start; k < out.path_draws.size(); ++k)
+    out.path_draws[k] = draw_of[static_cast<std::size_t>(out.path_draws[k])];
   out.path_first.push_back(static_cast<int>(out.path_draws.size()));
 }
 

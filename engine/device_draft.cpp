@@ -1,5 +1,6 @@
 #include "engine/device_draft.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/error.h"
@@ -104,6 +105,12 @@ void check_controls(const DraftRounds& draft, int vocab, std::span<const int> fi
 }
 
 }  // namespace
+
+void append_path_nodes(std::span<const int> parents, int context, std::vector<int>& out) {
+  const std::size_t start = out.size();
+  for (int n = context - 1; n >= 0; n = parents[static_cast<std::size_t>(n)]) out.push_back(n);
+  std::reverse(out.begin() + static_cast<std::ptrdiff_t>(start), out.end());
+}
 
 void check_path_edits(const PathEdits& e, int vocab, std::string_view what) {
   for (std::size_t k = 0; k < e.edits.size(); ++k) {

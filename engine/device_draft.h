@@ -116,6 +116,10 @@ struct DraftRounds {
 // dynamic rounds as DraftRounds::dynamic says.
 void check_draft_rounds(const DraftRounds& draft, int vocab);
 
+// Appends the nodes of context `context`'s path (0 the root, 1 + n after node n) to `out`, from
+// the root's child down to node n; `parents`: each node's, -1 the root.
+void append_path_nodes(std::span<const int> parents, int context, std::vector<int>& out);
+
 // Throws SpeculaError naming `what` unless `e` suits a vocabulary of `vocab` tokens: edits of
 // ascending tokens in [0, vocab) with counts >= 0 and finite biases; finite penalties, the
 // repetition penalty > 0.

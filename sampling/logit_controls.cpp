@@ -131,10 +131,9 @@ void RowControls::edits(std::span<const int> tokens, std::span<const int> path, 
 void RowControls::path_edits(std::span<const int> tokens, int vocab, PathEdits& out) const {
   SPECULA_CHECK(active() && controls->no_repeat_ngram_size == 0,
                 "logit controls: a device drawing the path takes active controls without no_repeat_ngram_size");
-  LogitControls without_min = *controls;
-  without_min.min_new_tokens = 0;
   const std::size_t prompt = std::min(prompt_len, tokens.size());
-  control_edits(without_min, {tokens.first(prompt), tokens.subspan(prompt), {}, eos_ids}, vocab, out.edits);
+  // Without EOS ids, min_new_tokens masks nothing: the device masks them over the path.
+  control_edits(*controls, {tokens.first(prompt), tokens.subspan(prompt), {}, {}}, vocab, out.edits);
   out.eos_ids = eos_ids;
   out.eos_until = controls->min_new_tokens - static_cast<int>(tokens.size() - prompt);
   out.repetition = controls->repetition_penalty;

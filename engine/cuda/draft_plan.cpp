@@ -22,20 +22,23 @@ DrawOptionsAt append_draw_options(std::vector<unsigned char>& data, std::span<co
   return at;
 }
 
+PathEditRow append_path_edits(std::vector<unsigned char>& data, const PathEdits& e, std::size_t upload_at) {
+  PathEditRow row;
+  row.edits_at = static_cast<std::int64_t>(upload_at + append_aligned(data, e.edits.data(), e.edits.size()));
+  row.eos_at = static_cast<std::int64_t>(upload_at + append_aligned(data, e.eos_ids.data(), e.eos_ids.size()));
+  row.edits = static_cast<int>(e.edits.size());
+  row.eos = static_cast<int>(e.eos_ids.size());
+  row.eos_until = e.eos_until;
+  row.repetition = e.repetition;
+  row.frequency = e.frequency;
+  row.presence = e.presence;
+  return row;
+}
+
 std::vector<PathEditRow> append_edit_rows(std::vector<unsigned char>& data, const DraftControls& controls,
                                           std::size_t upload_at) {
   std::vector<PathEditRow> sets;  // each set's edits and EOS ids, no path
-  for (const PathEdits* e : controls.sets) {
-    PathEditRow& set = sets.emplace_back();
-    set.edits_at = static_cast<std::int64_t>(upload_at + append_aligned(data, e->edits.data(), e->edits.size()));
-    set.eos_at = static_cast<std::int64_t>(upload_at + append_aligned(data, e->eos_ids.data(), e->eos_ids.size()));
-    set.edits = static_cast<int>(e->edits.size());
-    set.eos = static_cast<int>(e->eos_ids.size());
-    set.eos_until = e->eos_until;
-    set.repetition = e->repetition;
-    set.frequency = e->frequency;
-    set.presence = e->presence;
-  }
+  for (const PathEdits* e : controls.sets) sets.push_back(append_path_edits(data, *e, upload_at));
   const std::size_t paths_at =
       upload_at + append_aligned(data, controls.path_draws.data(), controls.path_draws.size());
   std::vector<PathEditRow> rows;

@@ -37,6 +37,10 @@ struct DrawOptionsAt {
 // (append_aligned, in that order).
 DrawOptionsAt append_draw_options(std::vector<unsigned char>& data, std::span<const DrawOptions> options);
 
+// Appends `e`'s edits and EOS ids to an upload whose first byte sits `upload_at` bytes into its
+// device buffer; returns a row reading them under e's penalties and EOS bound, with no path.
+PathEditRow append_path_edits(std::vector<unsigned char>& data, const PathEdits& e, std::size_t upload_at);
+
 // Appends the edits and EOS ids of `controls`' sets (once each) and every logit row's path (its
 // draws) to an upload whose first byte sits `upload_at` bytes into its device buffer; returns
 // each logit row's PathEditRow (a row without a set edits nothing).

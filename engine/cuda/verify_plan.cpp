@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "engine/cuda/cuda_plan.h"
+#include "engine/cuda/draft_plan.h"
 #include "engine/cuda/verify_tree.h"
 
 namespace specula::cuda {
@@ -27,24 +28,13 @@ void append_edit_rows(const DeviceVerify& v, int first_node, std::vector<unsigne
                       std::vector<PathEditRow>& rows) {
   const int n = static_cast<int>(v.tokens.size());
   if (v.path_edits != nullptr) {
-    const PathEdits& e = *v.path_edits;
-    PathEditRow root;
-    root.edits_at = static_cast<std::int64_t>(append_aligned(tail, e.edits.data(), e.edits.size()));
-    root.eos_at = static_cast<std::int64_t>(append_aligned(tail, e.eos_ids.data(), e.eos_ids.size()));
-    root.edits = static_cast<int>(e.edits.size());
-    root.eos = static_cast<int>(e.eos_ids.size());
-    root.eos_until = e.eos_until;
-    root.repetition = e.repetition;
-    root.frequency = e.frequency;
-    root.presence = e.presence;
+    const PathEditRow root = append_path_edits(tail, *v.path_edits, 0);
     std::vector<int> paths, path_first{0};
     for (int c = 0; c <= n; ++c) {
-      const std::size_t start = paths.size();
-      for (int node = c - 1; node >= 0; node = v.parents[static_cast<std::size_t>(node)])
-        paths.push_back(first_node + node);
-      std::reverse(paths.begin() + static_cast<std::ptrdiff_t>(start), paths.end());
+      append_path_nodes(v.parents, c, paths);
       path_first.push_back(static_cast<int>(paths.size()));
     }
+    for (int& node : paths) node += first_node;
     const std::size_t paths_at = append_aligned(tail, paths.data(), paths.size());
     for (std::size_t c = 0; c <= static_cast<std::size_t>(n); ++c) {
       PathEditRow& row = rows.emplace_back(root);
